@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+	"scistream/internal/cliflag"
+)
+
+// gatewayFlags are the flags that reach one gateway.
+type gatewayFlags struct {
+	s2cs, cert, tokenFile string
+}
+
+func (g *gatewayFlags) register(fs *flag.FlagSet, prefix, what string) {
+	fs.StringVar(&g.s2cs, prefix+"s2cs", "", "HOST:PORT of the "+what+" control API")
+	fs.StringVar(&g.cert, prefix+"server_cert", "", "PEM certificate of the "+what+" (or its CA)")
+	fs.StringVar(&g.tokenFile, prefix+"token_file", "", "file holding the bearer token for the "+what+" (default: $SCISTREAM_TOKEN)")
+}
+
+// client builds a control client; fallbackToken is used when neither
+// --token_file nor SCISTREAM_TOKEN gives one.
+func (g *gatewayFlags) client(timeout time.Duration) (*client.Client, error) {
+	if g.s2cs == "" {
+		return nil, errors.New("missing --s2cs HOST:PORT of the gateway's control API")
+	}
+	tok, err := token(g.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Config{Addr: g.s2cs, ServerCert: g.cert, Token: tok, Timeout: timeout})
+}
+
+func token(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--token_file: %w", err)
+		}
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", fmt.Errorf("--token_file %s is empty", file)
+		}
+		return t, nil
+	}
+	return strings.TrimSpace(os.Getenv("SCISTREAM_TOKEN")), nil
+}
+
+// commonFlags are shared by every command.
+type commonFlags struct {
+	output  string
+	timeout time.Duration
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.output, "output", "text", "output format: text or json")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "timeout of each control request")
+}
+
+func (c *commonFlags) check() error {
+	if c.output != "text" && c.output != "json" {
+		return fmt.Errorf("--output %q: use text or json", c.output)
+	}
+	if c.timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, e.g. 30s")
+	}
+	return nil
+}
+
+// newFlagSet returns a flag set whose usage lists only canonical names.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("s2uc "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: s2uc %s %s\n\n", name, synopsis)
+		cliflag.PrintDefaults(fs)
+	}
+	return fs
+}
+
+// parse adds the alias spellings and parses args; flags may follow
+// positional arguments (as in the reference runbooks).
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	cliflag.AddAliases(fs)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// parsePorts parses "8080" or "7000,17000".
+func parsePorts(flagName, s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("missing --%s: give the port(s), e.g. 8080 or 7000,17000", flagName)
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("--%s: %q is not a port 1-65535", flagName, strings.TrimSpace(f))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func checkNumConn(n int) error {
+	if n < 1 || n > api.MaxChannels {
+		return fmt.Errorf("--num_conn %d out of range: give 1 to %d", n, api.MaxChannels)
+	}
+	return nil
+}
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// printJSON writes v as one indented JSON object.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// public strips what must never be printed (the stream secret) and the
+// bulky PEM from a stream view.
+func public(s *api.Stream) *api.Stream {
+	c := *s
+	c.Secret = ""
+	c.WANCert = ""
+	return &c
+}
+
+func sessions() (client.Sessions, error) { return client.DefaultSessions() }
+
+func fmtBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f := float64(n)
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		f /= unit
+		if f < unit {
+			return fmt.Sprintf("%.1f %s", f, u)
+		}
+	}
+	return fmt.Sprintf("%.1f PiB", f/unit)
+}
+
+func fmtRate(bps float64) string {
+	return fmt.Sprintf("%.1f MB/s", bps/1e6)
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+)
+
+func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("inbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip IP --receiver_ports P[,P...] --num_conn N", stderr)
+	var (
+		gw     gatewayFlags
+		common commonFlags
+	)
+	gw.register(fs, "", "inbound gateway")
+	common.register(fs)
+	remoteIP := fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
+	recvPorts := fs.String("receiver_ports", "", "port(s) of the listening application; channel i leads to port i (round-robin)")
+	numConn := fs.Int("num_conn", 1, "number of channels (listeners)")
+	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, or tcp for trusted circuits")
+	engine := fs.String("engine", "", "data-plane engine (default: the gateway's)")
+	uid := fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	if err := common.check(); err != nil {
+		return err
+	}
+	if *remoteIP == "" {
+		return fmt.Errorf("missing --remote_ip: the address of the application that listens (e.g. the consumer)")
+	}
+	rp, err := parsePorts("receiver_ports", *recvPorts)
+	if err != nil {
+		return err
+	}
+	if err := checkNumConn(*numConn); err != nil {
+		return err
+	}
+	c, err := gw.client(common.timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ss, err := sessions()
+	if err != nil {
+		return err
+	}
+	s, err := c.Inbound(ctx, &api.InboundRequest{
+		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine,
+	})
+	if err != nil {
+		return err
+	}
+	err = ss.Save(&client.Session{
+		UID: s.UID, WAN: s.WAN, Secret: s.Secret,
+		Inbound: &client.Endpoint{S2CS: gw.s2cs, ServerCert: absOrEmpty(gw.cert), TokenFile: absOrEmpty(gw.tokenFile), Listeners: s.Listeners, WANCert: s.WANCert},
+	})
+	if err != nil {
+		return fmt.Errorf("stream %s was created but its local record could not be saved (%v); release it with s2uc release %s --s2cs %s", s.UID, err, s.UID, gw.s2cs)
+	}
+	if common.output == "json" {
+		return printJSON(stdout, public(s))
+	}
+	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
+	fmt.Fprintf(stdout, "next: s2uc outbound-request --s2cs PRODUCER_GATEWAY:PORT --server_cert FILE --remote_ip %s --receiver_ports %s --num_conn %d %s %s\n",
+		hostOf(s.Listeners[0]), portsOf(s.Listeners), s.NumConn, s.UID, s.Listeners[0])
+	return nil
+}
+
+func hostOf(hp string) string {
+	i := strings.LastIndex(hp, ":")
+	return strings.Trim(hp[:i], "[]")
+}
+
+func portsOf(hps []string) string {
+	var ps []string
+	for _, hp := range hps {
+		ps = append(ps, hp[strings.LastIndex(hp, ":")+1:])
+	}
+	return strings.Join(ps, ",")
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+)
+
+func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("outbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip PEER_IP --receiver_ports PROXY_C[,...] --num_conn N UID [PEER_IP:PROXY_C[,...]]", stderr)
+	var (
+		gw     gatewayFlags
+		common commonFlags
+	)
+	gw.register(fs, "", "outbound gateway")
+	common.register(fs)
+	remoteIP := fs.String("remote_ip", "", "address of the inbound gateway, as the outbound gateway reaches it")
+	recvPorts := fs.String("receiver_ports", "", "the inbound gateway's listener port(s) (PROXY_C)")
+	numConn := fs.Int("num_conn", 1, "number of channels (listeners)")
+	allow := fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect (default: the listener's own subnet)")
+	engine := fs.String("engine", "", "data-plane engine (default: the gateway's)")
+	inTokenFile := fs.String("inbound_token_file", "", "token file for the inbound gateway, if it differs from the one used at inbound-request")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := common.check(); err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return errors.New("missing UID: give the stream UID printed by inbound-request")
+	}
+	if len(pos) > 2 {
+		return fmt.Errorf("unexpected argument %q", pos[2])
+	}
+	uid := pos[0]
+	if err := checkNumConn(*numConn); err != nil {
+		return err
+	}
+	var peers []string
+	if *remoteIP != "" || *recvPorts != "" {
+		if *remoteIP == "" {
+			return errors.New("missing --remote_ip: the inbound gateway's address")
+		}
+		rp, err := parsePorts("receiver_ports", *recvPorts)
+		if err != nil {
+			return err
+		}
+		for _, p := range rp {
+			peers = append(peers, hostPort(*remoteIP, p))
+		}
+	}
+	if len(pos) == 2 {
+		given := splitList(pos[1])
+		if peers == nil {
+			peers = given
+		} else if strings.Join(given, ",") != strings.Join(peers, ",") {
+			return fmt.Errorf("%s disagrees with --remote_ip/--receiver_ports (%s); give one of them", pos[1], strings.Join(peers, ","))
+		}
+	}
+	if len(peers) == 0 {
+		return errors.New("missing the inbound gateway's listener(s): give --remote_ip and --receiver_ports, or PEER_IP:PROXY_C after the UID")
+	}
+	ss, err := sessions()
+	if err != nil {
+		return err
+	}
+	sess, err := ss.Load(uid)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no local record of stream %s in %s: run outbound-request as the same user (same SCISTREAM_HOME) that ran inbound-request, or use s2uc stream", uid, ss.Dir)
+	}
+	if err != nil {
+		return err
+	}
+	if sess.Inbound == nil {
+		return fmt.Errorf("local record of stream %s has no inbound side; request it with inbound-request first", uid)
+	}
+	if sess.Outbound != nil {
+		return fmt.Errorf("stream %s already has an outbound side on %s; release it first", uid, sess.Outbound.S2CS)
+	}
+	out, err := gw.client(common.timeout)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	ig := gatewayFlags{s2cs: sess.Inbound.S2CS, cert: sess.Inbound.ServerCert, tokenFile: sess.Inbound.TokenFile}
+	if *inTokenFile != "" {
+		ig.tokenFile = *inTokenFile
+	}
+	in, err := ig.client(common.timeout)
+	if err != nil {
+		return fmt.Errorf("inbound gateway %s: %w", sess.Inbound.S2CS, err)
+	}
+	defer in.Close()
+	s, err := client.Connect(ctx, in, out, &api.OutboundRequest{
+		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
+		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
+	})
+	if err != nil {
+		return err
+	}
+	sess.Outbound = &client.Endpoint{S2CS: gw.s2cs, ServerCert: absOrEmpty(gw.cert), TokenFile: absOrEmpty(gw.tokenFile), Listeners: s.Listeners}
+	if err := ss.Save(sess); err != nil {
+		fmt.Fprintf(stderr, "s2uc: warning: could not update the local record of %s: %v\n", uid, err)
+	}
+	if common.output == "json" {
+		return printJSON(stdout, public(s))
+	}
+	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
+	return nil
+}

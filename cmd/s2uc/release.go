@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+)
+
+func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("release", "UID [--s2cs HOST:PORT --server_cert FILE]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
+	var (
+		gw     gatewayFlags
+		common commonFlags
+	)
+	gw.register(fs, "", "gateway")
+	common.register(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := common.check(); err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("give exactly one stream UID to release")
+	}
+	uid := pos[0]
+	ss, err := sessions()
+	if err != nil {
+		return err
+	}
+	sess, serr := ss.Load(uid)
+	if serr != nil && !errors.Is(serr, os.ErrNotExist) {
+		return serr
+	}
+	type target struct {
+		side string
+		gw   gatewayFlags
+	}
+	var targets []target
+	if gw.s2cs != "" {
+		targets = append(targets, target{"", gw})
+	} else {
+		if sess == nil {
+			return fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT (and --server_cert)", uid)
+		}
+		// Outbound first: stop accepting producers before the far side goes.
+		if e := sess.Outbound; e != nil {
+			targets = append(targets, target{"outbound", gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile}})
+		}
+		if e := sess.Inbound; e != nil {
+			targets = append(targets, target{"inbound", gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile}})
+		}
+	}
+	var errs []error
+	var released []*api.Stream
+	for _, t := range targets {
+		if gw.tokenFile != "" {
+			t.gw.tokenFile = gw.tokenFile
+		}
+		c, err := t.gw.client(common.timeout)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s, err := c.Release(ctx, uid)
+		c.Close()
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeNotFound && t.side != "" {
+			// Already gone on that gateway (e.g. expired and pruned).
+			fmt.Fprintf(stderr, "s2uc: %s gateway %s no longer knows %s\n", t.side, t.gw.s2cs, uid)
+			dropSide(sess, t.gw.s2cs)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("release on %s: %w", t.gw.s2cs, err))
+			continue
+		}
+		released = append(released, public(s))
+		dropSide(sess, t.gw.s2cs)
+		if common.output == "text" {
+			line := fmt.Sprintf("released %s on %s (%s)", uid, t.gw.s2cs, s.Role)
+			if s.Stats != nil {
+				line += fmt.Sprintf(": %s to WAN, %s from WAN", fmtBytes(s.Stats.BytesToWAN), fmtBytes(s.Stats.BytesFromWAN))
+			}
+			fmt.Fprintln(stdout, line)
+		}
+	}
+	if sess != nil {
+		if sess.Inbound == nil && sess.Outbound == nil {
+			if err := ss.Remove(uid); err != nil {
+				errs = append(errs, err)
+			}
+		} else if err := ss.Save(sess); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if common.output == "json" {
+		if err := printJSON(stdout, map[string]any{"uid": uid, "released": released}); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropSide forgets the side of sess served by addr.
+func dropSide(sess *client.Session, addr string) {
+	if sess == nil {
+		return
+	}
+	if sess.Outbound != nil && sess.Outbound.S2CS == addr {
+		sess.Outbound = nil
+	} else if sess.Inbound != nil && sess.Inbound.S2CS == addr {
+		sess.Inbound = nil
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+)
+
+func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("stream", "--inbound_s2cs HOST:PORT --inbound_server_cert FILE --outbound_s2cs HOST:PORT --outbound_server_cert FILE --remote_ip IP --receiver_ports P[,...] [--num_conn N]", stderr)
+	var (
+		ig, og gatewayFlags
+		common commonFlags
+	)
+	ig.register(fs, "inbound_", "inbound gateway (in front of the listening application)")
+	og.register(fs, "outbound_", "outbound gateway (in front of the connecting application)")
+	common.register(fs)
+	tokenFile := fs.String("token_file", "", "token file for both gateways (default: $SCISTREAM_TOKEN)")
+	remoteIP := fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
+	recvPorts := fs.String("receiver_ports", "", "port(s) of the listening application")
+	numConn := fs.Int("num_conn", 1, "number of channels (listeners) on each gateway")
+	allow := fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect to the outbound listeners (default: the listener's own subnet)")
+	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, or tcp for trusted circuits")
+	engine := fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
+	peers := fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	if err := common.check(); err != nil {
+		return err
+	}
+	if *remoteIP == "" {
+		return fmt.Errorf("missing --remote_ip: the address of the application that listens")
+	}
+	rp, err := parsePorts("receiver_ports", *recvPorts)
+	if err != nil {
+		return err
+	}
+	if err := checkNumConn(*numConn); err != nil {
+		return err
+	}
+	for _, g := range []*gatewayFlags{&ig, &og} {
+		if g.tokenFile == "" {
+			g.tokenFile = *tokenFile
+		}
+	}
+	if ig.s2cs == "" || og.s2cs == "" {
+		return fmt.Errorf("give both --inbound_s2cs and --outbound_s2cs")
+	}
+	in, err := ig.client(common.timeout)
+	if err != nil {
+		return fmt.Errorf("inbound gateway: %w", err)
+	}
+	defer in.Close()
+	out, err := og.client(common.timeout)
+	if err != nil {
+		return fmt.Errorf("outbound gateway: %w", err)
+	}
+	defer out.Close()
+	ss, err := sessions()
+	if err != nil {
+		return err
+	}
+	inS, outS, err := client.Wire(ctx, in, out,
+		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine},
+		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine},
+		splitList(*peers))
+	if err != nil {
+		return err
+	}
+	err = ss.Save(&client.Session{
+		UID: inS.UID, WAN: inS.WAN, Secret: inS.Secret,
+		Inbound:  &client.Endpoint{S2CS: ig.s2cs, ServerCert: absOrEmpty(ig.cert), TokenFile: absOrEmpty(ig.tokenFile), Listeners: inS.Listeners, WANCert: inS.WANCert},
+		Outbound: &client.Endpoint{S2CS: og.s2cs, ServerCert: absOrEmpty(og.cert), TokenFile: absOrEmpty(og.tokenFile), Listeners: outS.Listeners},
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "s2uc: warning: could not save the local record of %s (%v); release it on each gateway with --s2cs\n", inS.UID, err)
+	}
+	if common.output == "json" {
+		return printJSON(stdout, map[string]any{
+			"uid":       inS.UID,
+			"listeners": outS.Listeners,
+			"inbound":   public(inS),
+			"outbound":  public(outS),
+		})
+	}
+	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\ninbound listeners: %s\n", inS.UID,
+		strings.Join(outS.Listeners, " "), strings.Join(inS.Listeners, " "))
+	fmt.Fprintf(stdout, "connect the producer to: %s\n", strings.Join(outS.Listeners, " "))
+	return nil
+}
+
+func absOrEmpty(p string) string {
+	if p == "" {
+		return ""
+	}
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
+}

@@ -1,0 +1,251 @@
+// Package api defines the SciStream control API's wire types: the JSON
+// bodies exchanged between s2uc (or any HTTP client) and s2cs under /v1,
+// the stable error codes, and the OpenAPI document that describes them.
+//
+// Everything here is shared by the server (internal/gateway) and the client
+// (internal/client), so the two can never disagree about a field name.
+package api
+
+import (
+	_ "embed"
+	"fmt"
+	"time"
+)
+
+// OpenAPI is the OpenAPI 3 document of the control API, served by s2cs at
+// GET /v1/openapi.yaml.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// Role says which side of a stream a gateway plays.
+type Role string
+
+const (
+	// RoleInbound is the gateway in front of the application that accepts
+	// connections (usually the consumer). It listens on the WAN and dials
+	// the application.
+	RoleInbound Role = "inbound"
+	// RoleOutbound is the gateway in front of the application that
+	// connects. It listens on the LAN and dials the inbound gateway.
+	RoleOutbound Role = "outbound"
+)
+
+// State is a stream's lifecycle state. The transitions are:
+//
+//	requested -> listening -> connected -> released | expired | failed
+//
+// requested: the record exists but its listeners are not bound (only seen
+// while a request or a restore is in progress). listening: listeners are
+// bound; an inbound stream waits for its peer gateway to be attached.
+// connected: both gateways know each other and data can flow. The last three
+// are terminal: their ports are free again.
+type State string
+
+const (
+	StateRequested State = "requested"
+	StateListening State = "listening"
+	StateConnected State = "connected"
+	StateReleased  State = "released"
+	StateExpired   State = "expired"
+	StateFailed    State = "failed"
+)
+
+// Terminal reports whether s is a final state.
+func (s State) Terminal() bool {
+	return s == StateReleased || s == StateExpired || s == StateFailed
+}
+
+// WAN transports between the two gateways.
+const (
+	WANTLS = "tls" // mutual TLS 1.3, pinned per stream (default)
+	WANTCP = "tcp" // plaintext, for trusted circuits; still bound by the stream secret
+)
+
+// InboundRequest asks the gateway in front of the listening application to
+// open num_conn WAN listeners that lead to remote_ip:receiver_ports.
+type InboundRequest struct {
+	// UID optionally fixes the stream's identifier (a lower-case UUID).
+	// If empty, the gateway chooses one.
+	UID string `json:"uid,omitempty"`
+	// RemoteIP is the address of the listening application, as the
+	// gateway reaches it on its LAN.
+	RemoteIP string `json:"remote_ip"`
+	// ReceiverPorts are the application's ports. Channel i leads to
+	// ReceiverPorts[i % len(ReceiverPorts)].
+	ReceiverPorts []int `json:"receiver_ports"`
+	// NumConn is the number of channels (listeners), 1..MaxChannels.
+	NumConn int `json:"num_conn"`
+	// WAN is the transport between the gateways: "tls" (default) or "tcp".
+	WAN string `json:"wan,omitempty"`
+	// Engine selects the data-plane engine; empty means the gateway's default.
+	Engine string `json:"engine,omitempty"`
+}
+
+// OutboundRequest asks the gateway in front of the connecting application
+// to open num_conn LAN listeners, listener i leading to PeerListeners[i].
+type OutboundRequest struct {
+	// UID is the stream's identifier, as returned by the inbound request.
+	UID string `json:"uid"`
+	// PeerListeners are the inbound gateway's WAN listeners ("host:port"),
+	// as this gateway reaches them (they may differ from what the inbound
+	// gateway advertised when NAT sits between them).
+	PeerListeners []string `json:"peer_listeners"`
+	// NumConn is the number of channels; listener i leads to
+	// PeerListeners[i % len(PeerListeners)].
+	NumConn int `json:"num_conn"`
+	// PeerCert is the inbound gateway's WAN certificate (PEM). Required
+	// when WAN is "tls": this gateway accepts no other for this stream.
+	PeerCert string `json:"peer_cert,omitempty"`
+	// Secret binds WAN connections to the stream (base64, 32 bytes), as
+	// returned by the inbound request.
+	Secret string `json:"secret"`
+	// Allow lists the CIDRs (or single addresses) whose applications may
+	// connect to the LAN listeners. Empty means the listener's own subnet.
+	Allow []string `json:"allow,omitempty"`
+	// WAN must match the inbound side's transport: "tls" (default) or "tcp".
+	WAN string `json:"wan,omitempty"`
+	// Engine selects the data-plane engine; empty means the gateway's default.
+	Engine string `json:"engine,omitempty"`
+}
+
+// AttachRequest completes an inbound stream: it tells the inbound gateway
+// which certificate the outbound gateway will present.
+type AttachRequest struct {
+	PeerCert string `json:"peer_cert,omitempty"`
+}
+
+// Stream is the public view of one stream on one gateway.
+type Stream struct {
+	UID       string    `json:"uid"`
+	Role      Role      `json:"role"`
+	State     State     `json:"state"`
+	Owner     string    `json:"owner"`
+	Listeners []string  `json:"listeners"`
+	Targets   []string  `json:"targets"`
+	NumConn   int       `json:"num_conn"`
+	WAN       string    `json:"wan"`
+	Engine    string    `json:"engine"`
+	Allow     []string  `json:"allow,omitempty"`
+	Created   time.Time `json:"created"`
+	Updated   time.Time `json:"updated"`
+	// Reason says why a stream reached a terminal state.
+	Reason string `json:"reason,omitempty"`
+	// WANCert is this gateway's WAN certificate (PEM), for the peer to pin.
+	WANCert string `json:"wan_cert,omitempty"`
+	// WANCertSHA256 is the hex SHA-256 fingerprint of WANCert.
+	WANCertSHA256 string `json:"wan_cert_sha256,omitempty"`
+	// PeerCertSHA256 is the fingerprint of the pinned peer certificate.
+	PeerCertSHA256 string `json:"peer_cert_sha256,omitempty"`
+	// Secret is returned once, by the inbound request, to its owner only.
+	Secret string `json:"secret,omitempty"`
+	Stats  *Stats `json:"stats,omitempty"`
+}
+
+// Stats are a stream's live counters on one gateway. "to_wan" is the
+// direction from this gateway's LAN application towards the peer gateway.
+type Stats struct {
+	ActiveConns   int64 `json:"active_conns"`
+	TotalConns    int64 `json:"total_conns"`
+	RejectedConns int64 `json:"rejected_conns"`
+	Errors        int64 `json:"errors"`
+	BytesToWAN    int64 `json:"bytes_to_wan"`
+	BytesFromWAN  int64 `json:"bytes_from_wan"`
+	// Rates are bytes per second over the last full second.
+	RateToWAN   float64 `json:"rate_to_wan_Bps"`
+	RateFromWAN float64 `json:"rate_from_wan_Bps"`
+}
+
+// StreamList is the body of GET /v1/streams.
+type StreamList struct {
+	Streams []Stream `json:"streams"`
+}
+
+// Info describes a gateway: GET /v1/info.
+type Info struct {
+	Version       string   `json:"version"`
+	ListenerIP    string   `json:"listener_ip"`
+	PortRange     string   `json:"port_range"`
+	Engines       []string `json:"engines"`
+	DefaultEngine string   `json:"default_engine"`
+	WAN           []string `json:"wan"`
+	WANCertSHA256 string   `json:"wan_cert_sha256"`
+	Identity      string   `json:"identity"`
+}
+
+// Limits enforced on requests.
+const (
+	MaxChannels      = 256 // num_conn upper bound per stream
+	MaxReceiverPorts = 64  // receiver_ports / peer_listeners length bound
+	MaxAllow         = 64  // allow-list length bound
+	MaxBodyBytes     = 1 << 20
+)
+
+// Code is a stable, machine-readable error code.
+type Code string
+
+const (
+	CodeInvalidArgument  Code = "invalid_argument"
+	CodeUnauthenticated  Code = "unauthenticated"
+	CodePermissionDenied Code = "permission_denied"
+	CodeNotFound         Code = "not_found"
+	CodeNoResources      Code = "no_resources"
+	CodeConflict         Code = "conflict"
+	CodeUnavailable      Code = "unavailable"
+	CodeInternal         Code = "internal"
+)
+
+// HTTPStatus maps a code to its HTTP status.
+func (c Code) HTTPStatus() int {
+	switch c {
+	case CodeInvalidArgument:
+		return 400
+	case CodeUnauthenticated:
+		return 401
+	case CodePermissionDenied:
+		return 403
+	case CodeNotFound:
+		return 404
+	case CodeConflict:
+		return 409
+	case CodeNoResources:
+		return 507
+	case CodeUnavailable:
+		return 503
+	default:
+		return 500
+	}
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Error is an API error: a stable code and a public message. The internal
+// cause, if any, is only logged by the server and never sent.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	cause   error
+}
+
+// Errorf returns an API error with a public message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// WithCause attaches an internal cause (logged, never sent).
+func (e *Error) WithCause(err error) *Error {
+	c := *e
+	c.cause = err
+	return &c
+}
+
+// Cause returns the internal cause, if any.
+func (e *Error) Cause() error { return e.cause }
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Unwrap exposes the internal cause to errors.Is / errors.As.
+func (e *Error) Unwrap() error { return e.cause }

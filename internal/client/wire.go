@@ -1,0 +1,140 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"scistream/internal/api"
+)
+
+// Connect completes a stream whose inbound side exists: it creates the
+// outbound side (relaying the inbound gateway's certificate and the
+// stream secret) and then attaches the outbound gateway's certificate to
+// the inbound side. If attaching fails, the outbound side is released
+// again, so a failure leaves nothing half-wired.
+func Connect(ctx context.Context, in, out *Client, req *api.OutboundRequest) (*api.Stream, error) {
+	outS, err := out.Outbound(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("outbound request to %s: %w", out.Addr(), err)
+	}
+	if _, err := in.Attach(ctx, req.UID, &api.AttachRequest{PeerCert: outS.WANCert}); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := out.Release(rctx, req.UID); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("roll back outbound side on %s: %w", out.Addr(), rerr))
+		}
+		return nil, fmt.Errorf("attach outbound gateway to inbound side on %s: %w", in.Addr(), err)
+	}
+	return outS, nil
+}
+
+// Wire requests both sides of a stream for a third party that reaches
+// both gateways. peerListeners, if non-empty, overrides the inbound
+// listeners the outbound gateway dials (for NAT between the gateways).
+// On failure every side already created is released.
+func Wire(ctx context.Context, in, out *Client, inReq *api.InboundRequest, outReq api.OutboundRequest, peerListeners []string) (inS, outS *api.Stream, err error) {
+	inS, err = in.Inbound(ctx, inReq)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inbound request to %s: %w", in.Addr(), err)
+	}
+	outReq.UID = inS.UID
+	outReq.Secret = inS.Secret
+	outReq.PeerCert = inS.WANCert
+	outReq.WAN = inS.WAN
+	outReq.PeerListeners = inS.Listeners
+	if len(peerListeners) > 0 {
+		outReq.PeerListeners = peerListeners
+	}
+	outS, err = Connect(ctx, in, out, &outReq)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := in.Release(rctx, inS.UID); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("roll back inbound side on %s: %w", in.Addr(), rerr))
+		}
+		return nil, nil, err
+	}
+	return inS, outS, nil
+}
+
+// Endpoint records how s2uc reached one gateway of a stream.
+type Endpoint struct {
+	S2CS       string   `json:"s2cs"`
+	ServerCert string   `json:"server_cert,omitempty"`
+	TokenFile  string   `json:"token_file,omitempty"`
+	Listeners  []string `json:"listeners"`
+	WANCert    string   `json:"wan_cert,omitempty"`
+}
+
+// Session is s2uc's local memory of a stream it requested, so that the
+// user never copies a secret or certificate between the two requests. It
+// holds the stream secret and lives in a 0600 file; it never holds a token.
+type Session struct {
+	UID      string    `json:"uid"`
+	WAN      string    `json:"wan"`
+	Secret   string    `json:"secret"`
+	Inbound  *Endpoint `json:"inbound,omitempty"`
+	Outbound *Endpoint `json:"outbound,omitempty"`
+}
+
+// Sessions stores Session files in a directory.
+type Sessions struct{ Dir string }
+
+// DefaultSessions returns the store under $SCISTREAM_HOME (default
+// ~/.scistream)/streams.
+func DefaultSessions() (Sessions, error) {
+	home := os.Getenv("SCISTREAM_HOME")
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return Sessions{}, fmt.Errorf("no home directory; set SCISTREAM_HOME: %w", err)
+		}
+		home = filepath.Join(h, ".scistream")
+	}
+	return Sessions{Dir: filepath.Join(home, "streams")}, nil
+}
+
+func (s Sessions) path(uid string) string { return filepath.Join(s.Dir, uid+".json") }
+
+// Save writes sess (mode 0600).
+func (s Sessions) Save(sess *Session) error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(sess, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.path(sess.UID) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path(sess.UID))
+}
+
+// Load reads the session of uid; os.ErrNotExist if there is none.
+func (s Sessions) Load(uid string) (*Session, error) {
+	b, err := os.ReadFile(s.path(uid))
+	if err != nil {
+		return nil, err
+	}
+	var sess Session
+	if err := json.Unmarshal(b, &sess); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path(uid), err)
+	}
+	return &sess, nil
+}
+
+// Remove deletes the session of uid, if any.
+func (s Sessions) Remove(uid string) error {
+	err := os.Remove(s.path(uid))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,119 @@
+// Package relay forwards bytes between the two legs of a proxied
+// connection. An Engine moves one direction; Relay runs both directions of
+// a connection pair with these semantics:
+//
+//   - half-close is forwarded: when one side finishes sending (EOF), the
+//     other side's write half is shut down (TCP FIN or TLS close_notify) and
+//     the opposite direction keeps flowing until it finishes too;
+//   - an error on either side (reset, broken pipe, a release) aborts both
+//     sides with a TCP reset, so an application never mistakes a broken
+//     stream for a complete one;
+//   - bytes are counted as they move, for live rates.
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+)
+
+// Engine copies one direction of a connection.
+type Engine interface {
+	// Name is the engine's name as given to s2cs --type.
+	Name() string
+	// Copy copies from src to dst until src reports EOF (returning nil) or
+	// an error occurs. It calls count with every chunk written, from the
+	// calling goroutine.
+	Copy(dst, src net.Conn, count func(int64)) error
+}
+
+// Engines lists the engine names this build provides.
+func Engines() []string { return []string{"splice", "buffer"} }
+
+// ByName returns the engine called name.
+func ByName(name string) (Engine, error) {
+	switch name {
+	case "splice":
+		return Splice{}, nil
+	case "buffer":
+		return Buffer{}, nil
+	}
+	return nil, fmt.Errorf("unknown engine %q: choose one of splice, buffer", name)
+}
+
+// Relay forwards a<->b until both directions finish, then closes both. It
+// blocks until both copying goroutines have returned. countAB and countBA
+// receive the bytes moved a->b and b->a.
+func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
+	var (
+		wg       sync.WaitGroup
+		once     sync.Once
+		firstErr error
+	)
+	fail := func(err error) {
+		once.Do(func() {
+			firstErr = err
+			// Abort both sides so the other direction stops at once
+			// and neither application sees a clean end of stream.
+			Abort(a)
+			Abort(b)
+		})
+	}
+	dir := func(dst, src net.Conn, count func(int64)) {
+		defer wg.Done()
+		if err := e.Copy(dst, src, count); err != nil {
+			fail(err)
+			return
+		}
+		if err := closeWrite(dst); err != nil {
+			fail(fmt.Errorf("forward end of stream: %w", err))
+		}
+	}
+	wg.Add(2)
+	go dir(b, a, countAB)
+	go dir(a, b, countBA)
+	wg.Wait()
+	a.Close()
+	b.Close()
+	return firstErr
+}
+
+// closeWrite shuts down the write half of c.
+func closeWrite(c net.Conn) error {
+	switch c := c.(type) {
+	case interface{ CloseWrite() error }: // *net.TCPConn, *tls.Conn
+		return c.CloseWrite()
+	}
+	return c.Close()
+}
+
+// Abort closes c with a TCP reset where possible (SO_LINGER 0), so the
+// peer sees an error rather than an orderly end of stream.
+func Abort(c net.Conn) {
+	raw := c
+	for {
+		u, ok := raw.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		raw = u.NetConn()
+	}
+	if t, ok := raw.(*net.TCPConn); ok {
+		t.SetLinger(0)
+	}
+	// Close the raw socket first: closing a TLS conn would otherwise try
+	// to send close_notify, which an orderly-looking end must not do here.
+	raw.Close()
+	if raw != c {
+		c.Close()
+	}
+}
+
+// IsRoutine reports whether err is the ordinary end of a connection
+// (closed by us, reset or broken pipe by the peer) rather than a fault.
+func IsRoutine(err error) bool {
+	return err == nil || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) ||
+		isReset(err)
+}
