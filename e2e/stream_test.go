@@ -1,0 +1,243 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSeedWorkflow follows the ORNL runbook (seed 001 sec. 3.4) with the
+// real binaries: inbound-request, outbound-request, `echo 123 | nc`, then
+// release on each side.
+func TestSeedWorkflow(t *testing.T) {
+	nc, err := exec.LookPath("nc")
+	if err != nil {
+		t.Skip("nc not installed (scripts/setup installs netcat-openbsd)")
+	}
+	p := newPair(t, pairOpts{})
+	app := newSink(t, "127.0.0.1", nil)
+
+	out := p.mustS2UC("alice", "inbound-request", "--server_cert="+p.cons.CertFile, "--s2cs", p.cons.Addr,
+		"--remote_ip", "127.0.0.1", "--receiver_ports", app.port(), "--num_conn", "1")
+	m := regexp.MustCompile(`(?m)^uid: (\S+)\nlisteners: (\S+):(\d+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("inbound-request output lacks uid/listeners lines:\n%s", out)
+	}
+	uid, consHost, proxyC := m[1], m[2], m[3]
+	if strings.Contains(out, "['") || strings.Contains(out, "secret") {
+		t.Fatalf("human output must be plain and secret-free:\n%s", out)
+	}
+	out = p.mustS2UC("alice", "outbound-request", "--server_cert="+p.prod.CertFile, "--s2cs", p.prod.Addr,
+		"--remote_ip", consHost, "--receiver_ports", proxyC, "--num_conn", "1", uid, consHost+":"+proxyC)
+	m = regexp.MustCompile(`(?m)^uid: (\S+)\nlisteners: (\S+)$`).FindStringSubmatch(out)
+	if m == nil || m[1] != uid {
+		t.Fatalf("outbound-request output lacks uid %s / listeners:\n%s", uid, out)
+	}
+	proxyP := m[2]
+	host, port, _ := net.SplitHostPort(proxyP)
+
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("echo 123 | %s -N %s %s", nc, host, port))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("echo 123 | nc: %v: %s", err, b)
+	}
+	r := app.next(t, 10*time.Second)
+	if r.err != nil || string(r.data) != "123\n" {
+		t.Fatalf("consumer got %q (err %v), want \"123\\n\"", r.data, r.err)
+	}
+
+	// status through the local record shows both sides and the bytes.
+	var st struct {
+		Gateways []struct {
+			Role  string `json:"role"`
+			State string `json:"state"`
+			Stats struct {
+				BytesToWAN   int64 `json:"bytes_to_wan"`
+				BytesFromWAN int64 `json:"bytes_from_wan"`
+				TotalConns   int64 `json:"total_conns"`
+			} `json:"stats"`
+		} `json:"gateways"`
+	}
+	if err := json.Unmarshal([]byte(p.mustS2UC("alice", "status", uid, "--output", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Gateways) != 2 {
+		t.Fatalf("status shows %d gateways, want 2", len(st.Gateways))
+	}
+	for _, g := range st.Gateways {
+		moved := g.Stats.BytesToWAN + g.Stats.BytesFromWAN
+		if g.State != "connected" || moved != 4 || g.Stats.TotalConns != 1 {
+			t.Errorf("%s side: state %s, %d bytes, %d conns; want connected, 4, 1", g.Role, g.State, moved, g.Stats.TotalConns)
+		}
+	}
+
+	out = p.mustS2UC("alice", "release", uid)
+	if strings.Count(out, "released "+uid) != 2 {
+		t.Fatalf("release should report both sides:\n%s", out)
+	}
+	if _, err := dialFrom("", proxyP); err == nil {
+		t.Fatalf("producer listener %s still accepts after release", proxyP)
+	}
+	if _, err := dialFrom("", consHost+":"+proxyC); err == nil {
+		t.Fatalf("consumer listener still accepts after release")
+	}
+}
+
+// TestOneGigabyte streams 1 GiB of random bytes through both gateways and
+// checks it arrives byte-identical, for each WAN transport.
+func TestOneGigabyte(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1 GiB transfer skipped in -short mode")
+	}
+	for _, wan := range []string{"tls", "tcp"} {
+		t.Run(wan, func(t *testing.T) {
+			p := newPair(t, pairOpts{args: []string{"--insecure_tcp_wan"}})
+			app := newSink(t, "127.0.0.1", nil)
+			so := p.wire("alice", app.host(), app.port(), 1, "--wan", wan)
+			const total = 1 << 30
+			c, err := dialFrom("", so.Listeners[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			sum := sendRandom(t, c, total, 1)
+			c.CloseWrite()
+			r := app.next(t, 2*time.Minute)
+			el := time.Since(start)
+			c.Close()
+			if r.err != nil || r.n != total || r.sum != sum {
+				t.Fatalf("consumer got %d bytes (err %v), sha256 match %v; want %d identical bytes", r.n, r.err, r.sum == sum, total)
+			}
+			t.Logf("1 GiB over wan=%s in %s (%.0f MB/s)", wan, el.Round(time.Millisecond), total/el.Seconds()/1e6)
+		})
+	}
+}
+
+// sendRandom writes n pseudo-random bytes (seeded) to w, returning their
+// SHA-256.
+func sendRandom(t *testing.T, w io.Writer, n int64, seed uint64) [32]byte {
+	t.Helper()
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
+	// One random block, written with a different rotation each time, so
+	// no two blocks are alike and generation stays cheap.
+	block := make([]byte, 4<<20)
+	rng.Read(block)
+	h := sha256.New()
+	buf := make([]byte, len(block))
+	for i := int64(0); n > 0; i++ {
+		k := int(uint64(i)*7919) % len(block)
+		copy(buf, block[k:])
+		copy(buf[len(block)-k:], block[:k])
+		m := min(n, int64(len(buf)))
+		h.Write(buf[:m])
+		if _, err := w.Write(buf[:m]); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		n -= m
+	}
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+// TestHalfClose: the producer finishes sending, the consumer sees EOF,
+// replies, and the producer still reads the reply.
+func TestHalfClose(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	reply := []byte("thanks, got it")
+	app := newSink(t, "127.0.0.1", reply)
+	so := p.wire("alice", app.host(), app.port(), 1)
+	c, err := dialFrom("", so.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("request"))
+	c.CloseWrite()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, reply) {
+		t.Fatalf("producer read %q, %v; want %q then EOF", got, err, reply)
+	}
+	if r := app.next(t, 5*time.Second); string(r.data) != "request" {
+		t.Fatalf("consumer got %q", r.data)
+	}
+}
+
+// TestChannels: --receiver_ports 2 ports, --num_conn 3: listener i leads
+// to receiver port i mod 2, and the listeners keep that order.
+func TestChannels(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	a := newSink(t, "127.0.0.1", nil)
+	b := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", "127.0.0.1", a.port()+","+b.port(), 3)
+	want := []*sink{a, b, a}
+	for i, l := range so.Listeners {
+		c, err := dialFrom("", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprintf("channel %d", i)
+		c.Write([]byte(msg))
+		c.Close()
+		if r := want[i].next(t, 5*time.Second); string(r.data) != msg {
+			t.Fatalf("listener %d (%s): receiver %d got %q, want %q", i, l, i%2, r.data, msg)
+		}
+	}
+}
+
+// TestManyConnections: one channel carries 64 concurrent application
+// connections, each arriving intact at its own consumer connection.
+func TestManyConnections(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	app := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", app.host(), app.port(), 1)
+	const conns, size = 64, 1 << 20
+	sums := make(map[[32]byte]bool)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := dialFrom("", so.Listeners[0])
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			s := sendRandom(t, c, size, uint64(i+1))
+			c.CloseWrite()
+			mu.Lock()
+			sums[s] = true
+			mu.Unlock()
+			io.Copy(io.Discard, c) // wait for the far side to finish
+		}()
+	}
+	got := map[[32]byte]bool{}
+	for i := 0; i < conns; i++ {
+		r := app.next(t, 30*time.Second)
+		if r.n != size || r.err != nil {
+			t.Fatalf("connection %d: %d bytes, err %v", i, r.n, r.err)
+		}
+		got[r.sum] = true
+	}
+	wg.Wait()
+	if len(sums) != conns || len(got) != conns {
+		t.Fatalf("%d distinct producer streams, %d distinct received; want %d", len(sums), len(got), conns)
+	}
+	for s := range sums {
+		if !got[s] {
+			t.Fatalf("a producer's stream never arrived intact")
+		}
+	}
+}
