@@ -2,7 +2,6 @@ module scistream
 
 go 1.26.8
 
-require (
-	go.etcd.io/bbolt v1.5.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
-)
+require go.etcd.io/bbolt v1.5.0
+
+require golang.org/x/sys v0.49.0 // indirect

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"scistream/internal/api"
 )
@@ -67,7 +68,7 @@ type Bolt struct {
 func OpenBolt(path string) (*Bolt, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: the state database is locked by another s2cs; give each gateway its own --state_dir", path)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)

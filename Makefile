@@ -1,0 +1,19 @@
+# The two commands of the README: `make demo` and `make test`.
+.PHONY: demo test build setup clean
+
+build:
+	go build -o bin/ ./cmd/...
+
+setup:
+	bash scripts/setup.sh
+
+# A complete local two-gateway stream: starts two s2cs, a consumer and a
+# producer, streams 1 GiB through them and directly, prints both.
+demo: setup
+	bin/s2bench compare
+
+test:
+	bash scripts/test.sh
+
+clean:
+	rm -rf bin
