@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/auth"
+	"scistream/internal/certs"
+	"scistream/internal/client"
+	"scistream/internal/localgw"
+	"scistream/internal/ports"
+	"scistream/internal/store"
+)
+
+type testGW struct {
+	srv  *Server
+	addr string
+	cert string
+	done chan error
+}
+
+// startGW runs an in-process gateway on a fresh loopback address.
+func startGW(t *testing.T, tokens *auth.Tokens) *testGW {
+	t.Helper()
+	dir := t.TempDir()
+	ip := localgw.RandomLoopback()
+	id, certFile, _, err := certs.LoadOrGenerate(dir, []string{ip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenBolt(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{
+		ListenerIP: ip, PortRange: ports.Range{Lo: 5100, Hi: 5120}, Identity: id, Auth: tokens, Store: st,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &testGW{srv: srv, addr: ln.Addr().String(), cert: certFile, done: make(chan error, 1)}
+	go func() { g.done <- srv.Serve(context.Background(), ln) }()
+	t.Cleanup(func() { srv.Shutdown(context.Background()); <-g.done })
+	return g
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Logf("%s", b); return len(b), nil }
+
+// TestNoGoroutineLeft wires a stream between two in-process gateways,
+// moves data with a connection still open, releases, shuts down, and
+// checks every goroutine the gateways started has ended.
+func TestNoGoroutineLeft(t *testing.T) {
+	base := runtime.NumGoroutine()
+	tok := localgw.NewToken()
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(tok) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	func() {
+		prod, cons := startGW(t, tokens), startGW(t, tokens)
+		app, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer app.Close()
+		in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: tok})
+		out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: tok})
+		defer in.Close()
+		defer out.Close()
+		// wait for readiness
+		deadline := time.Now().Add(5 * time.Second)
+		for !prod.srv.Ready() || !cons.srv.Ready() {
+			if time.Now().After(deadline) {
+				t.Fatal("gateways not ready")
+			}
+			runtime.Gosched()
+		}
+		inS, outS, err := client.Wire(ctx, in, out,
+			&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.Addr().(*net.TCPAddr).Port}, NumConn: 2},
+			api.OutboundRequest{NumConn: 2, Allow: []string{"127.0.0.0/8"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", outS.Listeners[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("hello"))
+		ac, err := app.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ac.Close()
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(ac, buf); err != nil || string(buf) != "hello" {
+			t.Fatalf("app read %q, %v", buf, err)
+		}
+		// Release with the connection still open: the app side is aborted.
+		if _, err := out.Release(ctx, inS.UID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := in.Release(ctx, inS.UID); err != nil {
+			t.Fatal(err)
+		}
+		ac.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := ac.Read(buf); err == nil || os.IsTimeout(err) {
+			t.Fatalf("application connection not closed by release: %v", err)
+		}
+		for _, g := range []*testGW{prod, cons} {
+			if n := g.srv.alloc.InUse(); n != 0 {
+				t.Fatalf("%d ports still allocated after release", n)
+			}
+			if err := g.srv.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.srv.Shutdown(ctx); err != nil { // idempotent
+				t.Fatal(err)
+			}
+			<-g.done
+			g.done <- nil // for the cleanup
+		}
+	}()
+	in := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base+2 { // allow the runtime's own stragglers
+		if time.Now().After(in) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines left (base %d):\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		runtime.Gosched()
+	}
+}
