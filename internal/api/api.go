@@ -35,8 +35,10 @@ const (
 //
 //	requested -> listening -> connected -> released | expired | failed
 //
-// requested: the record exists but its listeners are not bound (only seen
-// while a request or a restore is in progress). listening: listeners are
+// requested: a request being admitted, before its listeners are bound;
+// records are stored only once they are, so a stored record found in this
+// state (written by an older or interrupted gateway) is restored as failed.
+// listening: listeners are
 // bound; an inbound stream waits for its peer gateway to be attached.
 // connected: both gateways know each other and data can flow. The last three
 // are terminal: their ports are free again.

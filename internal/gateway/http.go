@@ -501,13 +501,15 @@ func (s *Server) owned(r *http.Request) (*stream, *store.Record, error) {
 }
 
 func (s *Server) handleAttach(r *http.Request) (int, any, error) {
-	var req api.AttachRequest
-	if err := decode(r, &req); err != nil {
-		return 0, nil, err
-	}
 	st, rec, err := s.owned(r)
 	if err != nil {
 		return 0, nil, err
+	}
+	var req api.AttachRequest
+	if r.ContentLength != 0 { // a tcp stream has nothing to attach: no body needed
+		if err := decode(r, &req); err != nil {
+			return 0, nil, err
+		}
 	}
 	if st == nil {
 		return 0, nil, api.Errorf(api.CodeConflict, "stream %s has ended (%s); request a new one", rec.UID, rec.State)
@@ -577,7 +579,9 @@ func (s *Server) handleGet(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return 200, s.streamView(rec, st), nil
+	v := s.streamView(rec, st)
+	v.WANCert = string(s.cfg.Identity.PEM) // so a client that lost it can still attach
+	return 200, v, nil
 }
 
 func (s *Server) handleRelease(r *http.Request) (int, any, error) {
