@@ -74,7 +74,7 @@ func LoadOrGenerate(dir string, hosts []string) (id *Identity, certFile string, 
 	if err != nil {
 		return nil, "", false, err
 	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+	if err := writePrivate(keyFile, keyPEM); err != nil {
 		return nil, "", false, err
 	}
 	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
@@ -82,6 +82,25 @@ func LoadOrGenerate(dir string, hosts []string) (id *Identity, certFile string, 
 	}
 	id, err = Load(certFile, keyFile)
 	return id, certFile, true, err
+}
+
+// writePrivate writes b to name readable by the owner only. os.WriteFile
+// would keep the mode of a file already at name (say a stale 0644 key), so
+// write a new 0600 file and rename it into place.
+func writePrivate(name string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(name), ".s2cs.key-*") // mode 0600
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // no-op once renamed
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), name)
 }
 
 // SelfSigned creates a self-signed certificate and key for hosts.
