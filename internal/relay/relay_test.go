@@ -1,0 +1,515 @@
+package relay_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/relay"
+)
+
+const testTimeout = 30 * time.Second
+
+var engines = []relay.Engine{relay.Splice{}, relay.Buffer{}}
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(tb testing.TB) (client, server *net.TCPConn) {
+	tb.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   *net.TCPConn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		ch <- res{c, err}
+	}()
+	client, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { client.Close() })
+	r := <-ch
+	if r.err != nil {
+		tb.Fatal(r.err)
+	}
+	tb.Cleanup(func() { r.c.Close() })
+	return client, r.c
+}
+
+// session is application A <-> [a relay b] <-> application B.
+type session struct {
+	A, B   *net.TCPConn // the applications' ends
+	ab, ba atomic.Int64
+	maxAB  atomic.Int64 // largest single count(n) a->b
+	done   chan error
+}
+
+func startRelay(tb testing.TB, e relay.Engine) *session {
+	tb.Helper()
+	s := &session{done: make(chan error, 1)}
+	var ra, rb *net.TCPConn
+	s.A, ra = tcpPair(tb)
+	rb, s.B = tcpPair(tb)
+	go func() {
+		err := relay.Relay(e, ra, rb,
+			func(n int64) {
+				s.ab.Add(n)
+				for {
+					m := s.maxAB.Load()
+					if n <= m || s.maxAB.CompareAndSwap(m, n) {
+						break
+					}
+				}
+			},
+			func(n int64) { s.ba.Add(n) })
+		s.done <- err
+	}()
+	tb.Cleanup(func() {
+		// Make sure Relay ends even if a test failed midway.
+		s.A.SetLinger(0)
+		s.A.Close()
+		s.B.SetLinger(0)
+		s.B.Close()
+		select {
+		case <-s.done:
+		case <-time.After(testTimeout):
+			tb.Error("Relay did not return after both applications closed")
+		}
+	})
+	return s
+}
+
+// wait returns Relay's result.
+func (s *session) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-s.done:
+		s.done <- err // keep it for Cleanup
+		return err
+	case <-time.After(testTimeout):
+		t.Fatal("Relay did not return")
+		return nil
+	}
+}
+
+// noLeak records the goroutine count now and, after the test's other
+// cleanups (registered later, so run earlier), waits for it to come back.
+func noLeak(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n := runtime.NumGoroutine()
+			if n <= before {
+				return
+			}
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("goroutines: %d before, %d after\n%s", before, n, buf)
+				return
+			}
+			runtime.Gosched()
+			time.Sleep(time.Millisecond) // polling interval, not synchronisation
+		}
+	})
+}
+
+func deadline(c net.Conn) { c.SetDeadline(time.Now().Add(testTimeout)) }
+
+func TestEngines(t *testing.T) {
+	if got := relay.Engines(); !slices.Equal(got, []string{"splice", "buffer"}) {
+		t.Fatalf("Engines() = %v", got)
+	}
+	for _, name := range relay.Engines() {
+		e, err := relay.ByName(name)
+		if err != nil || e.Name() != name {
+			t.Fatalf("ByName(%q) = %v, %v", name, e, err)
+		}
+	}
+	if _, err := relay.ByName("zerocopy"); err == nil {
+		t.Fatal("ByName accepted an unknown engine")
+	}
+}
+
+func TestBulkTransfer(t *testing.T) {
+	const size = 64 << 20
+	data := make([]byte, size)
+	rand.Read(data)
+	want := sha256.Sum256(data)
+	for _, e := range engines {
+		t.Run(e.Name(), func(t *testing.T) {
+			noLeak(t)
+			s := startRelay(t, e)
+			deadline(s.A)
+			deadline(s.B)
+			werr := make(chan error, 1)
+			go func() {
+				_, err := s.A.Write(data)
+				if err == nil {
+					err = s.A.CloseWrite()
+				}
+				werr <- err
+			}()
+			h := sha256.New()
+			n, err := io.CopyBuffer(h, s.B, make([]byte, 1<<20))
+			if err != nil {
+				t.Fatalf("read after %d bytes: %v", n, err)
+			}
+			if err := <-werr; err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if n != size {
+				t.Fatalf("received %d bytes, want %d", n, size)
+			}
+			if got := h.Sum(nil); !bytes.Equal(got, want[:]) {
+				t.Fatalf("sha256 %x, want %x", got, want)
+			}
+			if err := s.B.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.wait(t); err != nil {
+				t.Fatalf("Relay = %v, want nil", err)
+			}
+			if s.ab.Load() != size || s.ba.Load() != 0 {
+				t.Fatalf("counters a->b %d b->a %d, want %d, 0", s.ab.Load(), s.ba.Load(), size)
+			}
+			// Counters advance in bounded chunks, so live rates move
+			// during a long transfer.
+			if m := s.maxAB.Load(); m > 1<<20 {
+				t.Fatalf("largest counted chunk %d bytes", m)
+			}
+			// A sees B's end of stream.
+			if n, err := s.A.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+				t.Fatalf("A read %d, %v; want io.EOF", n, err)
+			}
+		})
+	}
+}
+
+func TestHalfClose(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.Name(), func(t *testing.T) {
+			noLeak(t)
+			s := startRelay(t, e)
+			deadline(s.A)
+			deadline(s.B)
+			request := []byte("request: all of it")
+			if _, err := s.A.Write(request); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.A.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(s.B) // ends at EOF forwarded from A
+			if err != nil || !bytes.Equal(got, request) {
+				t.Fatalf("B read %q, %v", got, err)
+			}
+			select {
+			case err := <-s.done:
+				t.Fatalf("Relay returned %v while B->A was still open", err)
+			default:
+			}
+			// The other direction keeps flowing after the half-close.
+			reply := bytes.Repeat([]byte("reply "), 100000)
+			werr := make(chan error, 1)
+			go func() {
+				_, err := s.B.Write(reply)
+				if err == nil {
+					err = s.B.CloseWrite()
+				}
+				werr <- err
+			}()
+			got, err = io.ReadAll(s.A)
+			if err != nil || !bytes.Equal(got, reply) {
+				t.Fatalf("A read %d bytes, %v; want %d", len(got), err, len(reply))
+			}
+			if err := <-werr; err != nil {
+				t.Fatal(err)
+			}
+			if err := s.wait(t); err != nil {
+				t.Fatalf("Relay = %v, want nil", err)
+			}
+			s.A.Close()
+			s.B.Close()
+			if s.ab.Load() != int64(len(request)) || s.ba.Load() != int64(len(reply)) {
+				t.Fatalf("counters %d, %d; want %d, %d", s.ab.Load(), s.ba.Load(), len(request), len(reply))
+			}
+		})
+	}
+}
+
+// isAbort reports whether err is what an application should see when the
+// stream was aborted: an error, and not a clean end of stream.
+func isAbort(err error) bool {
+	return err != nil && !errors.Is(err, io.EOF)
+}
+
+func TestResetPropagates(t *testing.T) {
+	for _, e := range engines {
+		for _, side := range []string{"A", "B"} {
+			t.Run(e.Name()+"/reset "+side, func(t *testing.T) {
+				noLeak(t)
+				s := startRelay(t, e)
+				deadline(s.A)
+				deadline(s.B)
+				resetter, other := s.A, s.B
+				if side == "B" {
+					resetter, other = s.B, s.A
+				}
+				// Some traffic first, so the stream is established
+				// end to end.
+				if _, err := resetter.Write([]byte("hello")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(other, make([]byte, 5)); err != nil {
+					t.Fatal(err)
+				}
+				resetter.SetLinger(0)
+				resetter.Close()
+
+				err := s.wait(t)
+				if err == nil {
+					t.Fatal("Relay returned nil after a reset")
+				}
+				if !relay.IsRoutine(err) {
+					t.Fatalf("Relay = %v; a peer reset should be routine", err)
+				}
+				n, rerr := other.Read(make([]byte, 16))
+				if n != 0 || !isAbort(rerr) {
+					t.Fatalf("other side read %d, %v; want an error, not EOF", n, rerr)
+				}
+				if !errors.Is(rerr, syscall.ECONNRESET) {
+					t.Fatalf("other side read error %v, want ECONNRESET", rerr)
+				}
+			})
+		}
+	}
+}
+
+// A reset while the other direction is mid-transfer must abort it too.
+func TestResetDuringTransfer(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.Name(), func(t *testing.T) {
+			noLeak(t)
+			s := startRelay(t, e)
+			deadline(s.A)
+			deadline(s.B)
+			// A streams to B until it fails; B reads a little, then
+			// resets.
+			werr := make(chan error, 1)
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					if _, err := s.A.Write(buf); err != nil {
+						werr <- err
+						return
+					}
+				}
+			}()
+			if _, err := io.ReadFull(s.B, make([]byte, 1<<20)); err != nil {
+				t.Fatal(err)
+			}
+			s.B.SetLinger(0)
+			s.B.Close()
+			if err := s.wait(t); err == nil {
+				t.Fatal("Relay returned nil after a reset")
+			}
+			select {
+			case err := <-werr:
+				if !isAbort(err) {
+					t.Fatalf("A's write ended with %v", err)
+				}
+			case <-time.After(testTimeout):
+				t.Fatal("A's writes never failed")
+			}
+		})
+	}
+}
+
+// An idle stream whose applications both close ends the relay.
+func TestRelayReturnsAfterBothClose(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.Name(), func(t *testing.T) {
+			noLeak(t)
+			s := startRelay(t, e)
+			if err := s.A.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.B.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.wait(t); err != nil && !relay.IsRoutine(err) {
+				t.Fatalf("Relay = %v", err)
+			}
+			if s.ab.Load() != 0 || s.ba.Load() != 0 {
+				t.Fatal("bytes counted on an idle stream")
+			}
+		})
+	}
+}
+
+// Splice falls back to Buffer when a side is not a plain TCP socket, as a
+// TLS leg is not.
+func TestSpliceFallback(t *testing.T) {
+	noLeak(t)
+	src, srcPeer := tcpPair(t)
+	p1, p2 := net.Pipe()
+	t.Cleanup(func() { p1.Close(); p2.Close() })
+	msg := []byte("through a pipe")
+	go func() {
+		srcPeer.Write(msg)
+		srcPeer.CloseWrite()
+	}()
+	var counted atomic.Int64
+	cerr := make(chan error, 1)
+	go func() {
+		err := relay.Splice{}.Copy(p1, src, func(n int64) { counted.Add(n) })
+		p1.Close()
+		cerr <- err
+	}()
+	p2.SetDeadline(time.Now().Add(testTimeout))
+	got, err := io.ReadAll(p2)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if err := <-cerr; err != nil {
+		t.Fatalf("Copy = %v", err)
+	}
+	if counted.Load() != int64(len(msg)) {
+		t.Fatalf("counted %d", counted.Load())
+	}
+}
+
+func TestAbort(t *testing.T) {
+	c, peer := tcpPair(t)
+	deadline(peer)
+	relay.Abort(c)
+	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("peer read %v, want ECONNRESET", err)
+	}
+	// Abort of a connection without NetConn or SetLinger still closes it.
+	p1, p2 := net.Pipe()
+	t.Cleanup(func() { p2.Close() })
+	relay.Abort(p1)
+	if _, err := p1.Write([]byte("x")); err == nil {
+		t.Fatal("Abort did not close a pipe")
+	}
+	// Abort digs through NetConn wrappers to reset the socket.
+	c2, peer2 := tcpPair(t)
+	deadline(peer2)
+	relay.Abort(&wrapped{Conn: c2})
+	if _, err := peer2.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("wrapped: peer read %v, want ECONNRESET", err)
+	}
+}
+
+type wrapped struct{ net.Conn }
+
+func (w *wrapped) NetConn() net.Conn { return w.Conn }
+
+func TestIsRoutine(t *testing.T) {
+	for _, err := range []error{nil, io.EOF, net.ErrClosed, syscall.ECONNRESET, syscall.EPIPE,
+		&net.OpError{Op: "read", Err: syscall.ECONNRESET}} {
+		if !relay.IsRoutine(err) {
+			t.Errorf("IsRoutine(%v) = false", err)
+		}
+	}
+	for _, err := range []error{errors.New("boom"), io.ErrUnexpectedEOF, syscall.ETIMEDOUT} {
+		if relay.IsRoutine(err) {
+			t.Errorf("IsRoutine(%v) = true", err)
+		}
+	}
+}
+
+// Many concurrent relays stay independent and leave nothing behind.
+func TestConcurrentRelays(t *testing.T) {
+	noLeak(t)
+	const n = 16
+	var wg sync.WaitGroup
+	for i := range n {
+		e := engines[i%2]
+		s := startRelay(t, e)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline(s.A)
+			deadline(s.B)
+			msg := bytes.Repeat([]byte{byte(i)}, 100000+i)
+			go func() { s.A.Write(msg); s.A.CloseWrite() }()
+			got, err := io.ReadAll(s.B)
+			if err != nil || !bytes.Equal(got, msg) {
+				t.Errorf("relay %d: got %d bytes, %v", i, len(got), err)
+			}
+			s.B.CloseWrite()
+		}()
+	}
+	wg.Wait()
+}
+
+func benchRelay(b *testing.B, e relay.Engine) {
+	const op = 32 << 20 // bytes per iteration
+	s := startRelay(b, e)
+	chunk := make([]byte, 1<<20)
+	rand.Read(chunk)
+	buf := make([]byte, 1<<20)
+	total := int64(b.N) * op
+	werr := make(chan error, 1)
+	b.SetBytes(op)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		var err error
+		for left := total; left > 0 && err == nil; left -= int64(len(chunk)) {
+			_, err = s.A.Write(chunk[:min(int64(len(chunk)), left)])
+		}
+		werr <- err
+	}()
+	for got := int64(0); got < total; {
+		n, err := s.B.Read(buf)
+		got += int64(n)
+		if err != nil {
+			b.Fatalf("read after %d of %d bytes: %v", got, total, err)
+		}
+	}
+	b.StopTimer()
+	if err := <-werr; err != nil {
+		b.Fatal(err)
+	}
+	// The relay counts a chunk once its write returned, which may be
+	// after the reader got it: end the relay before checking.
+	s.A.CloseWrite()
+	s.B.CloseWrite()
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			b.Fatalf("Relay = %v", err)
+		}
+	case <-time.After(testTimeout):
+		b.Fatal("Relay did not return")
+	}
+	if s.ab.Load() != total {
+		b.Fatalf("counted %d of %d", s.ab.Load(), total)
+	}
+}
+
+func BenchmarkSplice(b *testing.B) { benchRelay(b, relay.Splice{}) }
+func BenchmarkBuffer(b *testing.B) { benchRelay(b, relay.Buffer{}) }

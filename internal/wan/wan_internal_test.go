@@ -1,0 +1,219 @@
+package wan
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/certs"
+)
+
+const itTimeout = 5 * time.Second
+
+func itCert(t *testing.T) (*tls.Certificate, string) {
+	t.Helper()
+	certPEM, keyPEM, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &c, certs.Fingerprint(c.Certificate[0])
+}
+
+// acceptor listens on loopback and runs Accept with l on every connection,
+// reporting each result on the returned channel.
+func acceptor(t *testing.T, l *Leg) (string, <-chan error, <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	errc := make(chan error, 8)
+	connc := make(chan net.Conn, 8)
+	go func() {
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				c, err := Accept(context.Background(), raw, l)
+				if c != nil {
+					t.Cleanup(func() { c.Close() })
+					connc <- c
+				}
+				errc <- err
+			}()
+		}
+	}()
+	return ln.Addr().String(), errc, connc
+}
+
+func wait[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(itTimeout):
+		t.Fatal("timed out")
+		panic("unreachable")
+	}
+}
+
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(itTimeout))
+	return c
+}
+
+// A preface captured on one plaintext connection is useless on another:
+// each connection gets a fresh nonce.
+func TestTCPPrefaceReplay(t *testing.T) {
+	secret := NewSecret()
+	l := &Leg{Transport: api.WANTCP, UID: "s", Channel: 1, Secret: secret}
+	addr, errc, _ := acceptor(t, l)
+
+	c1 := dialRaw(t, addr)
+	var n1 [nonceLen]byte
+	if _, err := io.ReadFull(c1, n1[:]); err != nil {
+		t.Fatal(err)
+	}
+	captured := AppendPreface(nil, &Preface{UID: "s", Channel: 1, MAC: computeMAC(secret, n1[:], "s", 1)})
+	if _, err := c1.Write(captured); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, errc); err != nil {
+		t.Fatalf("genuine preface rejected: %v", err)
+	}
+
+	c2 := dialRaw(t, addr)
+	var n2 [nonceLen]byte
+	if _, err := io.ReadFull(c2, n2[:]); err != nil {
+		t.Fatal(err)
+	}
+	if n1 == n2 {
+		t.Fatal("two connections got the same nonce")
+	}
+	if _, err := c2.Write(captured); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, errc); !errors.Is(err, ErrBadSecret) {
+		t.Fatalf("replayed preface: Accept error %v, want ErrBadSecret", err)
+	}
+}
+
+// tlsDial performs the dialer side by hand over conn, returning the TLS
+// connection and its exported binding.
+func tlsDial(t *testing.T, conn net.Conn, cert *tls.Certificate) (*tls.Conn, []byte) {
+	t.Helper()
+	tc := tls.Client(conn, &tls.Config{
+		InsecureSkipVerify: true, MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{*cert},
+	})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	cs := tc.ConnectionState()
+	b, err := cs.ExportKeyingMaterial(exportLabel, nil, nonceLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc, b
+}
+
+// A preface captured from one TLS session (e.g. by a peer that holds the
+// pinned certificate but not the secret) does not verify on another.
+func TestTLSPrefaceReplay(t *testing.T) {
+	dcert, dpin := itCert(t)
+	acert, _ := itCert(t)
+	secret := NewSecret()
+	l := &Leg{Transport: api.WANTLS, UID: "s", Channel: 1, Secret: secret,
+		Cert: acert, PeerSHA256: func() string { return dpin }}
+	addr, errc, _ := acceptor(t, l)
+
+	tc1, b1 := tlsDial(t, dialRaw(t, addr), dcert)
+	captured := AppendPreface(nil, &Preface{UID: "s", Channel: 1, MAC: computeMAC(secret, b1, "s", 1)})
+	if _, err := tc1.Write(captured); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, errc); err != nil {
+		t.Fatalf("genuine preface rejected: %v", err)
+	}
+
+	tc2, b2 := tlsDial(t, dialRaw(t, addr), dcert)
+	if bytes.Equal(b1, b2) {
+		t.Fatal("two sessions exported the same binding")
+	}
+	if _, err := tc2.Write(captured); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, errc); !errors.Is(err, ErrBadSecret) {
+		t.Fatalf("replayed preface: Accept error %v, want ErrBadSecret", err)
+	}
+}
+
+// cutConn forwards only the first limit bytes of the next Write once
+// limit is set, to end a TCP stream in the middle of a TLS record.
+type cutConn struct {
+	net.Conn
+	limit int
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	if c.limit > 0 && len(b) > c.limit {
+		if _, err := c.Conn.Write(b[:c.limit]); err != nil {
+			return 0, err
+		}
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// A FIN in the middle of a TLS record is an error, never a clean EOF.
+func TestTruncationMidRecord(t *testing.T) {
+	dcert, dpin := itCert(t)
+	acert, _ := itCert(t)
+	secret := NewSecret()
+	l := &Leg{Transport: api.WANTLS, UID: "s", Channel: 1, Secret: secret,
+		Cert: acert, PeerSHA256: func() string { return dpin }}
+	addr, errc, connc := acceptor(t, l)
+
+	raw := dialRaw(t, addr)
+	cut := &cutConn{Conn: raw}
+	tc, b := tlsDial(t, cut, dcert)
+	if _, err := tc.Write(AppendPreface(nil, &Preface{UID: "s", Channel: 1, MAC: computeMAC(secret, b, "s", 1)})); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, errc); err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	ac := wait(t, connc)
+
+	cut.limit = 10 // a 5-byte header and half the payload of the next record
+	if _, err := tc.Write([]byte("hello, world")); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	ac.SetReadDeadline(time.Now().Add(itTimeout))
+	n, err := ac.Read(make([]byte, 64))
+	if n != 0 || err == nil || err == io.EOF {
+		t.Fatalf("Read = %d, %v; want an error other than io.EOF", n, err)
+	}
+}
