@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// s2csBin is built once by TestMain.
+var s2csBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "s2bench-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	s2csBin = filepath.Join(dir, "s2cs")
+	out, err := exec.Command("go", "build", "-o", s2csBin, "scistream/cmd/s2cs").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build s2cs: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var pidRE = regexp.MustCompile(`inbound s2cs pid (\d+) .*outbound s2cs pid (\d+) `)
+
+// gatewayPIDs reads the gateways' PIDs from compare's output.
+func gatewayPIDs(t *testing.T, out string) []int {
+	t.Helper()
+	m := pidRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no gateway PIDs in the output:\n%s", out)
+	}
+	var pids []int
+	for _, s := range m[1:] {
+		p, _ := strconv.Atoi(s)
+		pids = append(pids, p)
+	}
+	return pids
+}
+
+func checkGone(t *testing.T, pids []int, tmp string) {
+	t.Helper()
+	for _, p := range pids {
+		if err := syscall.Kill(p, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("s2cs pid %d still exists after compare returned (kill 0: %v)", p, err)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(tmp, "s2bench-*"))
+	if len(left) > 0 {
+		t.Errorf("temporary directories left behind: %v", left)
+	}
+}
+
+func TestCompare(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // compare's state directory goes here
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"compare", "--bytes", "64MiB", "--size", "64KiB", "--reps", "1",
+		"--json", jsonPath, "--s2cs", s2csBin}, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, gatewayPIDs(t, stdout.String()), tmp)
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []map[string]any
+	if err := json.Unmarshal(b, &recs); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range recs {
+		path, _ := r["path"].(string)
+		seen[path] = true
+		if r["integrity_ok"] != true || r["bytes"] != float64(64<<20) || r["size_bytes"] != float64(64<<10) ||
+			r["messages"] != float64(1024) || r["pairs"] != float64(1) || r["rep"] != float64(1) {
+			t.Errorf("record %v", r)
+		}
+		for _, k := range []string{"goodput_MBps", "latency_us", "jitter_us"} {
+			if v, ok := r[k].(float64); !ok || v <= 0 {
+				t.Errorf("%s: %s = %v", path, k, r[k])
+			}
+		}
+	}
+	if len(recs) != 2 || !seen["direct"] || !seen["gateways"] {
+		t.Fatalf("want one direct and one gateways record, got %s", b)
+	}
+	for _, want := range []string{"ratio gateways/direct", "stream setup (client.Wire):", "goodput MB/s (median)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// cancelWriter cancels when a line containing trigger has been written.
+type cancelWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	trigger string
+	cancel  context.CancelFunc
+}
+
+func (w *cancelWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.trigger) {
+		w.cancel()
+	}
+	return len(p), nil
+}
+
+// An interrupt (the context main cancels on Ctrl-C) after the stream is
+// wired, and one after a first run, still release the stream, stop both
+// gateways and remove the temporary directory.
+func TestCompareInterrupted(t *testing.T) {
+	for _, trigger := range []string{"producer connects to", "run 1/2 direct"} {
+		t.Run(strings.ReplaceAll(trigger, " ", "_"), func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := &cancelWriter{trigger: trigger, cancel: cancel}
+			var stderr bytes.Buffer
+			err := run(ctx, []string{"compare", "--bytes", "64MiB", "--reps", "2", "--engine", "buffer", "--wan", "tcp", "--s2cs", s2csBin}, w, &stderr)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want context.Canceled\nstdout:\n%s\nstderr:\n%s", err, w.buf.String(), stderr.String())
+			}
+			checkGone(t, gatewayPIDs(t, w.buf.String()), tmp)
+		})
+	}
+}
+
+func TestCompareFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bytes", "1XB"}, `--bytes "1XB": unknown unit`},
+		{[]string{"--bytes", "lots"}, "--bytes"},
+		{[]string{"--size", "0"}, "--size 0 out of range"},
+		{[]string{"--size", "1GiB", "--bytes", "4GiB"}, "--size 1GiB out of range"},
+		{[]string{"--bytes", "64KiB", "--size", "64KiB"}, "raise --bytes or lower --size"},
+		{[]string{"--bytes", "2TiB"}, "--bytes 2TiB exceeds"},
+		{[]string{"--reps", "0"}, "--reps 0 out of range"},
+		{[]string{"--reps", "1000"}, "--reps 1000 out of range"},
+		{[]string{"--engine", "zero-copy"}, "use splice or buffer"},
+		{[]string{"--wan", "udp"}, "use tls or tcp"},
+		{[]string{"--json", "/nonexistent-dir/x.json"}, "does not exist"},
+		{[]string{"--json", os.TempDir()}, "is a directory"},
+		{[]string{"--run_timeout", "0s"}, "--run_timeout must be positive"},
+		{[]string{"--idle-timeout", "-1s"}, "--idle_timeout must be positive"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--nope"}, "not defined"},
+	} {
+		args := append([]string{"compare", "--s2cs", s2csBin}, c.args...)
+		var stderr bytes.Buffer
+		err := run(context.Background(), args, &stderr, &stderr)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want a usage error containing %q", c.args, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: error is not one line: %q", c.args, err)
+		}
+	}
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"compare", "--s2cs", filepath.Join(t.TempDir(), "none")}, &stderr, &stderr); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("missing --s2cs binary: %v", err)
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, &stderr, &stderr); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("unknown command: %v", err)
+	}
+	if err := run(context.Background(), nil, &stderr, &stderr); err == nil {
+		t.Error("no command: no error")
+	}
+}

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func listen(t *testing.T) *net.TCPListener {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func TestRunDirect(t *testing.T) {
+	ln := listen(t)
+	// Two runs on the same listener, as s2bench does.
+	for run := uint32(1); run <= 2; run++ {
+		s := Spec{Size: 64 << 10, Bytes: 8<<20 + 5, Seed: 1, Run: run}
+		r, err := Run(context.Background(), ln, ln.Addr().String(), s, RunOptions{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Messages != s.Messages() || r.Bytes != s.Bytes || r.GoodputBps <= 0 || r.LatencyUS <= 0 {
+			t.Fatalf("%+v", r)
+		}
+		if r.Consumer != r.Producer {
+			t.Fatalf("consumer saw %s, producer was %s", r.Consumer, r.Producer)
+		}
+	}
+}
+
+// proxy relays one connection to target, passing its bytes through f.
+func proxy(t *testing.T, target string, f func(off int64, b []byte)) (addr string, wait func()) {
+	t.Helper()
+	ln := listen(t)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer a.Close()
+		b, err := net.Dial("tcp", target)
+		if err != nil {
+			return
+		}
+		defer b.Close()
+		go func() { io.Copy(a, b); a.(*net.TCPConn).CloseWrite() }()
+		buf := make([]byte, 32<<10)
+		var off int64
+		for {
+			n, err := a.Read(buf)
+			if n > 0 {
+				f(off, buf[:n])
+				off += int64(n)
+				if _, werr := b.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				b.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, a)
+				return
+			}
+		}
+	}()
+	return ln.Addr().String(), wg.Wait
+}
+
+func TestRunCatchesCorruptionInTransit(t *testing.T) {
+	ln := listen(t)
+	s := Spec{Size: 4096, Bytes: 4 << 20, Seed: 2, Run: 3}
+	const at = 1 << 20 // a payload byte in the middle of the stream
+	addr, wait := proxy(t, ln.Addr().String(), func(off int64, b []byte) {
+		if at >= off && at < off+int64(len(b)) {
+			b[at-off] ^= 0x20
+		}
+	})
+	r, err := Run(context.Background(), ln, addr, s, RunOptions{Timeout: time.Minute})
+	wait()
+	if !IsIntegrity(err) {
+		t.Fatalf("got %v, want an integrity error", err)
+	}
+	want := uint64(at / (HeaderLen + 4096))
+	var ie *IntegrityError
+	errors.As(err, &ie)
+	if ie.Seq != want || !strings.Contains(ie.Problem, "corrupted") {
+		t.Fatalf("got %v, want corruption of message %d", err, want)
+	}
+	if r.Messages != int64(want) {
+		t.Fatalf("verified %d messages before the fault, want %d", r.Messages, want)
+	}
+}
+
+func TestRunCatchesLoss(t *testing.T) {
+	ln := listen(t)
+	s := Spec{Size: 1000, Bytes: 1 << 20, Seed: 2, Run: 3}
+	// Drop the data after 100000 bytes: the stream ends early.
+	addr, wait := proxy(t, ln.Addr().String(), func(off int64, b []byte) {
+		for i := range b {
+			if off+int64(i) >= 100000 {
+				b[i] = 0
+			}
+		}
+	})
+	_, err := Run(context.Background(), ln, addr, s, RunOptions{Timeout: time.Minute})
+	wait()
+	if !IsIntegrity(err) {
+		t.Fatalf("got %v, want an integrity error", err)
+	}
+}
+
+// A path that accepts the producer but never delivers fails within the
+// idle bound, and so does a cancelled context.
+func TestRunBounded(t *testing.T) {
+	ln := listen(t)
+	black := listen(t)
+	go func() {
+		for {
+			c, err := black.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	s := Spec{Size: 1 << 10, Bytes: 1 << 20, Seed: 1, Run: 1}
+	start := time.Now()
+	_, err := Run(context.Background(), ln, black.Addr().String(), s, RunOptions{Idle: 300 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "no progress") {
+		t.Fatalf("got %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v", d)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, ln, black.Addr().String(), s, RunOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: got %v", err)
+	}
+}
+
+// Cancelling the context while data flows ends the run at once.
+func TestRunCancelledMidStream(t *testing.T) {
+	ln := listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := Spec{Size: 64 << 10, Bytes: 1 << 40, Seed: 1, Run: 1} // far more than will flow
+	addr, wait := proxy(t, ln.Addr().String(), func(off int64, b []byte) {
+		if off >= 8<<20 {
+			cancel()
+		}
+	})
+	r, err := Run(ctx, ln, addr, s, RunOptions{})
+	wait()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	if r.Messages == 0 || r.Messages >= s.Messages() {
+		t.Fatalf("verified %d messages", r.Messages)
+	}
+}
