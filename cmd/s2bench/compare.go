@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"text/tabwriter"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"scistream/internal/api"
@@ -19,68 +18,53 @@ import (
 	"scistream/internal/localgw"
 )
 
-// Bounds of compare's flags.
-const (
-	maxBytes = 1 << 40
-	maxReps  = 100
-)
-
-// Paths, in the order each repetition runs them.
-const (
-	pathDirect   = "direct"
-	pathGateways = "gateways"
-)
-
-var paths = []string{pathDirect, pathGateways}
-
 type compareConfig struct {
-	bytes      int64
-	size       int
+	plan       *plan
+	pairs      []int
 	reps       int
 	engine     string
 	wan        string
 	jsonPath   string
+	plotsDir   string
+	plotFormat string
+	progress   string
 	s2cs       string
 	runTimeout time.Duration
 	idle       time.Duration
 }
 
-// record is one run in the --json output.
-type record struct {
-	Path        string  `json:"path"`
-	Rep         int     `json:"rep"`
-	SizeBytes   int     `json:"size_bytes"`
-	Messages    int64   `json:"messages"`
-	Bytes       int64   `json:"bytes"`
-	GoodputMBps float64 `json:"goodput_MBps"`
-	MsgsPerS    float64 `json:"msgs_per_s"`
-	LatencyUS   float64 `json:"latency_us"`
-	JitterUS    float64 `json:"jitter_us"`
-	Pairs       int     `json:"pairs"`
-	IntegrityOK bool    `json:"integrity_ok"`
-	Engine      string  `json:"engine"`
-	WAN         string  `json:"wan"`
-}
+const compareUsage = `usage: s2bench compare [--workload sweep|dstream|lstream|SIZE[,SIZE...]] [--bytes N | --messages N | --duration D]
+                       [--rate R] [--mode throughput|rr] [--pairs N[,N...]] [--reps 3]
+                       [--engine splice|buffer] [--wan tls|tcp] [--json FILE] [--plots DIR]
+
+Starts two local s2cs gateways, wires a stream through them (as s2uc stream
+does), and runs the same verified workload directly and through the gateways,
+interleaved: for each repetition and size, direct then gateways. Prints both
+paths per size with the ratio; every message is checked (sequence, length,
+CRC-32C) and any error fails the run. With no flags: 1GiB of 64KiB messages,
+3 repetitions, TLS between the gateways.`
 
 func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var wf workloadFlags
+	wf.register(fs)
 	var (
-		bytesS     = fs.String("bytes", "1GiB", "payload bytes per run; units B, KiB, MiB, GiB, KB, MB, GB")
-		sizeS      = fs.String("size", "64KiB", "payload bytes per message (the last one carries any remainder)")
-		reps       = fs.Int("reps", 3, "runs of each path, interleaved: direct, gateways, direct, ...")
+		pairsS     = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
+		reps       = fs.Int("reps", 3, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
 		engine     = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): splice or buffer")
 		wanT       = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, or tcp (s2cs --insecure_tcp_wan)")
 		jsonPath   = fs.String("json", "", "also write every run as a JSON array of records to FILE")
+		plotsDir   = fs.String("plots", "", "write plots (goodput and jitter against message size, RTT CDF in rr mode) to DIR")
+		plotFormat = fs.String("plot_format", "svg", "plot file format: svg or png")
+		progress   = fs.String("progress", "auto", "progress line during runs on stderr: auto (when stderr is a terminal), on or off")
 		s2cs       = fs.String("s2cs", "", "s2cs binary (default: next to s2bench, in ./bin or on PATH)")
 		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
 		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
 	)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: s2bench compare [--bytes 1GiB] [--size 64KiB] [--reps 3] [--engine splice|buffer] [--wan tls|tcp] [--json FILE]")
-		fmt.Fprintln(stderr, "\nStarts two local s2cs gateways, wires a stream through them and runs the same")
-		fmt.Fprintln(stderr, "verified workload directly and through the gateways; prints goodput per path.")
+		fmt.Fprintln(stderr, compareUsage)
 		fmt.Fprintln(stderr)
 		cliflag.PrintDefaults(fs)
 	}
@@ -93,22 +77,17 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected argument %q: every compare option is a --flag", fs.Arg(0))
 	}
-	cfg := &compareConfig{reps: *reps, engine: *engine, wan: *wanT, jsonPath: *jsonPath, s2cs: *s2cs, runTimeout: *runTimeout, idle: *idle}
-	b, err := bench.ParseBytes(*bytesS)
-	if err != nil {
-		return nil, usagef("--bytes %w", err)
+	wf.set = flagsSet(fs)
+	cfg := &compareConfig{reps: *reps, engine: *engine, wan: *wanT, jsonPath: *jsonPath, plotsDir: *plotsDir,
+		plotFormat: *plotFormat, progress: *progress, s2cs: *s2cs, runTimeout: *runTimeout, idle: *idle}
+	var err error
+	if cfg.pairs, err = parsePairs(*pairsS); err != nil {
+		return nil, err
 	}
-	s, err := bench.ParseBytes(*sizeS)
-	if err != nil {
-		return nil, usagef("--size %w", err)
+	if cfg.plan, err = wf.resolve(slices.Max(cfg.pairs)); err != nil {
+		return nil, err
 	}
 	switch {
-	case s < 1 || s > bench.MaxSize:
-		return nil, usagef("--size %s out of range: give 1B to %s, e.g. 64KiB", *sizeS, bench.FormatBytes(bench.MaxSize))
-	case b > maxBytes:
-		return nil, usagef("--bytes %s exceeds %s: give a smaller total", *bytesS, bench.FormatBytes(maxBytes))
-	case b < 2*s:
-		return nil, usagef("--bytes %s is less than two messages of --size %s: raise --bytes or lower --size (timing needs two arrivals)", *bytesS, *sizeS)
 	case cfg.reps < 1 || cfg.reps > maxReps:
 		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
 	case cfg.engine != "splice" && cfg.engine != "buffer":
@@ -119,14 +98,21 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 		return nil, usagef("--run_timeout must be positive, e.g. 5m")
 	case cfg.idle <= 0:
 		return nil, usagef("--idle_timeout must be positive, e.g. 30s")
+	case cfg.plotFormat != "svg" && cfg.plotFormat != "png":
+		return nil, usagef("--plot_format %q: use svg or png", cfg.plotFormat)
+	case cfg.progress != "auto" && cfg.progress != "on" && cfg.progress != "off":
+		return nil, usagef("--progress %q: use auto, on or off", cfg.progress)
+	case cfg.plan.duration > 0 && cfg.plan.duration >= cfg.runTimeout:
+		return nil, usagef("--duration %s is not below --run_timeout %s: lower --duration or raise --run_timeout", cfg.plan.duration, cfg.runTimeout)
 	}
-	cfg.bytes, cfg.size = b, int(s)
 	if cfg.jsonPath != "" {
-		if st, err := os.Stat(cfg.jsonPath); err == nil && st.IsDir() {
-			return nil, usagef("--json %s is a directory: give a file name", cfg.jsonPath)
+		if err := checkOutPath("--json", cfg.jsonPath); err != nil {
+			return nil, err
 		}
-		if st, err := os.Stat(filepath.Dir(cfg.jsonPath)); err != nil || !st.IsDir() {
-			return nil, usagef("--json %s: directory %s does not exist; create it or choose another path", cfg.jsonPath, filepath.Dir(cfg.jsonPath))
+	}
+	if cfg.plotsDir != "" {
+		if st, err := os.Stat(cfg.plotsDir); err != nil || !st.IsDir() {
+			return nil, usagef("--plots %s is not a directory: create it (mkdir -p %s) or choose another", cfg.plotsDir, cfg.plotsDir)
 		}
 	}
 	if cfg.s2cs == "" {
@@ -151,11 +137,20 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) (err error) {
 	wall := time.Now()
-	spec := bench.Spec{Size: cfg.size, Bytes: cfg.bytes, Seed: rand.Uint64()}
-	fmt.Fprintf(stdout, "s2bench compare: %s per run in %d messages of %s, %d run(s) per path, engine %s, WAN %s\n",
-		bench.FormatBytes(cfg.bytes), spec.Messages(), bench.FormatBytes(int64(cfg.size)), cfg.reps, cfg.engine, cfg.wan)
+	p := cfg.plan
+	fmt.Fprintf(stdout, "s2bench compare: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
+		p.name, len(p.sizes), cfg.pairs, cfg.reps, cfg.engine, cfg.wan)
+	for _, n := range cfg.pairs {
+		if len(p.sizes) <= 3 {
+			for _, s := range p.sizes {
+				fmt.Fprintf(stdout, "  per run: %s\n", p.describe(s, n))
+			}
+		} else {
+			fmt.Fprintf(stdout, "  per run: %s ... %s\n", p.describe(p.sizes[0], n), p.describe(p.sizes[len(p.sizes)-1], n))
+		}
+	}
 
-	tb, err := startTestbed(ctx, testbedConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan})
+	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan})
 	if err != nil {
 		return err
 	}
@@ -164,102 +159,168 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 		if closed {
 			return
 		}
-		if cerr := tb.Close(); cerr != nil {
+		if cerr := lp.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 		}
 	}()
-	fmt.Fprintf(stdout, "gateways: %s\n", tb.describe())
+	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer connects to %s\n",
-		tb.outS.UID, ms(tb.setup), tb.target())
+		lp.outS.UID, ms(lp.setup), lp.target())
 
-	opts := bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle}
+	prog := newProgress(stderr, cfg.progress)
+	defer prog.stop()
 	tag := rand.Uint32()
+	seed := rand.Uint64()
 	var recs []record
-	for rep := 1; rep <= cfg.reps; rep++ {
-		for _, path := range paths {
-			spec.Run = tag + uint32(len(recs))
-			rec, rerr := runPath(ctx, tb, path, spec, opts, stderr)
-			rec.Rep, rec.Engine, rec.WAN = rep, cfg.engine, cfg.wan
-			recs = append(recs, rec)
-			fmt.Fprintf(stdout, "run %d/%d %-8s %9.1f MB/s %10.0f msgs/s  latency %8.2f us  jitter %8.2f us  %s\n",
-				rep, cfg.reps, path, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, status(ctx, rerr))
-			if rerr != nil {
-				if ctx.Err() != nil {
-					return fmt.Errorf("interrupted during %s run %d: %w", path, rep, context.Cause(ctx))
-				}
-				if path == pathGateways {
-					fmt.Fprint(stderr, tb.logTail(10))
-				}
-				if bench.IsIntegrity(rerr) && cfg.jsonPath != "" {
-					if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
-						rerr = errors.Join(rerr, jerr)
+	total := len(cfg.pairs) * cfg.reps * len(p.sizes) * len(paths)
+	for _, pairs := range cfg.pairs {
+		for rep := 1; rep <= cfg.reps; rep++ {
+			for _, size := range p.sizes {
+				for _, path := range paths {
+					per, _ := p.perPair(size, pairs)
+					h := bench.Hello{
+						Mode:  p.mode,
+						Spec:  bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
+						Group: tag, Pairs: pairs, Rate: p.rate.PerSecond(size), Path: path,
+					}
+					tag += uint32(pairs) // every connection of the whole compare has its own tag
+					label := fmt.Sprintf("run %d/%d %-8s %7s x%d rep %d", len(recs)+1, total, path, bench.FormatBytes(int64(size)), pairs, rep)
+					rec, rerr := runPath(ctx, lp, h, cfg, prog, label, stderr)
+					rec.Rep, rec.Engine, rec.WAN, rec.Workload = rep, cfg.engine, cfg.wan, p.name
+					recs = append(recs, rec)
+					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s  %s\n",
+						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), status(ctx, rerr))
+					if rerr != nil {
+						if ctx.Err() != nil {
+							return fmt.Errorf("interrupted during %s run %d: %w", path, rep, context.Cause(ctx))
+						}
+						if path == pathGateways {
+							fmt.Fprint(stderr, lp.logTail(10))
+						}
+						if cfg.jsonPath != "" {
+							if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
+								rerr = errors.Join(rerr, jerr)
+							}
+						}
+						return fmt.Errorf("%s run (%s, %d pairs, rep %d) FAILED: %w", path, bench.FormatBytes(int64(size)), pairs, rep, rerr)
 					}
 				}
-				return fmt.Errorf("%s run %d FAILED: %w", path, rep, rerr)
 			}
 		}
 	}
+	prog.stop()
 
 	fmt.Fprintln(stdout)
-	printTable(stdout, recs)
-	fmt.Fprintf(stdout, "stream setup (client.Wire): %.1f ms\n", ms(tb.setup))
+	printTable(stdout, recs, p.mode == bench.RequestReply, true)
+	fmt.Fprintf(stdout, "stream setup (client.Wire): %.1f ms\n", ms(lp.setup))
 	if cfg.jsonPath != "" {
 		if err := writeJSON(cfg.jsonPath, recs); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %d records to %s\n", len(recs), cfg.jsonPath)
 	}
+	if cfg.plotsDir != "" {
+		files, err := writePlots(cfg.plotsDir, cfg.plotFormat, recs)
+		if err != nil {
+			return fmt.Errorf("plots: %w", err)
+		}
+		for _, f := range files {
+			fmt.Fprintf(stdout, "wrote plot %s\n", f)
+		}
+	}
 	closed = true
-	if err := tb.Close(); err != nil {
+	if err := lp.Close(); err != nil {
 		return fmt.Errorf("clean up: %w", err)
 	}
 	fmt.Fprintf(stdout, "stream released, gateways stopped; wall time %.1f s\n", time.Since(wall).Seconds())
 	return nil
 }
 
-// runPath runs spec once over path and checks that the connection took
-// that path: directly, the consumer sees the producer's own address;
-// through the gateways, it sees the inbound gateway, and both gateways
-// counted every byte of the run.
-func runPath(ctx context.Context, tb *testbed, path string, spec bench.Spec, opts bench.RunOptions, stderr io.Writer) (record, error) {
-	target := tb.consumer.Addr().String()
-	var sent0, recv0 int64
-	if path == pathGateways {
-		target = tb.target()
-		var err error
-		if sent0, recv0, err = tb.wanBytes(ctx); err != nil {
-			return record{Path: path, SizeBytes: spec.Size, Pairs: 1}, fmt.Errorf("stream statistics: %w", err)
+func rttText(r record) string {
+	if r.RTTSamples == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  rtt p50 %8.1f p99 %8.1f us", r.RTTP50US, r.RTTP99US)
+}
+
+func cpuText(r record) string {
+	if r.GwCPUSPerGB == nil {
+		return ""
+	}
+	return fmt.Sprintf("  gw cpu %5.2f s/GB", *r.GwCPUSPerGB)
+}
+
+// runPath runs h once over its path and checks that every connection
+// took that path: directly, the consumer sees the producer's own address;
+// through the gateways, it sees the inbound gateway, and the gateways
+// counted every byte of the run. On the gateway path it also measures the
+// gateways' CPU time.
+func runPath(ctx context.Context, lp *localPair, h bench.Hello, cfg *compareConfig, prog *progress, label string, stderr io.Writer) (record, error) {
+	rec := record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
+	if cfg.plan.duration > 0 {
+		rec.DurationS = cfg.plan.duration.Seconds()
+	}
+	target := lp.consumer.Addr().String()
+	gw := h.Path == pathGateways
+	var (
+		sent0, recv0 int64
+		cpu0         time.Duration
+		err          error
+	)
+	if gw {
+		target = lp.target()
+		if sent0, recv0, err = lp.wanBytes(ctx); err != nil {
+			return rec, fmt.Errorf("stream statistics: %w", err)
+		}
+		if cpu0, err = lp.cpu(); err != nil {
+			return rec, err
 		}
 	}
-	res, err := bench.Run(ctx, tb.consumer, target, spec, opts)
-	rec := record{Path: path, SizeBytes: spec.Size, Pairs: 1}
-	if res != nil {
-		rec.Messages, rec.Bytes = res.Messages, res.Bytes
-		rec.GoodputMBps, rec.MsgsPerS = res.GoodputBps/1e6, res.MsgsPerSec
-		rec.LatencyUS, rec.JitterUS = res.LatencyUS, res.JitterUS
+	var counter atomic.Int64
+	want := h.Spec.Bytes * int64(h.Pairs)
+	prog.start(label, &counter, want)
+	res, err := bench.Run(ctx, lp.consumer, target, h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Progress: &counter})
+	prog.end()
+	rec.fill(res)
+	if gw {
+		if cpu1, cerr := lp.cpu(); cerr == nil && rec.Bytes > 0 {
+			s := (cpu1 - cpu0).Seconds()
+			perGB := s / (float64(rec.Bytes) / 1e9)
+			rec.GwCPUS, rec.GwCPUSPerGB = &s, &perGB
+		}
 	}
 	if err != nil {
+		rec.Error = err.Error()
 		return rec, err
 	}
-	switch {
-	case path == pathDirect && res.Consumer != res.Producer:
-		return rec, fmt.Errorf("direct run: the consumer saw %s, not the producer %s", res.Consumer, res.Producer)
-	case path == pathGateways && res.Consumer == res.Producer:
-		return rec, fmt.Errorf("gateway run: the consumer saw the producer %s itself", res.Producer)
-	case res.Bytes != spec.Bytes || res.Messages != spec.Messages():
-		return rec, fmt.Errorf("verified %d messages, %d bytes; want %d, %d", res.Messages, res.Bytes, spec.Messages(), spec.Bytes)
+	var wire int64
+	for i, p := range res.Pairs {
+		switch {
+		case !gw && p.Recv.Remote != p.Send.Local:
+			return rec, fmt.Errorf("direct run, pair %d: the consumer saw %s, not the producer %s", i, p.Recv.Remote, p.Send.Local)
+		case gw && p.Recv.Remote == p.Send.Local:
+			return rec, fmt.Errorf("gateway run, pair %d: the consumer saw the producer %s itself", i, p.Send.Local)
+		case p.Recv.Measure.Messages != p.Send.Messages || p.Recv.Measure.Bytes != p.Send.Bytes:
+			return rec, fmt.Errorf("pair %d: verified %d messages, %d bytes; the producer sent %d, %d", i, p.Recv.Measure.Messages, p.Recv.Measure.Bytes, p.Send.Messages, p.Send.Bytes)
+		case !h.Spec.Open() && p.Send.Messages != h.Spec.Messages():
+			return rec, fmt.Errorf("pair %d: sent %d messages, want %d", i, p.Send.Messages, h.Spec.Messages())
+		}
+		wire += bench.HelloLen + p.Send.Bytes + p.Send.Messages*bench.HeaderLen
+		if h.Spec.Open() {
+			wire += bench.HeaderLen
+		}
 	}
-	if res.GoodputBps <= 0 {
+	if res.Summary.GoodputBps <= 0 {
 		return rec, fmt.Errorf("run too short to time (every message arrived at once): raise --bytes")
 	}
-	if path == pathGateways {
-		sent1, recv1, err := tb.wanBytes(ctx)
+	if gw {
+		sent1, recv1, err := lp.wanBytes(ctx)
 		if err != nil {
 			return rec, fmt.Errorf("stream statistics: %w", err)
 		}
-		if want := spec.WireBytes(); sent1-sent0 != want || recv1-recv0 != want {
+		if sent1-sent0 != wire || recv1-recv0 != wire {
 			fmt.Fprintf(stderr, "s2bench: warning: the gateways counted %d bytes sent and %d received on the WAN for this run; the run carried %d\n",
-				sent1-sent0, recv1-recv0, want)
+				sent1-sent0, recv1-recv0, wire)
 		}
 	}
 	rec.IntegrityOK = true
@@ -280,48 +341,3 @@ func status(ctx context.Context, err error) string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// printTable prints, per path, the median, minimum and maximum goodput
-// over the runs, the median message rate, inter-arrival time and jitter,
-// and the ratio of the gateways' median goodput to the direct one.
-func printTable(w io.Writer, recs []record) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\truns\tgoodput MB/s (median)\tmin\tmax\tmsgs/s\tlatency_us\tjitter_us\tintegrity\t")
-	med := map[string]float64{}
-	for _, p := range paths {
-		var gp, mr, lat, jit []float64
-		ok := 0
-		for _, r := range recs {
-			if r.Path != p {
-				continue
-			}
-			gp, mr, lat, jit = append(gp, r.GoodputMBps), append(mr, r.MsgsPerS), append(lat, r.LatencyUS), append(jit, r.JitterUS)
-			if r.IntegrityOK {
-				ok++
-			}
-		}
-		if len(gp) == 0 {
-			continue
-		}
-		lo, hi := bench.MinMax(gp)
-		med[p] = bench.Median(gp)
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.2f\t%.2f\tok %d/%d\t\n",
-			p, len(gp), med[p], lo, hi, bench.Median(mr), bench.Median(lat), bench.Median(jit), ok, len(gp))
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "(MB/s = 10^6 payload bytes/s at the consumer from the first message's arrival to the last's; latency_us = mean inter-arrival, jitter_us = its standard deviation; medians over runs)")
-	if med[pathDirect] > 0 {
-		fmt.Fprintf(w, "ratio gateways/direct (median goodput): %.3f\n", med[pathGateways]/med[pathDirect])
-	}
-}
-
-func writeJSON(path string, recs []record) error {
-	b, err := json.MarshalIndent(recs, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("--json: %w", err)
-	}
-	return nil
-}

@@ -1,8 +1,11 @@
-// Command s2bench measures what the SciStream gateways cost: it starts a
-// local pair of real s2cs gateways, wires a stream through them, and runs
-// the same verified workload directly and through the gateways.
+// Command s2bench measures what the SciStream gateways cost a stream, the
+// way the SciStream papers do (seeds 000 and 001): message-size sweeps,
+// Dstream and Lstream workloads, rates, request-reply RTT and N pairs,
+// every message verified (sequence, length, CRC-32C).
 //
-//	s2bench compare [--bytes 1GiB] [--size 64KiB] [--reps 3] [--engine splice|buffer] [--wan tls|tcp] [--json FILE]
+//	s2bench compare   [--workload sweep|dstream|lstream|SIZE] ...   direct vs a local gateway pair, one command
+//	s2bench consumer  --listen ADDR [--runs N] [--json FILE]        the consumer role, as its own process
+//	s2bench producer  --connect ADDR [--workload ...] [--json FILE] the producer role, as its own process
 package main
 
 import (
@@ -51,7 +54,9 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"compare": {"run the same verified workload directly and through a local gateway pair", runCompare},
+	"compare":  {"run the same verified workload directly and through a local gateway pair", runCompare},
+	"consumer": {"receive and verify runs from s2bench producers (one process per host)", runConsumer},
+	"producer": {"send a verified workload to an s2bench consumer, directly or through gateways", runProducer},
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

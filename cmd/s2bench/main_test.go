@@ -17,8 +17,8 @@ import (
 	"testing"
 )
 
-// s2csBin is built once by TestMain.
-var s2csBin string
+// s2csBin and s2benchBin are built once by TestMain.
+var s2csBin, s2benchBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "s2bench-test-bin-")
@@ -26,10 +26,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	s2csBin = filepath.Join(dir, "s2cs")
-	out, err := exec.Command("go", "build", "-o", s2csBin, "scistream/cmd/s2cs").CombinedOutput()
+	s2csBin, s2benchBin = filepath.Join(dir, "s2cs"), filepath.Join(dir, "s2bench")
+	out, err := exec.Command("go", "build", "-o", dir+"/", "scistream/cmd/s2cs", "scistream/cmd/s2bench").CombinedOutput()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build s2cs: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "go build s2cs s2bench: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -73,7 +73,7 @@ func TestCompare(t *testing.T) {
 	t.Setenv("TMPDIR", tmp) // compare's state directory goes here
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"compare", "--bytes", "64MiB", "--size", "64KiB", "--reps", "1",
+	err := run(context.Background(), []string{"compare", "--bytes", "16MiB", "--size", "64KiB", "--reps", "1",
 		"--json", jsonPath, "--s2cs", s2csBin}, &stdout, &stderr)
 	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	if err != nil {
@@ -93,9 +93,16 @@ func TestCompare(t *testing.T) {
 	for _, r := range recs {
 		path, _ := r["path"].(string)
 		seen[path] = true
-		if r["integrity_ok"] != true || r["bytes"] != float64(64<<20) || r["size_bytes"] != float64(64<<10) ||
-			r["messages"] != float64(1024) || r["pairs"] != float64(1) || r["rep"] != float64(1) {
+		if r["integrity_ok"] != true || r["bytes"] != float64(16<<20) || r["size_bytes"] != float64(64<<10) ||
+			r["messages"] != float64(256) || r["pairs"] != float64(1) || r["rep"] != float64(1) ||
+			r["mode"] != "throughput" || r["workload"] != "size" || r["engine"] != "splice" || r["wan"] != "tls" {
 			t.Errorf("record %v", r)
+		}
+		if _, ok := r["rtt_p50_us"]; ok {
+			t.Errorf("%s: RTT fields in throughput mode: %v", path, r)
+		}
+		if cpu, ok := r["gw_cpu_s_per_GB"].(float64); (path == "gateways") != ok || ok && cpu < 0 {
+			t.Errorf("%s: gw_cpu_s_per_GB = %v", path, r["gw_cpu_s_per_GB"])
 		}
 		for _, k := range []string{"goodput_MBps", "latency_us", "jitter_us"} {
 			if v, ok := r[k].(float64); !ok || v <= 0 {
@@ -106,7 +113,7 @@ func TestCompare(t *testing.T) {
 	if len(recs) != 2 || !seen["direct"] || !seen["gateways"] {
 		t.Fatalf("want one direct and one gateways record, got %s", b)
 	}
-	for _, want := range []string{"ratio gateways/direct", "stream setup (client.Wire):", "goodput MB/s (median)"} {
+	for _, want := range []string{"gw/direct", "stream setup (client.Wire):", "goodput MB/s", "gw_cpu_s/GB"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -135,7 +142,7 @@ func (w *cancelWriter) Write(p []byte) (int, error) {
 // wired, and one after a first run, still release the stream, stop both
 // gateways and remove the temporary directory.
 func TestCompareInterrupted(t *testing.T) {
-	for _, trigger := range []string{"producer connects to", "run 1/2 direct"} {
+	for _, trigger := range []string{"producer connects to", "run 1/4 direct"} {
 		t.Run(strings.ReplaceAll(trigger, " ", "_"), func(t *testing.T) {
 			tmp := t.TempDir()
 			t.Setenv("TMPDIR", tmp)
@@ -161,7 +168,24 @@ func TestCompareFlags(t *testing.T) {
 		{[]string{"--bytes", "lots"}, "--bytes"},
 		{[]string{"--size", "0"}, "--size 0 out of range"},
 		{[]string{"--size", "1GiB", "--bytes", "4GiB"}, "--size 1GiB out of range"},
-		{[]string{"--bytes", "64KiB", "--size", "64KiB"}, "raise --bytes or lower --size"},
+		{[]string{"--bytes", "64KiB", "--size", "64KiB"}, "raise --bytes or lower the size"},
+		{[]string{"--bytes", "1MiB", "--pairs", "64", "--size", "64KiB"}, "raise --bytes"},
+		{[]string{"--workload", "bogus"}, "or give sweep, dstream or lstream"},
+		{[]string{"--workload", "sweep", "--size", "1KiB"}, "--workload and --size both given"},
+		{[]string{"--workload", "4KiB,0"}, "--workload 0 out of range"},
+		{[]string{"--bytes", "1GiB", "--duration", "1s"}, "give one of --bytes, --messages and --duration"},
+		{[]string{"--messages", "0"}, "--messages \"0\": give a whole number"},
+		{[]string{"--messages", "1"}, "raise --messages"},
+		{[]string{"--duration", "-1s"}, "--duration -1s out of range"},
+		{[]string{"--duration", "10m"}, "lower --duration or raise --run_timeout"},
+		{[]string{"--rate", "100"}, "ambiguous"},
+		{[]string{"--rate", "fast"}, "--rate"},
+		{[]string{"--mode", "pingpong"}, "use throughput or rr"},
+		{[]string{"--pairs", "0"}, "give counts from 1 to 64"},
+		{[]string{"--pairs", "1,128"}, "give counts from 1 to 64"},
+		{[]string{"--plots", "/nonexistent-dir"}, "mkdir -p"},
+		{[]string{"--plot_format", "gif"}, "use svg or png"},
+		{[]string{"--progress", "maybe"}, "use auto, on or off"},
 		{[]string{"--bytes", "2TiB"}, "--bytes 2TiB exceeds"},
 		{[]string{"--reps", "0"}, "--reps 0 out of range"},
 		{[]string{"--reps", "1000"}, "--reps 1000 out of range"},
@@ -183,6 +207,28 @@ func TestCompareFlags(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: error is not one line: %q", c.args, err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"producer"}, "--connect is required"},
+		{[]string{"producer", "--connect", "nohost"}, "give HOST:PORT"},
+		{[]string{"producer", "--connect", "127.0.0.1:1", "--path", "two words"}, "--path"},
+		{[]string{"producer", "--connect", "127.0.0.1:1", "--pairs", "65"}, "--pairs 65 out of range"},
+		{[]string{"producer", "--connect", "127.0.0.1:1", "--workload", "lstream", "--bytes", "1MiB"}, "raise --bytes"},
+		{[]string{"producer", "--connect", "127.0.0.1:1", "--reps", "0"}, "--reps 0 out of range"},
+		{[]string{"consumer"}, "--listen is required"},
+		{[]string{"consumer", "--listen", "127.0.0.1"}, "give HOST:PORT"},
+		{[]string{"consumer", "--listen", "127.0.0.1:0", "--runs", "-1"}, "--runs -1"},
+		{[]string{"consumer", "--listen", "127.0.0.1:0", "--json", "/nonexistent-dir/x.json"}, "does not exist"},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), c.args, &stderr, &stderr)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want a usage error containing %q", c.args, err, c.want)
 		}
 	}
 	var stderr bytes.Buffer

@@ -13,6 +13,12 @@
 //	crc     uint32     CRC-32C (Castagnoli) of the payload
 //	payload [length]byte
 //
+// A run of a fixed amount is exactly its messages. An open-ended run (a
+// duration instead of an amount) ends with an end marker: a header with
+// magic "S2BE", the run tag, seq = the number of messages sent, length 0
+// and a checksum derived from (seed, run, count), so a stream cut at a
+// message boundary is still caught.
+//
 // The payload of message seq is a pseudo-random block filled once per
 // seed, whose last min(8, length) bytes are replaced by a stamp derived
 // from (seed, run, seq). A duplicated, stale or misplaced payload thus has
@@ -37,6 +43,7 @@ const MaxSize = 256 << 20
 
 const (
 	magic    = "S2BM"
+	endMagic = "S2BE"
 	stampLen = 8
 )
 
@@ -48,7 +55,9 @@ type Spec struct {
 	// 1..MaxSize.
 	Size int
 	// Bytes is the total payload; the last message carries the remainder
-	// when Bytes is not a multiple of Size. At least Size.
+	// when Bytes is not a multiple of Size. At least Size, or zero for an
+	// open-ended run: messages of Size until the producer sends the end
+	// marker.
 	Bytes int64
 	// Seed selects the payload content.
 	Seed uint64
@@ -61,25 +70,29 @@ func (s Spec) Validate() error {
 	if s.Size < 1 || s.Size > MaxSize {
 		return fmt.Errorf("message size %d out of range 1..%d", s.Size, MaxSize)
 	}
-	if s.Bytes < int64(s.Size) {
+	if s.Bytes < 0 || s.Bytes > 0 && s.Bytes < int64(s.Size) {
 		return fmt.Errorf("total bytes %d smaller than the message size %d", s.Bytes, s.Size)
 	}
 	return nil
 }
 
-// Messages is the number of messages of the run.
+// Open reports whether the run is open-ended (ended by an end marker).
+func (s Spec) Open() bool { return s.Bytes == 0 }
+
+// Messages is the number of messages of the run (0 when open-ended).
 func (s Spec) Messages() int64 { return (s.Bytes + int64(s.Size) - 1) / int64(s.Size) }
 
 // PayloadLen is the payload length of message seq.
 func (s Spec) PayloadLen(seq uint64) int {
 	n := s.Messages()
-	if seq+1 == uint64(n) {
+	if n > 0 && seq+1 == uint64(n) {
 		return int(s.Bytes - (n-1)*int64(s.Size))
 	}
 	return s.Size
 }
 
-// WireBytes is the number of bytes the run puts on the connection.
+// WireBytes is the number of bytes the messages of the run put on the
+// connection (0 when open-ended: the amount is known only at the end).
 func (s Spec) WireBytes() int64 { return s.Bytes + s.Messages()*HeaderLen }
 
 // model is what both ends know about a run: the payload block and the
@@ -102,7 +115,10 @@ func newModel(s Spec) (*model, error) {
 	binary.LittleEndian.PutUint64(seed[:], s.Seed)
 	binary.LittleEndian.PutUint64(seed[8:], 0x5332424d)
 	rand.NewChaCha8(seed).Read(m.base)
-	m.lastLen = s.PayloadLen(uint64(s.Messages() - 1))
+	m.lastLen = s.Size
+	if !s.Open() {
+		m.lastLen = s.PayloadLen(uint64(s.Messages() - 1))
+	}
 	m.crcFull = crc32.Checksum(m.base[:s.Size-stampSize(s.Size)], castagnoli)
 	m.crcLast = crc32.Checksum(m.base[:m.lastLen-stampSize(m.lastLen)], castagnoli)
 	return m, nil
@@ -126,6 +142,12 @@ func (m *model) expectedCRC(seq uint64) uint32 {
 	}
 	st := m.stamp(seq)
 	return crc32.Update(prefix, castagnoli, st[:stampSize(n)])
+}
+
+// endCRC is the checksum of the end marker of an open-ended run of count
+// messages.
+func (m *model) endCRC(count uint64) uint32 {
+	return uint32(mix64(^count ^ m.key))
 }
 
 // mix64 is SplitMix64's finaliser: a cheap bijective scrambler.
@@ -186,6 +208,18 @@ func (g *Generator) Message(seq uint64) []byte {
 	return g.buf[:HeaderLen+n]
 }
 
+// End returns the end marker of an open-ended run after count messages.
+// The slice is reused like Message's.
+func (g *Generator) End(count uint64) []byte {
+	h := g.buf[:HeaderLen]
+	copy(h, endMagic)
+	binary.BigEndian.PutUint32(h[4:], g.m.spec.Run)
+	binary.BigEndian.PutUint64(h[8:], count)
+	binary.BigEndian.PutUint32(h[16:], 0)
+	binary.BigEndian.PutUint32(h[20:], g.m.endCRC(count))
+	return h
+}
+
 // batchSize is the largest write Produce assembles from small messages;
 // messages of directWrite bytes or more are written as they are (a copy
 // would cost more than the extra system call).
@@ -194,10 +228,13 @@ const (
 	directWrite = 32 << 10
 )
 
-// Produce writes every message of g's run to w, in order, as fast as w
-// takes them. Small messages are coalesced into writes of up to 256 KiB;
+// Produce writes every message of g's run (of a fixed amount) to w, in
+// order, as fast as w takes them. Small messages are coalesced into writes of up to 256 KiB;
 // large ones are written directly. It returns the bytes written.
 func Produce(w io.Writer, g *Generator) (int64, error) {
+	if g.m.spec.Open() {
+		return 0, errors.New("bench: Produce needs a run of a fixed amount")
+	}
 	var (
 		total int64
 		batch = make([]byte, 0, batchSize)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"os"
 	"testing"
 	"time"
 )
@@ -83,5 +84,98 @@ func TestMedianMinMax(t *testing.T) {
 	}
 	if lo, hi := MinMax(nil); !math.IsNaN(Median(nil)) || !math.IsNaN(lo) || !math.IsNaN(hi) {
 		t.Error("empty input: want NaN")
+	}
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	xs := []float64{15, 20, 35, 40, 50} // the textbook example
+	for _, c := range []struct{ p, want float64 }{
+		{5, 15}, {30, 20}, {40, 20}, {50, 35}, {90, 50}, {99, 50}, {100, 50},
+	} {
+		if got := Percentile(xs, c.p); got != c.want {
+			t.Errorf("P%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	// 1..100: Pp is p itself.
+	var h []float64
+	for i := 1; i <= 100; i++ {
+		h = append(h, float64(i))
+	}
+	for _, p := range []float64{1, 50, 90, 99, 100} {
+		if got := Percentile(h, p); got != p {
+			t.Errorf("1..100: P%v = %v", p, got)
+		}
+	}
+	if !math.IsNaN(Percentile(nil, 50)) || !math.IsNaN(Percentile(xs, 0)) || !math.IsNaN(Percentile(xs, 101)) {
+		t.Error("want NaN for no values or p outside (0, 100]")
+	}
+}
+
+func TestSummarizeRTT(t *testing.T) {
+	var ds []time.Duration
+	for _, us := range []int{400, 100, 300, 200, 1000} {
+		ds = append(ds, time.Duration(us)*time.Microsecond)
+	}
+	// sorted 100 200 300 400 1000: P50 = rank ceil(2.5)=3 -> 300; P90 = rank 5 -> 1000.
+	q := SummarizeRTT(ds)
+	if q.N != 5 || q.Mean != 400 || q.P50 != 300 || q.P90 != 1000 || q.P99 != 1000 || q.Max != 1000 {
+		t.Fatalf("%+v", q)
+	}
+}
+
+func TestCDF(t *testing.T) {
+	x, y := CDF([]float64{1, 2, 2, 3}, 0)
+	if len(x) != 3 || x[0] != 1 || y[0] != 0.25 || x[1] != 2 || y[1] != 0.75 || x[2] != 3 || y[2] != 1 {
+		t.Fatalf("x %v y %v", x, y)
+	}
+	var many []float64
+	for i := range 1000 {
+		many = append(many, float64(i))
+	}
+	x, y = CDF(many, 10)
+	if len(x) != 10 || x[9] != 999 || y[9] != 1 || x[0] != 99 || y[0] != 0.1 {
+		t.Fatalf("thinned: x %v y %v", x, y)
+	}
+}
+
+// Two pairs: A gets 3 messages of 100 B at 10, 20, 30 us; B 2 of 100 B at
+// 15, 45 us. Span 10..45 us = 35 us; payload after the first arrival
+// 500-100 = 400 B -> 400/35e-6 B/s; 4 messages after the first -> 4/35e-6.
+// Latency: mean of A's 10 us and B's 30 us = 20 us; jitter: (0 + 0)/2.
+func TestAggregateHandComputed(t *testing.T) {
+	mk := func(us ...int) *ReceiveResult {
+		var a Arrivals
+		for _, u := range us {
+			a.Add(time.Duration(u) * time.Microsecond)
+		}
+		return &ReceiveResult{Measure: Summarize(&a, int64(100*len(us)), 100), First: a.First(), Last: a.Last(), FirstPayload: 100}
+	}
+	s := Aggregate([]Pair{
+		{Recv: mk(10, 20, 30), Send: &SendResult{RTT: []time.Duration{time.Millisecond}}},
+		{Recv: mk(15, 45), Send: &SendResult{RTT: []time.Duration{3 * time.Millisecond}}},
+		{}, // a pair that never connected
+	})
+	if s.Pairs != 2 || s.Messages != 5 || s.Bytes != 500 || !near(s.GoodputBps, 400/35e-6) || !near(s.MsgsPerSec, 4/35e-6) ||
+		!near(s.LatencyUS, 20) || s.JitterUS != 0 || s.RTT.N != 2 || s.RTT.P50 != 1000 || s.RTT.Max != 3000 || s.RTT.Mean != 2000 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// Fields 14 and 15 (utime, stime) are 250 and 50 ticks: 3 s at 100 Hz.
+	// The name holds a space and a parenthesis.
+	line := "1234 (s2cs (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 1000000 200 18446744073709551615"
+	d, err := parseStatCPU(line)
+	if err != nil || d != 3*time.Second {
+		t.Fatalf("got %v, %v", d, err)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 ab 0 0 0"} {
+		if _, err := parseStatCPU(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	self, err := ProcessCPU(os.Getpid())
+	if err != nil || self < 0 {
+		t.Fatalf("own CPU time: %v, %v", self, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"time"
 )
 
@@ -35,8 +36,10 @@ func IsIntegrity(err error) bool {
 // and records when each message completes. It is not safe for concurrent
 // use. After the first violation every call returns the same error.
 type Verifier struct {
-	m    *model
-	msgs uint64
+	m     *model
+	msgs  uint64 // messages of the run; MaxUint64 when open-ended
+	open  bool   // run ends with an end marker
+	ended bool   // the end marker arrived
 
 	next   uint64 // sequence number expected next
 	offset int64  // stream bytes consumed
@@ -62,7 +65,11 @@ func NewVerifier(s Spec) (*Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Verifier{m: m, msgs: uint64(s.Messages())}, nil
+	v := &Verifier{m: m, msgs: uint64(s.Messages()), open: s.Open()}
+	if v.open {
+		v.msgs = math.MaxUint64
+	}
+	return v, nil
 }
 
 func (v *Verifier) fail(format string, args ...any) error {
@@ -82,6 +89,9 @@ func (v *Verifier) Feed(p []byte, at time.Duration) error {
 			if v.hn == 0 {
 				v.start = v.offset
 			}
+			if v.ended {
+				return v.fail("%d unexpected bytes after the end marker", len(p))
+			}
 			if v.next >= v.msgs {
 				return v.fail("%d unexpected bytes after the last message (%d messages expected)", len(p), v.msgs)
 			}
@@ -92,11 +102,16 @@ func (v *Verifier) Feed(p []byte, at time.Duration) error {
 				v.offset += int64(n)
 				break
 			}
-			if err := v.checkHeader(); err != nil {
+			end, err := v.checkHeader()
+			if err != nil {
 				return err
 			}
 			v.offset += int64(n)
 			v.hn = 0
+			if end {
+				v.ended = true
+				continue
+			}
 			v.inPayload = true
 			v.crc = 0
 		}
@@ -118,33 +133,65 @@ func (v *Verifier) Feed(p []byte, at time.Duration) error {
 	return v.err
 }
 
-func (v *Verifier) checkHeader() error {
+// checkHeader checks the header held in v.hdr; end reports an end marker.
+func (v *Verifier) checkHeader() (end bool, err error) {
 	h := v.hdr[:]
+	if string(h[:4]) == endMagic && v.open {
+		return true, v.checkEnd()
+	}
 	if string(h[:4]) != magic {
-		return v.fail("bad magic %q: framing lost (corrupted, truncated or foreign data)", h[:4])
+		return false, v.fail("bad magic %q: framing lost (corrupted, truncated or foreign data)", h[:4])
 	}
 	if run := binary.BigEndian.Uint32(h[4:]); run != v.m.spec.Run {
-		return v.fail("message of another run (tag %08x, this run is %08x): stale data", run, v.m.spec.Run)
+		return false, v.fail("message of another run (tag %08x, this run is %08x): stale data", run, v.m.spec.Run)
 	}
 	seq := binary.BigEndian.Uint64(h[8:])
 	switch {
 	case seq < v.next:
-		return v.fail("duplicate or stale message: got seq %d again, expected %d", seq, v.next)
+		return false, v.fail("duplicate or stale message: got seq %d again, expected %d", seq, v.next)
 	case seq >= v.msgs:
-		return v.fail("seq %d beyond the last message %d", seq, v.msgs-1)
+		return false, v.fail("seq %d beyond the last message %d", seq, v.msgs-1)
 	case seq > v.next:
-		return v.fail("missing or reordered messages: got seq %d, expected %d (%d skipped)", seq, v.next, seq-v.next)
+		return false, v.fail("missing or reordered messages: got seq %d, expected %d (%d skipped)", seq, v.next, seq-v.next)
 	}
 	n := int(binary.BigEndian.Uint32(h[16:]))
 	if want := v.m.spec.PayloadLen(seq); n != want {
-		return v.fail("payload length %d, expected %d", n, want)
+		return false, v.fail("payload length %d, expected %d", n, want)
 	}
 	crc := binary.BigEndian.Uint32(h[20:])
 	if want := v.m.expectedCRC(seq); crc != want {
-		return v.fail("header checksum %08x is not that of message %d (%08x): wrong content or corrupted header", crc, seq, want)
+		return false, v.fail("header checksum %08x is not that of message %d (%08x): wrong content or corrupted header", crc, seq, want)
 	}
 	v.plen, v.remain, v.want = n, n, crc
+	return false, nil
+}
+
+// checkEnd checks the end marker of an open-ended run held in v.hdr.
+func (v *Verifier) checkEnd() error {
+	h := v.hdr[:]
+	if run := binary.BigEndian.Uint32(h[4:]); run != v.m.spec.Run {
+		return v.fail("end marker of another run (tag %08x, this run is %08x): stale data", run, v.m.spec.Run)
+	}
+	count := binary.BigEndian.Uint64(h[8:])
+	switch {
+	case binary.BigEndian.Uint32(h[16:]) != 0 || binary.BigEndian.Uint32(h[20:]) != v.m.endCRC(count):
+		return v.fail("corrupted end marker")
+	case count != v.next:
+		return v.fail("end marker says %d messages were sent, %d arrived: messages lost or duplicated", count, v.next)
+	}
 	return nil
+}
+
+// Done reports whether the whole run has been verified (every message,
+// and the end marker of an open-ended run).
+func (v *Verifier) Done() bool {
+	if v.err != nil || v.inPayload || v.hn > 0 {
+		return false
+	}
+	if v.open {
+		return v.ended
+	}
+	return v.next == v.msgs
 }
 
 // Finish reports whether the stream, now ended, was complete.
@@ -158,6 +205,12 @@ func (v *Verifier) Finish() error {
 			got = HeaderLen + v.plen - v.remain
 		}
 		return v.fail("stream ended inside a message (%d bytes of it received)", got)
+	}
+	if v.open {
+		if !v.ended {
+			return v.fail("stream ended after %d messages without the end marker: truncated", v.next)
+		}
+		return nil
 	}
 	if v.next < v.msgs {
 		return v.fail("stream ended after %d of %d messages", v.next, v.msgs)

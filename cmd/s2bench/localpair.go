@@ -13,21 +13,28 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/bench"
 	"scistream/internal/client"
 	"scistream/internal/localgw"
 )
 
-// testbedConfig describes the local gateway pair to start.
-type testbedConfig struct {
+// localPairConfig describes the local gateway pair to start.
+type localPairConfig struct {
 	s2cs   string // s2cs binary
 	engine string // s2cs --type
 	wan    string // api.WANTLS or api.WANTCP
+	// consumer, if set, is the address of a consumer listening already
+	// (another process); if empty, the pair opens a consumer listener on
+	// a third random loopback address.
+	consumer *net.TCPAddr
 }
 
-// testbed is a local pair of real s2cs gateways on two random loopback
-// addresses, a consumer listener on a third, and one stream wired from
-// the outbound gateway's listener to the consumer. Close undoes all of it.
-type testbed struct {
+// localPair is a local pair of real s2cs gateways on two random loopback
+// addresses and one stream wired from the outbound gateway's listener to
+// the consumer (a listener it opens on a third address, or a given one),
+// the same way s2uc stream does (client.Wire). Close undoes all of it.
+// (Not to be confused with the network-namespace testbed.)
+type localPair struct {
 	dir       string
 	in, out   *localgw.Gateway
 	inC, outC *client.Client
@@ -56,22 +63,22 @@ func distinctLoopbacks(n int) ([]string, error) {
 	return out, nil
 }
 
-// startTestbed starts the gateways, the consumer listener and the
+// startLocalPair starts the gateways, the consumer listener and the
 // stream. On failure it has already cleaned up what it started.
-func startTestbed(ctx context.Context, cfg testbedConfig) (_ *testbed, err error) {
-	tb := &testbed{}
+func startLocalPair(ctx context.Context, cfg localPairConfig) (_ *localPair, err error) {
+	lp := &localPair{}
 	defer func() {
 		if err != nil {
-			if cerr := tb.Close(); cerr != nil {
+			if cerr := lp.Close(); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 			}
 		}
 	}()
-	if tb.dir, err = os.MkdirTemp("", "s2bench-"); err != nil {
+	if lp.dir, err = os.MkdirTemp("", "s2bench-"); err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	token := localgw.NewToken()
-	tokens := filepath.Join(tb.dir, "tokens")
+	tokens := filepath.Join(lp.dir, "tokens")
 	if err := localgw.WriteTokens(tokens, map[string]string{"s2bench": token}); err != nil {
 		return nil, err
 	}
@@ -83,12 +90,12 @@ func startTestbed(ctx context.Context, cfg testbedConfig) (_ *testbed, err error
 	if cfg.wan == api.WANTCP {
 		args = append(args, "--insecure_tcp_wan")
 	}
-	for i, g := range []**localgw.Gateway{&tb.in, &tb.out} {
+	for i, g := range []**localgw.Gateway{&lp.in, &lp.out} {
 		role := []string{"inbound", "outbound"}[i]
 		*g, err = localgw.Start(ctx, localgw.Options{
 			S2CS:       cfg.s2cs,
 			ListenerIP: ips[i],
-			StateDir:   filepath.Join(tb.dir, role),
+			StateDir:   filepath.Join(lp.dir, role),
 			TokensFile: tokens,
 			Args:       args,
 		})
@@ -96,27 +103,32 @@ func startTestbed(ctx context.Context, cfg testbedConfig) (_ *testbed, err error
 			return nil, fmt.Errorf("start the %s gateway: %w", role, err)
 		}
 	}
-	if tb.inC, err = tb.in.Client(token); err != nil {
+	if lp.inC, err = lp.in.Client(token); err != nil {
 		return nil, err
 	}
-	if tb.outC, err = tb.out.Client(token); err != nil {
+	if lp.outC, err = lp.out.Client(token); err != nil {
 		return nil, err
 	}
-	if tb.consumer, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(ips[2])}); err != nil {
-		return nil, fmt.Errorf("consumer listener: %w", err)
+	consumerIP, port := ips[2], 0
+	if cfg.consumer != nil {
+		consumerIP, port = cfg.consumer.IP.String(), cfg.consumer.Port
+	} else {
+		if lp.consumer, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(ips[2])}); err != nil {
+			return nil, fmt.Errorf("consumer listener: %w", err)
+		}
+		port = lp.consumer.Addr().(*net.TCPAddr).Port
 	}
-	port := tb.consumer.Addr().(*net.TCPAddr).Port
 
 	start := time.Now()
-	inS, outS, err := client.Wire(ctx, tb.inC, tb.outC,
-		&api.InboundRequest{RemoteIP: ips[2], ReceiverPorts: []int{port}, NumConn: 1, WAN: cfg.wan},
+	inS, outS, err := client.Wire(ctx, lp.inC, lp.outC,
+		&api.InboundRequest{RemoteIP: consumerIP, ReceiverPorts: []int{port}, NumConn: 1, WAN: cfg.wan},
 		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}},
 		nil)
-	tb.setup = time.Since(start)
+	lp.setup = time.Since(start)
 	if err != nil {
 		return nil, fmt.Errorf("wire the stream: %w", err)
 	}
-	tb.inS, tb.outS = inS, outS
+	lp.inS, lp.outS = inS, outS
 	switch {
 	case len(outS.Listeners) != 1:
 		return nil, fmt.Errorf("outbound stream has %d listeners, want 1", len(outS.Listeners))
@@ -125,20 +137,20 @@ func startTestbed(ctx context.Context, cfg testbedConfig) (_ *testbed, err error
 	case outS.WAN != cfg.wan || inS.WAN != cfg.wan:
 		return nil, fmt.Errorf("stream runs WAN %q/%q, want %q", inS.WAN, outS.WAN, cfg.wan)
 	}
-	return tb, nil
+	return lp, nil
 }
 
 // target is where the producer connects for the gateway path.
-func (tb *testbed) target() string { return tb.outS.Listeners[0] }
+func (lp *localPair) target() string { return lp.outS.Listeners[0] }
 
 // wanBytes returns the bytes the outbound gateway sent towards the WAN
 // and the inbound gateway received from it on the stream.
-func (tb *testbed) wanBytes(ctx context.Context) (sent, received int64, err error) {
-	o, err := tb.outC.Get(ctx, tb.outS.UID)
+func (lp *localPair) wanBytes(ctx context.Context) (sent, received int64, err error) {
+	o, err := lp.outC.Get(ctx, lp.outS.UID)
 	if err != nil {
 		return 0, 0, err
 	}
-	i, err := tb.inC.Get(ctx, tb.inS.UID)
+	i, err := lp.inC.Get(ctx, lp.inS.UID)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -149,9 +161,9 @@ func (tb *testbed) wanBytes(ctx context.Context) (sent, received int64, err erro
 }
 
 // logTail returns the last n lines of both gateways' logs.
-func (tb *testbed) logTail(n int) string {
+func (lp *localPair) logTail(n int) string {
 	var sb strings.Builder
-	for i, g := range []*localgw.Gateway{tb.in, tb.out} {
+	for i, g := range []*localgw.Gateway{lp.in, lp.out} {
 		if g == nil {
 			continue
 		}
@@ -167,8 +179,8 @@ func (tb *testbed) logTail(n int) string {
 // consumer listener and removes the temporary directory. It does not
 // depend on any context: it runs to the end after a Ctrl-C, bounded by
 // the request timeouts and localgw's stop deadline. Idempotent.
-func (tb *testbed) Close() error {
-	tb.closeOnce.Do(func() {
+func (lp *localPair) Close() error {
+	lp.closeOnce.Do(func() {
 		var errs []error
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
@@ -184,36 +196,56 @@ func (tb *testbed) Close() error {
 				errs = append(errs, fmt.Errorf("release the %s side of stream %s: state %s after release", role, s.UID, r.State))
 			}
 		}
-		release(tb.outC, tb.outS, "outbound")
-		release(tb.inC, tb.inS, "inbound")
-		for _, c := range []*client.Client{tb.outC, tb.inC} {
+		release(lp.outC, lp.outS, "outbound")
+		release(lp.inC, lp.inS, "inbound")
+		for _, c := range []*client.Client{lp.outC, lp.inC} {
 			if c != nil {
 				c.Close()
 			}
 		}
-		for i, g := range []*localgw.Gateway{tb.out, tb.in} {
+		for i, g := range []*localgw.Gateway{lp.out, lp.in} {
 			if g != nil {
 				if err := g.Stop(); err != nil {
 					errs = append(errs, fmt.Errorf("stop the %s gateway (pid %d): %w", []string{"outbound", "inbound"}[i], g.PID(), err))
 				}
 			}
 		}
-		if tb.consumer != nil {
-			tb.consumer.Close()
+		if lp.consumer != nil {
+			lp.consumer.Close()
 		}
-		if tb.dir != "" {
-			if err := os.RemoveAll(tb.dir); err != nil {
+		if lp.dir != "" {
+			if err := os.RemoveAll(lp.dir); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		tb.closeErr = errors.Join(errs...)
+		lp.closeErr = errors.Join(errs...)
 	})
-	return tb.closeErr
+	return lp.closeErr
 }
 
-// pids describes the gateway processes, for the output.
-func (tb *testbed) describe() string {
-	return "inbound s2cs pid " + strconv.Itoa(tb.in.PID()) + " at " + tb.in.Addr +
-		", outbound s2cs pid " + strconv.Itoa(tb.out.PID()) + " at " + tb.out.Addr +
-		"; consumer listens on " + tb.consumer.Addr().String()
+// describe names the gateway processes, for the output.
+func (lp *localPair) describe() string {
+	cons := "a consumer elsewhere"
+	if lp.consumer != nil {
+		cons = lp.consumer.Addr().String()
+	}
+	return "inbound s2cs pid " + strconv.Itoa(lp.in.PID()) + " at " + lp.in.Addr +
+		", outbound s2cs pid " + strconv.Itoa(lp.out.PID()) + " at " + lp.out.Addr +
+		"; consumer listens on " + cons
+}
+
+// pids returns the gateway processes' PIDs.
+func (lp *localPair) pids() []int { return []int{lp.in.PID(), lp.out.PID()} }
+
+// cpu returns the CPU time both gateway processes have used so far.
+func (lp *localPair) cpu() (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range lp.pids() {
+		d, err := bench.ProcessCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
 }

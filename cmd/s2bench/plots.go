@@ -1,0 +1,237 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"scistream/internal/bench"
+)
+
+// Colours and markers per path, the same in every plot.
+var pathStyle = map[string]struct {
+	c     color.Color
+	shape draw.GlyphDrawer
+	dash  []vg.Length
+}{
+	pathDirect:   {color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, draw.CircleGlyph{}, nil},
+	pathGateways: {color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, draw.TriangleGlyph{}, []vg.Length{vg.Points(4), vg.Points(2)}},
+}
+
+// writePlots writes, like seed 000 Fig. 6 and 7 and seed 001 Fig. 8:
+// goodput and jitter against message size (median over repetitions, with
+// min-max bars), direct vs gateways, one line per path and pair count;
+// goodput against pair count when several counts ran; and in
+// request-reply mode the RTT CDF of each path per size (all repetitions
+// pooled). It returns the files written.
+func writePlots(dir, format string, recs []record) ([]string, error) {
+	var files []string
+	save := func(p *plot.Plot, name string) error {
+		f := filepath.Join(dir, name+"."+format)
+		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
+			return err
+		}
+		files = append(files, f)
+		return nil
+	}
+	var pairsList, sizes []int
+	for _, r := range recs {
+		if !slices.Contains(pairsList, r.Pairs) {
+			pairsList = append(pairsList, r.Pairs)
+		}
+		if !slices.Contains(sizes, r.SizeBytes) {
+			sizes = append(sizes, r.SizeBytes)
+		}
+	}
+	slices.Sort(sizes)
+	slices.Sort(pairsList)
+
+	for _, m := range []struct {
+		name, title, ylabel string
+		f                   func(record) float64
+	}{
+		{"goodput_vs_size", "Goodput against message size", "goodput (MB/s)", func(r record) float64 { return r.GoodputMBps }},
+		{"jitter_vs_size", "Jitter (std. dev. of inter-arrival) against message size", "jitter (µs)", func(r record) float64 { return r.JitterUS }},
+	} {
+		p := newPlot(m.title, "message size (bytes)", m.ylabel)
+		p.Y.Min = 0
+		p.Legend.Left = true
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = sizeTicks(sizes)
+		for _, pairs := range pairsList {
+			for _, path := range paths {
+				xs, ys, lo, hi := series(recs, sizes, func(r record, size int) bool {
+					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
+				}, m.f)
+				label := path
+				if len(pairsList) > 1 {
+					label = fmt.Sprintf("%s, %d pairs", path, pairs)
+				}
+				if err := addSeries(p, label, path, xs, ys, lo, hi); err != nil {
+					return files, err
+				}
+			}
+		}
+		if err := save(p, m.name); err != nil {
+			return files, err
+		}
+	}
+
+	if len(pairsList) > 1 {
+		p := newPlot("Aggregate goodput against producer/consumer pairs", "pairs", "goodput (MB/s)")
+		p.Y.Min = 0
+		p.Legend.Left = true
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = intTicks(pairsList)
+		for _, size := range sizes {
+			for _, path := range paths {
+				xs, ys, lo, hi := series(recs, pairsList, func(r record, pairs int) bool {
+					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
+				}, func(r record) float64 { return r.GoodputMBps })
+				label := path
+				if len(sizes) > 1 {
+					label = fmt.Sprintf("%s, %s", path, bench.FormatBytes(int64(size)))
+				}
+				if err := addSeries(p, label, path, xs, ys, lo, hi); err != nil {
+					return files, err
+				}
+			}
+		}
+		if err := save(p, "goodput_vs_pairs"); err != nil {
+			return files, err
+		}
+	}
+
+	for _, size := range sizes {
+		var any bool
+		p := newPlot(fmt.Sprintf("RTT CDF, %s messages (request-reply, all runs pooled)", bench.FormatBytes(int64(size))), "round-trip time (µs)", "fraction of messages ≤ x")
+		for _, path := range paths {
+			var samples []float64
+			for _, r := range recs {
+				if r.SizeBytes == size && r.Path == path && r.Pairs == pairsList[0] {
+					for _, d := range r.rtt {
+						samples = append(samples, float64(d)/1e3)
+					}
+				}
+			}
+			if len(samples) == 0 {
+				continue
+			}
+			any = true
+			slices.Sort(samples)
+			x, y := bench.CDF(samples, 2000)
+			xys := make(plotter.XYs, len(x))
+			for i := range x {
+				xys[i].X, xys[i].Y = max(x[i], 0.1), y[i] // a log axis needs x > 0
+			}
+			l, err := plotter.NewLine(xys)
+			if err != nil {
+				return files, err
+			}
+			st := pathStyle[path]
+			l.Color, l.Dashes, l.Width = st.c, st.dash, vg.Points(1.5)
+			p.Add(l)
+			p.Legend.Add(fmt.Sprintf("%s (p50 %.0f µs, p99 %.0f µs)", path, bench.Percentile(samples, 50), bench.Percentile(samples, 99)), l)
+		}
+		if !any {
+			continue
+		}
+		// Round-trip times span orders of magnitude (the tail matters):
+		// a log axis keeps the body and the tail readable.
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min, p.Y.Max = 0, 1
+		p.Legend.Top, p.Legend.Left = false, false
+		if err := save(p, "rtt_cdf_"+bench.FormatBytes(int64(size))); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// series returns, for each x in xs that has runs (selected by match),
+// the median, minimum and maximum of f over those runs.
+func series(recs []record, xs []int, match func(record, int) bool, f func(record) float64) (x, med, lo, hi []float64) {
+	for _, v := range xs {
+		var ys []float64
+		for _, r := range recs {
+			if r.IntegrityOK && match(r, v) {
+				ys = append(ys, f(r))
+			}
+		}
+		if len(ys) == 0 {
+			continue
+		}
+		l, h := bench.MinMax(ys)
+		x, med, lo, hi = append(x, float64(v)), append(med, bench.Median(ys)), append(lo, l), append(hi, h)
+	}
+	return x, med, lo, hi
+}
+
+// errPoints are median points with min-max bars.
+type errPoints struct {
+	plotter.XYs
+	plotter.YErrors
+}
+
+func addSeries(p *plot.Plot, label, path string, x, y, lo, hi []float64) error {
+	if len(x) == 0 {
+		return nil
+	}
+	pts := errPoints{XYs: make(plotter.XYs, len(x)), YErrors: make(plotter.YErrors, len(x))}
+	for i := range x {
+		pts.XYs[i].X, pts.XYs[i].Y = x[i], y[i]
+		pts.YErrors[i].Low, pts.YErrors[i].High = y[i]-lo[i], hi[i]-y[i]
+	}
+	st := pathStyle[path]
+	l, sc, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return err
+	}
+	l.Color, l.Dashes, l.Width = st.c, st.dash, vg.Points(1.5)
+	sc.GlyphStyle.Color, sc.GlyphStyle.Shape, sc.GlyphStyle.Radius = st.c, st.shape, vg.Points(3)
+	bars, err := plotter.NewYErrorBars(pts)
+	if err != nil {
+		return err
+	}
+	bars.LineStyle.Color = st.c
+	p.Add(l, sc, bars)
+	p.Legend.Add(label, l, sc)
+	return nil
+}
+
+// sizeTicks labels each message size with its unit (512B, 1KiB, ...).
+func sizeTicks(sizes []int) plot.Ticker {
+	var t plot.ConstantTicks
+	for _, s := range sizes {
+		t = append(t, plot.Tick{Value: float64(s), Label: bench.FormatBytes(int64(s))})
+	}
+	if len(sizes) == 1 { // a log axis needs a range: widen around the one size
+		t = append(t, plot.Tick{Value: float64(sizes[0]) / 2}, plot.Tick{Value: float64(sizes[0]) * 2})
+	}
+	return t
+}
+
+func intTicks(xs []int) plot.Ticker {
+	var t plot.ConstantTicks
+	for _, x := range xs {
+		t = append(t, plot.Tick{Value: float64(x), Label: fmt.Sprint(x)})
+	}
+	return t
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"scistream/internal/bench"
+	"scistream/internal/cliflag"
+)
+
+type producerConfig struct {
+	plan       *plan
+	connect    string
+	path       string
+	pairs      int
+	reps       int
+	jsonPath   string
+	progress   string
+	runTimeout time.Duration
+	idle       time.Duration
+}
+
+const producerUsage = `usage: s2bench producer --connect HOST:PORT [--path direct|gateways] [--workload ...] [--bytes N | --messages N | --duration D]
+                        [--rate R] [--mode throughput|rr] [--pairs N] [--reps 1] [--json FILE]
+
+The producer role as its own process: opens --pairs connections to HOST:PORT
+(an s2bench consumer, or a gateway listener in front of one), sends each a run
+header then the verified messages, and prints what it measured (send rate, and
+in rr mode the round-trip times). The consumer verifies and measures goodput,
+latency and jitter. --path labels the records of both sides.`
+
+func parseProducer(args []string, stderr io.Writer) (*producerConfig, error) {
+	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var wf workloadFlags
+	wf.register(fs)
+	var (
+		connect    = fs.String("connect", "", "HOST:PORT of the consumer or of the producer-side gateway listener (required)")
+		path       = fs.String("path", pathDirect, "label of the path in both sides' records: direct or gateways (any short word)")
+		pairs      = fs.Int("pairs", 1, "connections at once, each its own pair")
+		reps       = fs.Int("reps", 1, "repetitions of each size")
+		jsonPath   = fs.String("json", "", "also write every run as a JSON array of records to FILE")
+		progress   = fs.String("progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on or off")
+		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
+		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
+	)
+	cliflag.AddAliases(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, producerUsage)
+		fmt.Fprintln(stderr)
+		cliflag.PrintDefaults(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q: every producer option is a --flag", fs.Arg(0))
+	}
+	wf.set = flagsSet(fs)
+	cfg := &producerConfig{connect: *connect, path: *path, pairs: *pairs, reps: *reps, jsonPath: *jsonPath,
+		progress: *progress, runTimeout: *runTimeout, idle: *idle}
+	if cfg.connect == "" {
+		return nil, usagef("--connect is required: give the consumer's (or the gateway listener's) HOST:PORT")
+	}
+	if _, _, err := net.SplitHostPort(cfg.connect); err != nil {
+		return nil, usagef("--connect %q: %v; give HOST:PORT, e.g. 127.0.0.1:8080", cfg.connect, err)
+	}
+	if err := (bench.Hello{Spec: bench.Spec{Size: 1, Bytes: 1}, Pairs: 1, Path: cfg.path}).Validate(); err != nil {
+		return nil, usagef("--path %q: give a word of at most %d printable characters, e.g. gateways", cfg.path, bench.MaxPathLen)
+	}
+	if cfg.pairs < 1 || cfg.pairs > bench.MaxPairs {
+		return nil, usagef("--pairs %d out of range: give 1 to %d", cfg.pairs, bench.MaxPairs)
+	}
+	var err error
+	if cfg.plan, err = wf.resolve(cfg.pairs); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.reps < 1 || cfg.reps > maxReps:
+		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
+	case cfg.runTimeout <= 0:
+		return nil, usagef("--run_timeout must be positive, e.g. 5m")
+	case cfg.idle <= 0:
+		return nil, usagef("--idle_timeout must be positive, e.g. 30s")
+	case cfg.progress != "auto" && cfg.progress != "on" && cfg.progress != "off":
+		return nil, usagef("--progress %q: use auto, on or off", cfg.progress)
+	case cfg.plan.duration > 0 && cfg.plan.duration >= cfg.runTimeout:
+		return nil, usagef("--duration %s is not below --run_timeout %s: lower --duration or raise --run_timeout", cfg.plan.duration, cfg.runTimeout)
+	}
+	if cfg.jsonPath != "" {
+		if err := checkOutPath("--json", cfg.jsonPath); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseProducer(args, stderr)
+	if err != nil {
+		return err
+	}
+	p := cfg.plan
+	fmt.Fprintf(stdout, "s2bench producer: to %s (path %s), workload %s, %d size(s), %d pair(s), %d repetition(s)\n",
+		cfg.connect, cfg.path, p.name, len(p.sizes), cfg.pairs, cfg.reps)
+	prog := newProgress(stderr, cfg.progress)
+	defer prog.stop()
+	tag, seed := rand.Uint32(), rand.Uint64()
+	var recs []record
+	for rep := 1; rep <= cfg.reps; rep++ {
+		for _, size := range p.sizes {
+			per, _ := p.perPair(size, cfg.pairs)
+			h := bench.Hello{Mode: p.mode, Spec: bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
+				Group: tag, Pairs: cfg.pairs, Rate: p.rate.PerSecond(size), Path: cfg.path}
+			tag += uint32(cfg.pairs)
+			label := fmt.Sprintf("run %d %s x%d rep %d", len(recs)+1, bench.FormatBytes(int64(size)), cfg.pairs, rep)
+			var counter atomic.Int64
+			prog.start(label, &counter, per*int64(cfg.pairs))
+			rec, err := produceRun(ctx, cfg, h, &counter)
+			prog.end()
+			rec.Rep, rec.Workload = rep, p.name
+			recs = append(recs, rec)
+			fmt.Fprintf(stdout, "%s: sent %d messages, %d bytes, %.1f MB/s%s  %s\n", label, rec.Messages, rec.Bytes, rec.GoodputMBps, rttText(rec), status(ctx, err))
+			if cfg.jsonPath != "" {
+				if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
+					return errors.Join(err, jerr)
+				}
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+				}
+				return fmt.Errorf("run %d (%s) FAILED: %w", len(recs), bench.FormatBytes(int64(size)), err)
+			}
+		}
+	}
+	if cfg.jsonPath != "" {
+		fmt.Fprintf(stdout, "wrote %d records to %s\n", len(recs), cfg.jsonPath)
+	}
+	return nil
+}
+
+// produceRun sends one run over cfg.pairs connections at once. Its record
+// holds what the producer measured: payload sent over the longest pair's
+// sending time (goodput_MBps, side "producer") and the round-trip times.
+func produceRun(ctx context.Context, cfg *producerConfig, h bench.Hello, counter *atomic.Int64) (record, error) {
+	rec := record{Path: h.Path, Side: "producer", SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
+	if cfg.plan.duration > 0 {
+		rec.DurationS = cfg.plan.duration.Seconds()
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.runTimeout)
+	defer cancel()
+	end, _ := ctx.Deadline()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex // guards pairs and errs
+		pairs = make([]bench.Pair, h.Pairs)
+		errs  []error
+	)
+	for i := range h.Pairs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := h
+			p.Pair, p.Spec.Run = i, h.Spec.Run+uint32(i)
+			d := net.Dialer{Timeout: cfg.idle}
+			nc, err := d.DialContext(ctx, "tcp", cfg.connect)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("pair %d: connect to %s: %w", i, cfg.connect, err))
+				mu.Unlock()
+				cancel()
+				return
+			}
+			defer nc.Close()
+			sr, err := bench.Send(ctx, nc.(*net.TCPConn), p, bench.SendOptions{Idle: cfg.idle, End: end, Duration: cfg.plan.duration, Sent: counter})
+			mu.Lock()
+			defer mu.Unlock()
+			pairs[i].Send = sr
+			if err != nil {
+				errs = append(errs, fmt.Errorf("pair %d: %w", i, err))
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	var longest time.Duration
+	var rtt []time.Duration
+	for i, p := range pairs {
+		if p.Send == nil {
+			continue
+		}
+		rec.Messages += p.Send.Messages
+		rec.Bytes += p.Send.Bytes
+		longest = max(longest, p.Send.Elapsed)
+		rtt = append(rtt, p.Send.RTT...)
+		if h.Pairs > 1 {
+			pr := pairRecord{Pair: i, Messages: p.Send.Messages, Bytes: p.Send.Bytes}
+			if p.Send.Elapsed > 0 {
+				pr.GoodputMBps = float64(p.Send.Bytes) / p.Send.Elapsed.Seconds() / 1e6
+			}
+			if len(p.Send.RTT) > 0 {
+				q := bench.SummarizeRTT(p.Send.RTT)
+				pr.RTTP50US, pr.RTTP99US = q.P50, q.P99
+			}
+			rec.PerPair = append(rec.PerPair, pr)
+		}
+	}
+	if longest > 0 {
+		rec.GoodputMBps = float64(rec.Bytes) / longest.Seconds() / 1e6
+		rec.MsgsPerS = float64(rec.Messages) / longest.Seconds()
+	}
+	if q := bench.SummarizeRTT(rtt); q.N > 0 {
+		rec.RTTSamples, rec.RTTMeanUS, rec.RTTP50US, rec.RTTP90US, rec.RTTP99US, rec.RTTMaxUS = q.N, q.Mean, q.P50, q.P90, q.P99, q.Max
+	}
+	if len(errs) > 0 {
+		rec.Error = errs[0].Error()
+		for _, e := range errs {
+			if bench.IsIntegrity(e) {
+				return rec, e
+			}
+		}
+		return rec, errs[0]
+	}
+	rec.IntegrityOK = true
+	return rec, nil
+}

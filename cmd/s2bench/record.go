@@ -1,0 +1,241 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"scistream/internal/bench"
+)
+
+// Paths, in the order each repetition runs them.
+const (
+	pathDirect   = "direct"
+	pathGateways = "gateways"
+)
+
+var paths = []string{pathDirect, pathGateways}
+
+// record is one run (one path, one size, one pair count, one repetition)
+// in the --json output. The names of its fields are API: scripts read
+// them; add fields, never rename one.
+type record struct {
+	Path string `json:"path"`
+	// Side is "producer" or "consumer" in the records of those roles
+	// (empty in compare, which measures both).
+	Side        string  `json:"side,omitempty"`
+	Workload    string  `json:"workload"`
+	Mode        string  `json:"mode"`
+	Rep         int     `json:"rep"`
+	SizeBytes   int     `json:"size_bytes"`
+	Pairs       int     `json:"pairs"`
+	Messages    int64   `json:"messages"`
+	Bytes       int64   `json:"bytes"`
+	GoodputMBps float64 `json:"goodput_MBps"`
+	MsgsPerS    float64 `json:"msgs_per_s"`
+	LatencyUS   float64 `json:"latency_us"`
+	JitterUS    float64 `json:"jitter_us"`
+	// Request-reply mode only: round-trip times at the producer, over
+	// every message of every pair (nearest-rank percentiles).
+	RTTSamples int     `json:"rtt_samples,omitempty"`
+	RTTMeanUS  float64 `json:"rtt_mean_us,omitempty"`
+	RTTP50US   float64 `json:"rtt_p50_us,omitempty"`
+	RTTP90US   float64 `json:"rtt_p90_us,omitempty"`
+	RTTP99US   float64 `json:"rtt_p99_us,omitempty"`
+	RTTMaxUS   float64 `json:"rtt_max_us,omitempty"`
+	// RateMsgsPerS is the pacing target per pair (0: as fast as possible).
+	RateMsgsPerS float64 `json:"rate_msgs_per_s,omitempty"`
+	// DurationS is the sending time of an open-ended run.
+	DurationS float64 `json:"duration_s,omitempty"`
+	// Gateway path with local gateways only: CPU seconds (user+system)
+	// both s2cs processes used during the run, and per 10^9 payload bytes.
+	GwCPUS      *float64 `json:"gw_cpu_s,omitempty"`
+	GwCPUSPerGB *float64 `json:"gw_cpu_s_per_GB,omitempty"`
+	IntegrityOK bool     `json:"integrity_ok"`
+	Error       string   `json:"error,omitempty"`
+	Engine      string   `json:"engine,omitempty"`
+	WAN         string   `json:"wan,omitempty"`
+	// PerPair holds each pair's own numbers when there are several.
+	PerPair []pairRecord `json:"per_pair,omitempty"`
+
+	rtt []time.Duration // samples, for the CDF plot
+}
+
+// pairRecord is one pair's share of a run.
+type pairRecord struct {
+	Pair        int     `json:"pair"`
+	Messages    int64   `json:"messages"`
+	Bytes       int64   `json:"bytes"`
+	GoodputMBps float64 `json:"goodput_MBps"`
+	LatencyUS   float64 `json:"latency_us"`
+	JitterUS    float64 `json:"jitter_us"`
+	RTTP50US    float64 `json:"rtt_p50_us,omitempty"`
+	RTTP99US    float64 `json:"rtt_p99_us,omitempty"`
+}
+
+// fill sets r's measurements from a run's result.
+func (r *record) fill(res *bench.RunResult) {
+	if res == nil {
+		return
+	}
+	s := res.Summary
+	r.Messages, r.Bytes = s.Messages, s.Bytes
+	r.GoodputMBps, r.MsgsPerS = s.GoodputBps/1e6, s.MsgsPerSec
+	r.LatencyUS, r.JitterUS = s.LatencyUS, s.JitterUS
+	if s.RTT.N > 0 {
+		r.RTTSamples, r.RTTMeanUS = s.RTT.N, s.RTT.Mean
+		r.RTTP50US, r.RTTP90US, r.RTTP99US, r.RTTMaxUS = s.RTT.P50, s.RTT.P90, s.RTT.P99, s.RTT.Max
+		r.rtt = s.RTTSamples
+	}
+	if len(res.Pairs) < 2 {
+		return
+	}
+	for i, p := range res.Pairs {
+		pr := pairRecord{Pair: i}
+		if p.Recv != nil {
+			m := p.Recv.Measure
+			pr.Messages, pr.Bytes, pr.GoodputMBps, pr.LatencyUS, pr.JitterUS = m.Messages, m.Bytes, m.GoodputBps/1e6, m.LatencyUS, m.JitterUS
+		}
+		if p.Send != nil && len(p.Send.RTT) > 0 {
+			q := bench.SummarizeRTT(p.Send.RTT)
+			pr.RTTP50US, pr.RTTP99US = q.P50, q.P99
+		}
+		r.PerPair = append(r.PerPair, pr)
+	}
+}
+
+// groupKey identifies the runs one table row summarises.
+type groupKey struct {
+	pairs, size int
+	path        string
+}
+
+// groups returns the distinct (pairs, size) in the order of recs.
+func groups(recs []record) [][2]int {
+	var out [][2]int
+	for _, r := range recs {
+		k := [2]int{r.Pairs, r.SizeBytes}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func pick(recs []record, k groupKey, f func(record) float64) []float64 {
+	var xs []float64
+	for _, r := range recs {
+		if r.Pairs == k.pairs && r.SizeBytes == k.size && r.Path == k.path && r.IntegrityOK {
+			xs = append(xs, f(r))
+		}
+	}
+	return xs
+}
+
+// printTable prints one row per (pairs, size, path): the median, minimum
+// and maximum goodput over the repetitions, the medians of the other
+// measures, and on the gateways row the ratio of its median goodput to
+// the direct path's.
+func printTable(w io.Writer, recs []record, rr, cpu bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := "pairs\tsize\tpath\truns\tgoodput MB/s\tmin\tmax\tmsgs/s\tlatency_us\tjitter_us\t"
+	if rr {
+		hdr += "rtt_p50_us\trtt_p99_us\t"
+	}
+	if cpu {
+		hdr += "gw_cpu_s/GB\t"
+	}
+	fmt.Fprintln(tw, hdr+"gw/direct\tintegrity\t")
+	for _, g := range groups(recs) {
+		direct := bench.Median(pick(recs, groupKey{g[0], g[1], pathDirect}, func(r record) float64 { return r.GoodputMBps }))
+		for _, p := range paths {
+			k := groupKey{g[0], g[1], p}
+			n, ok := 0, 0
+			for _, r := range recs {
+				if r.Pairs == k.pairs && r.SizeBytes == k.size && r.Path == p {
+					n++
+					if r.IntegrityOK {
+						ok++
+					}
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			gp := pick(recs, k, func(r record) float64 { return r.GoodputMBps })
+			lo, hi := bench.MinMax(gp)
+			med := bench.Median(gp)
+			line := fmt.Sprintf("%d\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.2f\t%.2f\t", k.pairs, bench.FormatBytes(int64(k.size)), p, n,
+				med, lo, hi, bench.Median(pick(recs, k, func(r record) float64 { return r.MsgsPerS })),
+				bench.Median(pick(recs, k, func(r record) float64 { return r.LatencyUS })),
+				bench.Median(pick(recs, k, func(r record) float64 { return r.JitterUS })))
+			if rr {
+				line += fmt.Sprintf("%.1f\t%.1f\t", bench.Median(pick(recs, k, func(r record) float64 { return r.RTTP50US })),
+					bench.Median(pick(recs, k, func(r record) float64 { return r.RTTP99US })))
+			}
+			if cpu {
+				c := pick(recs, k, func(r record) float64 {
+					if r.GwCPUSPerGB == nil {
+						return -1
+					}
+					return *r.GwCPUSPerGB
+				})
+				if p == pathGateways && len(c) > 0 && bench.Median(c) >= 0 {
+					line += fmt.Sprintf("%.2f\t", bench.Median(c))
+				} else {
+					line += "-\t"
+				}
+			}
+			if p == pathGateways && direct > 0 {
+				line += fmt.Sprintf("%.3f\t", med/direct)
+			} else {
+				line += "\t"
+			}
+			fmt.Fprintf(tw, "%sok %d/%d\t\n", line, ok, n)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(goodput MB/s = 10^6 payload bytes/s at the consumer from the first message's arrival to the last's, median over")
+	fmt.Fprintln(w, " runs with min and max; latency_us = mean inter-arrival, jitter_us = its standard deviation, mean over pairs;")
+	if rr {
+		fmt.Fprintln(w, " rtt = request-reply round trip at the producer, nearest-rank percentiles over every message;")
+	}
+	if cpu {
+		fmt.Fprintf(w, " gw_cpu_s/GB = user+system CPU seconds of both s2cs processes per 10^9 payload bytes, %d ms resolution;\n", 1000/bench.ClockTicks)
+	}
+	fmt.Fprintln(w, " gw/direct = ratio of the median goodputs)")
+}
+
+// checkOutPath checks that a file can be created at path.
+func checkOutPath(flagName, path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return usagef("%s %s is a directory: give a file name", flagName, path)
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return usagef("%s %s: directory %s does not exist; create it or choose another path", flagName, path, filepath.Dir(path))
+	}
+	return nil
+}
+
+// writeJSON writes v to path (through a temporary file, so a reader never
+// sees half a file).
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("--json: %w", err)
+	}
+	return nil
+}
