@@ -189,11 +189,6 @@ func TestRunPacedAndOpenEnded(t *testing.T) {
 	if r.Summary.Messages != 100 {
 		t.Fatalf("%d messages", r.Summary.Messages)
 	}
-	// Inter-arrival mean close to the pacing interval (1 ms); generous
-	// bounds: the schedule is fixed, so the mean cannot be below it.
-	if l := r.Summary.LatencyUS; l < 990 {
-		t.Fatalf("mean inter-arrival %.1f us at 1000 msg/s", l)
-	}
 
 	open := Spec{Size: 512, Seed: 3, Run: 2}
 	r = runOK(t, Hello{Spec: open, Pairs: 2, Rate: 2000}, RunOptions{Duration: 150 * time.Millisecond})
