@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +17,12 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/cliflag"
 	"scistream/internal/localgw"
+	"scistream/internal/relay"
 )
+
+// knownWANs are the WAN transports compare can ask for; whether the s2cs
+// at hand provides one is checked against its /v1/info once it runs.
+var knownWANs = []string{api.WANTLS, api.WANTCP, "quic"}
 
 type compareConfig struct {
 	plan       *plan
@@ -52,8 +58,8 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	var (
 		pairsS     = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
 		reps       = fs.Int("reps", 3, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
-		engine     = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): splice or buffer")
-		wanT       = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, or tcp (s2cs --insecure_tcp_wan)")
+		engine     = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Engines(), ", "))
+		wanT       = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, tcp (s2cs --insecure_tcp_wan), or quic where s2cs provides it")
 		jsonPath   = fs.String("json", "", "also write every run as a JSON array of records to FILE")
 		plotsDir   = fs.String("plots", "", "write plots (goodput and jitter against message size, RTT CDF in rr mode) to DIR")
 		plotFormat = fs.String("plot_format", "svg", "plot file format: svg or png")
@@ -90,10 +96,10 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	switch {
 	case cfg.reps < 1 || cfg.reps > maxReps:
 		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
-	case cfg.engine != "splice" && cfg.engine != "buffer":
-		return nil, usagef("--engine %q: use splice or buffer", cfg.engine)
-	case cfg.wan != api.WANTLS && cfg.wan != api.WANTCP:
-		return nil, usagef("--wan %q: use tls or tcp", cfg.wan)
+	case !slices.Contains(relay.Engines(), cfg.engine):
+		return nil, usagef("--engine %q: use one of %s", cfg.engine, strings.Join(relay.Engines(), ", "))
+	case !slices.Contains(knownWANs, cfg.wan):
+		return nil, usagef("--wan %q: use one of %s", cfg.wan, strings.Join(knownWANs, ", "))
 	case cfg.runTimeout <= 0:
 		return nil, usagef("--run_timeout must be positive, e.g. 5m")
 	case cfg.idle <= 0:

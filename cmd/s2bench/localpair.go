@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +109,16 @@ func startLocalPair(ctx context.Context, cfg localPairConfig) (_ *localPair, err
 	}
 	if lp.outC, err = lp.out.Client(token); err != nil {
 		return nil, err
+	}
+	info, err := lp.inC.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("gateway info: %w", err)
+	}
+	if !slices.Contains(info.WAN, cfg.wan) {
+		return nil, usagef("--wan %s: this s2cs (%s) offers WAN %s; choose one of those or build an s2cs that has %s", cfg.wan, cfg.s2cs, strings.Join(info.WAN, ", "), cfg.wan)
+	}
+	if !slices.Contains(info.Engines, cfg.engine) {
+		return nil, usagef("--engine %s: this s2cs (%s) offers engines %s", cfg.engine, cfg.s2cs, strings.Join(info.Engines, ", "))
 	}
 	consumerIP, port := ips[2], 0
 	if cfg.consumer != nil {

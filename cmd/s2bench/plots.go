@@ -54,14 +54,22 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 
 	for _, m := range []struct {
 		name, title, ylabel string
+		logY                bool
 		f                   func(record) float64
 	}{
-		{"goodput_vs_size", "Goodput against message size", "goodput (MB/s)", func(r record) float64 { return r.GoodputMBps }},
-		{"jitter_vs_size", "Jitter (std. dev. of inter-arrival) against message size", "jitter (µs)", func(r record) float64 { return r.JitterUS }},
+		{"goodput_vs_size", "Goodput against message size", "goodput (MB/s)", false, func(r record) float64 { return r.GoodputMBps }},
+		// Jitter spans orders of magnitude across sizes: log axis, floored
+		// at 0.01 µs so a zero stays drawable.
+		{"jitter_vs_size", "Jitter (std. dev. of inter-arrival) against message size", "jitter (µs, log scale)", true, func(r record) float64 { return max(r.JitterUS, 0.01) }},
 	} {
 		p := newPlot(m.title, "message size (bytes)", m.ylabel)
-		p.Y.Min = 0
 		p.Legend.Left = true
+		if m.logY {
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		} else {
+			p.Y.Min = 0
+		}
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = sizeTicks(sizes)
 		for _, pairs := range pairsList {
