@@ -22,8 +22,12 @@ type consumerConfig struct {
 	idle       time.Duration
 }
 
-// maxConsumerConns bounds the connections a consumer serves at once.
-const maxConsumerConns = 2 * bench.MaxPairs
+// maxConsumerConns bounds the connections a consumer serves at once, and
+// maxPendingRuns the runs some of whose connections are still to come.
+const (
+	maxConsumerConns = 2 * bench.MaxPairs
+	maxPendingRuns   = 64
+)
 
 const consumerUsage = `usage: s2bench consumer --listen HOST:PORT [--runs N] [--json FILE]
 
@@ -89,6 +93,9 @@ type consumerRun struct {
 	seen  []bool
 	done  int
 	err   error
+	// wait fails the run if its missing connections do not come within
+	// the idle timeout after the last one ended (a producer that died).
+	wait *time.Timer
 }
 
 func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -118,8 +125,14 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		failures int
 		outErr   error
 	)
-	// finish records a completed run; mu is held.
+	// finish records a completed (or abandoned) run; mu is held.
 	finish := func(cr *consumerRun) {
+		if runs[cr.hello.Group] != cr {
+			return // finished already
+		}
+		if cr.wait != nil {
+			cr.wait.Stop()
+		}
 		delete(runs, cr.hello.Group)
 		s := bench.Aggregate(cr.pairs)
 		rec := record{Path: cr.hello.Path, Side: "consumer", SizeBytes: cr.hello.Spec.Size, Pairs: cr.hello.Pairs,
@@ -187,8 +200,14 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				defer mu.Unlock()
 				r := runs[h.Group]
 				if r == nil {
+					if len(runs) >= maxPendingRuns {
+						return fmt.Errorf("%d runs are waiting for connections already; refusing run %08x", len(runs), h.Group)
+					}
 					r = &consumerRun{hello: h, pairs: make([]bench.Pair, h.Pairs), seen: make([]bool, h.Pairs)}
 					runs[h.Group] = r
+				}
+				if r.wait != nil {
+					r.wait.Stop()
 				}
 				if r.hello.Pairs != h.Pairs || r.seen[h.Pair] {
 					return fmt.Errorf("pair %d of %d of run %08x is unexpected or a duplicate", h.Pair, h.Pairs, h.Group)
@@ -211,6 +230,17 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			}
 			if cr.done++; cr.done == cr.hello.Pairs {
 				finish(cr)
+			} else if cr.done == countSeen(cr.seen) {
+				// Every connection that came has ended; give the rest
+				// the idle timeout to arrive.
+				cr.wait = time.AfterFunc(cfg.idle, func() {
+					mu.Lock()
+					defer mu.Unlock()
+					if cr.done == countSeen(cr.seen) {
+						cr.err = errors.Join(cr.err, fmt.Errorf("only %d of %d connections arrived within %s", cr.done, cr.hello.Pairs, cfg.idle))
+						finish(cr)
+					}
+				})
 			}
 		}()
 	}
@@ -221,6 +251,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		cr.err = errors.Join(cr.err, fmt.Errorf("only %d of %d connections arrived", cr.done, cr.hello.Pairs))
 		finish(cr)
 	}
+	runs = nil // a timer firing from now on finds nothing to finish
 	switch {
 	case outErr != nil:
 		return outErr
@@ -231,4 +262,14 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "s2bench consumer: %d run(s), all verified\n", finished)
 	return nil
+}
+
+func countSeen(seen []bool) int {
+	n := 0
+	for _, s := range seen {
+		if s {
+			n++
+		}
+	}
+	return n
 }

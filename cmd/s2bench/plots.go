@@ -14,19 +14,36 @@ import (
 	"scistream/internal/bench"
 )
 
-// Colours and markers per path, the same in every plot.
-var pathStyle = map[string]struct {
+// Colours and markers per path, the same in every plot: blues and
+// circles for direct, reds and triangles (dashed) for gateways; further
+// series of a path (other pair counts or sizes) take the next shade.
+type style struct {
 	c     color.Color
 	shape draw.GlyphDrawer
 	dash  []vg.Length
-}{
-	pathDirect:   {color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, draw.CircleGlyph{}, nil},
-	pathGateways: {color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, draw.TriangleGlyph{}, []vg.Length{vg.Points(4), vg.Points(2)}},
+}
+
+var shades = map[string][]color.RGBA{
+	pathDirect:   {{0x1f, 0x77, 0xb4, 0xff}, {0x08, 0x30, 0x6b, 0xff}, {0x6b, 0xae, 0xd6, 0xff}, {0x08, 0x51, 0x9c, 0xff}, {0x9e, 0xca, 0xe1, 0xff}},
+	pathGateways: {{0xd6, 0x27, 0x28, 0xff}, {0x67, 0x00, 0x0d, 0xff}, {0xfc, 0x92, 0x72, 0xff}, {0xa5, 0x0f, 0x15, 0xff}, {0xfb, 0x6a, 0x4a, 0xff}},
+}
+
+func pathStyle(path string, k int) style {
+	sh, ok := shades[path]
+	if !ok {
+		sh = []color.RGBA{{0x44, 0x44, 0x44, 0xff}}
+	}
+	st := style{c: sh[k%len(sh)], shape: draw.CircleGlyph{}}
+	if path == pathGateways {
+		st.shape, st.dash = draw.TriangleGlyph{}, []vg.Length{vg.Points(4), vg.Points(2)}
+	}
+	return st
 }
 
 // writePlots writes, like seed 000 Fig. 6 and 7 and seed 001 Fig. 8:
-// goodput and jitter against message size (median over repetitions, with
-// min-max bars), direct vs gateways, one line per path and pair count;
+// goodput and jitter against message size when several sizes ran (median
+// over repetitions, with min-max bars), direct vs gateways, one line per
+// path and pair count;
 // goodput against pair count when several counts ran; and in
 // request-reply mode the RTT CDF of each path per size (all repetitions
 // pooled). It returns the files written.
@@ -52,6 +69,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 	slices.Sort(sizes)
 	slices.Sort(pairsList)
 
+	// Against size only with several sizes: one point is no curve.
 	for _, m := range []struct {
 		name, title, ylabel string
 		logY                bool
@@ -62,6 +80,9 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		// at 0.01 µs so a zero stays drawable.
 		{"jitter_vs_size", "Jitter (std. dev. of inter-arrival) against message size", "jitter (µs, log scale)", true, func(r record) float64 { return max(r.JitterUS, 0.01) }},
 	} {
+		if len(sizes) < 2 {
+			break
+		}
 		p := newPlot(m.title, "message size (bytes)", m.ylabel)
 		p.Legend.Left = true
 		if m.logY {
@@ -72,7 +93,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		}
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = sizeTicks(sizes)
-		for _, pairs := range pairsList {
+		for k, pairs := range pairsList {
 			for _, path := range paths {
 				xs, ys, lo, hi := series(recs, sizes, func(r record, size int) bool {
 					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
@@ -81,11 +102,12 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 				if len(pairsList) > 1 {
 					label = fmt.Sprintf("%s, %d pairs", path, pairs)
 				}
-				if err := addSeries(p, label, path, xs, ys, lo, hi); err != nil {
+				if err := addSeries(p, label, pathStyle(path, k), xs, ys, lo, hi); err != nil {
 					return files, err
 				}
 			}
 		}
+		headroom(p, m.logY)
 		if err := save(p, m.name); err != nil {
 			return files, err
 		}
@@ -97,7 +119,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		p.Legend.Left = true
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = intTicks(pairsList)
-		for _, size := range sizes {
+		for k, size := range sizes {
 			for _, path := range paths {
 				xs, ys, lo, hi := series(recs, pairsList, func(r record, pairs int) bool {
 					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
@@ -106,11 +128,12 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 				if len(sizes) > 1 {
 					label = fmt.Sprintf("%s, %s", path, bench.FormatBytes(int64(size)))
 				}
-				if err := addSeries(p, label, path, xs, ys, lo, hi); err != nil {
+				if err := addSeries(p, label, pathStyle(path, k), xs, ys, lo, hi); err != nil {
 					return files, err
 				}
 			}
 		}
+		headroom(p, false)
 		if err := save(p, "goodput_vs_pairs"); err != nil {
 			return files, err
 		}
@@ -142,7 +165,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 			if err != nil {
 				return files, err
 			}
-			st := pathStyle[path]
+			st := pathStyle(path, 0)
 			l.Color, l.Dashes, l.Width = st.c, st.dash, vg.Points(1.5)
 			p.Add(l)
 			p.Legend.Add(fmt.Sprintf("%s (p50 %.0f µs, p99 %.0f µs)", path, bench.Percentile(samples, 50), bench.Percentile(samples, 99)), l)
@@ -161,6 +184,16 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		}
 	}
 	return files, nil
+}
+
+// headroom raises the top of the y axis so the legend (top left) does
+// not cover the data.
+func headroom(p *plot.Plot, logY bool) {
+	if logY {
+		p.Y.Max *= 4
+		return
+	}
+	p.Y.Max = p.Y.Min + 1.3*(p.Y.Max-p.Y.Min)
 }
 
 func newPlot(title, x, y string) *plot.Plot {
@@ -198,7 +231,7 @@ type errPoints struct {
 	plotter.YErrors
 }
 
-func addSeries(p *plot.Plot, label, path string, x, y, lo, hi []float64) error {
+func addSeries(p *plot.Plot, label string, st style, x, y, lo, hi []float64) error {
 	if len(x) == 0 {
 		return nil
 	}
@@ -207,7 +240,6 @@ func addSeries(p *plot.Plot, label, path string, x, y, lo, hi []float64) error {
 		pts.XYs[i].X, pts.XYs[i].Y = x[i], y[i]
 		pts.YErrors[i].Low, pts.YErrors[i].High = y[i]-lo[i], hi[i]-y[i]
 	}
-	st := pathStyle[path]
 	l, sc, err := plotter.NewLinePoints(pts)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/bench"
 	"scistream/internal/localgw"
 )
 
@@ -254,5 +255,61 @@ func TestCompareWorkloads(t *testing.T) {
 		if n, _ := r["messages"].(float64); n < 2 || n > 301 || r["rate_msgs_per_s"] != float64(1000) || r["duration_s"] != 0.3 || r["integrity_ok"] != true {
 			t.Errorf("paced record %v", r)
 		}
+	}
+}
+
+// sendRaw connects to addr, sends a run header and the given messages of
+// its run (corrupting message bad, if bad >= 0), and half-closes.
+func sendRaw(t *testing.T, addr string, h bench.Hello, msgs, bad int) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := bench.AppendHello(nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := bench.NewGenerator(h.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range msgs {
+		m := bytes.Clone(g.Message(uint64(i)))
+		if i == bad {
+			m[len(m)-1] ^= 0x40
+		}
+		b = append(b, m...)
+	}
+	c.Write(b)
+	c.(*net.TCPConn).CloseWrite()
+	io.Copy(io.Discard, c) // until the consumer closes or resets
+}
+
+// The consumer process fails a run loudly when a message is corrupted,
+// and when a pair's connection never comes (a producer that died), and
+// exits non-zero after --runs runs.
+func TestConsumerFailsLoudly(t *testing.T) {
+	dir := t.TempDir()
+	ip := localgw.RandomLoopback()
+	cons := startProc(t, nil, "consumer", "--listen", net.JoinHostPort(ip, "0"), "--runs", "2", "--idle_timeout", "1s", "--json", filepath.Join(dir, "c.json"))
+	addr := cons.waitLine(t, regexp.MustCompile(`listening on (\S+)`), 30*time.Second)[1]
+	spec := bench.Spec{Size: 1000, Bytes: 10_000, Seed: 5, Run: 1}
+	sendRaw(t, addr, bench.Hello{Spec: spec, Pairs: 1, Group: 1, Path: "gateways"}, 10, 4)
+	spec.Run = 2
+	sendRaw(t, addr, bench.Hello{Spec: spec, Pairs: 2, Group: 2, Path: "gateways"}, 10, -1) // pair 1 never comes
+	if code := cons.wait(t, time.Minute); code != 1 {
+		t.Fatalf("consumer exit %d, want 1:\n%s", code, cons.output())
+	}
+	out := cons.output()
+	for _, want := range []string{"INTEGRITY FAILED", "payload corrupted", "only 1 of 2 connections arrived", "2 of 2 runs FAILED"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	recs := readRecords(t, filepath.Join(dir, "c.json"))
+	if len(recs) != 2 || recs[0]["integrity_ok"] != false || recs[1]["integrity_ok"] != false || recs[0]["messages"] != float64(4) {
+		t.Errorf("records %v", recs)
 	}
 }
