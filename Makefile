@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`.
-.PHONY: demo test build setup clean
+.PHONY: demo test build setup clean perf
 
 build:
 	go build -o bin/ ./cmd/...
@@ -14,6 +14,10 @@ demo: setup
 
 test:
 	bash scripts/test.sh
+
+# The runs of docs/performance.md (about two minutes; use a quiet machine).
+perf: setup
+	bash scripts/perf.sh
 
 clean:
 	rm -rf bin

@@ -194,19 +194,20 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 					rec, rerr := runPath(ctx, lp, h, cfg, prog, label, stderr)
 					rec.Rep, rec.Engine, rec.WAN, rec.Workload = rep, cfg.engine, cfg.wan, p.name
 					recs = append(recs, rec)
-					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s  %s\n",
-						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), status(ctx, rerr))
+					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s%s  %s\n",
+						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), pairsText(rec), status(ctx, rerr))
 					if rerr != nil {
+						// Keep what was measured, the failed run included.
+						if cfg.jsonPath != "" {
+							if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
+								rerr = errors.Join(rerr, jerr)
+							}
+						}
 						if ctx.Err() != nil {
 							return fmt.Errorf("interrupted during %s run %d: %w", path, rep, context.Cause(ctx))
 						}
 						if path == pathGateways {
 							fmt.Fprint(stderr, lp.logTail(10))
-						}
-						if cfg.jsonPath != "" {
-							if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
-								rerr = errors.Join(rerr, jerr)
-							}
 						}
 						return fmt.Errorf("%s run (%s, %d pairs, rep %d) FAILED: %w", path, bench.FormatBytes(int64(size)), pairs, rep, rerr)
 					}
@@ -247,6 +248,19 @@ func rttText(r record) string {
 		return ""
 	}
 	return fmt.Sprintf("  rtt p50 %8.1f p99 %8.1f us", r.RTTP50US, r.RTTP99US)
+}
+
+// pairsText gives the spread of the pairs' own goodputs.
+func pairsText(r record) string {
+	if len(r.PerPair) < 2 {
+		return ""
+	}
+	var gp []float64
+	for _, p := range r.PerPair {
+		gp = append(gp, p.GoodputMBps)
+	}
+	lo, hi := bench.MinMax(gp)
+	return fmt.Sprintf("  per pair %.1f..%.1f MB/s", lo, hi)
 }
 
 func cpuText(r record) string {

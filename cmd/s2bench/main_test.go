@@ -150,11 +150,21 @@ func TestCompareInterrupted(t *testing.T) {
 			defer cancel()
 			w := &cancelWriter{trigger: trigger, cancel: cancel}
 			var stderr bytes.Buffer
-			err := run(ctx, []string{"compare", "--bytes", "64MiB", "--reps", "2", "--engine", "buffer", "--wan", "tcp", "--s2cs", s2csBin}, w, &stderr)
+			jsonPath := filepath.Join(t.TempDir(), "out.json")
+			err := run(ctx, []string{"compare", "--bytes", "64MiB", "--reps", "2", "--engine", "buffer", "--wan", "tcp", "--json", jsonPath, "--s2cs", s2csBin}, w, &stderr)
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("got %v, want context.Canceled\nstdout:\n%s\nstderr:\n%s", err, w.buf.String(), stderr.String())
 			}
 			checkGone(t, gatewayPIDs(t, w.buf.String()), tmp)
+			// Interrupted in a run: the runs so far, the interrupted one
+			// marked as not verified, are in the JSON file.
+			if strings.HasPrefix(trigger, "run") {
+				b, err := os.ReadFile(jsonPath)
+				var recs []map[string]any
+				if err != nil || json.Unmarshal(b, &recs) != nil || len(recs) < 2 || recs[len(recs)-1]["integrity_ok"] != false || recs[0]["integrity_ok"] != true {
+					t.Errorf("JSON after the interrupt (%v):\n%s", err, b)
+				}
+			}
 		})
 	}
 }
