@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -173,68 +172,22 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer connects to %s\n",
 		lp.outS.UID, ms(lp.setup), lp.target())
 
-	prog := newProgress(stderr, cfg.progress)
-	defer prog.stop()
-	tag := rand.Uint32()
-	seed := rand.Uint64()
-	var recs []record
-	total := len(cfg.pairs) * cfg.reps * len(p.sizes) * len(paths)
-	for _, pairs := range cfg.pairs {
-		for rep := 1; rep <= cfg.reps; rep++ {
-			for _, size := range p.sizes {
-				for _, path := range paths {
-					per, _ := p.perPair(size, pairs)
-					h := bench.Hello{
-						Mode:  p.mode,
-						Spec:  bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
-						Group: tag, Pairs: pairs, Rate: p.rate.PerSecond(size), Path: path,
-					}
-					tag += uint32(pairs) // every connection of the whole compare has its own tag
-					label := fmt.Sprintf("run %d/%d %-8s %7s x%d rep %d", len(recs)+1, total, path, bench.FormatBytes(int64(size)), pairs, rep)
-					rec, rerr := runPath(ctx, lp, h, cfg, prog, label, stderr)
-					rec.Rep, rec.Engine, rec.WAN, rec.Workload = rep, cfg.engine, cfg.wan, p.name
-					recs = append(recs, rec)
-					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s%s  %s\n",
-						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), pairsText(rec), status(ctx, rerr))
-					if rerr != nil {
-						// Keep what was measured, the failed run included.
-						if cfg.jsonPath != "" {
-							if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
-								rerr = errors.Join(rerr, jerr)
-							}
-						}
-						if ctx.Err() != nil {
-							return fmt.Errorf("interrupted during %s run %d: %w", path, rep, context.Cause(ctx))
-						}
-						if path == pathGateways {
-							fmt.Fprint(stderr, lp.logTail(10))
-						}
-						return fmt.Errorf("%s run (%s, %d pairs, rep %d) FAILED: %w", path, bench.FormatBytes(int64(size)), pairs, rep, rerr)
-					}
-				}
+	e := &experiment{
+		plan: p, pairs: cfg.pairs, reps: cfg.reps, paths: paths, engine: cfg.engine, wan: cfg.wan,
+		jsonPath: cfg.jsonPath, plotsDir: cfg.plotsDir, plotFormat: cfg.plotFormat, progress: cfg.progress, cpu: true,
+		runOne: func(ctx context.Context, h bench.Hello, prog *progress, label string) (record, error) {
+			return runPath(ctx, lp, h, cfg, prog, label, stderr)
+		},
+		onFail: func(path string) {
+			if path == pathGateways {
+				fmt.Fprint(stderr, lp.logTail(10))
 			}
-		}
+		},
 	}
-	prog.stop()
-
-	fmt.Fprintln(stdout)
-	printTable(stdout, recs, p.mode == bench.RequestReply, true)
+	if err := e.execute(ctx, stdout, stderr); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "stream setup (client.Wire): %.1f ms\n", ms(lp.setup))
-	if cfg.jsonPath != "" {
-		if err := writeJSON(cfg.jsonPath, recs); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %d records to %s\n", len(recs), cfg.jsonPath)
-	}
-	if cfg.plotsDir != "" {
-		files, err := writePlots(cfg.plotsDir, cfg.plotFormat, recs)
-		if err != nil {
-			return fmt.Errorf("plots: %w", err)
-		}
-		for _, f := range files {
-			fmt.Fprintf(stdout, "wrote plot %s\n", f)
-		}
-	}
 	closed = true
 	if err := lp.Close(); err != nil {
 		return fmt.Errorf("clean up: %w", err)

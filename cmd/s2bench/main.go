@@ -6,6 +6,7 @@
 //	s2bench compare   [--workload sweep|dstream|lstream|SIZE] ...   direct vs a local gateway pair, one command
 //	s2bench consumer  --listen ADDR [--runs N] [--json FILE]        the consumer role, as its own process
 //	s2bench producer  --connect ADDR [--workload ...] [--json FILE] the producer role, as its own process
+//	s2bench run       --direct ADDR --gateways ADDR [--workload ...] the driver across hosts (direct vs remote gateways)
 package main
 
 import (
@@ -57,6 +58,7 @@ var commands = map[string]command{
 	"compare":  {"run the same verified workload directly and through a local gateway pair", runCompare},
 	"consumer": {"receive and verify runs from s2bench producers (one process per host)", runConsumer},
 	"producer": {"send a verified workload to an s2bench consumer, directly or through gateways", runProducer},
+	"run":      {"drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", runDriver},
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

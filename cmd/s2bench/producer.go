@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,9 +32,10 @@ const producerUsage = `usage: s2bench producer --connect HOST:PORT [--path direc
 
 The producer role as its own process: opens --pairs connections to HOST:PORT
 (an s2bench consumer, or a gateway listener in front of one), sends each a run
-header then the verified messages, and prints what it measured (send rate, and
-in rr mode the round-trip times). The consumer verifies and measures goodput,
-latency and jitter. --path labels the records of both sides.`
+header then the verified messages. The consumer verifies every message, measures
+goodput, latency and jitter, and returns them at the end of each connection;
+the producer prints them with, in rr mode, the round-trip times it measured.
+--path labels the records of both sides. (s2bench run drives both paths.)`
 
 func parseProducer(args []string, stderr io.Writer) (*producerConfig, error) {
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
@@ -131,7 +131,8 @@ func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			prog.end()
 			rec.Rep, rec.Workload = rep, p.name
 			recs = append(recs, rec)
-			fmt.Fprintf(stdout, "%s: sent %d messages, %d bytes, %.1f MB/s%s  %s\n", label, rec.Messages, rec.Bytes, rec.GoodputMBps, rttText(rec), status(ctx, err))
+			fmt.Fprintf(stdout, "%s: %d messages, %d bytes, consumer: %.1f MB/s, latency %.2f us, jitter %.2f us%s  %s\n",
+				label, rec.Messages, rec.Bytes, rec.GoodputMBps, rec.LatencyUS, rec.JitterUS, rttText(rec), status(ctx, err))
 			if cfg.jsonPath != "" {
 				if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
 					return errors.Join(err, jerr)
@@ -152,86 +153,26 @@ func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 // produceRun sends one run over cfg.pairs connections at once. Its record
-// holds what the producer measured: payload sent over the longest pair's
-// sending time (goodput_MBps, side "producer") and the round-trip times.
+// holds the producer's round-trip times and, from the consumer's result
+// frames, the consumer's goodput, latency and jitter (side "producer").
 func produceRun(ctx context.Context, cfg *producerConfig, h bench.Hello, counter *atomic.Int64) (record, error) {
 	rec := record{Path: h.Path, Side: "producer", SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
 	if cfg.plan.duration > 0 {
 		rec.DurationS = cfg.plan.duration.Seconds()
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.runTimeout)
-	defer cancel()
-	end, _ := ctx.Deadline()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex // guards pairs and errs
-		pairs = make([]bench.Pair, h.Pairs)
-		errs  []error
-	)
-	for i := range h.Pairs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := h
-			p.Pair, p.Spec.Run = i, h.Spec.Run+uint32(i)
-			d := net.Dialer{Timeout: cfg.idle}
-			nc, err := d.DialContext(ctx, "tcp", cfg.connect)
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("pair %d: connect to %s: %w", i, cfg.connect, err))
-				mu.Unlock()
-				cancel()
-				return
-			}
-			defer nc.Close()
-			sr, err := bench.Send(ctx, nc.(*net.TCPConn), p, bench.SendOptions{Idle: cfg.idle, End: end, Duration: cfg.plan.duration, Sent: counter})
-			mu.Lock()
-			defer mu.Unlock()
-			pairs[i].Send = sr
-			if err != nil {
-				errs = append(errs, fmt.Errorf("pair %d: %w", i, err))
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	var longest time.Duration
-	var rtt []time.Duration
-	for i, p := range pairs {
-		if p.Send == nil {
-			continue
-		}
-		rec.Messages += p.Send.Messages
-		rec.Bytes += p.Send.Bytes
-		longest = max(longest, p.Send.Elapsed)
-		rtt = append(rtt, p.Send.RTT...)
-		if h.Pairs > 1 {
-			pr := pairRecord{Pair: i, Messages: p.Send.Messages, Bytes: p.Send.Bytes}
-			if p.Send.Elapsed > 0 {
-				pr.GoodputMBps = float64(p.Send.Bytes) / p.Send.Elapsed.Seconds() / 1e6
-			}
-			if len(p.Send.RTT) > 0 {
-				q := bench.SummarizeRTT(p.Send.RTT)
-				pr.RTTP50US, pr.RTTP99US = q.P50, q.P99
-			}
-			rec.PerPair = append(rec.PerPair, pr)
-		}
-	}
-	if longest > 0 {
-		rec.GoodputMBps = float64(rec.Bytes) / longest.Seconds() / 1e6
-		rec.MsgsPerS = float64(rec.Messages) / longest.Seconds()
-	}
-	if q := bench.SummarizeRTT(rtt); q.N > 0 {
-		rec.RTTSamples, rec.RTTMeanUS, rec.RTTP50US, rec.RTTP90US, rec.RTTP99US, rec.RTTMaxUS = q.N, q.Mean, q.P50, q.P90, q.P99, q.Max
-	}
-	if len(errs) > 0 {
-		rec.Error = errs[0].Error()
-		for _, e := range errs {
-			if bench.IsIntegrity(e) {
-				return rec, e
+	res, err := bench.RunRemote(ctx, cfg.connect, h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Sent: counter})
+	rec.fill(res)
+	if res != nil && rec.Messages == 0 { // no consumer report: count what was sent
+		for _, p := range res.Pairs {
+			if p.Send != nil {
+				rec.Messages += p.Send.Messages
+				rec.Bytes += p.Send.Bytes
 			}
 		}
-		return rec, errs[0]
+	}
+	if err != nil {
+		rec.Error = err.Error()
+		return rec, err
 	}
 	rec.IntegrityOK = true
 	return rec, nil

@@ -313,3 +313,55 @@ func TestConsumerFailsLoudly(t *testing.T) {
 		t.Errorf("records %v", recs)
 	}
 }
+
+// The driver across hosts: a consumer process, a gateway pair wired to
+// it, and s2bench run (another real process) measuring direct and
+// through the gateways, interleaved, with the consumer's numbers returned
+// over each connection. Then a SIGINT stops the serving consumer cleanly.
+func TestRunDriverAcrossProcesses(t *testing.T) {
+	dir := t.TempDir()
+	ip := localgw.RandomLoopback()
+	cons := startProc(t, nil, "consumer", "--listen", net.JoinHostPort(ip, "0"))
+	m := cons.waitLine(t, regexp.MustCompile(`listening on (\S+)`), 30*time.Second)
+	addr, err := net.ResolveTCPAddr("tcp", m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := startLocalPair(context.Background(), localPairConfig{s2cs: s2csBin, engine: "buffer", wan: "tcp", consumer: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lp.Close()
+	drv := startProc(t, nil, "run", "--direct", addr.String(), "--gateways", lp.target(), "--workload", "4KiB,64KiB",
+		"--bytes", "2MiB", "--pairs", "1,2", "--reps", "1", "--engine", "buffer", "--wan", "tcp", "--json", filepath.Join(dir, "run.json"))
+	if code := drv.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run exit %d:\n%s\nconsumer:\n%s", code, drv.output(), cons.output())
+	}
+	recs := readRecords(t, filepath.Join(dir, "run.json"))
+	if len(recs) != 8 {
+		t.Fatalf("%d records, want 2 sizes x 2 pair counts x 2 paths:\n%s", len(recs), drv.output())
+	}
+	for i, r := range recs {
+		want := []string{"direct", "gateways"}[i%2] // interleaved
+		if r["path"] != want || r["integrity_ok"] != true || r["bytes"] != float64(2<<20) || r["engine"] != "buffer" {
+			t.Errorf("record %d: %v", i, r)
+		}
+		if g, _ := r["goodput_MBps"].(float64); g <= 0 {
+			t.Errorf("record %d without the consumer's goodput: %v", i, r)
+		}
+	}
+	if !strings.Contains(drv.output(), "gw/direct") {
+		t.Errorf("no table:\n%s", drv.output())
+	}
+	if err := cons.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := cons.wait(t, 30*time.Second); code != 0 || !strings.Contains(cons.output(), "8 run(s), all verified") {
+		t.Fatalf("consumer exit %d after SIGINT:\n%s", code, cons.output())
+	}
+	if ln, err := net.Listen("tcp", addr.String()); err != nil {
+		t.Errorf("consumer port still taken after SIGINT: %v", err)
+	} else {
+		ln.Close()
+	}
+}

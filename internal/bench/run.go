@@ -20,8 +20,10 @@ type RunOptions struct {
 	// Duration is how long an open-ended run sends (see SendOptions).
 	Duration time.Duration
 	// Progress, if not nil, counts verified payload bytes at the
-	// consumer as they arrive.
+	// consumer as they arrive (Run only).
 	Progress *atomic.Int64
+	// Sent, if not nil, counts payload bytes the producers wrote.
+	Sent *atomic.Int64
 }
 
 func (o *RunOptions) defaults() {
@@ -139,6 +141,24 @@ func Run(ctx context.Context, ln *net.TCPListener, target string, h Hello, o Run
 		}
 	}()
 	// Producers.
+	startProducers(ctx, &wg, &mu, target, h, o, end, res, record)
+	wg.Wait()
+	res.Summary = Aggregate(res.Pairs)
+	switch {
+	case integ != nil:
+		return res, integ // the others are only its consequences
+	case len(errs) > 1:
+		return res, fmt.Errorf("%w (and %d more errors on the other connections, its consequences)", errs[0], len(errs)-1)
+	case len(errs) == 1:
+		return res, errs[0]
+	}
+	return res, nil
+}
+
+// startProducers starts h.Pairs producers dialling target; each stores
+// its result in res.Pairs[i].Send (under mu) and passes its error to
+// record.
+func startProducers(ctx context.Context, wg *sync.WaitGroup, mu *sync.Mutex, target string, h Hello, o RunOptions, end time.Time, res *RunResult, record func(error)) {
 	for i := 0; i < h.Pairs; i++ {
 		wg.Add(1)
 		go func() {
@@ -152,7 +172,7 @@ func Run(ctx context.Context, ln *net.TCPListener, target string, h Hello, o Run
 				return
 			}
 			defer nc.Close()
-			sr, err := Send(ctx, nc.(*net.TCPConn), p, SendOptions{Idle: o.Idle, End: end, Duration: o.Duration})
+			sr, err := Send(ctx, nc.(*net.TCPConn), p, SendOptions{Idle: o.Idle, End: end, Duration: o.Duration, Sent: o.Sent})
 			mu.Lock()
 			res.Pairs[i].Send = sr
 			mu.Unlock()
@@ -162,13 +182,55 @@ func Run(ctx context.Context, ln *net.TCPListener, target string, h Hello, o Run
 			record(err)
 		}()
 	}
+}
+
+// RunRemote runs h's workload over h.Pairs connections to target, where
+// an s2bench consumer in another process (maybe on another host, maybe
+// behind gateways) verifies them: like Run, but each pair's consumer side
+// is what that consumer reported in its result frame. An integrity error
+// at the consumer shows here as a reset connection (the consumer's own
+// output names it).
+func RunRemote(ctx context.Context, target string, h Hello, o RunOptions) (*RunResult, error) {
+	o.defaults()
+	if h.Pairs == 0 {
+		h.Pairs = 1
+	}
+	h.Pair = 0
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	if h.Spec.Open() && o.Duration <= 0 {
+		return nil, errors.New("bench: an open-ended run needs a positive Duration")
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, o.Timeout, fmt.Errorf("run did not finish within %s", o.Timeout))
+	defer cancel()
+	end, _ := ctx.Deadline()
+	res := &RunResult{Pairs: make([]Pair, h.Pairs)}
+	var (
+		mu   sync.Mutex // guards errs and res
+		errs []error
+		wg   sync.WaitGroup
+	)
+	record := func(err error) {
+		if err == nil {
+			return
+		}
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		cancel()
+	}
+	startProducers(ctx, &wg, &mu, target, h, o, end, res, record)
 	wg.Wait()
+	for i := range res.Pairs {
+		if s := res.Pairs[i].Send; s != nil {
+			res.Pairs[i].Recv = s.Peer
+		}
+	}
 	res.Summary = Aggregate(res.Pairs)
 	switch {
-	case integ != nil:
-		return res, integ // the others are only its consequences
 	case len(errs) > 1:
-		return res, fmt.Errorf("%w (and %d more errors on the other connections, its consequences)", errs[0], len(errs)-1)
+		return res, fmt.Errorf("%w (and %d more errors on the other connections)", errs[0], len(errs)-1)
 	case len(errs) == 1:
 		return res, errs[0]
 	}

@@ -45,6 +45,9 @@ type SendResult struct {
 	// RTT holds the round-trip time of each message in request-reply
 	// mode (a uniform sample of MaxRTTSamples beyond that many).
 	RTT []time.Duration
+	// Peer is what the consumer reported it measured on this
+	// connection (its result frame), when the run succeeded.
+	Peer *ReceiveResult
 }
 
 // deadline returns the earlier of now+idle and end (if set).
@@ -206,14 +209,19 @@ func Send(ctx context.Context, c *net.TCPConn, h Hello, o SendOptions) (*SendRes
 	if err := c.CloseWrite(); err != nil {
 		return fail("half-close", err)
 	}
-	// The consumer closes once it has verified the whole run: wait for
-	// that end of stream, expecting no more data.
+	// Once it has verified the whole run the consumer sends its result
+	// frame and closes: read both, expecting nothing else.
 	c.SetReadDeadline(deadline(o.Idle, o.End))
+	peer, err := readResult(c)
+	if err != nil {
+		return fail("wait for the consumer's result", err)
+	}
+	r.Peer = peer
 	var b [1]byte
 	n, err := c.Read(b[:])
 	switch {
 	case n > 0:
-		return r, errors.New("producer: the consumer sent data after the run; expected only end of stream")
+		return r, errors.New("producer: the consumer sent data after its result; expected only end of stream")
 	case errors.Is(err, io.EOF):
 		return r, nil
 	}
@@ -342,6 +350,16 @@ func Receive(ctx context.Context, c *net.TCPConn, o ReceiveOptions) (*ReceiveRes
 			if ferr := ver.Finish(); ferr != nil {
 				abort(c)
 				return r, ferr
+			}
+			// Tell the producer what was measured, then close.
+			r.Measure, r.First, r.Last = ver.Measure(), ver.arr.first, ver.arr.last
+			frame, err := appendResult(nil, r)
+			if err != nil {
+				return r, err
+			}
+			c.SetWriteDeadline(deadline(o.Idle, o.End))
+			if _, err := c.Write(frame); err != nil {
+				return fail("send the result", err)
 			}
 			return r, nil
 		}

@@ -217,3 +217,76 @@ func TestRunRefusesForeignConnections(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// The consumer's result frame reaches the producer with what the
+// consumer measured; RunRemote reports it as the pair's consumer side.
+func TestRunRemoteUsesConsumerResults(t *testing.T) {
+	ln := listen(t)
+	s := Spec{Size: 2 << 10, Bytes: 1 << 20, Seed: 8, Run: 40}
+	h := Hello{Spec: s, Pairs: 2, Group: 40}
+	epoch := time.Now()
+	done := make(chan []*ReceiveResult, 1)
+	go func() { // a consumer "elsewhere": Receive on each connection
+		var out []*ReceiveResult
+		for range 2 {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				break
+			}
+			r, err := Receive(context.Background(), c, ReceiveOptions{Epoch: epoch})
+			if err != nil {
+				t.Error(err)
+			}
+			out = append(out, r)
+		}
+		done <- out
+	}()
+	r, err := RunRemote(context.Background(), ln.Addr().String(), h, RunOptions{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := <-done
+	for i, p := range r.Pairs {
+		if p.Recv == nil || p.Recv.Measure.Bytes != s.Bytes || p.Recv.Remote != p.Send.Local || p.Recv.GoodputBps <= 0 {
+			t.Fatalf("pair %d: consumer side %+v", i, p.Recv)
+		}
+	}
+	var sum int64
+	for _, l := range local {
+		sum += l.Measure.Messages
+	}
+	if r.Summary.Messages != sum || r.Summary.Bytes != 2*s.Bytes || r.Summary.GoodputBps <= 0 {
+		t.Fatalf("summary %+v, consumer verified %d messages", r.Summary, sum)
+	}
+}
+
+func TestResultFrame(t *testing.T) {
+	in := &ReceiveResult{Remote: "127.0.0.1:5", Measure: Measure{Messages: 3, Bytes: 300, GoodputBps: 1e6, LatencyUS: 2, JitterUS: 1},
+		First: 10, Last: 30, FirstPayload: 100}
+	f, err := appendResult(nil, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseResult(f)
+	if err != nil || got.Remote != in.Remote || got.Measure.Messages != 3 || got.First != 10 || got.Last != 30 || got.Span != 20 || got.GoodputBps != 1e6 {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for i := range f {
+		d := bytes.Clone(f)
+		d[i] ^= 0x08
+		if _, err := parseResult(d); err == nil {
+			t.Fatalf("flip in byte %d accepted", i)
+		}
+	}
+}
+
+func FuzzParseResult(f *testing.F) {
+	b, _ := appendResult(nil, &ReceiveResult{Remote: "x", Measure: Measure{Messages: 1, Bytes: 1}, First: 1, Last: 2})
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := parseResult(b)
+		if err == nil && (r.Last < r.First || r.Measure.Messages < 0) {
+			t.Fatalf("accepted inconsistent %+v", r)
+		}
+	})
+}
