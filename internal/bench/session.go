@@ -63,8 +63,9 @@ func deadline(idle time.Duration, end time.Time) time.Time {
 // run's messages (paced at h.Rate messages/s on a fixed schedule when it
 // is positive, so a late message is sent at once and the rate does not
 // drift), then the end marker of an open-ended run, half-closes and
-// waits for the consumer's end of stream. In request-reply mode it waits
-// for each reply before the next message. Cancelling ctx closes c at
+// waits for the consumer's result frame (kept in Peer) and end of
+// stream. In request-reply mode it waits for each reply before the next
+// message. Cancelling ctx closes c at
 // once. Send does not close c.
 func Send(ctx context.Context, c *net.TCPConn, h Hello, o SendOptions) (*SendResult, error) {
 	if o.Idle <= 0 {
@@ -265,7 +266,8 @@ type ReceiveResult struct {
 // Receive runs the consumer side of one connection: it reads the run
 // header, verifies every message as it arrives (count, order, content,
 // and the end marker of an open-ended run), answers each message in
-// request-reply mode, and returns at the producer's end of stream. At the
+// request-reply mode, and at the producer's end of stream sends its
+// result frame and returns. At the
 // first integrity error it aborts c with a TCP reset and returns the
 // IntegrityError. Cancelling ctx closes c at once. Receive closes c.
 func Receive(ctx context.Context, c *net.TCPConn, o ReceiveOptions) (*ReceiveResult, error) {
