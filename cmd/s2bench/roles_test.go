@@ -183,7 +183,9 @@ func TestRolesThroughGateways(t *testing.T) {
 // temporary state; the progress display was running until then.
 func TestCompareSIGINT(t *testing.T) {
 	tmp := t.TempDir()
-	p := startProc(t, []string{"TMPDIR=" + tmp}, "compare", "--bytes", "4GiB", "--reps", "2", "--progress", "on", "--s2cs", s2csBin)
+	// Paced, so the test loads the shared machine lightly: at 200 MB/s
+	// a run lasts 20 s, far longer than the wait for a progress line.
+	p := startProc(t, []string{"TMPDIR=" + tmp}, "compare", "--bytes", "4GiB", "--rate", "200MB/s", "--reps", "2", "--progress", "on", "--s2cs", s2csBin)
 	m := p.waitLine(t, regexp.MustCompile(`consumer listens on (\S+)`), 30*time.Second)
 	consumerAddr := m[1]
 	m = p.waitLine(t, regexp.MustCompile(`producer connects to (\S+)`), 30*time.Second)
