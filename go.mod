@@ -2,6 +2,13 @@ module scistream
 
 go 1.26.8
 
-require go.etcd.io/bbolt v1.5.0
+require (
+	github.com/quic-go/quic-go v0.65.0
+	go.etcd.io/bbolt v1.5.0
+)
 
-require golang.org/x/sys v0.49.0 // indirect
+require (
+	golang.org/x/crypto v0.54.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
