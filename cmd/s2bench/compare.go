@@ -113,8 +113,8 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
 	case cfg.engine != "splice" && cfg.engine != "buffer":
 		return nil, usagef("--engine %q: use splice or buffer", cfg.engine)
-	case cfg.wan != api.WANTLS && cfg.wan != api.WANTCP:
-		return nil, usagef("--wan %q: use tls or tcp", cfg.wan)
+	case cfg.wan != api.WANTLS && cfg.wan != api.WANTCP && cfg.wan != api.WANQUIC:
+		return nil, usagef("--wan %q: use tls or tcp, or quic", cfg.wan)
 	case cfg.runTimeout <= 0:
 		return nil, usagef("--run_timeout must be positive, e.g. 5m")
 	case cfg.idle <= 0:

@@ -27,7 +27,9 @@ package wan
 
 import (
 	"context"
+	"crypto/hkdf"
 	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -192,7 +194,7 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	}
 	cfg = cfg.withDefaults()
 	setUDPBuffers(udp, cfg.Logger)
-	tr := &quic.Transport{Conn: udp}
+	tr := &quic.Transport{Conn: udp, StatelessResetKey: resetKey(l.Cert)}
 	ln, err := tr.Listen(l.quicTLS(func(err error) {
 		cfg.OnReject(nil, fmt.Errorf("tls handshake: %w", err))
 	}), cfg.quicConfig(true))
@@ -436,7 +438,7 @@ func (d *QUICDialer) conn(ctx context.Context, addr string, l *Leg) (*dialing, e
 	}
 	dc = &dialing{done: make(chan struct{})}
 	d.conns[addr] = dc
-	tr, err := d.transport()
+	tr, err := d.transport(l.Cert)
 	d.mu.Unlock()
 	if err == nil {
 		dc.conn, dc.binding, err = dial(ctx, tr, addr, l, d.cfg)
@@ -483,7 +485,7 @@ func dial(ctx context.Context, tr *quic.Transport, addr string, l *Leg, cfg QUIC
 
 // transport returns the dialer's QUIC transport, opening its UDP socket on
 // first use. d.mu must be held.
-func (d *QUICDialer) transport() (*quic.Transport, error) {
+func (d *QUICDialer) transport(cert *tls.Certificate) (*quic.Transport, error) {
 	if d.tr != nil {
 		return d.tr, nil
 	}
@@ -492,8 +494,29 @@ func (d *QUICDialer) transport() (*quic.Transport, error) {
 		return nil, fmt.Errorf("open UDP socket: %w", err)
 	}
 	setUDPBuffers(udp, d.cfg.Logger)
-	d.udp, d.tr = udp, &quic.Transport{Conn: udp}
+	d.udp, d.tr = udp, &quic.Transport{Conn: udp, StatelessResetKey: resetKey(cert)}
 	return d.tr, nil
+}
+
+// resetKey derives the key of QUIC stateless resets from the gateway's
+// private key, so it survives a restart: a restarted gateway that receives
+// packets of a connection its previous run held answers with a stateless
+// reset the peer can verify, and the peer drops that connection (and dials
+// a fresh one) within a round trip instead of waiting for the idle
+// timeout. A leaked key lets an on-path attacker end connections, nothing
+// more. Returns nil (resets off) if the key cannot be encoded.
+func resetKey(cert *tls.Certificate) *quic.StatelessResetKey {
+	der, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return nil
+	}
+	k, err := hkdf.Key(sha256.New, der, nil, "scistream quic stateless reset v1", 32)
+	if err != nil {
+		return nil
+	}
+	var key quic.StatelessResetKey
+	copy(key[:], k)
+	return &key
 }
 
 func (d *QUICDialer) forget(addr string, dc *dialing) {

@@ -405,6 +405,51 @@ func TestQUICPeerDeath(t *testing.T) {
 	}
 }
 
+// TestQUICPeerRestartReset: the acceptor's gateway dies silently and
+// comes back on the same port with the same key; the dialer's old
+// connection is ended by a stateless reset at its next packet, long before
+// the idle timeout, and the next Dial works.
+func TestQUICPeerRestartReset(t *testing.T) {
+	dl, al := quicLegs(t)
+	ql, udp := quicListen(t, al, wan.QUICConfig{}) // 15 s idle timeout
+	addr := udp.LocalAddr().String()
+	d := quicDialer(t, wan.QUICConfig{})
+	dc, err := quicDial(t, d, addr, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := quicAccept(t, ql)
+	dc.Write([]byte("x"))
+	if _, err := readFull(t, ac, 1); err != nil {
+		t.Fatal(err)
+	}
+	udp.Close()
+	ql.Close()
+	udp2, err := net.ListenUDP("udp", udp.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ql2, err := wan.ListenQUIC(udp2, al, wan.QUICConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ql2.Close(); udp2.Close() })
+	dc.Write([]byte("into the old connection"))
+	_, err = readFull(t, dc, 1)
+	var sr *quic.StatelessResetError
+	if !errors.As(err, &sr) {
+		t.Fatalf("dialer read on the old connection: %v, want a stateless reset", err)
+	}
+	dc2, err := quicDial(t, d, addr, dl)
+	if err != nil {
+		t.Fatalf("Dial after the reset: %v", err)
+	}
+	dc2.Write([]byte("again"))
+	if b, err := readFull(t, quicAccept(t, ql2), 5); err != nil || string(b) != "again" {
+		t.Fatalf("acceptor read %q, %v", b, err)
+	}
+}
+
 // TestQUICDialerClose: the outbound side releases the stream (closes its
 // dialer); the acceptor's streams fail with the peer's close, not EOF.
 func TestQUICDialerClose(t *testing.T) {
