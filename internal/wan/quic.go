@@ -86,6 +86,9 @@ type QUICConfig struct {
 	// at once; a further one waits up to HandshakeTimeout for a free slot,
 	// then is refused. If zero, 1024.
 	MaxStreams int
+	// DisableGRO reads datagrams one by one instead of with UDP receive
+	// offload (for comparison; GRO is used only where the kernel has it).
+	DisableGRO bool
 	// Logger receives warnings (UDP buffers too small) and debug lines. If
 	// nil, they are discarded.
 	Logger *slog.Logger
@@ -118,6 +121,15 @@ func (c QUICConfig) withDefaults() QUICConfig {
 		c.OnReject = func(net.Addr, error) {}
 	}
 	return c
+}
+
+// packetConn is what quic-go reads and writes: udp, with GRO unless
+// disabled.
+func (c QUICConfig) packetConn(udp *net.UDPConn) net.PacketConn {
+	if c.DisableGRO {
+		return udp
+	}
+	return withGRO(udp)
 }
 
 // quicConfig returns quic-go's configuration. Only the dialer opens
@@ -194,7 +206,7 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	}
 	cfg = cfg.withDefaults()
 	setUDPBuffers(udp, cfg.Logger)
-	tr := &quic.Transport{Conn: udp, StatelessResetKey: resetKey(l.Cert)}
+	tr := &quic.Transport{Conn: cfg.packetConn(udp), StatelessResetKey: resetKey(l.Cert)}
 	ln, err := tr.Listen(l.quicTLS(func(err error) {
 		cfg.OnReject(nil, fmt.Errorf("tls handshake: %w", err))
 	}), cfg.quicConfig(true))
@@ -494,7 +506,7 @@ func (d *QUICDialer) transport(cert *tls.Certificate) (*quic.Transport, error) {
 		return nil, fmt.Errorf("open UDP socket: %w", err)
 	}
 	setUDPBuffers(udp, d.cfg.Logger)
-	d.udp, d.tr = udp, &quic.Transport{Conn: udp, StatelessResetKey: resetKey(cert)}
+	d.udp, d.tr = udp, &quic.Transport{Conn: d.cfg.packetConn(udp), StatelessResetKey: resetKey(cert)}
 	return d.tr, nil
 }
 

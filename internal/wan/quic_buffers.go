@@ -26,8 +26,8 @@ func setUDPBuffers(c *net.UDPConn, log *slog.Logger) {
 	}
 	var rcv, snd int
 	raw.Control(func(fd uintptr) {
-		rcv = raiseBuffer(int(fd), syscall.SO_RCVBUF, syscall.SO_RCVBUFFORCE)
-		snd = raiseBuffer(int(fd), syscall.SO_SNDBUF, syscall.SO_SNDBUFFORCE)
+		rcv = raiseBuffer(int(fd), syscall.SO_RCVBUF, soRcvBufForce)
+		snd = raiseBuffer(int(fd), syscall.SO_SNDBUF, soSndBufForce)
 	})
 	if msg := bufferWarning(rcv, snd); msg != "" {
 		log.Warn(msg, "rcvbuf_kib", rcv>>10, "sndbuf_kib", snd>>10, "want_kib", UDPBufferSize>>10)
@@ -43,7 +43,7 @@ func raiseBuffer(fd, opt, force int) int {
 	if err != nil {
 		return 0
 	}
-	if n < UDPBufferSize {
+	if n < UDPBufferSize && force != 0 {
 		syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, force, UDPBufferSize)
 		n, _ = syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, opt)
 	}
