@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -77,37 +79,65 @@ func TestQUICManyConnections(t *testing.T) {
 	app := newSink(t, "127.0.0.1", nil)
 	so := p.wire("alice", app.host(), app.port(), 1, "--wan", "quic")
 	const conns, size = 64, 1 << 20
-	sums := make(map[[32]byte]bool)
-	var mu sync.Mutex
+	type sent struct {
+		sum [32]byte
+		err error
+	}
+	results := make(chan sent, conns)
 	var wg sync.WaitGroup
 	for i := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := dialFrom("", so.Listeners[0])
+			// A generous dial timeout: 64 dials at once on a loaded
+			// machine; a dial that gives up would still be accepted and
+			// relayed as an empty connection.
+			d := net.Dialer{Timeout: 30 * time.Second}
+			nc, err := d.Dial("tcp", so.Listeners[0])
 			if err != nil {
-				t.Error(err)
+				results <- sent{err: err}
 				return
 			}
+			c := nc.(*net.TCPConn)
 			defer c.Close()
-			s := sendRandom(t, c, size, uint64(i+100))
+			c.SetDeadline(time.Now().Add(2 * time.Minute))
+			h := sha256.New()
+			block := bytes.Repeat([]byte{byte(i), byte(i >> 8), 0x5a, 0xc3}, size/4)
+			h.Write(block)
+			if _, err := c.Write(block); err != nil {
+				results <- sent{err: err}
+				return
+			}
 			c.CloseWrite()
-			mu.Lock()
-			sums[s] = true
-			mu.Unlock()
-			c.SetReadDeadline(time.Now().Add(time.Minute))
-			io.Copy(io.Discard, c) // wait for the far side to finish
+			var r sent
+			copy(r.sum[:], h.Sum(nil))
+			_, r.err = io.Copy(io.Discard, c) // the far side finishes cleanly
+			results <- r
 		}()
 	}
 	got := map[[32]byte]bool{}
+	var bad []string
 	for i := range conns {
-		r := app.next(t, time.Minute)
+		r := app.next(t, 2*time.Minute)
 		if r.n != size || r.err != nil {
-			t.Fatalf("connection %d: %d bytes, err %v", i, r.n, r.err)
+			bad = append(bad, fmt.Sprintf("consumer connection %d: %d bytes, err %v", i, r.n, r.err))
+			continue
 		}
 		got[r.sum] = true
 	}
 	wg.Wait()
+	close(results)
+	sums := map[[32]byte]bool{}
+	for r := range results {
+		if r.err != nil {
+			bad = append(bad, fmt.Sprintf("producer: %v", r.err))
+			continue
+		}
+		sums[r.sum] = true
+	}
+	if len(bad) > 0 {
+		t.Fatalf("%d failures: %s", len(bad), strings.Join(bad, "; "))
+	}
 	if len(sums) != conns || len(got) != conns {
 		t.Fatalf("%d distinct producer streams, %d distinct received; want %d", len(sums), len(got), conns)
 	}

@@ -571,3 +571,48 @@ func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }
+
+// TestQUICStreamLimit: a channel carries at most MaxStreams application
+// connections at once; one more waits and is refused at its deadline with
+// a message that names the limit, and gets through once a slot frees.
+func TestQUICStreamLimit(t *testing.T) {
+	dl, al := quicLegs(t)
+	ql, udp := quicListen(t, al, wan.QUICConfig{MaxStreams: 2})
+	d := quicDialer(t, wan.QUICConfig{MaxStreams: 2})
+	addr := udp.LocalAddr().String()
+	// One at a time, so open[i] and accepted[i] are the two ends of one
+	// stream (Accept hands out streams in the order their prefaces check).
+	var open, accepted []net.Conn
+	for range 2 {
+		c, err := quicDial(t, d, addr, dl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+		accepted = append(accepted, quicAccept(t, ql))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := d.Dial(ctx, addr, dl); err == nil || !strings.Contains(err.Error(), "the limit") {
+		t.Fatalf("third Dial over a limit of 2: %v, want an error naming the limit", err)
+	}
+	// End one connection in both directions: its slot frees.
+	closeWrite(t, open[0])
+	accepted[0].SetReadDeadline(time.Now().Add(testTimeout))
+	if _, err := io.ReadAll(accepted[0]); err != nil {
+		t.Fatalf("acceptor read: %v", err)
+	}
+	closeWrite(t, accepted[0])
+	open[0].SetReadDeadline(time.Now().Add(testTimeout))
+	if _, err := io.ReadAll(open[0]); err != nil {
+		t.Fatalf("dialer read: %v", err)
+	}
+	c, err := quicDial(t, d, addr, dl)
+	if err != nil {
+		t.Fatalf("Dial after a slot freed: %v", err)
+	}
+	c.Write([]byte("third"))
+	if b, err := readFull(t, quicAccept(t, ql), 5); err != nil || string(b) != "third" {
+		t.Fatalf("acceptor read %q, %v", b, err)
+	}
+}
