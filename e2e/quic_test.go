@@ -2,15 +2,25 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"scistream/internal/api"
+	"scistream/internal/certs"
+	"scistream/internal/wan"
 )
 
 // The correctness suite of the other transports, through the real
@@ -276,4 +286,77 @@ func udpFree(addr string) bool {
 	}
 	c.Close()
 	return true
+}
+
+// TestQUICRefusesStrangers: on an inbound QUIC stream's UDP port, a peer
+// with another certificate, the producer gateway's own certificate without
+// the stream secret, and a plain TCP connection to the same port are all
+// refused and counted, and the stream keeps working.
+func TestQUICRefusesStrangers(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	app := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", app.host(), app.port(), 1, "--wan", "quic")
+	var st api.Stream
+	json.Unmarshal([]byte(p.mustS2UC("alice", "status", so.UID, "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile, "--output", "json")), &st)
+	wanAddr := st.Listeners[0]
+
+	certPEM, keyPEM, _ := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
+	stranger, _ := tls.X509KeyPair(certPEM, keyPEM)
+	prodID, err := certs.Load(filepath.Join(p.prod.Opts.StateDir, "s2cs.crt"), filepath.Join(p.prod.Opts.StateDir, "s2cs.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := func(cert tls.Certificate, payload []byte) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := quic.DialAddr(ctx, wanAddr, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert},
+			MinVersion: tls.VersionTLS13, NextProtos: []string{wan.ALPN}}, &quic.Config{})
+		if err != nil {
+			return err
+		}
+		defer c.CloseWithError(0, "")
+		s, err := c.OpenStreamSync(ctx)
+		if err != nil {
+			return err
+		}
+		s.SetDeadline(time.Now().Add(5 * time.Second))
+		s.Write(payload)
+		// A refused stream is reset (and its connection closed): reading
+		// never yields application bytes.
+		_, err = s.Read(make([]byte, 1))
+		return err
+	}
+	if err := try(stranger, []byte("hello")); err == nil {
+		t.Fatal("a stranger's certificate was accepted")
+	}
+	fakePreface := append([]byte("S2W1"), byte(len(so.UID)))
+	fakePreface = append(fakePreface, so.UID...)
+	fakePreface = append(fakePreface, 0, 0)
+	fakePreface = append(fakePreface, bytes.Repeat([]byte{0xAB}, 32)...)
+	if err := try(prodID.TLS, fakePreface); err == nil {
+		t.Fatal("a QUIC stream without the stream secret was accepted")
+	}
+	raw, err := dialFrom("", wanAddr)
+	if err == nil {
+		raw.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+		raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, _ := raw.Read(make([]byte, 64)); n > 0 {
+			t.Fatalf("a TCP connection to a QUIC stream's port got %d bytes of answer", n)
+		}
+		raw.Close()
+	}
+	c, err := dialFrom("", so.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("unharmed"))
+	c.Close()
+	if r := app.next(t, 10*time.Second); string(r.data) != "unharmed" {
+		t.Fatalf("stream broken after refused WAN connections: %q", r.data)
+	}
+	eventually(t, 5*time.Second, "the refusals to be counted", func() bool {
+		var after api.Stream
+		json.Unmarshal([]byte(p.mustS2UC("alice", "status", so.UID, "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile, "--output", "json")), &after)
+		return after.Stats != nil && after.Stats.RejectedConns >= 3
+	})
 }
