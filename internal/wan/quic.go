@@ -408,12 +408,17 @@ func (d *QUICDialer) Dial(ctx context.Context, addr string, l *Leg) (net.Conn, e
 			s.CancelWrite(codeAborted)
 			s.CancelRead(codeAborted)
 		}
-		if dc.conn.Context().Err() == nil || attempt > 0 {
+		if ctx.Err() != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && dc.conn.Context().Err() == nil {
 				return nil, fmt.Errorf("open quic stream to %s: %d application connections already open on this channel (the limit): %w", addr, d.cfg.MaxStreams, err)
 			}
 			return nil, fmt.Errorf("open quic stream to %s: %w", addr, err)
 		}
+		if attempt > 0 {
+			return nil, fmt.Errorf("open quic stream to %s: %w", addr, err)
+		}
+		// The connection failed (its context may not say so yet): dial
+		// a fresh one.
 		d.forget(addr, dc)
 	}
 }

@@ -306,7 +306,7 @@ func TestQUICManyStreams(t *testing.T) {
 	dl, al := quicLegs(t)
 	ql, udp := quicListen(t, al, wan.QUICConfig{})
 	d := quicDialer(t, wan.QUICConfig{})
-	const streams, size = 64, 256 << 10
+	const streams, size = 64, 64 << 10
 	sent := make(chan [32]byte, streams)
 	var wg sync.WaitGroup
 	for i := range streams {
@@ -330,7 +330,9 @@ func TestQUICManyStreams(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.SetReadDeadline(time.Now().Add(2 * testTimeout))
+			// Generous: 64 streams share the connection fairly, so on a
+			// loaded machine under -race all of them finish late.
+			c.SetReadDeadline(time.Now().Add(60 * time.Second))
 			b, err := io.ReadAll(c)
 			if err != nil || len(b) != size {
 				t.Errorf("stream: %d bytes, %v", len(b), err)
