@@ -224,8 +224,9 @@ func TestQUICReleaseMidTransfer(t *testing.T) {
 
 // TestQUICPeerDeath: the consumer's gateway is killed (SIGKILL) in the
 // middle of a transfer; the producer's connection is aborted, not ended
-// cleanly. Once the gateway is back (restored on the same ports) new
-// connections work again.
+// cleanly. Once the gateway is back (restored on the same ports, TCP and
+// UDP) new connections work again, and again after the producer's gateway
+// restarts.
 func TestQUICPeerDeath(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	app := newSink(t, "127.0.0.1", nil)
@@ -275,6 +276,19 @@ func TestQUICPeerDeath(t *testing.T) {
 		if string(r.data) == "after restart" {
 			break
 		}
+	}
+	// The producer gateway restarts gracefully: its restored stream dials
+	// a new QUIC connection on the first application connection.
+	p.restart(&p.prod, true)
+	c2, err := dialFrom("", so.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.Write([]byte("after producer restart"))
+	c2.CloseWrite()
+	if r := app.next(t, 10*time.Second); string(r.data) != "after producer restart" {
+		t.Fatalf("consumer got %q after the producer gateway restarted", r.data)
 	}
 }
 
