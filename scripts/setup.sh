@@ -14,6 +14,22 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# QUIC WAN legs (--wan quic) want 7 MiB UDP socket buffers (quic-go's
+# recommendation). s2cs never changes system settings: it asks for the
+# buffers per socket and logs how to raise the limit if it is too low. On
+# the test machine we raise the limits here, once.
+want_buf=7500000
+for key in net.core.rmem_max net.core.wmem_max; do
+  cur=$(sysctl -n "$key" 2>/dev/null || echo 0)
+  if [ "$cur" -lt "$want_buf" ]; then
+    if [ "$(id -u)" = 0 ] && sysctl -qw "$key=$want_buf" 2>/dev/null; then
+      echo "setup: raised $key from $cur to $want_buf for QUIC"
+    else
+      echo "setup: $key is $cur (< $want_buf); QUIC legs run with smaller UDP buffers (raise it as root: sysctl -w $key=$want_buf)"
+    fi
+  fi
+done
+
 go mod download
 # staticcheck, pinned, into GOPATH/bin.
 SC_VERSION=v0.8.2

@@ -21,7 +21,7 @@ import (
 
 // knownWANs are the WAN transports compare can ask for; whether the s2cs
 // at hand provides one is checked against its /v1/info once it runs.
-var knownWANs = []string{api.WANTLS, api.WANTCP, "quic"}
+var knownWANs = []string{api.WANTLS, api.WANTCP, api.WANQUIC}
 
 type compareConfig struct {
 	plan       *plan
@@ -58,7 +58,7 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 		pairsS     = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
 		reps       = fs.Int("reps", 3, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
 		engine     = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Engines(), ", "))
-		wanT       = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, tcp (s2cs --insecure_tcp_wan), or quic where s2cs provides it")
+		wanT       = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, tcp (s2cs --insecure_tcp_wan), or quic")
 		jsonPath   = fs.String("json", "", "also write every run as a JSON array of records to FILE")
 		plotsDir   = fs.String("plots", "", "write plots (goodput and jitter against message size, RTT CDF in rr mode) to DIR")
 		plotFormat = fs.String("plot_format", "svg", "plot file format: svg or png")

@@ -21,7 +21,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	remoteIP := fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
 	recvPorts := fs.String("receiver_ports", "", "port(s) of the listening application; channel i leads to port i (round-robin)")
 	numConn := fs.Int("num_conn", 1, "number of channels (listeners)")
-	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, or tcp for trusted circuits")
+	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := fs.String("engine", "", "data-plane engine (default: the gateway's)")
 	uid := fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
 	pos, err := parse(fs, args)

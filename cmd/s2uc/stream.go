@@ -25,7 +25,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	recvPorts := fs.String("receiver_ports", "", "port(s) of the listening application")
 	numConn := fs.Int("num_conn", 1, "number of channels (listeners) on each gateway")
 	allow := fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect to the outbound listeners (default: the listener's own subnet)")
-	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, or tcp for trusted circuits")
+	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
 	peers := fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
 	pos, err := parse(fs, args)

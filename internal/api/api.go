@@ -62,7 +62,15 @@ func (s State) Terminal() bool {
 const (
 	WANTLS = "tls" // mutual TLS 1.3, pinned per stream (default)
 	WANTCP = "tcp" // plaintext, for trusted circuits; still bound by the stream secret
+	// WANQUIC carries each application connection as a QUIC stream of one
+	// QUIC connection per channel (UDP on the listener's port), with the
+	// same pinned mutual TLS 1.3 and stream secret as WANTLS.
+	WANQUIC = "quic"
 )
+
+// WANPinned reports whether WAN transport w authenticates the peer gateway
+// by its pinned certificate (so requests must carry peer_cert).
+func WANPinned(w string) bool { return w == WANTLS || w == WANQUIC }
 
 // InboundRequest asks the gateway in front of the listening application to
 // open num_conn WAN listeners that lead to remote_ip:receiver_ports.
@@ -78,7 +86,8 @@ type InboundRequest struct {
 	ReceiverPorts []int `json:"receiver_ports"`
 	// NumConn is the number of channels (listeners), 1..MaxChannels.
 	NumConn int `json:"num_conn"`
-	// WAN is the transport between the gateways: "tls" (default) or "tcp".
+	// WAN is the transport between the gateways: "tls" (default), "quic"
+	// or "tcp".
 	WAN string `json:"wan,omitempty"`
 	// Engine selects the data-plane engine; empty means the gateway's default.
 	Engine string `json:"engine,omitempty"`
@@ -97,7 +106,8 @@ type OutboundRequest struct {
 	// PeerListeners[i % len(PeerListeners)].
 	NumConn int `json:"num_conn"`
 	// PeerCert is the inbound gateway's WAN certificate (PEM). Required
-	// when WAN is "tls": this gateway accepts no other for this stream.
+	// when WAN is "tls" or "quic": this gateway accepts no other for this
+	// stream.
 	PeerCert string `json:"peer_cert,omitempty"`
 	// Secret binds WAN connections to the stream (base64, 32 bytes), as
 	// returned by the inbound request.
@@ -105,7 +115,8 @@ type OutboundRequest struct {
 	// Allow lists the CIDRs (or single addresses) whose applications may
 	// connect to the LAN listeners. Empty means the listener's own subnet.
 	Allow []string `json:"allow,omitempty"`
-	// WAN must match the inbound side's transport: "tls" (default) or "tcp".
+	// WAN must match the inbound side's transport: "tls" (default),
+	// "quic" or "tcp".
 	WAN string `json:"wan,omitempty"`
 	// Engine selects the data-plane engine; empty means the gateway's default.
 	Engine string `json:"engine,omitempty"`

@@ -385,7 +385,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	checkEnum(t, doc, "Code", codes)
 	checkEnum(t, doc, "State", constsOfType(t, "State"))
 	checkEnum(t, doc, "Role", constsOfType(t, "Role"))
-	checkEnum(t, doc, "WAN", map[string]string{api.WANTLS: "WANTLS", api.WANTCP: "WANTCP"})
+	checkEnum(t, doc, "WAN", map[string]string{api.WANTLS: "WANTLS", api.WANTCP: "WANTCP", api.WANQUIC: "WANQUIC"})
 	engines := map[string]string{}
 	for _, e := range relay.Engines() {
 		engines[e] = "relay.Engines()"

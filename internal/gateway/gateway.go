@@ -28,6 +28,7 @@ import (
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/store"
+	"scistream/internal/wan"
 )
 
 // Version is reported by GET /v1/info.
@@ -52,6 +53,9 @@ type Config struct {
 	Store store.Store
 	// Engine is the default data-plane engine. If empty, "splice".
 	Engine string
+	// QUIC tunes the "quic" WAN transport. Its zero value is the
+	// defaults documented on wan.QUICConfig.
+	QUIC wan.QUICConfig
 	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
 	// false, such requests are refused.
 	AllowTCPWAN bool
@@ -258,7 +262,7 @@ func (s *Server) restore() error {
 			s.fail(rec, "interrupted while being created")
 			continue
 		}
-		lns, err := s.alloc.ListenPorts(rec.Ports)
+		lns, err := s.listenPorts(rec)
 		if err != nil {
 			s.fail(rec, fmt.Sprintf("could not bind its ports again after a restart: %v", err))
 			continue

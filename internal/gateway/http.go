@@ -173,7 +173,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleInfo(r *http.Request) (int, any, error) {
-	wans := []string{api.WANTLS}
+	wans := []string{api.WANTLS, api.WANQUIC}
 	if s.cfg.AllowTCPWAN {
 		wans = append(wans, api.WANTCP)
 	}
@@ -199,13 +199,13 @@ func (s *Server) checkCommon(numConn int, wanT, engine *string) error {
 	switch *wanT {
 	case "":
 		*wanT = api.WANTLS
-	case api.WANTLS:
+	case api.WANTLS, api.WANQUIC:
 	case api.WANTCP:
 		if !s.cfg.AllowTCPWAN {
 			return api.Errorf(api.CodePermissionDenied, "this gateway refuses plaintext WAN legs (wan \"tcp\"); use \"tls\", or ask the operator to start s2cs with --insecure_tcp_wan")
 		}
 	default:
-		return api.Errorf(api.CodeInvalidArgument, "wan %q unknown: use \"tls\" (default) or \"tcp\"", *wanT)
+		return api.Errorf(api.CodeInvalidArgument, "wan %q unknown: use \"tls\" (default), \"quic\" or \"tcp\"", *wanT)
 	}
 	if *engine == "" {
 		*engine = s.engine.Name()
@@ -360,9 +360,9 @@ func (s *Server) handleOutbound(r *http.Request) (int, any, error) {
 		return 0, nil, api.Errorf(api.CodeInvalidArgument, "secret must be the base64 of %d bytes, as returned by the inbound request", wan.SecretLen)
 	}
 	var pin string
-	if req.WAN == api.WANTLS {
+	if api.WANPinned(req.WAN) {
 		if req.PeerCert == "" {
-			return 0, nil, api.Errorf(api.CodeInvalidArgument, "peer_cert is required with wan \"tls\": pass the inbound gateway's wan_cert")
+			return 0, nil, api.Errorf(api.CodeInvalidArgument, "peer_cert is required with wan %q: pass the inbound gateway's wan_cert", req.WAN)
 		}
 		c, err := certs.ParsePEM([]byte(req.PeerCert))
 		if err != nil {
@@ -434,7 +434,7 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 		return nil, api.Errorf(api.CodeInternal, "read state").WithCause(err)
 	}
 
-	lns, err := s.alloc.Listen(rec.NumConn)
+	lns, err := s.listen(rec)
 	if err != nil {
 		if errors.Is(err, ports.ErrExhausted) {
 			return nil, api.Errorf(api.CodeNoResources, "no free ports: %d wanted, range %s is in use; release streams or widen --port_range", rec.NumConn, s.cfg.PortRange).WithCause(err)
@@ -518,9 +518,9 @@ func (s *Server) handleAttach(r *http.Request) (int, any, error) {
 		return 0, nil, api.Errorf(api.CodeInvalidArgument, "stream %s is the outbound side on this gateway; attach applies to the inbound side", rec.UID)
 	}
 	var pin string
-	if rec.WAN == api.WANTLS {
+	if api.WANPinned(rec.WAN) {
 		if req.PeerCert == "" {
-			return 0, nil, api.Errorf(api.CodeInvalidArgument, "peer_cert is required for a tls stream: pass the outbound gateway's wan_cert")
+			return 0, nil, api.Errorf(api.CodeInvalidArgument, "peer_cert is required for a %s stream: pass the outbound gateway's wan_cert", rec.WAN)
 		}
 		c, err := certs.ParsePEM([]byte(req.PeerCert))
 		if err != nil {

@@ -33,6 +33,7 @@ type stream struct {
 	listeners []*net.TCPListener
 	conns     map[net.Conn]struct{}
 	stopped   bool
+	quic      quicLegs // WAN legs over QUIC (quic.go)
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
@@ -111,6 +112,7 @@ func (st *stream) start() {
 		st.wg.Add(1)
 		go st.acceptLoop(i, ln)
 	}
+	st.startQUIC()
 }
 
 // stop closes the listeners (freeing their ports), aborts every
@@ -130,6 +132,7 @@ func (st *stream) stop() {
 	}
 	st.mu.Unlock()
 	st.cancel()
+	st.stopQUIC()
 	for _, ln := range lns {
 		st.srv.alloc.Release(ln)
 	}
@@ -215,7 +218,7 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	rec := st.record()
 	target := rec.Targets[ch%len(rec.Targets)]
 	leg := st.leg(rec, ch)
-	w, err := wan.Dial(st.ctx, target, leg)
+	w, err := st.dialWAN(target, leg)
 	if err != nil {
 		st.errs.Add(1)
 		log.Warn("dial peer gateway", "target", target, "err", err)

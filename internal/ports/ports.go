@@ -48,18 +48,50 @@ func (r Range) Size() int { return r.Hi - r.Lo + 1 }
 type Allocator struct {
 	host string
 	rng  Range
-	mu   sync.Mutex // guards used
+	mu   sync.Mutex // guards used and udp
 	used map[int]*net.TCPListener
+	udp  map[int]*net.UDPConn // bound with used[port]
 }
 
 // New returns an allocator binding host (an IP address) in rng.
 func New(host string, rng Range) *Allocator {
-	return &Allocator{host: host, rng: rng, used: map[int]*net.TCPListener{}}
+	return &Allocator{host: host, rng: rng, used: map[int]*net.TCPListener{}, udp: map[int]*net.UDPConn{}}
 }
 
 // Listen binds n listeners on the lowest free ports of the range. It binds
 // all or none.
-func (a *Allocator) Listen(n int) ([]*net.TCPListener, error) {
+func (a *Allocator) Listen(n int) ([]*net.TCPListener, error) { return a.listen(n, false) }
+
+// ListenWithUDP is Listen that also binds a UDP socket on each port (see
+// UDP).
+func (a *Allocator) ListenWithUDP(n int) ([]*net.TCPListener, error) { return a.listen(n, true) }
+
+// ListenPorts binds exactly the given ports (used to restore streams after
+// a restart). It binds all or none.
+func (a *Allocator) ListenPorts(ports []int) ([]*net.TCPListener, error) {
+	return a.listenPorts(ports, false)
+}
+
+// ListenPortsWithUDP is ListenPorts that also binds a UDP socket on each
+// port.
+func (a *Allocator) ListenPortsWithUDP(ports []int) ([]*net.TCPListener, error) {
+	return a.listenPorts(ports, true)
+}
+
+// UDP returns the UDP socket bound on ln's port by ListenWithUDP or
+// ListenPortsWithUDP, or nil. It stays owned by the allocator: Release
+// closes it.
+func (a *Allocator) UDP(ln *net.TCPListener) *net.UDPConn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if a.used[port] != ln {
+		return nil
+	}
+	return a.udp[port]
+}
+
+func (a *Allocator) listen(n int, withUDP bool) ([]*net.TCPListener, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []*net.TCPListener
@@ -67,11 +99,10 @@ func (a *Allocator) Listen(n int) ([]*net.TCPListener, error) {
 		if a.used[p] != nil {
 			continue
 		}
-		ln, err := a.bind(p)
+		ln, err := a.bind(p, withUDP)
 		if err != nil {
 			continue // held by someone else: skip it
 		}
-		a.used[p] = ln
 		out = append(out, ln)
 	}
 	if len(out) < n {
@@ -83,9 +114,7 @@ func (a *Allocator) Listen(n int) ([]*net.TCPListener, error) {
 	return out, nil
 }
 
-// ListenPorts binds exactly the given ports (used to restore streams after
-// a restart). It binds all or none.
-func (a *Allocator) ListenPorts(ports []int) ([]*net.TCPListener, error) {
+func (a *Allocator) listenPorts(ports []int, withUDP bool) ([]*net.TCPListener, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []*net.TCPListener
@@ -98,7 +127,7 @@ func (a *Allocator) ListenPorts(ports []int) ([]*net.TCPListener, error) {
 		case a.used[p] != nil:
 			err = fmt.Errorf("port %d is already in use by another stream", p)
 		default:
-			ln, err = a.bind(p)
+			ln, err = a.bind(p, withUDP)
 		}
 		if err != nil {
 			for _, ln := range out {
@@ -106,18 +135,28 @@ func (a *Allocator) ListenPorts(ports []int) ([]*net.TCPListener, error) {
 			}
 			return nil, err
 		}
-		a.used[p] = ln
 		out = append(out, ln)
 	}
 	return out, nil
 }
 
-func (a *Allocator) bind(port int) (*net.TCPListener, error) {
+// bind binds port (for TCP, and UDP if withUDP) and records it as used.
+// a.mu must be held.
+func (a *Allocator) bind(port int, withUDP bool) (*net.TCPListener, error) {
 	addr := net.JoinHostPort(a.host, strconv.Itoa(port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	if withUDP {
+		uc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("port %d: udp: %w", port, err)
+		}
+		a.udp[port] = uc.(*net.UDPConn)
+	}
+	a.used[port] = ln.(*net.TCPListener)
 	return ln.(*net.TCPListener), nil
 }
 
@@ -134,6 +173,10 @@ func (a *Allocator) releaseLocked(ln *net.TCPListener) {
 	ln.Close()
 	if a.used[port] == ln { // a second Release must not free a reused port
 		delete(a.used, port)
+		if uc := a.udp[port]; uc != nil {
+			uc.Close()
+			delete(a.udp, port)
+		}
 	}
 }
 

@@ -1,9 +1,10 @@
 // Package wan opens and accepts the connections between two gateways (the
 // WAN legs) and binds each one to its stream.
 //
-// Two transports exist. "tls" (the default) is mutual TLS 1.3 where each
+// Three transports exist. "tls" (the default) is mutual TLS 1.3 where each
 // side accepts only the certificate pinned for the stream. "tcp" is
-// plaintext for trusted circuits. Either way the dialer's first bytes are a
+// plaintext for trusted circuits. "quic" (quic.go) carries each leg as a
+// stream of a QUIC connection with the same pinned TLS 1.3. Either way the dialer's first bytes are a
 // preface naming the stream and channel and proving knowledge of the
 // stream secret:
 //
@@ -144,7 +145,7 @@ func (l *Leg) validate() error {
 	}
 	switch l.Transport {
 	case api.WANTCP:
-	case api.WANTLS:
+	case api.WANTLS, api.WANQUIC:
 		if l.Cert == nil || l.PeerSHA256 == nil {
 			return errors.New("tls leg without certificate or pin")
 		}
@@ -180,6 +181,9 @@ func (l *Leg) tlsConfig() *tls.Config {
 func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 	if err := l.validate(); err != nil {
 		return nil, err
+	}
+	if l.Transport == api.WANQUIC {
+		return nil, ErrQUICOnTCP
 	}
 	d := net.Dialer{Timeout: HandshakeTimeout, KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
@@ -230,6 +234,10 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 	if err := l.validate(); err != nil {
 		raw.Close()
 		return nil, err
+	}
+	if l.Transport == api.WANQUIC {
+		raw.Close()
+		return nil, ErrQUICOnTCP
 	}
 	setNoDelay(raw)
 	raw.SetDeadline(time.Now().Add(HandshakeTimeout))

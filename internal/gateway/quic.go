@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"net"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/relay"
+	"scistream/internal/store"
+	"scistream/internal/wan"
+)
+
+// A stream with WAN transport "quic" (see internal/wan/quic.go):
+//
+//   - inbound: each listener's port is bound for UDP too (ports.ListenWithUDP),
+//     so the advertised listeners stay the same; a wan.QUICListener on that
+//     UDP socket hands out authenticated QUIC streams, each relayed to the
+//     application like an accepted TLS leg. The TCP listener stays bound
+//     (the port is the stream's) and refuses connections (wan.ErrQUICOnTCP).
+//   - outbound: one wan.QUICDialer for the stream keeps one QUIC connection
+//     per peer listener, dialed on the first application connection and
+//     again if it died; each application connection opens one QUIC stream.
+//
+// A release closes the QUIC connections, which fails every stream on them
+// at both ends.
+
+// quicLegs is the QUIC state of a stream; zero for other transports.
+type quicLegs struct {
+	listeners []*wan.QUICListener // inbound, one per channel
+	dialer    *wan.QUICDialer     // outbound
+}
+
+// usesUDP reports whether rec's listeners need a UDP socket on their port.
+func usesUDP(rec *store.Record) bool {
+	return rec.WAN == api.WANQUIC && rec.Role == api.RoleInbound
+}
+
+// listen binds a new stream's listeners.
+func (s *Server) listen(rec *store.Record) ([]*net.TCPListener, error) {
+	if usesUDP(rec) {
+		return s.alloc.ListenWithUDP(rec.NumConn)
+	}
+	return s.alloc.Listen(rec.NumConn)
+}
+
+// listenPorts binds a restored stream's listeners again.
+func (s *Server) listenPorts(rec *store.Record) ([]*net.TCPListener, error) {
+	if usesUDP(rec) {
+		return s.alloc.ListenPortsWithUDP(rec.Ports)
+	}
+	return s.alloc.ListenPorts(rec.Ports)
+}
+
+func (st *stream) quicConfig() wan.QUICConfig {
+	cfg := st.srv.cfg.QUIC
+	cfg.Logger = st.srv.log.With("uid", st.uid)
+	cfg.OnReject = func(remote net.Addr, err error) {
+		st.rejected.Add(1)
+		peer := ""
+		if remote != nil {
+			peer = remote.String()
+		}
+		st.srv.log.Warn("WAN connection refused", "uid", st.uid, "wan", api.WANQUIC, "peer", peer, "err", err)
+	}
+	return cfg
+}
+
+// startQUIC starts the QUIC side of the stream. st.mu must be held.
+func (st *stream) startQUIC() {
+	if st.rec.WAN != api.WANQUIC {
+		return
+	}
+	if st.role == api.RoleOutbound {
+		st.quic.dialer = wan.NewQUICDialer(st.quicConfig())
+		return
+	}
+	for ch, ln := range st.listeners {
+		udp := st.srv.alloc.UDP(ln)
+		if udp == nil {
+			st.srv.log.Error("quic stream without a UDP socket on its port", "uid", st.uid, "channel", ch)
+			continue
+		}
+		ql, err := wan.ListenQUIC(udp, st.leg(st.rec, ch), st.quicConfig())
+		if err != nil {
+			st.srv.log.Error("listen quic", "uid", st.uid, "channel", ch, "err", err)
+			continue
+		}
+		st.quic.listeners = append(st.quic.listeners, ql)
+		st.wg.Add(1)
+		go st.quicAcceptLoop(ch, ql)
+	}
+}
+
+// stopQUIC closes the stream's QUIC connections. Called by stop, before
+// the listeners' ports (and so the UDP sockets) are released.
+func (st *stream) stopQUIC() {
+	st.mu.Lock()
+	q := st.quic
+	st.mu.Unlock()
+	for _, ql := range q.listeners {
+		ql.Close()
+	}
+	if q.dialer != nil {
+		q.dialer.Close()
+	}
+}
+
+func (st *stream) quicAcceptLoop(ch int, ql *wan.QUICListener) {
+	defer st.wg.Done()
+	for {
+		w, err := ql.Accept(st.ctx)
+		if err != nil {
+			return // released or shut down
+		}
+		if !st.track(w) {
+			continue
+		}
+		st.wg.Add(1)
+		go st.serveInboundQUIC(ch, w)
+	}
+}
+
+// serveInboundQUIC relays an authenticated QUIC stream of channel ch to
+// the application's port for that channel.
+func (st *stream) serveInboundQUIC(ch int, w net.Conn) {
+	defer st.wg.Done()
+	defer st.untrack(w)
+	log := st.srv.log.With("uid", st.uid, "channel", ch, "peer", w.RemoteAddr().String())
+	rec := st.record()
+	target := rec.Targets[ch%len(rec.Targets)]
+	d := net.Dialer{Timeout: 10 * time.Second}
+	app, err := d.DialContext(st.ctx, "tcp", target)
+	if err != nil {
+		st.errs.Add(1)
+		log.Warn("dial application", "target", target, "err", err)
+		relay.Abort(w)
+		return
+	}
+	if !st.track(app) {
+		relay.Abort(w)
+		return
+	}
+	defer st.untrack(app)
+	st.relay(log, app, w)
+}
+
+// dialWAN opens the WAN leg of an application connection on channel ch.
+func (st *stream) dialWAN(target string, leg *wan.Leg) (net.Conn, error) {
+	if leg.Transport == api.WANQUIC {
+		st.mu.Lock()
+		d := st.quic.dialer
+		st.mu.Unlock()
+		if d == nil {
+			return nil, net.ErrClosed
+		}
+		return d.Dial(st.ctx, target, leg)
+	}
+	return wan.Dial(st.ctx, target, leg)
+}

@@ -1,0 +1,157 @@
+package wan_test
+
+import (
+	"context"
+	"crypto/rand"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/relay"
+	"scistream/internal/wan"
+)
+
+// BenchmarkQUICLeg moves bytes over one QUIC stream on loopback (both
+// gateways' halves of a WAN leg, in one process) in 64 KiB writes, as a
+// relay would, and reports the ratio to a direct loopback TCP connection
+// measured in the same run (x_direct). Profile with
+//
+//	go test -run '^$' -bench QUICLeg -benchtime 20x -cpuprofile cpu.out ./internal/wan
+func BenchmarkQUICLeg(b *testing.B) {
+	b.Run("gro", func(b *testing.B) { benchQUICLeg(b, wan.QUICConfig{}) })
+	b.Run("no_gro", func(b *testing.B) { benchQUICLeg(b, wan.QUICConfig{DisableGRO: true}) })
+}
+
+func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
+	const op = 16 << 20 // bytes per iteration
+	dc, ac, _, _, _ := quicPair(b, cfg)
+	b.SetBytes(op)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	el := move(b, dc, ac, int64(b.N)*op)
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	x, y := tcpPair(b)
+	cpu0 = cpuTime()
+	direct := move(b, x, y, int64(b.N)*op)
+	dcpu := cpuTime() - cpu0
+	b.ReportMetric(direct.Seconds()/el.Seconds(), "x_direct")
+	// CPU time (user+system, both ends) per MiB moved: steadier than
+	// goodput on a shared machine.
+	mib := float64(b.N) * op / (1 << 20)
+	b.ReportMetric(cpu.Seconds()*1e3/mib, "cpu-ms/MiB")
+	b.ReportMetric(dcpu.Seconds()*1e3/mib, "direct-cpu-ms/MiB")
+}
+
+// cpuTime is the user+system CPU time of this process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// move writes total bytes to w in 64 KiB writes and reads them from r
+// through a 256 KiB buffer, returning the time taken.
+func move(b *testing.B, w, r net.Conn, total int64) time.Duration {
+	b.Helper()
+	chunk := make([]byte, 64<<10)
+	rand.Read(chunk)
+	buf := make([]byte, 256<<10)
+	werr := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		var err error
+		for left := total; left > 0 && err == nil; left -= int64(len(chunk)) {
+			_, err = w.Write(chunk[:min(int64(len(chunk)), left)])
+		}
+		werr <- err
+	}()
+	for got := int64(0); got < total; {
+		n, err := r.Read(buf)
+		got += int64(n)
+		if err != nil {
+			b.Fatalf("read after %d of %d bytes: %v", got, total, err)
+		}
+	}
+	el := time.Since(start)
+	if err := <-werr; err != nil {
+		b.Fatal(err)
+	}
+	return el
+}
+
+// BenchmarkGatewayPath moves bytes producer -> relay -> WAN leg -> relay
+// -> consumer in one process, as the two gateways do (relay.Buffer, the
+// engine every encrypted leg uses), for the tls and quic legs, and reports
+// goodput, CPU time per MiB (both gateways and both applications) and the
+// ratio to a direct TCP connection measured in the same run.
+func BenchmarkGatewayPath(b *testing.B) {
+	for _, tr := range []string{api.WANTLS, api.WANQUIC} {
+		b.Run(tr, func(b *testing.B) {
+			var dc, ac net.Conn
+			if tr == api.WANQUIC {
+				dc, ac, _, _, _ = quicPair(b, wan.QUICConfig{})
+			} else {
+				dc, ac = tlsLeg(b)
+			}
+			prodApp, prodGW := tcpPair(b)
+			consGW, consApp := tcpPair(b)
+			done := make(chan error, 2)
+			go func() { done <- relay.Relay(relay.Buffer{}, prodGW, dc, func(int64) {}, func(int64) {}) }()
+			go func() { done <- relay.Relay(relay.Buffer{}, consGW, ac, func(int64) {}, func(int64) {}) }()
+			const op = 16 << 20
+			b.SetBytes(op)
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			el := move(b, prodApp, consApp, int64(b.N)*op)
+			cpu := cpuTime() - cpu0
+			b.StopTimer()
+			prodApp.Close()
+			consApp.Close()
+			<-done
+			<-done
+			x, y := tcpPair(b)
+			direct := move(b, x, y, int64(b.N)*op)
+			mib := float64(b.N) * op / (1 << 20)
+			b.ReportMetric(direct.Seconds()/el.Seconds(), "x_direct")
+			b.ReportMetric(cpu.Seconds()*1e3/mib, "cpu-ms/MiB")
+		})
+	}
+}
+
+// tlsLeg returns both ends of a TLS WAN leg on loopback.
+func tlsLeg(b *testing.B) (net.Conn, net.Conn) {
+	dl, al := legs(b, api.WANTLS)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		c, err := wan.Accept(context.Background(), raw, al)
+		ch <- res{c, err}
+	}()
+	dc, err := wan.Dial(context.Background(), ln.Addr().String(), dl)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		b.Fatal(r.err)
+	}
+	b.Cleanup(func() { dc.Close(); r.c.Close() })
+	return dc, r.c
+}

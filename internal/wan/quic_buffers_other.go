@@ -1,0 +1,9 @@
+//go:build !linux
+
+package wan
+
+// No way to exceed the system limit here.
+const (
+	soRcvBufForce = 0
+	soSndBufForce = 0
+)
