@@ -63,7 +63,20 @@ func proxy(t *testing.T, target string, f func(off int64, b []byte)) (addr strin
 			return
 		}
 		defer b.Close()
-		go func() { io.Copy(a, b); a.(*net.TCPConn).CloseWrite() }()
+		// The reply direction: forward the consumer's end as a gateway
+		// does (a reset as a reset), and close nothing before it ends,
+		// or the producer would see its connection end early.
+		back := make(chan struct{})
+		go func() {
+			defer close(back)
+			if _, err := io.Copy(a, b); err != nil {
+				a.(*net.TCPConn).SetLinger(0)
+				a.Close()
+				return
+			}
+			a.(*net.TCPConn).CloseWrite()
+		}()
+		defer func() { <-back }()
 		buf := make([]byte, 32<<10)
 		var off int64
 		for {
