@@ -261,7 +261,7 @@ func (l *limitedBuf) Write(p []byte) (int, error) {
 
 // dialFrom connects to addr from a given local IP.
 func dialFrom(localIP, addr string) (*net.TCPConn, error) {
-	d := net.Dialer{Timeout: 5 * time.Second}
+	d := net.Dialer{Timeout: 30 * time.Second}
 	if localIP != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(localIP)}
 	}
