@@ -36,6 +36,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
+	"scistream/internal/sockio"
 )
 
 const (
@@ -382,6 +383,7 @@ var batchPool = sync.Pool{New: func() any {
 // buffered), and gathers the writes of one batch into one.
 type legConn struct {
 	net.Conn
+	io    io.ReadWriter // the socket: raw system calls for TCP (package sockio)
 	eof   atomic.Bool
 	probe atomic.Bool
 
@@ -394,7 +396,15 @@ type legConn struct {
 	batch *[]byte    // non-nil between beginBatch and endBatch
 }
 
-func newLegConn(c net.Conn) *legConn { return &legConn{Conn: c} }
+func newLegConn(c net.Conn) *legConn {
+	l := &legConn{Conn: c, io: c}
+	if t, ok := c.(*net.TCPConn); ok {
+		if s, err := sockio.New(t); err == nil {
+			l.io = s
+		}
+	}
+	return l
+}
 
 func (c *legConn) Read(b []byte) (int, error) {
 	if c.rpos == c.rend {
@@ -405,14 +415,14 @@ func (c *legConn) Read(b []byte) (int, error) {
 			return 0, errWouldBlock
 		}
 		if len(b) >= readBufSize {
-			n, err := c.Conn.Read(b)
+			n, err := c.io.Read(b)
 			c.noteErr(err)
 			return n, err
 		}
 		if c.rbuf == nil {
 			c.rbuf = make([]byte, readBufSize)
 		}
-		n, err := c.Conn.Read(c.rbuf)
+		n, err := c.io.Read(c.rbuf)
 		c.rpos, c.rend = 0, n
 		c.noteErr(err)
 		if n == 0 {
@@ -443,7 +453,7 @@ func (c *legConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.batch == nil {
-		return c.Conn.Write(b)
+		return c.io.Write(b)
 	}
 	buf := *c.batch
 	if len(buf)+len(b) > cap(buf) {
@@ -452,7 +462,7 @@ func (c *legConn) Write(b []byte) (int, error) {
 		}
 		buf = *c.batch
 		if len(b) > cap(buf) {
-			return c.Conn.Write(b)
+			return c.io.Write(b)
 		}
 	}
 	*c.batch = append(buf, b...)
@@ -465,7 +475,7 @@ func (c *legConn) flushLocked() error {
 	if len(buf) == 0 {
 		return nil
 	}
-	_, err := c.Conn.Write(buf)
+	_, err := c.io.Write(buf)
 	return err
 }
 
