@@ -52,6 +52,10 @@ type Config struct {
 	Store store.Store
 	// Engine is the default data-plane engine. If empty, "splice".
 	Engine string
+	// BufferSize is the ring of the buffer engine for each direction of
+	// each connection, in bytes (relay.MinBufferSize to
+	// relay.MaxBufferSize). If zero, relay.DefaultBufferSize.
+	BufferSize int
 	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
 	// false, such requests are refused.
 	AllowTCPWAN bool
@@ -74,6 +78,7 @@ type Server struct {
 	log    *slog.Logger
 	alloc  *ports.Allocator
 	engine relay.Engine
+	buffer relay.Buffer // the buffer engine with the configured ring size
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -120,6 +125,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	buffer, err := relay.NewBuffer(cfg.BufferSize)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.PendingTimeout == 0 {
 		cfg.PendingTimeout = 15 * time.Minute
 	}
@@ -138,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		alloc:   ports.New(cfg.BindIP, cfg.PortRange),
 		engine:  eng,
+		buffer:  buffer,
 		ctx:     ctx,
 		cancel:  cancel,
 		streams: map[string]*stream{},
