@@ -8,8 +8,15 @@
 // 20 us to look for processors stuck in system calls, and hands
 // processors between threads. A call on a non-blocking socket never
 // blocks (it returns EAGAIN and we wait in the poller), so it is safe to
-// issue it as a raw system call: the thread keeps its processor for the
-// few microseconds the kernel works. Deadlines, Close from another
+// issue it as a raw system call: the thread keeps its processor while the
+// kernel works on the call (tens to hundreds of microseconds for a large
+// write on loopback, which also runs the receiver's TCP processing), and
+// never sleeps in it. Callers bound the size of one call (relay: 1 MiB).
+//
+// A splice pipe beyond the per-user pipe allowance of an unprivileged
+// process (fs.pipe-user-pages-soft, 64 MiB by default) gets only a few
+// pages: NewPipe reports the size it got, and splicing still works, in
+// smaller steps. Deadlines, Close from another
 // goroutine and the poller's wake-ups behave exactly as for net.Conn,
 // because the waiting is done by syscall.RawConn.
 //
