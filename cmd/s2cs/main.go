@@ -201,7 +201,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control API: %w", err)
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), *listenerIP, rng, *engine)
-	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine)
+	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine, "buffer_size", bench.FormatBytes(bufSize))
 	err = srv.Serve(ctx, ln)
 	log.Info("stopped")
 	return err
