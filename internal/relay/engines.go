@@ -177,7 +177,7 @@ func (e Buffer) Copy(dst, src net.Conn, count func(int64)) error {
 		bp = e.pool.Get().(*[]byte)
 		defer e.pool.Put(bp)
 	} else {
-		b := make([]byte, cmp(e.Size, DefaultBufferSize))
+		b := make([]byte, orDefault(e.Size, DefaultBufferSize))
 		bp = &b
 	}
 	rg := &ring{buf: *bp, data: make(chan struct{}, 1), space: make(chan struct{}, 1), exited: make(chan struct{})}
@@ -194,7 +194,7 @@ func (e Buffer) Copy(dst, src net.Conn, count func(int64)) error {
 	return err
 }
 
-func cmp(v, def int) int {
+func orDefault(v, def int) int {
 	if v == 0 {
 		return def
 	}
