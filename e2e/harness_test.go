@@ -151,6 +151,9 @@ func (p *pair) mustS2UC(id string, args ...string) string {
 type streamOut struct {
 	UID       string   `json:"uid"`
 	Listeners []string `json:"listeners"`
+	// The engines each side runs.
+	Inbound  struct{ Engine string } `json:"inbound"`
+	Outbound struct{ Engine string } `json:"outbound"`
 }
 
 // wire opens a stream for id from the producer gateway to app (host,

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"scistream/internal/localgw"
 )
 
 // TestSeedWorkflow follows the ORNL runbook (seed 001 sec. 3.4) with the
@@ -239,5 +241,46 @@ func TestManyConnections(t *testing.T) {
 		if !got[s] {
 			t.Fatalf("a producer's stream never arrived intact")
 		}
+	}
+}
+
+// TestBufferEngineRingSize: gateways started with --type buffer and the
+// smallest --buffer_size carry a stream intact over both WAN transports
+// (the rings wrap around many times), and s2cs refuses sizes out of range,
+// naming the flag and the range.
+func TestBufferEngineRingSize(t *testing.T) {
+	for _, bad := range []string{"1KiB", "2GiB", "lots"} {
+		out, err := exec.Command(bins.s2cs, "--listener_ip", "127.0.0.1", "--insecure_no_auth",
+			"--state_dir", t.TempDir(), "--buffer_size", bad).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--buffer_size") {
+			t.Fatalf("s2cs --buffer_size %s: err %v, output %q; want a refusal naming the flag", bad, err, out)
+		}
+	}
+	for _, wan := range []string{"tls", "tcp"} {
+		t.Run(wan, func(t *testing.T) {
+			p := newPair(t, pairOpts{args: []string{"--insecure_tcp_wan", "--type", "buffer", "--buffer_size", "64KiB"}})
+			app := newSink(t, "127.0.0.1", nil)
+			so := p.wire("alice", app.host(), app.port(), 1, "--wan", wan)
+			for _, g := range []*localgw.Gateway{p.prod, p.cons} {
+				if !strings.Contains(g.Log(), "buffer_size=64KiB") {
+					t.Fatalf("gateway log does not report buffer_size=64KiB:\n%s", g.Log())
+				}
+			}
+			if so.Inbound.Engine != "buffer" || so.Outbound.Engine != "buffer" {
+				t.Fatalf("stream engines %q/%q, want buffer (the gateways' default)", so.Inbound.Engine, so.Outbound.Engine)
+			}
+			const total = 64 << 20
+			c, err := dialFrom("", so.Listeners[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := sendRandom(t, c, total, 2)
+			c.CloseWrite()
+			r := app.next(t, time.Minute)
+			c.Close()
+			if r.err != nil || r.n != total || r.sum != sum {
+				t.Fatalf("consumer got %d bytes (err %v), sha256 match %v; want %d identical bytes", r.n, r.err, r.sum == sum, total)
+			}
+		})
 	}
 }

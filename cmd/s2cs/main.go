@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"scistream/internal/auth"
+	"scistream/internal/bench"
 	"scistream/internal/certs"
 	"scistream/internal/cliflag"
 	"scistream/internal/gateway"
@@ -49,6 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		port       = fs.Int("port", 5000, "control API port (0 picks a free one)")
 		portRange  = fs.String("port_range", "5100-5199", "data listener ports, LO-HI inclusive")
 		engine     = fs.String("type", "splice", "default data-plane engine: splice or buffer")
+		bufferSize = fs.String("buffer_size", bench.FormatBytes(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
 		verbose    = fs.Bool("verbose", false, "log every connection event (debug level)")
 		tokensFile = fs.String("tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --insecure_no_auth)")
 		stateDir   = fs.String("state_dir", "s2cs-state", "directory for the state database and any generated certificate")
@@ -107,6 +109,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if _, err := relay.ByName(*engine); err != nil {
 		return fmt.Errorf("--type: %w", err)
+	}
+	bufSize, err := bench.ParseBytes(*bufferSize)
+	if err != nil {
+		return fmt.Errorf("--buffer_size %w", err)
+	}
+	if bufSize < relay.MinBufferSize || bufSize > relay.MaxBufferSize {
+		return fmt.Errorf("--buffer_size %s out of range: give %s to %s, e.g. 10MB", *bufferSize,
+			bench.FormatBytes(relay.MinBufferSize), bench.FormatBytes(relay.MaxBufferSize))
 	}
 	if *pending <= 0 {
 		return fmt.Errorf("--pending_timeout must be positive, e.g. 15m")
@@ -176,6 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Auth:           authn,
 		Store:          st,
 		Engine:         *engine,
+		BufferSize:     int(bufSize),
 		AllowTCPWAN:    *tcpWAN,
 		PendingTimeout: *pending,
 		Logger:         log,
@@ -190,7 +201,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control API: %w", err)
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), *listenerIP, rng, *engine)
-	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine)
+	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine, "buffer_size", bench.FormatBytes(bufSize))
 	err = srv.Serve(ctx, ln)
 	log.Info("stopped")
 	return err

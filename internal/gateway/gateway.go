@@ -56,6 +56,10 @@ type Config struct {
 	// QUIC tunes the "quic" WAN transport. Its zero value is the
 	// defaults documented on wan.QUICConfig.
 	QUIC wan.QUICConfig
+	// BufferSize is the ring of the buffer engine for each direction of
+	// each connection, in bytes (relay.MinBufferSize to
+	// relay.MaxBufferSize). If zero, relay.DefaultBufferSize.
+	BufferSize int
 	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
 	// false, such requests are refused.
 	AllowTCPWAN bool
@@ -78,6 +82,7 @@ type Server struct {
 	log    *slog.Logger
 	alloc  *ports.Allocator
 	engine relay.Engine
+	buffer relay.Buffer // the buffer engine with the configured ring size
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -124,6 +129,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	buffer, err := relay.NewBuffer(cfg.BufferSize)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.PendingTimeout == 0 {
 		cfg.PendingTimeout = 15 * time.Minute
 	}
@@ -142,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		alloc:   ports.New(cfg.BindIP, cfg.PortRange),
 		engine:  eng,
+		buffer:  buffer,
 		ctx:     ctx,
 		cancel:  cancel,
 		streams: map[string]*stream{},

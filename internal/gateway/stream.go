@@ -52,6 +52,9 @@ func (s *Server) newStream(rec *store.Record, lns []*net.TCPListener) (*stream, 
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := eng.(relay.Buffer); ok {
+		eng = s.buffer // with the configured ring size
+	}
 	if len(lns) != rec.NumConn || len(rec.Targets) == 0 {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
 	}

@@ -5,16 +5,32 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
+
+	"scistream/internal/sockio"
 )
 
-// spliceChunk bounds one splice(2) round so byte counters (and so live
-// rates) advance while a long transfer runs.
-const spliceChunk = 1 << 20
+// maxChunk bounds one read, write or splice, so byte counters (and so
+// live rates) advance while a long transfer runs, and a ring's reader gets
+// room back while its writer works through a large backlog.
+const maxChunk = 1 << 20
 
-// Splice moves bytes between two TCP sockets with splice(2) through a
-// kernel pipe: no copy to user space. When either side is not a plain TCP
-// socket (a TLS leg) it falls back to Buffer.
+// PipeSize is the kernel pipe the splice engine asks for per direction
+// of a connection: one splice(2) moves up to this much. The system may
+// grant less (fs.pipe-max-size, or the per-user pipe allowance).
+const PipeSize = 1 << 20
+
+// Splice moves bytes between two TCP sockets with splice(2) through one
+// kernel pipe per direction: no copy to user space. It issues the calls
+// itself, as raw system calls on the non-blocking sockets (package
+// sockio), and waits for readiness in the runtime's poller.
+//
+// When either side is not a plain TCP socket (a TLS leg), or no pipe can
+// be had, it copies through a user-space buffer in one goroutine
+// (read, then write): on those legs the bytes must pass through user space
+// anyway, and a single goroutine costs the least CPU per byte.
 type Splice struct{}
 
 // Name implements Engine.
@@ -25,53 +41,77 @@ func (Splice) Copy(dst, src net.Conn, count func(int64)) error {
 	d, ok1 := dst.(*net.TCPConn)
 	s, ok2 := src.(*net.TCPConn)
 	if !ok1 || !ok2 {
-		return Buffer{}.Copy(dst, src, count)
+		return copyLoop(dst, src, count)
 	}
-	// (*net.TCPConn).ReadFrom uses splice(2) when its source is a
-	// *net.TCPConn, also behind an *io.LimitedReader; the limit lets us
-	// count progress in chunks.
-	lr := &io.LimitedReader{R: s}
+	ds, err := sockio.New(d)
+	if err != nil {
+		return err
+	}
+	ss, err := sockio.New(s)
+	if err != nil {
+		return err
+	}
+	p, err := sockio.NewPipe(PipeSize)
+	if err != nil {
+		return copyLoop(dst, src, count) // e.g. out of descriptors: still relay
+	}
+	defer p.Close()
 	for {
-		lr.N = spliceChunk
-		n, err := d.ReadFrom(lr)
+		if _, err := ss.SpliceIn(p); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		// SpliceIn takes at most the pipe's size (<= maxChunk by
+		// default), so one count covers a bounded chunk.
+		n, err := ds.SpliceOut(p)
 		if n > 0 {
-			count(n)
+			count(int64(n))
 		}
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			return nil // EOF
-		}
 	}
 }
 
-// DefaultBufferSize is the per-direction buffer of the Buffer engine.
-const DefaultBufferSize = 256 << 10
+// endpoint reads or writes one side of a connection: the raw socket for
+// plain TCP, the net.Conn otherwise (TLS).
+type endpoint interface {
+	Read([]byte) (int, error)
+	Write([]byte) (int, error)
+}
 
-var bufPool = sync.Pool{New: func() any {
-	b := make([]byte, DefaultBufferSize)
+func endpointOf(c net.Conn) endpoint {
+	if t, ok := c.(*net.TCPConn); ok {
+		if s, err := sockio.New(t); err == nil {
+			return s
+		}
+	}
+	return c
+}
+
+var loopPool = sync.Pool{New: func() any {
+	b := make([]byte, loopBufSize)
 	return &b
 }}
 
-// Buffer copies through a pooled user-space buffer. It works for every
-// kind of connection (TLS legs use it) and is the reference engine.
-type Buffer struct{}
+// loopBufSize is the buffer of the single-goroutine copy loop: a whole
+// batch of TLS records (16 KiB each) per read and per write.
+const loopBufSize = 256 << 10
 
-// Name implements Engine.
-func (Buffer) Name() string { return "buffer" }
-
-// Copy implements Engine.
-func (Buffer) Copy(dst, src net.Conn, count func(int64)) error {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+// copyLoop copies src to dst in one goroutine through a pooled buffer.
+func copyLoop(dst, src net.Conn, count func(int64)) error {
+	bp := loopPool.Get().(*[]byte)
+	defer loopPool.Put(bp)
 	buf := *bp
+	r, w := endpointOf(src), endpointOf(dst)
 	for {
-		n, rerr := src.Read(buf)
+		n, rerr := r.Read(buf)
 		if n > 0 {
-			w, werr := dst.Write(buf[:n])
-			if w > 0 {
-				count(int64(w))
+			m, werr := w.Write(buf[:n])
+			if m > 0 {
+				count(int64(m))
 			}
 			if werr != nil {
 				return werr
@@ -82,6 +122,165 @@ func (Buffer) Copy(dst, src net.Conn, count func(int64)) error {
 				return nil
 			}
 			return rerr
+		}
+	}
+}
+
+// DefaultBufferSize is the Buffer engine's ring per direction of a
+// connection when none is configured.
+const DefaultBufferSize = 4 << 20
+
+// Bounds of a configured ring size.
+const (
+	MinBufferSize = 64 << 10
+	MaxBufferSize = 1 << 30
+)
+
+// Buffer copies each direction through a user-space circular buffer (a
+// ring) of a configurable size, with a reader goroutine filling it and a
+// writer goroutine (the caller of Copy) draining it, so a stall on one
+// side does not stall the other until the ring is full. It works for
+// every kind of connection, is the reference design, and is where
+// per-byte policies (rate limits, accounting) belong.
+//
+// The zero Buffer uses DefaultBufferSize and allocates a ring per Copy;
+// NewBuffer returns one that reuses its rings.
+type Buffer struct {
+	// Size is the ring of each direction of a connection, in bytes. If
+	// zero, DefaultBufferSize.
+	Size int
+	pool *sync.Pool
+}
+
+// NewBuffer returns a Buffer engine with rings of size bytes (0 for
+// DefaultBufferSize), reused across connections.
+func NewBuffer(size int) (Buffer, error) {
+	if size == 0 {
+		size = DefaultBufferSize
+	}
+	if size < MinBufferSize || size > MaxBufferSize {
+		return Buffer{}, errors.New("buffer size out of range: give 64KiB to 1GiB")
+	}
+	return Buffer{Size: size, pool: &sync.Pool{New: func() any {
+		b := make([]byte, size)
+		return &b
+	}}}, nil
+}
+
+// Name implements Engine.
+func (Buffer) Name() string { return "buffer" }
+
+// Copy implements Engine.
+func (e Buffer) Copy(dst, src net.Conn, count func(int64)) error {
+	var bp *[]byte
+	if e.pool != nil {
+		bp = e.pool.Get().(*[]byte)
+		defer e.pool.Put(bp)
+	} else {
+		b := make([]byte, orDefault(e.Size, DefaultBufferSize))
+		bp = &b
+	}
+	rg := &ring{buf: *bp, data: make(chan struct{}, 1), space: make(chan struct{}, 1), exited: make(chan struct{})}
+	go rg.fill(endpointOf(src))
+	err := rg.drain(endpointOf(dst), count)
+	if err != nil {
+		// The reader may wait in src.Read: make it return now. Relay
+		// aborts both connections on this error anyway.
+		rg.stop.Store(true)
+		notify(rg.space)
+		src.SetReadDeadline(time.Unix(1, 0))
+	}
+	<-rg.exited
+	return err
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// ring is the circular buffer of one direction. The reader goroutine
+// (fill) owns w and writes only into free space; the writer (drain) owns
+// r and reads only filled space. written and read publish them.
+type ring struct {
+	buf           []byte
+	written, read atomic.Int64 // totals, never wrap
+	stop          atomic.Bool  // the writer failed: fill must return
+	rerr          error        // fill's final error (io.EOF at end), valid once finished is set
+	finished      atomic.Bool
+	data, space   chan struct{} // wake drain, wake fill (capacity 1)
+	exited        chan struct{} // closed when fill returns
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (rg *ring) fill(src endpoint) {
+	defer close(rg.exited)
+	size := int64(len(rg.buf))
+	w := rg.written.Load()
+	for !rg.stop.Load() {
+		free := size - (w - rg.read.Load())
+		if free == 0 {
+			<-rg.space
+			continue
+		}
+		start := w % size
+		end := min(size, start+free, start+maxChunk)
+		n, err := src.Read(rg.buf[start:end])
+		if n > 0 {
+			w += int64(n)
+			rg.written.Store(w)
+			notify(rg.data)
+		}
+		if err != nil {
+			rg.rerr = err
+			rg.finished.Store(true)
+			notify(rg.data)
+			return
+		}
+	}
+}
+
+func (rg *ring) drain(dst endpoint, count func(int64)) error {
+	size := int64(len(rg.buf))
+	r := rg.read.Load()
+	for {
+		avail := rg.written.Load() - r
+		if avail == 0 {
+			if rg.finished.Load() {
+				// fill stored written before finished: re-check.
+				if rg.written.Load() != r {
+					continue
+				}
+				if errors.Is(rg.rerr, io.EOF) {
+					return nil
+				}
+				return rg.rerr
+			}
+			<-rg.data
+			continue
+		}
+		if rg.finished.Load() && !errors.Is(rg.rerr, io.EOF) {
+			return rg.rerr // the source failed: the stream is broken anyway
+		}
+		start := r % size
+		end := min(size, start+avail, start+maxChunk)
+		n, err := dst.Write(rg.buf[start:end])
+		if n > 0 {
+			r += int64(n)
+			rg.read.Store(r)
+			notify(rg.space)
+			count(int64(n))
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

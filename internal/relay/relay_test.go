@@ -513,3 +513,153 @@ func benchRelay(b *testing.B, e relay.Engine) {
 
 func BenchmarkSplice(b *testing.B) { benchRelay(b, relay.Splice{}) }
 func BenchmarkBuffer(b *testing.B) { benchRelay(b, relay.Buffer{}) }
+
+func TestNewBuffer(t *testing.T) {
+	for _, c := range []struct {
+		size, want int
+		ok         bool
+	}{
+		{0, relay.DefaultBufferSize, true},
+		{relay.MinBufferSize, relay.MinBufferSize, true},
+		{10e6, 10e6, true}, // seed 000's 10 MB
+		{relay.MaxBufferSize, relay.MaxBufferSize, true},
+		{relay.MinBufferSize - 1, 0, false},
+		{-1, 0, false},
+		{relay.MaxBufferSize + 1, 0, false},
+	} {
+		b, err := relay.NewBuffer(c.size)
+		if (err == nil) != c.ok || c.ok && b.Size != c.want {
+			t.Errorf("NewBuffer(%d) = size %d, %v; want %d, ok %v", c.size, b.Size, err, c.want, c.ok)
+		}
+	}
+}
+
+// TestBufferRingWraps streams through the smallest ring, so the reader
+// and writer wrap around it hundreds of times, with the sender writing
+// odd sizes and the receiver reading slowly at first (the ring fills and
+// the reader must wait for room).
+func TestBufferRingWraps(t *testing.T) {
+	noLeak(t)
+	e, err := relay.NewBuffer(relay.MinBufferSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startRelay(t, e)
+	deadline(s.A)
+	deadline(s.B)
+	data := make([]byte, 40<<20+7)
+	rand.Read(data)
+	go func() {
+		b := data
+		for i := 0; len(b) > 0; i++ {
+			n := min(len(b), 1+i*7919%(300<<10))
+			if _, err := s.A.Write(b[:n]); err != nil {
+				return
+			}
+			b = b[n:]
+		}
+		s.A.CloseWrite()
+	}()
+	var got []byte
+	buf := make([]byte, 1<<20)
+	for i := 0; ; i++ {
+		n, err := s.B.Read(buf[:min(len(buf), 1+i*4099%(200<<10))])
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read after %d bytes: %v", len(got), err)
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("received %d bytes differing from the %d sent", len(got), len(data))
+	}
+	s.B.CloseWrite()
+	if err := s.wait(t); err != nil {
+		t.Fatalf("Relay = %v", err)
+	}
+	if s.ab.Load() != int64(len(data)) {
+		t.Fatalf("counted %d of %d", s.ab.Load(), len(data))
+	}
+}
+
+// TestBufferWriteErrorReturns: when the destination fails while the
+// source is idle, Copy returns at once (its reader goroutine must not
+// keep it waiting on the idle source) and leaks nothing.
+func TestBufferWriteErrorReturns(t *testing.T) {
+	noLeak(t)
+	srcPeer, src := tcpPair(t)
+	dst, dstPeer := tcpPair(t)
+	// srcPeer stays open and silent after one message.
+	if _, err := srcPeer.Write(bytes.Repeat([]byte("x"), 100)); err != nil {
+		t.Fatal(err)
+	}
+	dstPeer.SetLinger(0)
+	dstPeer.Close() // writes to dst now fail (reset)
+	e, err := relay.NewBuffer(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cerr := make(chan error, 1)
+	go func() {
+		cerr <- e.Copy(dst, src, func(int64) {})
+	}()
+	select {
+	case err := <-cerr:
+		if err == nil || !relay.IsRoutine(err) {
+			t.Fatalf("Copy = %v, want a reset or broken pipe", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Copy did not return after its destination failed")
+	}
+}
+
+// BenchmarkRequestReply measures the round trip of a 16 KiB request and
+// a 16 KiB reply through one relay of each engine and directly, in the
+// same run; it reports the median and 99th percentile round trip.
+func BenchmarkRequestReply(b *testing.B) {
+	const size = 16 << 10
+	run := func(b *testing.B, client, server *net.TCPConn) {
+		go func() { // echo server
+			buf := make([]byte, size)
+			for {
+				if _, err := io.ReadFull(server, buf); err != nil {
+					return
+				}
+				if _, err := server.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		req := make([]byte, size)
+		resp := make([]byte, size)
+		rtts := make([]time.Duration, 0, b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			t0 := time.Now()
+			if _, err := client.Write(req); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(client, resp); err != nil {
+				b.Fatal(err)
+			}
+			rtts = append(rtts, time.Since(t0))
+		}
+		b.StopTimer()
+		slices.Sort(rtts)
+		b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds())/1e3, "p50-us")
+		b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/1e3, "p99-us")
+	}
+	b.Run("direct", func(b *testing.B) {
+		c, s := tcpPair(b)
+		run(b, c, s)
+	})
+	for _, e := range engines {
+		b.Run(e.Name(), func(b *testing.B) {
+			s := startRelay(b, e)
+			run(b, s.A, s.B)
+		})
+	}
+}

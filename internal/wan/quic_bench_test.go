@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,14 +29,14 @@ func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
 	b.SetBytes(op)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cpuTime(b)
 	el := move(b, dc, ac, int64(b.N)*op)
-	cpu := cpuTime() - cpu0
+	cpu := cpuTime(b) - cpu0
 	b.StopTimer()
 	x, y := tcpPair(b)
-	cpu0 = cpuTime()
+	cpu0 = cpuTime(b)
 	direct := move(b, x, y, int64(b.N)*op)
-	dcpu := cpuTime() - cpu0
+	dcpu := cpuTime(b) - cpu0
 	b.ReportMetric(direct.Seconds()/el.Seconds(), "x_direct")
 	// CPU time (user+system, both ends) per MiB moved: steadier than
 	// goodput on a shared machine.
@@ -47,12 +46,6 @@ func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
 }
 
 // cpuTime is the user+system CPU time of this process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // move writes total bytes to w in 64 KiB writes and reads them from r
 // through a 256 KiB buffer, returning the time taken.
 func move(b *testing.B, w, r net.Conn, total int64) time.Duration {
@@ -105,9 +98,9 @@ func BenchmarkGatewayPath(b *testing.B) {
 			const op = 16 << 20
 			b.SetBytes(op)
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := cpuTime(b)
 			el := move(b, prodApp, consApp, int64(b.N)*op)
-			cpu := cpuTime() - cpu0
+			cpu := cpuTime(b) - cpu0
 			b.StopTimer()
 			prodApp.Close()
 			consApp.Close()

@@ -31,11 +31,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
+	"scistream/internal/sockio"
 )
 
 const (
@@ -197,7 +199,7 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 	var binding []byte
 	switch l.Transport {
 	case api.WANTLS:
-		ec := &eofConn{Conn: raw}
+		ec := newLegConn(raw)
 		tc := tls.Client(ec, l.tlsConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
@@ -209,7 +211,7 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 			raw.Close()
 			return nil, err
 		}
-		conn = &Conn{Conn: tc, raw: ec}
+		conn = newConn(tc, ec)
 	case api.WANTCP:
 		var nonce [nonceLen]byte
 		if _, err := io.ReadFull(raw, nonce[:]); err != nil {
@@ -245,7 +247,7 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 	var binding []byte
 	switch l.Transport {
 	case api.WANTLS:
-		ec := &eofConn{Conn: raw}
+		ec := newLegConn(raw)
 		tc := tls.Server(ec, l.tlsConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
@@ -258,7 +260,7 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 			raw.Close()
 			return nil, err
 		}
-		conn = &Conn{Conn: tc, raw: ec}
+		conn = newConn(tc, ec)
 	case api.WANTCP:
 		binding = make([]byte, nonceLen)
 		rand.Read(binding)
@@ -295,33 +297,210 @@ func setNoDelay(c net.Conn) {
 // Conn is a TLS WAN leg. Its Read reports ErrTruncated, not io.EOF, when
 // the TCP connection ended without a TLS close_notify: an attacker who
 // injects a FIN must not be able to end a stream early and cleanly.
+//
+// Conn is tuned for bulk transfer on the relay's hot path:
+//   - Write hands the TCP socket one write for many TLS records (crypto/tls
+//     issues one write per record of at most 16 KiB; on a fast path the
+//     per-segment and per-syscall costs of that dominate);
+//   - the socket is read in large chunks into a buffer under crypto/tls,
+//     and Read returns every complete record already buffered, so a large
+//     read buffer is filled in one call instead of one record per call.
+//
+// Neither adds latency: nothing waits for more data to arrive.
 type Conn struct {
 	*tls.Conn
-	raw *eofConn
+	raw *legConn
 }
 
-// Read implements net.Conn.
+// newConn wraps the TLS connection tc, whose transport is raw.
+func newConn(tc *tls.Conn, raw *legConn) *Conn { return &Conn{Conn: tc, raw: raw} }
+
+// Read implements net.Conn. It blocks until at least one byte is
+// available, then adds the further records that are already buffered, up
+// to len(b).
 func (c *Conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	for err == nil && n > 0 && len(b)-n >= minCoalesce {
+		var m int
+		c.raw.probe.Store(true)
+		m, err = c.Conn.Read(b[n:])
+		c.raw.probe.Store(false)
+		n += m
+		if errors.Is(err, errWouldBlock) {
+			return n, nil
+		}
+		if m == 0 {
+			break
+		}
+	}
 	if err == io.EOF && c.raw.eof.Load() {
 		err = ErrTruncated
 	}
 	return n, err
 }
 
-// eofConn records whether the raw connection reached EOF.
-type eofConn struct {
-	net.Conn
-	eof atomic.Bool
-}
-
-func (c *eofConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if err == io.EOF {
-		c.eof.Store(true)
+// Write implements net.Conn. The records of one call reach the socket in
+// as few writes as the batch buffer allows.
+func (c *Conn) Write(b []byte) (int, error) {
+	if len(b) <= smallWrite {
+		return c.Conn.Write(b)
+	}
+	c.raw.beginBatch()
+	n, err := c.Conn.Write(b)
+	if ferr := c.raw.endBatch(); err == nil && ferr != nil {
+		err = ferr
+		n = 0 // what reached the socket is unknown; the stream is broken
 	}
 	return n, err
 }
 
+const (
+	// minCoalesce is the least room left in a Read buffer for which Read
+	// tries to add another record.
+	minCoalesce = 1 << 10
+	// smallWrite is the largest Write that goes out without batching:
+	// one record, one write anyway.
+	smallWrite = 16 << 10
+	// batchSize is the batch buffer of a Write: a flush writes up to
+	// this many bytes of records in one system call.
+	batchSize = 256 << 10
+	// readBufSize is the read buffer under crypto/tls.
+	readBufSize = 256 << 10
+)
+
+// errWouldBlock is what legConn.Read reports in probe mode instead of
+// waiting. It is a temporary net.Error, so crypto/tls keeps the partial
+// record it has read and does not fail the connection.
+var errWouldBlock = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "wan: no data available without waiting" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
+
+var batchPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, batchSize)
+	return &b
+}}
+
+// legConn is the TCP connection under a TLS WAN leg. It records whether
+// it reached EOF, reads the socket in large chunks into its own buffer
+// (crypto/tls asks for little more than one record at a time), can be
+// asked not to wait in Read (probe: then it serves only what it has
+// buffered), and gathers the writes of one batch into one.
+type legConn struct {
+	net.Conn
+	io    io.ReadWriter // the socket: raw system calls for TCP (package sockio)
+	eof   atomic.Bool
+	probe atomic.Bool
+
+	// Read side, used by one reader at a time (crypto/tls's input lock).
+	rbuf       []byte
+	rpos, rend int
+	rerr       error // sticky error of the socket once rbuf is drained
+
+	mu    sync.Mutex // guards the following; writes come from crypto/tls under its own lock
+	batch *[]byte    // non-nil between beginBatch and endBatch
+}
+
+func newLegConn(c net.Conn) *legConn {
+	l := &legConn{Conn: c, io: c}
+	if t, ok := c.(*net.TCPConn); ok {
+		if s, err := sockio.New(t); err == nil {
+			l.io = s
+		}
+	}
+	return l
+}
+
+func (c *legConn) Read(b []byte) (int, error) {
+	if c.rpos == c.rend {
+		if c.rerr != nil {
+			return 0, c.rerr
+		}
+		if c.probe.Load() {
+			return 0, errWouldBlock
+		}
+		if len(b) >= readBufSize {
+			n, err := c.io.Read(b)
+			c.noteErr(err)
+			return n, err
+		}
+		if c.rbuf == nil {
+			c.rbuf = make([]byte, readBufSize)
+		}
+		n, err := c.io.Read(c.rbuf)
+		c.rpos, c.rend = 0, n
+		c.noteErr(err)
+		if n == 0 {
+			return 0, err
+		}
+	}
+	n := copy(b, c.rbuf[c.rpos:c.rend])
+	c.rpos += n
+	return n, nil
+}
+
+// noteErr keeps a socket error to report once the buffer is drained;
+// a temporary one (a deadline) is reported once and not kept.
+func (c *legConn) noteErr(err error) {
+	if err == nil {
+		return
+	}
+	if err == io.EOF {
+		c.eof.Store(true)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return
+	}
+	c.rerr = err
+}
+
+func (c *legConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.batch == nil {
+		return c.io.Write(b)
+	}
+	buf := *c.batch
+	if len(buf)+len(b) > cap(buf) {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+		buf = *c.batch
+		if len(b) > cap(buf) {
+			return c.io.Write(b)
+		}
+	}
+	*c.batch = append(buf, b...)
+	return len(b), nil
+}
+
+func (c *legConn) flushLocked() error {
+	buf := *c.batch
+	*c.batch = buf[:0]
+	if len(buf) == 0 {
+		return nil
+	}
+	_, err := c.io.Write(buf)
+	return err
+}
+
+func (c *legConn) beginBatch() {
+	c.mu.Lock()
+	c.batch = batchPool.Get().(*[]byte)
+	c.mu.Unlock()
+}
+
+func (c *legConn) endBatch() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.flushLocked()
+	batchPool.Put(c.batch)
+	c.batch = nil
+	return err
+}
+
 // NetConn returns the underlying connection.
-func (c *eofConn) NetConn() net.Conn { return c.Conn }
+func (c *legConn) NetConn() net.Conn { return c.Conn }

@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -77,7 +80,7 @@ type acceptResult struct {
 
 // listen starts a loopback listener and returns its address and a channel
 // that yields the result of wan.Accept on the first connection it accepts.
-func listen(t *testing.T, l *wan.Leg) (string, <-chan acceptResult) {
+func listen(t testing.TB, l *wan.Leg) (string, <-chan acceptResult) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,7 +103,7 @@ func listen(t *testing.T, l *wan.Leg) (string, <-chan acceptResult) {
 	return ln.Addr().String(), ch
 }
 
-func waitAccept(t *testing.T, ch <-chan acceptResult) acceptResult {
+func waitAccept(t testing.TB, ch <-chan acceptResult) acceptResult {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -111,7 +114,7 @@ func waitAccept(t *testing.T, ch <-chan acceptResult) acceptResult {
 	}
 }
 
-func dial(t *testing.T, addr string, l *wan.Leg) (net.Conn, error) {
+func dial(t testing.TB, addr string, l *wan.Leg) (net.Conn, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -539,7 +542,7 @@ func TestNewSecret(t *testing.T) {
 }
 
 // tlsPair returns a connected TLS dialer/acceptor pair.
-func tlsPair(t *testing.T) (dc, ac *wan.Conn) {
+func tlsPair(t testing.TB) (dc, ac *wan.Conn) {
 	t.Helper()
 	dl, al := legs(t, api.WANTLS)
 	addr, ch := listen(t, al)
@@ -681,4 +684,96 @@ func FuzzReadPreface(f *testing.F) {
 			t.Fatalf("encoding length %d", len(enc))
 		}
 	})
+}
+
+// TestTLSBulkMixedSizes drives the batched writes and buffered, coalescing
+// reads of wan.Conn with sizes on both sides of every threshold (one
+// record, the batch buffer, the read buffer), in both directions at once,
+// and checks every byte.
+func TestTLSBulkMixedSizes(t *testing.T) {
+	dc, ac := tlsPair(t)
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	sizes := []int{1, 100, 16<<10 - 1, 16 << 10, 16<<10 + 1, 64 << 10, 256<<10 - 7, 256 << 10, 256<<10 + 1, 700 << 10}
+	payload := func() ([]byte, []int) {
+		var ws []int
+		total := 0
+		for range 40 {
+			n := sizes[rng.IntN(len(sizes))]
+			ws = append(ws, n)
+			total += n
+		}
+		b := make([]byte, total)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b, ws
+	}
+	up, upW := payload()
+	down, downW := payload()
+	send := func(c net.Conn, b []byte, ws []int, errc chan<- error) {
+		c.SetWriteDeadline(time.Now().Add(testTimeout))
+		for _, n := range ws {
+			if _, err := c.Write(b[:n]); err != nil {
+				errc <- err
+				return
+			}
+			b = b[n:]
+		}
+		errc <- c.(interface{ CloseWrite() error }).CloseWrite()
+	}
+	recv := func(c net.Conn, want []byte, seed uint64, errc chan<- error) {
+		r := mrand.New(mrand.NewPCG(seed, seed))
+		c.SetReadDeadline(time.Now().Add(testTimeout))
+		var got []byte
+		buf := make([]byte, 1<<20)
+		for {
+			n, err := c.Read(buf[:sizes[r.IntN(len(sizes))]])
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				errc <- fmt.Errorf("read after %d bytes: %w", len(got), err)
+				return
+			}
+		}
+		if !bytes.Equal(got, want) {
+			errc <- fmt.Errorf("received %d bytes that differ from the %d sent", len(got), len(want))
+			return
+		}
+		errc <- nil
+	}
+	errc := make(chan error, 4)
+	go send(dc, up, upW, errc)
+	go send(ac, down, downW, errc)
+	go recv(ac, up, 3, errc)
+	go recv(dc, down, 4, errc)
+	for range 4 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestTLSReadDeadlineResumes checks that a read deadline expiring while
+// records are half-received loses nothing: the stream resumes intact.
+func TestTLSReadDeadlineResumes(t *testing.T) {
+	dc, ac := tlsPair(t)
+	want := bytes.Repeat([]byte("0123456789abcdef"), 40<<10) // 640 KiB
+	buf := make([]byte, 1<<20)
+	// Nothing sent yet: the deadline expires in Read.
+	ac.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if n, err := ac.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read before any data = %d, %v; want 0, deadline exceeded", n, err)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := dc.Write(want); errc <- err }()
+	ac.SetReadDeadline(time.Now().Add(testTimeout))
+	got, err := readFull(t, ac, len(want))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after the deadline: read %d/%d bytes, %v", len(got), len(want), err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
 }

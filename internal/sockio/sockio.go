@@ -1,0 +1,232 @@
+// Package sockio reads, writes and splices the non-blocking TCP sockets of
+// the relay's hot path with raw system calls, waiting for readiness
+// through the Go runtime's network poller.
+//
+// Why not (*net.TCPConn).Read and Write: those enter the system call
+// through the runtime's blocking-syscall path (entersyscall/exitsyscall),
+// which on a busy proxy keeps the runtime's monitor thread waking every
+// 20 us to look for processors stuck in system calls, and hands
+// processors between threads. A call on a non-blocking socket never
+// blocks (it returns EAGAIN and we wait in the poller), so it is safe to
+// issue it as a raw system call: the thread keeps its processor while the
+// kernel works on the call (tens to hundreds of microseconds for a large
+// write on loopback, which also runs the receiver's TCP processing), and
+// never sleeps in it. Callers bound the size of one call (relay: 1 MiB).
+//
+// A splice pipe beyond the per-user pipe allowance of an unprivileged
+// process (fs.pipe-user-pages-soft, 64 MiB by default) gets only a few
+// pages: NewPipe reports the size it got, and splicing still works, in
+// smaller steps. Deadlines, Close from another
+// goroutine and the poller's wake-ups behave exactly as for net.Conn,
+// because the waiting is done by syscall.RawConn.
+//
+// Each Conn has independent read and write state: one goroutine may read
+// while another writes, as the relay's two directions do. Calls of one
+// kind (reads, or writes) must not overlap. No call allocates.
+package sockio
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// Conn is the raw view of one TCP socket.
+type Conn struct {
+	c  *net.TCPConn
+	rc syscall.RawConn
+	rd op // reads and splices out of the socket
+	wr op // writes and splices into the socket
+}
+
+// op is the state of one kind of call; fn is built once so that passing
+// it to RawConn does not allocate on every call.
+type op struct {
+	fn    func(fd uintptr) bool
+	kind  int
+	buf   []byte // read, write
+	pipe  int    // splices: the pipe end
+	len   int    // splices: bytes to move
+	n     int    // result
+	errno syscall.Errno
+}
+
+const (
+	opRead = iota
+	opWrite
+	opSpliceIn  // socket -> pipe
+	opSpliceOut // pipe -> socket
+)
+
+const spliceFlags = 0x1 | 0x2 // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
+
+func (o *op) init() {
+	o.fn = func(fd uintptr) bool {
+		for {
+			var r uintptr
+			var e syscall.Errno
+			switch o.kind {
+			case opRead:
+				r, _, e = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&o.buf[0])), uintptr(len(o.buf)))
+			case opWrite:
+				r, _, e = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&o.buf[0])), uintptr(len(o.buf)))
+			case opSpliceIn:
+				r, _, e = syscall.RawSyscall6(syscall.SYS_SPLICE, fd, 0, uintptr(o.pipe), 0, uintptr(o.len), spliceFlags)
+			case opSpliceOut:
+				r, _, e = syscall.RawSyscall6(syscall.SYS_SPLICE, uintptr(o.pipe), 0, fd, 0, uintptr(o.len), spliceFlags)
+			}
+			if e == syscall.EINTR {
+				continue
+			}
+			o.n, o.errno = int(r), e
+			return e != syscall.EAGAIN // false: wait in the poller, then retry
+		}
+	}
+}
+
+// New returns the raw view of c. c must stay open while the Conn is used.
+func New(c *net.TCPConn) (*Conn, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	s := &Conn{c: c, rc: rc}
+	s.rd.init()
+	s.wr.init()
+	return s, nil
+}
+
+func (s *Conn) opError(op string, e syscall.Errno) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: s.c.LocalAddr(), Addr: s.c.RemoteAddr(), Err: os.NewSyscallError(op, e)}
+}
+
+// Read reads into b, waiting until at least one byte is available. It
+// returns io.EOF at the end of the stream.
+func (s *Conn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	o := &s.rd
+	o.kind, o.buf = opRead, b
+	err := s.rc.Read(o.fn)
+	o.buf = nil
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case o.errno != 0:
+		return 0, s.opError("read", o.errno)
+	case o.n == 0:
+		return 0, io.EOF
+	}
+	return o.n, nil
+}
+
+// Write writes all of b, waiting for room in the socket as needed.
+func (s *Conn) Write(b []byte) (int, error) {
+	o := &s.wr
+	done := 0
+	for done < len(b) {
+		o.kind, o.buf = opWrite, b[done:]
+		err := s.rc.Write(o.fn)
+		o.buf = nil
+		if err != nil {
+			return done, err
+		}
+		if o.errno != 0 {
+			return done, s.opError("write", o.errno)
+		}
+		done += o.n
+	}
+	return done, nil
+}
+
+// Pipe is a kernel pipe that carries spliced bytes between two sockets.
+type Pipe struct {
+	r, w int
+	size int // capacity in bytes
+	n    int // bytes in the pipe
+}
+
+// NewPipe returns a pipe of the given capacity, or of the largest the
+// system grants (at least the default 64 KiB: an unprivileged process
+// over its pipe-buffer allowance gets the default).
+func NewPipe(size int) (*Pipe, error) {
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		return nil, os.NewSyscallError("pipe2", err)
+	}
+	p := &Pipe{r: fds[0], w: fds[1]}
+	if size > 0 {
+		fcntl(p.w, syscall.F_SETPIPE_SZ, size) // best effort
+	}
+	got, err := fcntl(p.w, syscall.F_GETPIPE_SZ, 0)
+	if err != nil || got <= 0 {
+		got = 64 << 10
+	}
+	p.size = got
+	return p, nil
+}
+
+func fcntl(fd, cmd, arg int) (int, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), uintptr(arg))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// Size returns the pipe's capacity in bytes.
+func (p *Pipe) Size() int { return p.size }
+
+// Len returns the bytes in the pipe.
+func (p *Pipe) Len() int { return p.n }
+
+// Close closes both ends of the pipe, discarding what it holds.
+func (p *Pipe) Close() error {
+	return errors.Join(syscall.Close(p.r), syscall.Close(p.w))
+}
+
+// SpliceIn moves bytes from s into the empty part of p, waiting until s
+// has some. It returns 0, io.EOF at the end of the stream.
+func (s *Conn) SpliceIn(p *Pipe) (int, error) {
+	room := p.size - p.n
+	if room <= 0 {
+		return 0, errors.New("sockio: splice into a full pipe")
+	}
+	o := &s.rd
+	o.kind, o.pipe, o.len = opSpliceIn, p.w, room
+	if err := s.rc.Read(o.fn); err != nil {
+		return 0, err
+	}
+	switch {
+	case o.errno != 0:
+		return 0, s.opError("splice", o.errno)
+	case o.n == 0:
+		return 0, io.EOF
+	}
+	p.n += o.n
+	return o.n, nil
+}
+
+// SpliceOut moves bytes from p into s, waiting for room in s as needed,
+// until p is empty or an error occurs. It returns the bytes moved.
+func (s *Conn) SpliceOut(p *Pipe) (int, error) {
+	o := &s.wr
+	done := 0
+	for p.n > 0 {
+		o.kind, o.pipe, o.len = opSpliceOut, p.r, p.n
+		if err := s.rc.Write(o.fn); err != nil {
+			return done, err
+		}
+		if o.errno != 0 {
+			return done, s.opError("splice", o.errno)
+		}
+		p.n -= o.n
+		done += o.n
+	}
+	return done, nil
+}

@@ -1,0 +1,214 @@
+package sockio_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"scistream/internal/sockio"
+)
+
+const testTimeout = 10 * time.Second
+
+func tcpPair(t testing.TB) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	client.SetDeadline(time.Now().Add(testTimeout))
+	server.SetDeadline(time.Now().Add(testTimeout))
+	return client, server
+}
+
+func raw(t testing.TB, c *net.TCPConn) *sockio.Conn {
+	t.Helper()
+	s, err := sockio.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestReadWrite moves more than a socket buffer holds through raw
+// writes and raw reads, then sees the end of stream.
+func TestReadWrite(t *testing.T) {
+	a, b := tcpPair(t)
+	ra, rb := raw(t, a), raw(t, b)
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	werr := make(chan error, 1)
+	go func() {
+		n, err := ra.Write(data)
+		if err == nil && n != len(data) {
+			err = io.ErrShortWrite
+		}
+		if err == nil {
+			err = a.CloseWrite()
+		}
+		werr <- err
+	}()
+	var got []byte
+	buf := make([]byte, 100<<10)
+	for {
+		n, err := rb.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Read after %d bytes: %v", len(got), err)
+		}
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("received %d bytes differing from the %d sent", len(got), len(data))
+	}
+}
+
+// TestDeadlineAndClose: a raw Read honours the read deadline and returns
+// when another goroutine closes the connection, like net.Conn.Read.
+func TestDeadlineAndClose(t *testing.T) {
+	a, _ := tcpPair(t)
+	ra := raw(t, a)
+	a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := ra.Read(make([]byte, 10)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past the deadline = %v", err)
+	}
+	a.SetReadDeadline(time.Now().Add(testTimeout))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ra.Read(make([]byte, 10))
+		errc <- err
+	}()
+	a.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Read on a closed conn = %v, want net.ErrClosed", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Read did not return after Close")
+	}
+}
+
+// TestSplice moves a stream socket -> pipe -> socket and sees EOF.
+func TestSplice(t *testing.T) {
+	src, in := tcpPair(t)
+	out, dst := tcpPair(t)
+	rin, rout := raw(t, in), raw(t, out)
+	p, err := sockio.NewPipe(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Size() < 64<<10 {
+		t.Fatalf("pipe size %d", p.Size())
+	}
+	data := make([]byte, 5<<20+123)
+	rand.Read(data)
+	go func() {
+		src.Write(data)
+		src.CloseWrite()
+	}()
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(dst)
+		got <- b
+	}()
+	moved := 0
+	for {
+		n, err := rin.SpliceIn(p)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SpliceIn: %v", err)
+		}
+		if n <= 0 || p.Len() != n || n > p.Size() {
+			t.Fatalf("SpliceIn moved %d, pipe holds %d of %d", n, p.Len(), p.Size())
+		}
+		m, err := rout.SpliceOut(p)
+		if err != nil || m != n || p.Len() != 0 {
+			t.Fatalf("SpliceOut = %d, %v; pipe holds %d; want %d", m, err, p.Len(), n)
+		}
+		moved += m
+	}
+	out.CloseWrite()
+	if b := <-got; moved != len(data) || !bytes.Equal(b, data) {
+		t.Fatalf("moved %d, received %d bytes; sent %d", moved, len(b), len(data))
+	}
+}
+
+// TestNoAllocs: the hot-path calls allocate nothing.
+func TestNoAllocs(t *testing.T) {
+	a, b := tcpPair(t)
+	ra, rb := raw(t, a), raw(t, b)
+	buf := make([]byte, 4096)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := ra.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(rb, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per write+read, want 0", allocs)
+	}
+}
+
+// BenchmarkReadWrite compares raw socket calls with net.Conn's.
+func BenchmarkReadWrite(b *testing.B) {
+	for _, mode := range []string{"sockio", "net"} {
+		b.Run(mode, func(b *testing.B) {
+			x, y := tcpPair(b)
+			x.SetDeadline(time.Time{})
+			y.SetDeadline(time.Time{})
+			var w io.Writer = x
+			var r io.Reader = y
+			if mode == "sockio" {
+				w, r = raw(b, x), raw(b, y)
+			}
+			buf := make([]byte, 64<<10)
+			rbuf := make([]byte, 64<<10)
+			b.SetBytes(int64(len(buf)))
+			b.ReportAllocs()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range b.N {
+					if _, err := w.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			for got := 0; got < b.N*len(buf); {
+				n, err := r.Read(rbuf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += n
+			}
+			<-done
+		})
+	}
+}
