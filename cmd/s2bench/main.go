@@ -52,6 +52,7 @@ type command struct {
 
 var commands = map[string]command{
 	"compare": {"run the same verified workload directly and through a local gateway pair", runCompare},
+	"testbed": {"two facilities in network namespaces with an emulated WAN: up, run, down (root)", runTestbed},
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
