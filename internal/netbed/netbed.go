@@ -256,8 +256,7 @@ func Up(ctx context.Context, cfg Config) (_ *Testbed, err error) {
 		{"routes", tb.addRoutes},
 		{"WAN emulation", tb.addEmulation},
 		{"TCP tuning", func(ctx context.Context) error { return tb.tune(ctx, cfg.CC) }},
-		{"delay lines", func(ctx context.Context) error { return tb.startDelayLines(ctx, 0, 0) }},
-		{"calibration", tb.calibrate},
+		{"delay lines and calibration", tb.calibrate},
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {

@@ -108,7 +108,7 @@ func ParseRate(s string) (int64, error) {
 		mult, t = 1e3, strings.TrimSuffix(t, "k")
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 || math.IsInf(v, 0) || v*mult > 1e12 {
+	if err != nil || !(v > 0) || math.IsInf(v, 0) || v*mult > 1e12 {
 		return 0, fmt.Errorf("rate %q: want a positive number of bits/s with k, m or g, e.g. 500mbit", s)
 	}
 	return int64(v * mult), nil
