@@ -54,11 +54,29 @@ func needTestbed(t *testing.T) string {
 	if err := netbed.Available(ctx); err != nil {
 		t.Skipf("network namespaces cannot be built here: %v", err)
 	}
+	serializeTestbeds(t)
 	bin, err := s2benchBin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// serializeTestbeds holds an exclusive lock, across test processes,
+// until the test ends: testbed tests in several packages would otherwise
+// run at once (go test runs packages in parallel) and load the machine
+// enough to push each other's measured RTT and rate off their bounds.
+func serializeTestbeds(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/run/scistream-testbed-tests.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }
 
 func testbedName() string {

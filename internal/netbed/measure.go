@@ -21,7 +21,10 @@ const Tolerance = 0.10
 // Measurement is what the testbed achieved, measured over real sockets
 // in its namespaces.
 type Measurement struct {
-	// DirectRTT is producer to consumer over the direct path.
+	// DirectRTT is producer to consumer over the direct path. Every RTT
+	// is the minimum over a series of round trips: the path's own RTT,
+	// without the scheduling noise of a busy machine (which only ever
+	// adds); the medians are kept for the record.
 	DirectRTT time.Duration `json:"direct_rtt"`
 	// LANARTT, WANRTT and LANBRTT are producer to its gateway, gateway
 	// to gateway, and consumer gateway to consumer.
@@ -32,6 +35,10 @@ type Measurement struct {
 	// the preset's rate got through each path.
 	DirectRateBps float64 `json:"direct_rate_bps"`
 	WANRateBps    float64 `json:"wan_rate_bps"`
+	// DirectMedian and GatewayMedian are the median RTTs (the gateway
+	// path's as the sum of its segments' medians).
+	DirectMedian  time.Duration `json:"direct_rtt_median"`
+	GatewayMedian time.Duration `json:"gateway_rtt_median"`
 }
 
 // GatewayRTT is the RTT producer to consumer through the gateways: the
@@ -39,8 +46,8 @@ type Measurement struct {
 func (m *Measurement) GatewayRTT() time.Duration { return m.LANARTT + m.WANRTT + m.LANBRTT }
 
 func (m *Measurement) String() string {
-	return fmt.Sprintf("RTT direct %.3f ms, through the gateways %.3f ms (LAN A %.3f + WAN %.3f + LAN B %.3f); rate direct %s, WAN %s",
-		ms(m.DirectRTT), ms(m.GatewayRTT()), ms(m.LANARTT), ms(m.WANRTT), ms(m.LANBRTT),
+	return fmt.Sprintf("RTT direct %.3f ms, through the gateways %.3f ms (LAN A %.3f + WAN %.3f + LAN B %.3f; medians %.3f / %.3f ms); rate direct %s, WAN %s",
+		ms(m.DirectRTT), ms(m.GatewayRTT()), ms(m.LANARTT), ms(m.WANRTT), ms(m.LANBRTT), ms(m.DirectMedian), ms(m.GatewayMedian),
 		FormatRate(m.DirectRateBps), FormatRate(m.WANRateBps))
 }
 
@@ -82,20 +89,22 @@ func (tb *Testbed) Measure(ctx context.Context) (*Measurement, error) {
 	var err error
 	probes := []struct {
 		dst      *time.Duration
+		med      *time.Duration
 		src, dns string
 		ip       string
 		n        int
 	}{
-		{&m.DirectRTT, Producer, Consumer, tb.ConsumerDirect(), n},
-		{&m.LANARTT, Producer, ProducerGW, tb.ProducerGWLAN(), 21},
-		{&m.WANRTT, ProducerGW, ConsumerGW, tb.ConsumerGWWAN(), n},
-		{&m.LANBRTT, ConsumerGW, Consumer, tb.ConsumerLAN(), 21},
+		{&m.DirectRTT, &m.DirectMedian, Producer, Consumer, tb.ConsumerDirect(), n},
+		{&m.LANARTT, new(time.Duration), Producer, ProducerGW, tb.ProducerGWLAN(), 21},
+		{&m.WANRTT, new(time.Duration), ProducerGW, ConsumerGW, tb.ConsumerGWWAN(), n},
+		{&m.LANBRTT, new(time.Duration), ConsumerGW, Consumer, tb.ConsumerLAN(), 21},
 	}
 	for _, p := range probes {
-		if *p.dst, err = RTT(ctx, tb.NS(p.src), tb.NS(p.dns), p.ip, p.n); err != nil {
+		if *p.dst, *p.med, err = RTT(ctx, tb.NS(p.src), tb.NS(p.dns), p.ip, p.n); err != nil {
 			return nil, err
 		}
 	}
+	m.GatewayMedian = *probes[1].med + *probes[2].med + *probes[3].med
 	if m.DirectRateBps, err = Rate(ctx, tb.NS(Producer), tb.NS(Consumer), tb.ConsumerDirect(), tb.Preset.RateBps, tb.Preset.RTT); err != nil {
 		return nil, err
 	}
@@ -167,7 +176,7 @@ func (tb *Testbed) calibrate(ctx context.Context) error {
 		{"wan", ProducerGW, ConsumerGW, tb.ConsumerGWWAN()},
 		{"lan_b", ConsumerGW, Consumer, tb.ConsumerLAN()},
 	} {
-		if tb.BaseRTT[p.key], err = RTT(ctx, tb.NS(p.src), tb.NS(p.dst), p.ip, 41); err != nil {
+		if tb.BaseRTT[p.key], _, err = RTT(ctx, tb.NS(p.src), tb.NS(p.dst), p.ip, 41); err != nil {
 			return err
 		}
 	}
@@ -179,18 +188,18 @@ func (tb *Testbed) calibrate(ctx context.Context) error {
 	return tb.startDelayLines(ctx, wan, dir)
 }
 
-// RTT measures the median round trip of one byte over a TCP connection
-// from namespace srcNS to a listener on ip in namespace dstNS, over n
+// RTT measures the round trip of one byte over a TCP connection from
+// namespace srcNS to a listener on ip in namespace dstNS, over n
 // exchanges (the first, which may wait for the connection, is not
-// counted).
-func RTT(ctx context.Context, srcNS, dstNS, ip string, n int) (time.Duration, error) {
+// counted), and returns the minimum and the median.
+func RTT(ctx context.Context, srcNS, dstNS, ip string, n int) (minimum, median time.Duration, err error) {
 	var ln *net.TCPListener
-	err := Do(dstNS, func() (err error) {
+	err = Do(dstNS, func() (err error) {
 		ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(ip)})
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("RTT probe listener in %s: %w", dstNS, err)
+		return 0, 0, fmt.Errorf("RTT probe listener in %s: %w", dstNS, err)
 	}
 	defer ln.Close()
 	deadline := time.Now().Add(30 * time.Second)
@@ -214,7 +223,7 @@ func RTT(ctx context.Context, srcNS, dstNS, ip string, n int) (time.Duration, er
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("RTT probe from %s to %s: %w", srcNS, ln.Addr(), err)
+		return 0, 0, fmt.Errorf("RTT probe from %s to %s: %w", srcNS, ln.Addr(), err)
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
@@ -225,11 +234,11 @@ func RTT(ctx context.Context, srcNS, dstNS, ip string, n int) (time.Duration, er
 		start := time.Now()
 		if _, err := c.Write(b); err != nil {
 			c.Close()
-			return 0, fmt.Errorf("RTT probe to %s: %w", ln.Addr(), err)
+			return 0, 0, fmt.Errorf("RTT probe to %s: %w", ln.Addr(), err)
 		}
 		if _, err := io.ReadFull(c, b); err != nil {
 			c.Close()
-			return 0, fmt.Errorf("RTT probe to %s: %w", ln.Addr(), err)
+			return 0, 0, fmt.Errorf("RTT probe to %s: %w", ln.Addr(), err)
 		}
 		if i > 0 {
 			samples = append(samples, time.Since(start))
@@ -237,15 +246,18 @@ func RTT(ctx context.Context, srcNS, dstNS, ip string, n int) (time.Duration, er
 	}
 	c.Close()
 	if err := <-echoed; err != nil && ctx.Err() == nil {
-		return 0, fmt.Errorf("RTT probe echo in %s: %w", dstNS, err)
+		return 0, 0, fmt.Errorf("RTT probe echo in %s: %w", dstNS, err)
 	}
 	slices.Sort(samples)
-	return samples[len(samples)/2], nil
+	return samples[0], samples[len(samples)/2], nil
 }
 
-// Rate measures what a UDP flow paced 25% above rateBps from namespace
-// srcNS gets through to ip in dstNS: bytes after the first datagram over
-// the time from the first arrival to the last.
+// Rate measures what a UDP flow paced 25% above rateBps for a second from
+// namespace srcNS gets through to ip in dstNS: the highest rate of
+// arrivals over any stretch of at least rateWindow. The path's rate limit
+// caps every stretch; taking the best one keeps a sender or delay line
+// that a busy machine deschedules for a moment from passing for a slow
+// path.
 func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.Duration) (float64, error) {
 	const dgram = 8000 // fits a jumbo frame
 	var rc *net.UDPConn
@@ -276,11 +288,11 @@ func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.
 	}
 	defer sc.Close()
 
-	type result struct {
-		bytes       int64
-		first, last time.Time
-		firstLen    int
+	type arrival struct {
+		at time.Time
+		n  int
 	}
+	type result struct{ arrivals []arrival }
 	sent := make(chan struct{})
 	got := make(chan result, 1)
 	go func() {
@@ -309,12 +321,7 @@ func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.
 				}
 				continue
 			}
-			now := time.Now()
-			if r.bytes == 0 {
-				r.first, r.firstLen = now, n
-			}
-			r.bytes += int64(n)
-			r.last = now
+			r.arrivals = append(r.arrivals, arrival{time.Now(), n})
 		}
 	}()
 	payload := make([]byte, dgram)
@@ -337,12 +344,37 @@ func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	span := r.last.Sub(r.first)
-	if r.bytes == 0 || span <= 0 {
-		return 0, fmt.Errorf("rate probe %s -> %s: nothing got through", srcNS, ip)
+	// Bytes after arrival i up to arrival j, over their time apart, for
+	// the shortest j at least rateWindow after i (two pointers).
+	a := r.arrivals
+	best := 0.0
+	var sum int64 // bytes of arrivals i+1..j
+	j := 0
+	for i := range a {
+		if j < i {
+			j, sum = i, 0
+		}
+		for j+1 < len(a) && a[j].at.Sub(a[i].at) < rateWindow {
+			j++
+			sum += int64(a[j].n)
+		}
+		span := a[j].at.Sub(a[i].at)
+		if span < rateWindow {
+			break
+		}
+		best = max(best, float64(sum)*8/span.Seconds())
+		if i+1 <= j {
+			sum -= int64(a[i+1].n)
+		}
 	}
-	return float64(r.bytes-int64(r.firstLen)) * 8 / span.Seconds(), nil
+	if best == 0 {
+		return 0, fmt.Errorf("rate probe %s -> %s: %d datagrams got through, too few to measure a rate over %s", srcNS, ip, len(a), rateWindow)
+	}
+	return best, nil
 }
+
+// rateWindow is the shortest stretch of arrivals a rate is measured over.
+const rateWindow = 300 * time.Millisecond
 
 func isTimeout(err error) bool {
 	var ne net.Error

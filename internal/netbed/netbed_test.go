@@ -29,6 +29,23 @@ func delayLineBinary(t *testing.T) []string {
 	return []string{bin, "testbed", "delayline"}
 }
 
+// serializeTestbeds holds an exclusive lock, across test processes,
+// until the test ends: testbed tests in several packages would otherwise
+// run at once (go test runs packages in parallel) and load the machine
+// enough to push each other's measured RTT and rate off their bounds.
+func serializeTestbeds(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/run/scistream-testbed-tests.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
+}
+
 func randomName(t *testing.T) string {
 	b := make([]byte, 3)
 	rand.Read(b)
@@ -45,6 +62,7 @@ func TestTestbed(t *testing.T) {
 	if err := Available(ctx); err != nil {
 		t.Skipf("network namespaces cannot be built here: %v", err)
 	}
+	serializeTestbeds(t)
 	dl := delayLineBinary(t)
 	root := t.TempDir()
 	name := randomName(t)
