@@ -288,10 +288,6 @@ func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.
 	}
 	defer sc.Close()
 
-	type arrival struct {
-		at time.Time
-		n  int
-	}
 	type result struct{ arrivals []arrival }
 	sent := make(chan struct{})
 	got := make(chan result, 1)
@@ -344,9 +340,24 @@ func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	// Bytes after arrival i up to arrival j, over their time apart, for
-	// the shortest j at least rateWindow after i (two pointers).
-	a := r.arrivals
+	best := bestRate(r.arrivals, rateWindow)
+	if best == 0 {
+		return 0, fmt.Errorf("rate probe %s -> %s: %d datagrams got through, too few to measure a rate over %s", srcNS, ip, len(r.arrivals), rateWindow)
+	}
+	return best, nil
+}
+
+// arrival is one datagram's arrival.
+type arrival struct {
+	at time.Time
+	n  int
+}
+
+// bestRate returns the highest rate in bits/s over any stretch of
+// arrivals at least window long: the bytes after arrival i up to arrival
+// j over their time apart, for each i and the first j at least window
+// after it (two pointers, linear). 0 if no stretch is long enough.
+func bestRate(a []arrival, window time.Duration) float64 {
 	best := 0.0
 	var sum int64 // bytes of arrivals i+1..j
 	j := 0
@@ -354,12 +365,12 @@ func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.
 		if j < i {
 			j, sum = i, 0
 		}
-		for j+1 < len(a) && a[j].at.Sub(a[i].at) < rateWindow {
+		for j+1 < len(a) && a[j].at.Sub(a[i].at) < window {
 			j++
 			sum += int64(a[j].n)
 		}
 		span := a[j].at.Sub(a[i].at)
-		if span < rateWindow {
+		if span < window {
 			break
 		}
 		best = max(best, float64(sum)*8/span.Seconds())
@@ -367,10 +378,7 @@ func Rate(ctx context.Context, srcNS, dstNS, ip string, rateBps int64, rtt time.
 			sum -= int64(a[i+1].n)
 		}
 	}
-	if best == 0 {
-		return 0, fmt.Errorf("rate probe %s -> %s: %d datagrams got through, too few to measure a rate over %s", srcNS, ip, len(a), rateWindow)
-	}
-	return best, nil
+	return best
 }
 
 // rateWindow is the shortest stretch of arrivals a rate is measured over.

@@ -216,3 +216,26 @@ func TestPresets(t *testing.T) {
 		t.Error("name with a dash accepted")
 	}
 }
+
+func TestBestRate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var a []arrival
+	// 1000 bytes every ms for 500 ms (8 Mbit/s), a 200 ms stall, then
+	// 1000 bytes every 2 ms for 400 ms (4 Mbit/s).
+	for i := range 500 {
+		a = append(a, arrival{t0.Add(time.Duration(i) * time.Millisecond), 1000})
+	}
+	for i := range 200 {
+		a = append(a, arrival{t0.Add(700*time.Millisecond + time.Duration(2*i)*time.Millisecond), 1000})
+	}
+	got := bestRate(a, 300*time.Millisecond)
+	if got < 7.99e6 || got > 8.01e6 {
+		t.Errorf("best rate %g bit/s, want 8e6 (the first stretch)", got)
+	}
+	if got := bestRate(a[:100], 300*time.Millisecond); got != 0 {
+		t.Errorf("100 ms of arrivals: rate %g, want 0 (too short)", got)
+	}
+	if got := bestRate(nil, time.Second); got != 0 {
+		t.Errorf("no arrivals: %g", got)
+	}
+}
