@@ -84,6 +84,12 @@ func rttProbes(rtt time.Duration) int {
 // Measure measures the RTT of every segment and the rate of both
 // emulated paths.
 func (tb *Testbed) Measure(ctx context.Context) (*Measurement, error) {
+	for _, d := range tb.DelayLines {
+		if gone(d.PID) {
+			return nil, fmt.Errorf("the delay line in %s (pid %d) is not running (its log: %s): rebuild the testbed with s2bench testbed down --name %s, then up",
+				d.NS, d.PID, d.Log, tb.Name)
+		}
+	}
 	m := &Measurement{}
 	n := rttProbes(tb.Preset.RTT)
 	var err error
