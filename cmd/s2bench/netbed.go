@@ -26,7 +26,7 @@ import (
 // The testbed command: a two-facility testbed of network namespaces with
 // an emulated WAN (internal/netbed), and seed 000's experiment on it.
 
-const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan] [--rate 200mbit] [--loss 0] [--cc bbr|cubic]
+const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan | --rtt 10ms] [--rate 200mbit] [--loss 0] [--cc bbr|cubic]
        s2bench testbed run  [--name tb] [--preset shortwan] [--engine splice|buffer] [--workload SIZES] [--bytes auto] [--reps 1] [--json FILE] [--keep]
        s2bench testbed down [--name tb]
 
