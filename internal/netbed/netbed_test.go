@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,7 +22,7 @@ import (
 // delayLineBinary builds s2bench, whose hidden `testbed delayline`
 // subcommand is the delay line: built without the race detector even
 // when the test has it, so that it forwards at the rate a real one does.
-func delayLineBinary(t *testing.T) []string {
+func delayLineBinary(t testing.TB) []string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "s2bench")
 	if out, err := exec.Command("go", "build", "-o", bin, "scistream/cmd/s2bench").CombinedOutput(); err != nil {
@@ -33,7 +35,7 @@ func delayLineBinary(t *testing.T) []string {
 // until the test ends: testbed tests in several packages would otherwise
 // run at once (go test runs packages in parallel) and load the machine
 // enough to push each other's measured RTT and rate off their bounds.
-func serializeTestbeds(t *testing.T) {
+func serializeTestbeds(t testing.TB) {
 	t.Helper()
 	f, err := os.OpenFile("/run/scistream-testbed-tests.lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -46,7 +48,7 @@ func serializeTestbeds(t *testing.T) {
 	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }
 
-func randomName(t *testing.T) string {
+func randomName(testing.TB) string {
 	b := make([]byte, 3)
 	rand.Read(b)
 	return "ci" + hex.EncodeToString(b)
@@ -238,4 +240,88 @@ func TestBestRate(t *testing.T) {
 	if got := bestRate(nil, time.Second); got != 0 {
 		t.Errorf("no arrivals: %g", got)
 	}
+}
+
+// BenchmarkDelayLine measures what TCP gets through the delay line (the
+// direct path of a 1 ms testbed whose rate limit, 10 Gbit/s, is out of
+// reach) against a bare veth link (producer to its gateway) in the same
+// run, and reports both and their ratio.
+func BenchmarkDelayLine(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := Available(ctx); err != nil {
+		b.Skipf("network namespaces cannot be built here: %v", err)
+	}
+	serializeTestbeds(b)
+	dl := delayLineBinary(b)
+	tb, err := Up(ctx, Config{Name: randomName(nil), Preset: Preset{Name: "bench", RTT: time.Millisecond, RateBps: 10_000_000_000}, DelayLine: dl, StateRoot: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := tb.Down(); err != nil {
+			b.Error(err)
+		}
+	}()
+	const n = 64 << 20
+	var via, veth float64
+	for b.Loop() {
+		if via, err = bulk(ctx, tb.NS(Producer), tb.NS(Consumer), tb.ConsumerDirect(), n); err != nil {
+			b.Fatal(err)
+		}
+		if veth, err = bulk(ctx, tb.NS(Producer), tb.NS(ProducerGW), tb.ProducerGWLAN(), n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(via*8/1e9, "Gbit/s_delayline")
+	b.ReportMetric(veth*8/1e9, "Gbit/s_veth")
+	b.ReportMetric(via/veth, "ratio")
+}
+
+// bulk sends n bytes over TCP from namespace src to a listener on ip in
+// namespace dst and returns bytes/s, from the first write to the
+// receiver's end of stream.
+func bulk(ctx context.Context, src, dst, ip string, n int64) (float64, error) {
+	var ln *net.TCPListener
+	if err := Do(dst, func() (err error) {
+		ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(ip)})
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	ln.SetDeadline(time.Now().Add(time.Minute))
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Minute))
+		m, _ := io.Copy(io.Discard, c)
+		got <- m
+	}()
+	var c net.Conn
+	if err := Do(src, func() (err error) {
+		c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", ln.Addr().String())
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	buf := make([]byte, 1<<20)
+	start := time.Now()
+	for sent := int64(0); sent < n; sent += int64(len(buf)) {
+		if _, err := c.Write(buf); err != nil {
+			return 0, err
+		}
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if m := <-got; m != n {
+		return 0, fmt.Errorf("received %d of %d bytes", m, n)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
