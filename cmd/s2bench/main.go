@@ -59,6 +59,7 @@ var commands = map[string]command{
 	"consumer": {"receive and verify runs from s2bench producers (one process per host)", runConsumer},
 	"producer": {"send a verified workload to an s2bench consumer, directly or through gateways", runProducer},
 	"run":      {"drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", runDriver},
+	"testbed":  {"two facilities in network namespaces with an emulated WAN: up, run, down (root)", runTestbed},
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
