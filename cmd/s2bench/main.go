@@ -7,6 +7,7 @@
 //	s2bench consumer  --listen ADDR [--runs N] [--json FILE]        the consumer role, as its own process
 //	s2bench producer  --connect ADDR [--workload ...] [--json FILE] the producer role, as its own process
 //	s2bench run       --direct ADDR --gateways ADDR [--workload ...] the driver across hosts (direct vs remote gateways)
+//	s2bench testbed   up|run|down [--preset shortwan] [--workload ...] compare's experiment over an emulated WAN (root)
 package main
 
 import (

@@ -13,10 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,29 +21,9 @@ import (
 	"scistream/internal/netbed"
 )
 
-// s2benchBin builds s2bench next to the s2cs of TestMain (where it looks
-// for s2cs), once: the testbed's delay line is s2bench itself, so these
-// tests drive the real binary as a subprocess.
-var s2benchBin = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(filepath.Dir(s2csBin), "s2bench")
-	out, err := exec.Command("go", "build", "-o", bin, "scistream/cmd/s2bench").CombinedOutput()
-	if err != nil {
-		return "", &buildError{err, out}
-	}
-	return bin, nil
-})
-
-type buildError struct {
-	err error
-	out []byte
-}
-
-func (e *buildError) Error() string {
-	return "go build s2bench: " + e.err.Error() + "\n" + string(e.out)
-}
-
 // needTestbed skips where network namespaces cannot be built, saying
-// why, and returns the s2bench binary.
+// why, and returns the s2bench binary (built by TestMain next to s2cs,
+// where it looks for it; the testbed's delay line is s2bench itself).
 func needTestbed(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -55,11 +32,7 @@ func needTestbed(t *testing.T) string {
 		t.Skipf("network namespaces cannot be built here: %v", err)
 	}
 	serializeTestbeds(t)
-	bin, err := s2benchBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return s2benchBin
 }
 
 // serializeTestbeds holds an exclusive lock, across test processes,
@@ -118,7 +91,7 @@ func TestTestbedUpRunDown(t *testing.T) {
 		exec.Command(bin, append([]string{"testbed", "down"}, bed...)...).Run()
 		checkNoTestbed(t, root, name)
 	})
-	out, err := s2bench(t, bin, append([]string{"testbed", "up", "--rtt", "10ms", "--rate", "100mbit"}, bed...)...)
+	out, err := s2bench(t, bin, append([]string{"testbed", "up", "--rtt", "10ms", "--wan_rate", "100mbit"}, bed...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,13 +104,27 @@ func TestTestbedUpRunDown(t *testing.T) {
 		t.Errorf("second up: %v; want an already-up error", err)
 	}
 
-	jsonPath := filepath.Join(t.TempDir(), "out.json")
-	out, err = s2bench(t, bin, append([]string{"testbed", "run", "--workload", "64KiB", "--bytes", "4MiB", "--engine", "buffer", "--json", jsonPath}, bed...)...)
+	// Two pairs: each producer dials from its own goroutine, which must
+	// still connect from the producer's namespace. Two sizes: the plots
+	// against size need two points.
+	jsonPath, plots := filepath.Join(t.TempDir(), "out.json"), t.TempDir()
+	out, err = s2bench(t, bin, append([]string{"testbed", "run", "--workload", "16KiB,64KiB", "--bytes", "4MiB", "--pairs", "2", "--engine", "buffer",
+		"--json", jsonPath, "--plots", plots, "--progress", "off"}, bed...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out, "taken down") {
 		t.Error("run took down a testbed it did not bring up")
+	}
+	for _, want := range []string{"measured: RTT direct", "congestion control", "gw/direct", "wrote 4 records"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run output lacks %q", want)
+		}
+	}
+	for _, f := range []string{"goodput_vs_size.svg", "jitter_vs_size.svg"} {
+		if st, err := os.Stat(filepath.Join(plots, f)); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
 	}
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
@@ -152,13 +139,18 @@ func TestTestbedUpRunDown(t *testing.T) {
 		p, _ := r["path"].(string)
 		seen[p] = true
 		rtt, _ := r["rtt_ms_measured"].(float64)
-		if r["integrity_ok"] != true || r["bytes"] != float64(4<<20) || r["size_bytes"] != float64(64<<10) ||
-			r["preset"] != "custom" || r["engine"] != "buffer" || math.Abs(rtt-10) > 1 {
+		pp, _ := r["per_pair"].([]any)
+		if r["integrity_ok"] != true || r["bytes"] != float64(4<<20) || (r["size_bytes"] != float64(16<<10) && r["size_bytes"] != float64(64<<10)) || r["pairs"] != float64(2) || len(pp) != 2 ||
+			r["workload"] != "size" || r["mode"] != "throughput" || r["rep"] != float64(1) ||
+			r["preset"] != "custom" || r["engine"] != "buffer" || r["wan"] != "tls" || math.Abs(rtt-10) > 1 {
 			t.Errorf("record %v", r)
 		}
+		if _, ok := r["gw_cpu_s_per_GB"]; ok != (p == "gateways") {
+			t.Errorf("%s record: gw_cpu_s_per_GB present %v", p, ok)
+		}
 	}
-	if len(recs) != 2 || !seen["direct"] || !seen["gateways"] {
-		t.Fatalf("want one direct and one gateways record, got %s", b)
+	if len(recs) != 4 || !seen["direct"] || !seen["gateways"] {
+		t.Fatalf("want a direct and a gateways record per size, got %s", b)
 	}
 
 	if _, err := s2bench(t, bin, append([]string{"testbed", "down"}, bed...)...); err != nil {
@@ -174,7 +166,7 @@ func TestTestbedRunInterrupted(t *testing.T) {
 	root, name := t.TempDir(), testbedName()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "testbed", "run", "--name", name, "--state_root", root, "--rtt", "10ms", "--rate", "100mbit",
+	cmd := exec.CommandContext(ctx, bin, "testbed", "run", "--name", name, "--state_root", root, "--rtt", "10ms", "--wan_rate", "100mbit",
 		"--workload", "64KiB,1MiB", "--bytes", "64MiB")
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -192,7 +184,7 @@ func TestTestbedRunInterrupted(t *testing.T) {
 	go func() { done <- cmd.Wait(); pw.Close() }()
 	for sc.Scan() {
 		log.WriteString(sc.Text() + "\n")
-		if !interrupted && strings.HasPrefix(sc.Text(), "gateways: outbound s2cs pid") {
+		if !interrupted && strings.HasPrefix(sc.Text(), "gateways: inbound s2cs pid") {
 			cmd.Process.Signal(syscall.SIGINT)
 			interrupted = true
 		}
@@ -209,19 +201,12 @@ func TestTestbedRunInterrupted(t *testing.T) {
 		t.Error("interrupted run did not report taking the testbed down")
 	}
 	checkNoTestbed(t, root, name)
-	m := testbedPIDRE.FindStringSubmatch(log.String())
-	if m == nil {
-		t.Fatal("no gateway PIDs in the output")
-	}
-	for _, ps := range m[1:] {
-		p, _ := strconv.Atoi(ps)
+	for _, p := range gatewayPIDs(t, log.String()) {
 		if err := syscall.Kill(p, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("s2cs pid %d still exists after the interrupted run (kill 0: %v)", p, err)
 		}
 	}
 }
-
-var testbedPIDRE = regexp.MustCompile(`outbound s2cs pid (\d+) .*inbound s2cs pid (\d+) `)
 
 func TestTestbedFlags(t *testing.T) {
 	for _, c := range []struct {
@@ -230,11 +215,18 @@ func TestTestbedFlags(t *testing.T) {
 	}{
 		{[]string{"run", "--preset", "moon"}, "unknown preset"},
 		{[]string{"run", "--name", "Bad-Name"}, "--name"},
+		{[]string{"run", "--wan_rate", "fast"}, "--wan_rate"},
+		{[]string{"up", "--wan-rate", "fast"}, "--wan_rate"},
 		{[]string{"run", "--rate", "fast"}, "--rate"},
+		{[]string{"run", "--mode", "sideways"}, "--mode"},
+		{[]string{"run", "--pairs", "0"}, "--pairs"},
+		{[]string{"run", "--bytes", "1MiB", "--duration", "1s"}, "not several"},
+		{[]string{"run", "--workload", "lstream", "--size", "4KiB"}, "both given"},
 		{[]string{"run", "--rtt", "1h"}, "out of range"},
 		{[]string{"run", "--workload", "0"}, "--workload"},
 		{[]string{"run", "--workload", "1MiB", "--bytes", "1MiB"}, "--bytes"},
-		{[]string{"run", "--engine", "zero"}, "use splice or buffer"},
+		{[]string{"run", "--engine", "zero"}, "--engine"},
+		{[]string{"run", "--wan", "pigeon"}, "--wan"},
 		{[]string{"run", "--reps", "0"}, "--reps 0 out of range"},
 		{[]string{"up", "extra"}, `unexpected argument "extra"`},
 		{[]string{"down", "--name", ""}, "--name"},
@@ -245,6 +237,61 @@ func TestTestbedFlags(t *testing.T) {
 		var ue usageError
 		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestTestbedRunDefaults: testbed run takes compare's flags, with the
+// sweep once as its default, and sizes its runs from the emulated path.
+func TestTestbedRunDefaults(t *testing.T) {
+	var out bytes.Buffer
+	cfg, err := parseTestbedRun([]string{"--s2cs", s2csBin}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.cmp.plan
+	if p.name != wlSweep || cfg.cmp.reps != 1 || cfg.bed.Preset.Name != "shortwan" || len(cfg.explicit) != 1 {
+		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.name, cfg.cmp.reps, cfg.bed.Preset.Name, cfg.explicit)
+	}
+	lan, _ := netbed.LookupPreset("lan")
+	lan.RateBps = 200e6
+	p.auto = testbedAmount(lan, p)
+	// 200 Mbit/s for 2 s is 50 MB, in whole 64 KiB messages, split by the pairs.
+	for _, c := range []struct {
+		size, pairs int
+		want        int64
+	}{{64 << 10, 1, 762 * (64 << 10)}, {64 << 10, 2, 381 * (64 << 10)}, {16 << 20, 1, 16 * (16 << 20)}} {
+		if got, _ := p.perPair(c.size, c.pairs); got != c.want {
+			t.Errorf("size %d, %d pairs: %d bytes per pair, want %d", c.size, c.pairs, got, c.want)
+		}
+	}
+
+	// An explicit amount wins; pacing lowers the default; rr sends one
+	// message per RTT for 2 s (at most 2000).
+	cfg, err = parseTestbedRun([]string{"--s2cs", s2csBin, "--workload", "1KiB", "--rate", "100msg/s", "--reps", "2"}, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.cmp.plan.auto = testbedAmount(lan, cfg.cmp.plan)
+	if got, _ := cfg.cmp.plan.perPair(1024, 1); got != 200*1024 || cfg.cmp.reps != 2 {
+		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.cmp.reps)
+	}
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{[]string{"--bytes", "3MiB"}, 3 << 20},
+		{[]string{"--mode", "rr", "--preset", "lan"}, 2000 * 1024},   // 2 s / 0.44 ms = 4545
+		{[]string{"--mode", "rr"}, 82 * 1024},                        // shortwan: 2 s / 24.3 ms
+		{[]string{"--mode", "rr", "--preset", "longwan"}, 16 * 1024}, // 2 s / 144 ms = 13, at least 16
+	} {
+		cfg, err := parseTestbedRun(append([]string{"--s2cs", s2csBin, "--workload", "1KiB"}, c.args...), &out, &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.cmp.plan.auto = testbedAmount(cfg.bed.Preset, cfg.cmp.plan)
+		if got, _ := cfg.cmp.plan.perPair(1024, 1); got != c.want {
+			t.Errorf("%v: %d bytes per run, want %d", c.args, got, c.want)
 		}
 	}
 }

@@ -128,26 +128,35 @@ func TestTestbed(t *testing.T) {
 	}
 	defer ln.Close()
 	spec := bench.Spec{Size: 64 << 10, Bytes: 4 << 20, Seed: 7, Run: 1}
-	var res *bench.RunResult
 	start := time.Now()
-	err = Do(tb.NS(Producer), func() (err error) {
-		res, err = bench.Run(ctx, ln, ln.Addr().String(), spec, bench.RunOptions{Timeout: time.Minute, Idle: 10 * time.Second})
-		return err
-	})
+	// The producer runs on a goroutine of its own: it dials from the
+	// producer's namespace through RunOptions.Dial.
+	dial := func(ctx context.Context, addr string) (conn *net.TCPConn, err error) {
+		err = Do(tb.NS(Producer), func() error {
+			d := net.Dialer{Timeout: 10 * time.Second}
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				conn = c.(*net.TCPConn)
+			}
+			return err
+		})
+		return conn, err
+	}
+	res, err := bench.Run(ctx, ln, ln.Addr().String(), bench.Hello{Spec: spec, Group: 1}, bench.RunOptions{Timeout: time.Minute, Idle: 10 * time.Second, Dial: dial})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Bytes != spec.Bytes || res.Messages != spec.Messages() {
-		t.Errorf("verified %d messages, %d bytes; want %d, %d", res.Messages, res.Bytes, spec.Messages(), spec.Bytes)
+	if s := res.Summary; s.Bytes != spec.Bytes || s.Messages != spec.Messages() {
+		t.Errorf("verified %d messages, %d bytes; want %d, %d", s.Messages, s.Bytes, spec.Messages(), spec.Bytes)
 	}
-	if host, _, _ := net.SplitHostPort(res.Consumer); host != tb.ProducerDirect() {
-		t.Errorf("consumer saw %s, want the producer's direct address %s", res.Consumer, tb.ProducerDirect())
+	if host, _, _ := net.SplitHostPort(res.Pairs[0].Recv.Remote); host != tb.ProducerDirect() {
+		t.Errorf("consumer saw %s, want the producer's direct address %s", res.Pairs[0].Recv.Remote, tb.ProducerDirect())
 	}
 	// 4 MiB at 100 Mbit/s takes at least 0.33 s: the rate limit holds.
 	if el := time.Since(start); el < 300*time.Millisecond {
 		t.Errorf("4 MiB took %s over a 100 Mbit/s path", el)
 	}
-	t.Logf("stream: %.1f MB/s", res.GoodputBps/1e6)
+	t.Logf("stream: %.1f MB/s", res.Summary.GoodputBps/1e6)
 
 	pids := []int{}
 	for _, d := range tb.DelayLines {
