@@ -69,7 +69,7 @@ func (m *Measurement) Check(p Preset) error {
 		bad = append(bad, "WAN rate "+FormatRate(m.WANRateBps))
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("the testbed is more than %.0f%% off preset %s: %s; the machine may be too busy (retry when it is quieter), or the rate too high for it (lower --rate)",
+		return fmt.Errorf("the testbed is more than %.0f%% off preset %s: %s; the machine may be too busy (retry when it is quieter), or the rate too high for it (lower --wan_rate)",
 			Tolerance*100, p, strings.Join(bad, ", "))
 	}
 	return nil
