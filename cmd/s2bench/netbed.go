@@ -189,6 +189,9 @@ func parseTestbedRun(args []string, stdout, stderr io.Writer) (*testbedRunConfig
 	cf := compareFlags{wf: workloadFlags{dflt: wlSweep}}
 	cf.register(fs, 1)
 	keep := fs.Bool("keep", false, "leave a testbed this run brought up running afterwards")
+	// The testbed's own defaults of the amount (see testbedAmount).
+	fs.Lookup("bytes").Usage = "payload per run, over all pairs, e.g. 64MiB (default: what the WAN rate carries in max(2 s, 15 RTT), at least 16 messages per pair)"
+	fs.Lookup("messages").Usage = "messages per run, over all pairs, instead of --bytes (default in rr mode: one per RTT for 2 s, 16 to 2000 per pair)"
 	if err := parseSub(fs, args, stderr); err != nil {
 		return nil, err
 	}
