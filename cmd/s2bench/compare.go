@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -49,47 +50,40 @@ paths per size with the ratio; every message is checked (sequence, length,
 CRC-32C) and any error fails the run. With no flags: 1GiB of 64KiB messages,
 3 repetitions, TLS between the gateways.`
 
-func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
-	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var wf workloadFlags
-	wf.register(fs)
-	var (
-		pairsS     = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
-		reps       = fs.Int("reps", 3, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
-		engine     = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Engines(), ", "))
-		wanT       = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, tcp (s2cs --insecure_tcp_wan), or quic")
-		jsonPath   = fs.String("json", "", "also write every run as a JSON array of records to FILE")
-		plotsDir   = fs.String("plots", "", "write plots (goodput and jitter against message size, RTT CDF in rr mode) to DIR")
-		plotFormat = fs.String("plot_format", "svg", "plot file format: svg or png")
-		progress   = fs.String("progress", "auto", "progress line during runs on stderr: auto (when stderr is a terminal), on or off")
-		s2cs       = fs.String("s2cs", "", "s2cs binary (default: next to s2bench, in ./bin or on PATH)")
-		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
-		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
-	)
-	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, compareUsage)
-		fmt.Fprintln(stderr)
-		cliflag.PrintDefaults(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q: every compare option is a --flag", fs.Arg(0))
-	}
-	wf.set = flagsSet(fs)
-	cfg := &compareConfig{reps: *reps, engine: *engine, wan: *wanT, jsonPath: *jsonPath, plotsDir: *plotsDir,
-		plotFormat: *plotFormat, progress: *progress, s2cs: *s2cs, runTimeout: *runTimeout, idle: *idle}
+// compareFlags are the flags of compare; testbed run has them too.
+type compareFlags struct {
+	wf                                                                 workloadFlags
+	pairs, engine, wan, jsonPath, plotsDir, plotFormat, progress, s2cs *string
+	reps                                                               *int
+	runTimeout, idle                                                   *time.Duration
+}
+
+// register defines the flags on fs; reps is the default of --reps.
+func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
+	f.wf.register(fs)
+	f.pairs = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
+	f.reps = fs.Int("reps", reps, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
+	f.engine = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Engines(), ", "))
+	f.wan = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, tcp (s2cs --insecure_tcp_wan), or quic")
+	f.jsonPath = fs.String("json", "", "also write every run as a JSON array of records to FILE")
+	f.plotsDir = fs.String("plots", "", "write plots (goodput and jitter against message size, RTT CDF in rr mode) to DIR")
+	f.plotFormat = fs.String("plot_format", "svg", "plot file format: svg or png")
+	f.progress = fs.String("progress", "auto", "progress line during runs on stderr: auto (when stderr is a terminal), on or off")
+	f.s2cs = fs.String("s2cs", "", "s2cs binary (default: next to s2bench, in ./bin or on PATH)")
+	f.runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
+	f.idle = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
+}
+
+// config validates the parsed flags of fs.
+func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
+	f.wf.set = flagsSet(fs)
+	cfg := &compareConfig{reps: *f.reps, engine: *f.engine, wan: *f.wan, jsonPath: *f.jsonPath, plotsDir: *f.plotsDir,
+		plotFormat: *f.plotFormat, progress: *f.progress, s2cs: *f.s2cs, runTimeout: *f.runTimeout, idle: *f.idle}
 	var err error
-	if cfg.pairs, err = parsePairs(*pairsS); err != nil {
+	if cfg.pairs, err = parsePairs(*f.pairs); err != nil {
 		return nil, err
 	}
-	if cfg.plan, err = wf.resolve(slices.Max(cfg.pairs)); err != nil {
+	if cfg.plan, err = f.wf.resolve(slices.Max(cfg.pairs)); err != nil {
 		return nil, err
 	}
 	switch {
@@ -132,6 +126,34 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	return cfg, nil
 }
 
+// runOptions are the bounds of one run.
+func (cfg *compareConfig) runOptions() bench.RunOptions {
+	return bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration}
+}
+
+func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f compareFlags
+	f.register(fs, 3)
+	cliflag.AddAliases(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, compareUsage)
+		fmt.Fprintln(stderr)
+		cliflag.PrintDefaults(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q: every compare option is a --flag", fs.Arg(0))
+	}
+	return f.config(fs)
+}
+
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseCompare(args, stderr)
 	if err != nil {
@@ -145,15 +167,7 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	p := cfg.plan
 	fmt.Fprintf(stdout, "s2bench compare: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
 		p.name, len(p.sizes), cfg.pairs, cfg.reps, cfg.engine, cfg.wan)
-	for _, n := range cfg.pairs {
-		if len(p.sizes) <= 3 {
-			for _, s := range p.sizes {
-				fmt.Fprintf(stdout, "  per run: %s\n", p.describe(s, n))
-			}
-		} else {
-			fmt.Fprintf(stdout, "  per run: %s ... %s\n", p.describe(p.sizes[0], n), p.describe(p.sizes[len(p.sizes)-1], n))
-		}
-	}
+	p.print(stdout, cfg.pairs)
 
 	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan})
 	if err != nil {
@@ -176,7 +190,7 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 		plan: p, pairs: cfg.pairs, reps: cfg.reps, paths: paths, engine: cfg.engine, wan: cfg.wan,
 		jsonPath: cfg.jsonPath, plotsDir: cfg.plotsDir, plotFormat: cfg.plotFormat, progress: cfg.progress, cpu: true,
 		runOne: func(ctx context.Context, h bench.Hello, prog *progress, label string) (record, error) {
-			return runPath(ctx, lp, h, cfg, prog, label, stderr)
+			return runPath(ctx, lp, h, lp.route(h.Path), cfg.runOptions(), prog, label, stderr)
 		},
 		onFail: func(path string) {
 			if path == pathGateways {
@@ -194,6 +208,19 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "stream released, gateways stopped; wall time %.1f s\n", time.Since(wall).Seconds())
 	return nil
+}
+
+// print says what one run sends, for each pair count.
+func (p *plan) print(w io.Writer, pairs []int) {
+	for _, n := range pairs {
+		if len(p.sizes) <= 3 {
+			for _, s := range p.sizes {
+				fmt.Fprintf(w, "  per run: %s\n", p.describe(s, n))
+			}
+		} else {
+			fmt.Fprintf(w, "  per run: %s ... %s\n", p.describe(p.sizes[0], n), p.describe(p.sizes[len(p.sizes)-1], n))
+		}
+	}
 }
 
 func rttText(r record) string {
@@ -223,17 +250,34 @@ func cpuText(r record) string {
 	return fmt.Sprintf("  gw cpu %5.2f s/GB", *r.GwCPUSPerGB)
 }
 
-// runPath runs h once over its path and checks that every connection
-// took that path: directly, the consumer sees the producer's own address;
-// through the gateways, it sees the inbound gateway, and the gateways
-// counted every byte of the run. On the gateway path it also measures the
-// gateways' CPU time.
-func runPath(ctx context.Context, lp *localPair, h bench.Hello, cfg *compareConfig, prog *progress, label string, stderr io.Writer) (record, error) {
-	rec := record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
-	if cfg.plan.duration > 0 {
-		rec.DurationS = cfg.plan.duration.Seconds()
+// route is where a run over one path goes.
+type route struct {
+	ln     *net.TCPListener // the consumer's listener
+	target string           // where the producers connect
+	// peer, if set, is the IP address the consumer must see every
+	// connection come from (the testbed's producer or consumer gateway).
+	peer string
+}
+
+// route returns compare's route for path: the one consumer listener, reached
+// directly or through the gateways.
+func (lp *localPair) route(path string) route {
+	if path == pathGateways {
+		return route{ln: lp.consumer, target: lp.target()}
 	}
-	target := lp.consumer.Addr().String()
+	return route{ln: lp.consumer, target: lp.consumer.Addr().String()}
+}
+
+// runPath runs h once over rt, bounded by o, and checks that every
+// connection took h.Path: directly, the consumer sees the producer's own
+// address; through the gateways, it sees a gateway, and the gateways
+// counted every byte of the run; with rt.peer, the consumer sees that
+// address. On the gateway path it also measures the gateways' CPU time.
+func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o bench.RunOptions, prog *progress, label string, stderr io.Writer) (record, error) {
+	rec := record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
+	if o.Duration > 0 {
+		rec.DurationS = o.Duration.Seconds()
+	}
 	gw := h.Path == pathGateways
 	var (
 		sent0, recv0 int64
@@ -241,7 +285,6 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, cfg *compareConf
 		err          error
 	)
 	if gw {
-		target = lp.target()
 		if sent0, recv0, err = lp.wanBytes(ctx); err != nil {
 			return rec, fmt.Errorf("stream statistics: %w", err)
 		}
@@ -252,7 +295,8 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, cfg *compareConf
 	var counter atomic.Int64
 	want := h.Spec.Bytes * int64(h.Pairs)
 	prog.start(label, &counter, want)
-	res, err := bench.Run(ctx, lp.consumer, target, h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Progress: &counter})
+	o.Progress = &counter
+	res, err := bench.Run(ctx, rt.ln, rt.target, h, o)
 	prog.end()
 	rec.fill(res)
 	if gw {
@@ -268,15 +312,22 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, cfg *compareConf
 	}
 	var wire int64
 	for i, p := range res.Pairs {
+		host, _, _ := net.SplitHostPort(p.Recv.Remote)
 		switch {
 		case !gw && p.Recv.Remote != p.Send.Local:
-			return rec, fmt.Errorf("direct run, pair %d: the consumer saw %s, not the producer %s", i, p.Recv.Remote, p.Send.Local)
+			err = fmt.Errorf("direct run, pair %d: the consumer saw %s, not the producer %s", i, p.Recv.Remote, p.Send.Local)
 		case gw && p.Recv.Remote == p.Send.Local:
-			return rec, fmt.Errorf("gateway run, pair %d: the consumer saw the producer %s itself", i, p.Send.Local)
+			err = fmt.Errorf("gateway run, pair %d: the consumer saw the producer %s itself", i, p.Send.Local)
+		case rt.peer != "" && host != rt.peer:
+			err = fmt.Errorf("%s run, pair %d: the consumer saw %s, want %s", h.Path, i, p.Recv.Remote, rt.peer)
 		case p.Recv.Measure.Messages != p.Send.Messages || p.Recv.Measure.Bytes != p.Send.Bytes:
-			return rec, fmt.Errorf("pair %d: verified %d messages, %d bytes; the producer sent %d, %d", i, p.Recv.Measure.Messages, p.Recv.Measure.Bytes, p.Send.Messages, p.Send.Bytes)
+			err = fmt.Errorf("pair %d: verified %d messages, %d bytes; the producer sent %d, %d", i, p.Recv.Measure.Messages, p.Recv.Measure.Bytes, p.Send.Messages, p.Send.Bytes)
 		case !h.Spec.Open() && p.Send.Messages != h.Spec.Messages():
-			return rec, fmt.Errorf("pair %d: sent %d messages, want %d", i, p.Send.Messages, h.Spec.Messages())
+			err = fmt.Errorf("pair %d: sent %d messages, want %d", i, p.Send.Messages, h.Spec.Messages())
+		}
+		if err != nil {
+			rec.Error = err.Error()
+			return rec, err
 		}
 		wire += bench.HelloLen + p.Send.Bytes + p.Send.Messages*bench.HeaderLen
 		if h.Spec.Open() {
@@ -284,7 +335,9 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, cfg *compareConf
 		}
 	}
 	if res.Summary.GoodputBps <= 0 {
-		return rec, fmt.Errorf("run too short to time (every message arrived at once): raise --bytes")
+		err = fmt.Errorf("run too short to time (every message arrived at once): raise --bytes")
+		rec.Error = err.Error()
+		return rec, err
 	}
 	if gw {
 		sent1, recv1, err := lp.wanBytes(ctx)

@@ -28,14 +28,23 @@ type localPairConfig struct {
 	// (another process); if empty, the pair opens a consumer listener on
 	// a third random loopback address.
 	consumer *net.TCPAddr
+	// The testbed's gateways: if set, each gateway (inbound, outbound)
+	// runs in that network namespace (ip netns exec) with its listeners
+	// on that address, and the outbound stream admits producers from
+	// allow. Unset: random loopback addresses in this namespace,
+	// admitting 127.0.0.0/8.
+	netns, ips [2]string
+	allow      string
 }
 
 // localPair is a local pair of real s2cs gateways on two random loopback
 // addresses and one stream wired from the outbound gateway's listener to
 // the consumer (a listener it opens on a third address, or a given one),
 // the same way s2uc stream does (client.Wire). Close undoes all of it.
-// (Not to be confused with the network-namespace testbed.)
+// The testbed runs the same pair in its gateway namespaces.
 type localPair struct {
+	netns     [2]string // inbound, outbound (empty: this namespace)
+	consAddr  string    // where the stream leads
 	dir       string
 	in, out   *localgw.Gateway
 	inC, outC *client.Client
@@ -87,18 +96,29 @@ func startLocalPair(ctx context.Context, cfg localPairConfig) (_ *localPair, err
 	if err != nil {
 		return nil, err
 	}
+	for i, ip := range cfg.ips {
+		if ip != "" {
+			ips[i] = ip
+		}
+	}
+	lp.netns = cfg.netns
 	args := []string{"--type", cfg.engine}
 	if cfg.wan == api.WANTCP {
 		args = append(args, "--insecure_tcp_wan")
 	}
 	for i, g := range []**localgw.Gateway{&lp.in, &lp.out} {
 		role := []string{"inbound", "outbound"}[i]
+		var prefix []string
+		if cfg.netns[i] != "" {
+			prefix = []string{"ip", "netns", "exec", cfg.netns[i]}
+		}
 		*g, err = localgw.Start(ctx, localgw.Options{
 			S2CS:       cfg.s2cs,
 			ListenerIP: ips[i],
 			StateDir:   filepath.Join(lp.dir, role),
 			TokensFile: tokens,
 			Args:       args,
+			Prefix:     prefix,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("start the %s gateway: %w", role, err)
@@ -130,10 +150,15 @@ func startLocalPair(ctx context.Context, cfg localPairConfig) (_ *localPair, err
 		port = lp.consumer.Addr().(*net.TCPAddr).Port
 	}
 
+	lp.consAddr = net.JoinHostPort(consumerIP, strconv.Itoa(port))
+	allow := "127.0.0.0/8"
+	if cfg.allow != "" {
+		allow = cfg.allow
+	}
 	start := time.Now()
 	inS, outS, err := client.Wire(ctx, lp.inC, lp.outC,
 		&api.InboundRequest{RemoteIP: consumerIP, ReceiverPorts: []int{port}, NumConn: 1, WAN: cfg.wan},
-		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}},
+		api.OutboundRequest{NumConn: 1, Allow: []string{allow}},
 		nil)
 	lp.setup = time.Since(start)
 	if err != nil {
@@ -236,13 +261,15 @@ func (lp *localPair) Close() error {
 
 // describe names the gateway processes, for the output.
 func (lp *localPair) describe() string {
-	cons := "a consumer elsewhere"
-	if lp.consumer != nil {
-		cons = lp.consumer.Addr().String()
+	where := func(i int) string {
+		if lp.netns[i] == "" {
+			return ""
+		}
+		return " in " + lp.netns[i]
 	}
-	return "inbound s2cs pid " + strconv.Itoa(lp.in.PID()) + " at " + lp.in.Addr +
-		", outbound s2cs pid " + strconv.Itoa(lp.out.PID()) + " at " + lp.out.Addr +
-		"; consumer listens on " + cons
+	return "inbound s2cs pid " + strconv.Itoa(lp.in.PID()) + where(0) + " at " + lp.in.Addr +
+		", outbound s2cs pid " + strconv.Itoa(lp.out.PID()) + where(1) + " at " + lp.out.Addr +
+		"; consumer listens on " + lp.consAddr
 }
 
 // pids returns the gateway processes' PIDs.

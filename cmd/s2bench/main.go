@@ -7,6 +7,7 @@
 //	s2bench consumer  --listen ADDR [--runs N] [--json FILE]        the consumer role, as its own process
 //	s2bench producer  --connect ADDR [--workload ...] [--json FILE] the producer role, as its own process
 //	s2bench run       --direct ADDR --gateways ADDR [--workload ...] the driver across hosts (direct vs remote gateways)
+//	s2bench testbed   up|run|down [--preset shortwan] [--workload ...] compare's experiment over an emulated WAN (root)
 package main
 
 import (
@@ -59,6 +60,7 @@ var commands = map[string]command{
 	"consumer": {"receive and verify runs from s2bench producers (one process per host)", runConsumer},
 	"producer": {"send a verified workload to an s2bench consumer, directly or through gateways", runProducer},
 	"run":      {"drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", runDriver},
+	"testbed":  {"two facilities in network namespaces with an emulated WAN: up, run, down (root)", runTestbed},
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

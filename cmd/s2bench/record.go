@@ -62,6 +62,10 @@ type record struct {
 	WAN         string   `json:"wan,omitempty"`
 	// PerPair holds each pair's own numbers when there are several.
 	PerPair []pairRecord `json:"per_pair,omitempty"`
+	// Testbed runs only: the emulated path's preset (or "custom") and
+	// the RTT measured on the run's path before the experiment.
+	Preset        string  `json:"preset,omitempty"`
+	RTTmsMeasured float64 `json:"rtt_ms_measured,omitempty"`
 
 	rtt []time.Duration // samples, for the CDF plot
 }

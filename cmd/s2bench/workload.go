@@ -37,15 +37,23 @@ func sweepSizes() []int {
 }
 
 // workloadFlags are the flags that describe what a producer sends,
-// shared by compare and producer.
+// shared by compare, run, testbed run and producer.
 type workloadFlags struct {
 	workload, size, bytes, messages, rate, mode string
 	duration                                    time.Duration
 	set                                         map[string]bool // flags given explicitly
+	// dflt, if set before register, is the workload when neither
+	// --workload nor --size is given, a named one (testbed run: sweep);
+	// empty: --size.
+	dflt string
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&w.workload, "workload", "", "sweep (512B..1MiB, powers of two), dstream (16KiB), lstream (1MiB), or message size(s) e.g. 4KiB or 4KiB,64KiB (default: --size)")
+	dflt := "--size"
+	if w.dflt != "" {
+		dflt = w.dflt
+	}
+	fs.StringVar(&w.workload, "workload", "", "sweep (512B..1MiB, powers of two), dstream (16KiB), lstream (1MiB), or message size(s) e.g. 4KiB or 4KiB,64KiB (default: "+dflt+")")
 	fs.StringVar(&w.size, "size", "64KiB", "payload bytes per message, when no --workload is given")
 	fs.StringVar(&w.bytes, "bytes", "", "payload per run, over all pairs, e.g. 1GiB (default: 1GiB; sweep: 16MiB..128MiB scaled per size; rr: see --messages)")
 	fs.StringVar(&w.messages, "messages", "", "messages per run, over all pairs, instead of --bytes (default in rr mode: min(2000, max(100, 128MiB/size)) per pair)")
@@ -64,6 +72,9 @@ type plan struct {
 	duration time.Duration // open-ended runs; 0 for a fixed amount
 	bytes    int64         // --bytes, or 0
 	messages int64         // --messages, or 0
+	// auto, if set, gives the payload per pair of a run when no amount
+	// is given (testbed run: from the emulated path's rate and RTT).
+	auto func(size, pairs int) int64
 }
 
 // resolve validates the flags; pairs is the largest pair count the plan
@@ -74,8 +85,12 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 	if p.mode, err = bench.ParseMode(w.mode); err != nil {
 		return nil, usagef("--mode %q: use throughput or rr (request-reply)", w.mode)
 	}
-	switch wl := strings.ToLower(strings.TrimSpace(w.workload)); {
-	case wl != "" && w.set["size"]:
+	wl := strings.ToLower(strings.TrimSpace(w.workload))
+	if wl == "" && !w.set["size"] {
+		wl = w.dflt
+	}
+	switch {
+	case strings.TrimSpace(w.workload) != "" && w.set["size"]:
 		return nil, usagef("--workload and --size both given: use one (--workload %s, or --size %s)", w.workload, w.size)
 	case wl == wlSweep:
 		p.name, p.sizes = wlSweep, sweepSizes()
@@ -169,6 +184,8 @@ func (p *plan) perPair(size, pairs int) (int64, string) {
 			per = per / int64(size) * int64(size)
 		}
 		return per, ""
+	case p.auto != nil:
+		return p.auto(size, pairs), "default for the path's rate and RTT"
 	case p.mode == bench.RequestReply:
 		n := min(2000, max(100, int64(128<<20)/int64(size)))
 		return n * int64(size), "default for rr"

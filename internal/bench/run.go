@@ -24,6 +24,11 @@ type RunOptions struct {
 	Progress *atomic.Int64
 	// Sent, if not nil, counts payload bytes the producers wrote.
 	Sent *atomic.Int64
+	// Dial, if not nil, connects each producer to addr instead of a
+	// net.Dialer with timeout Idle: e.g. from another network namespace
+	// (the producers run on goroutines of their own, so the caller's
+	// thread's namespace would not reach them).
+	Dial func(ctx context.Context, addr string) (*net.TCPConn, error)
 }
 
 func (o *RunOptions) defaults() {
@@ -33,6 +38,19 @@ func (o *RunOptions) defaults() {
 	if o.Idle <= 0 {
 		o.Idle = 30 * time.Second
 	}
+}
+
+// dial connects a producer to addr.
+func (o *RunOptions) dial(ctx context.Context, addr string) (*net.TCPConn, error) {
+	if o.Dial != nil {
+		return o.Dial(ctx, addr)
+	}
+	d := net.Dialer{Timeout: o.Idle}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return nc.(*net.TCPConn), nil
 }
 
 // Pair is the outcome of one producer/consumer pair of a run.
@@ -165,14 +183,13 @@ func startProducers(ctx context.Context, wg *sync.WaitGroup, mu *sync.Mutex, tar
 			defer wg.Done()
 			p := h
 			p.Pair, p.Spec.Run = i, h.Spec.Run+uint32(i)
-			d := net.Dialer{Timeout: o.Idle}
-			nc, err := d.DialContext(ctx, "tcp", target)
+			nc, err := o.dial(ctx, target)
 			if err != nil {
 				record(fmt.Errorf("producer %d: connect to %s: %w", i, target, err))
 				return
 			}
 			defer nc.Close()
-			sr, err := Send(ctx, nc.(*net.TCPConn), p, SendOptions{Idle: o.Idle, End: end, Duration: o.Duration, Sent: o.Sent})
+			sr, err := Send(ctx, nc, p, SendOptions{Idle: o.Idle, End: end, Duration: o.Duration, Sent: o.Sent})
 			mu.Lock()
 			res.Pairs[i].Send = sr
 			mu.Unlock()

@@ -45,6 +45,11 @@ type Options struct {
 	Log io.Writer
 	// ReadyTimeout bounds the wait for readiness. If zero, 15 seconds.
 	ReadyTimeout time.Duration
+	// Prefix, if set, is a command that runs s2cs, given as its
+	// arguments: e.g. {"ip", "netns", "exec", "NS"} starts the gateway in
+	// network namespace NS. It must exec s2cs in place (keep the PID),
+	// as ip netns exec does, so that Stop signals s2cs itself.
+	Prefix []string
 }
 
 // Gateway is a running s2cs process.
@@ -114,6 +119,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	args = append(args, o.Args...)
 	g := &Gateway{Opts: o, done: make(chan struct{})}
 	cmd := exec.Command(o.S2CS, args...)
+	if len(o.Prefix) > 0 {
+		cmd = exec.Command(o.Prefix[0], append(append(o.Prefix[1:len(o.Prefix):len(o.Prefix)], o.S2CS), args...)...)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
