@@ -4,4 +4,7 @@ go 1.26.8
 
 require go.etcd.io/bbolt v1.5.0
 
-require golang.org/x/sys v0.49.0 // indirect
+require (
+	github.com/cilium/ebpf v0.22.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
