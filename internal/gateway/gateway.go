@@ -27,6 +27,7 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/sockmap"
 	"scistream/internal/store"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	Store store.Store
 	// Engine is the default data-plane engine. If empty, "splice".
 	Engine string
+	// Sockmap is the loaded eBPF program behind the "sockmap" engine,
+	// shared by every stream; the caller owns it and closes it after
+	// Shutdown. If nil, streams whose engine is sockmap use splice.
+	Sockmap *sockmap.Redirector
 	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
 	// false, such requests are refused.
 	AllowTCPWAN bool
@@ -120,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	eng = cfg.withSockmap(eng)
 	if cfg.PendingTimeout == 0 {
 		cfg.PendingTimeout = 15 * time.Minute
 	}
@@ -383,4 +389,12 @@ func (s *Server) streamView(rec *store.Record, st *stream) api.Stream {
 		v.Stats = st.stats()
 	}
 	return v
+}
+
+// withSockmap gives the sockmap engine this gateway's loaded program.
+func (cfg *Config) withSockmap(e relay.Engine) relay.Engine {
+	if _, ok := e.(relay.Sockmap); ok {
+		return relay.Sockmap{R: cfg.Sockmap}
+	}
+	return e
 }

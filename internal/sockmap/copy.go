@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"time"
@@ -81,7 +82,8 @@ type copier struct {
 	userRead       uint64 // bytes read from src in user space since then
 	userWritten    uint64 // bytes written to dst in user space since then
 	counted        uint64 // bytes reported to count since then
-	limit          uint64 // current ctl limit
+	limit, resume  uint64 // current ctl values
+	passFrom       uint64 // st.redirected when the current pass began
 	inMaps         bool
 }
 
@@ -170,7 +172,7 @@ func (c *copier) enter() error {
 	if err := c.putState(state{}); err != nil {
 		return fmt.Errorf("%w: state map: %v", ErrFallback, err)
 	}
-	if err := c.putCtl(c.window); err != nil {
+	if err := c.putCtl(c.window, math.MaxUint64); err != nil {
 		return fmt.Errorf("%w: control map: %v", ErrFallback, err)
 	}
 	if err := c.dst.fd(func(fd int) error {
@@ -233,11 +235,12 @@ func (c *copier) leave() {
 	c.inMaps = false
 }
 
-func (c *copier) putCtl(limit uint64) error {
-	c.limit = limit
+func (c *copier) putCtl(limit, resume uint64) error {
+	c.limit, c.resume = limit, resume
 	var v [ctlSize]byte
 	binary.NativeEndian.PutUint64(v[ctlPeer:], c.dstKey)
 	binary.NativeEndian.PutUint64(v[ctlLimit:], limit)
+	binary.NativeEndian.PutUint64(v[ctlResume:], resume)
 	binary.NativeEndian.PutUint64(v[ctlOffset:], c.base+c.userWritten)
 	binary.NativeEndian.PutUint64(v[ctlWindow:], c.window)
 	return c.r.ctl.Update(c.srcKey, v[:], ebpf.UpdateAny)
@@ -278,9 +281,7 @@ func (c *copier) loop() error {
 		n, err := c.src.c.Read(c.buf)
 		switch {
 		case n > 0:
-			if err := c.pass(n); err == errTail {
-				return nil
-			} else if err != nil {
+			if err := c.pass(n); err != nil {
 				return err
 			}
 			poll = minPoll
@@ -305,32 +306,32 @@ func (c *copier) loop() error {
 	}
 }
 
-// pass handles bytes the program passed to user space, n of them already
-// in c.buf. The program stopped redirecting at the first passed skb
-// (passing is sticky), so st.redirected no longer moves:
+// pass handles n bytes the program passed to user space, now in c.buf.
+// The program stopped redirecting at the first passed skb (passing is
+// sticky), so st.redirected no longer moves: wait until every redirected
+// byte has entered dst, write the passed bytes behind them, then tell the
+// program it may resume once it has seen no byte beyond those user space
+// has read (seen == redirected + userRead). If more bytes were passed
+// meanwhile, they are read next and the same happens again.
 //
-//  1. detach src: later bytes wait in its receive queue, the counters
-//     are final, and exactly seen-redirected-userRead passed bytes remain
-//     to read (the hold map keeps them alive);
-//  2. wait until every redirected byte has entered dst, then write the
-//     passed bytes behind them, reading exactly the passed ones, never
-//     into the receive queue (the program must later get whole skbs);
-//  3. reset the state and attach again with a fresh credit.
+// src stays attached throughout: taking it out of the map while bytes
+// arrive loses them (the kernel clears the psock's verdict program before
+// it restores the socket's data_ready callback, and an skb arriving in
+// between is dropped).
 func (c *copier) pass(n int) error {
-	c.r.stats.passes.Add(1)
-	if err := c.detach(); err != nil {
-		return err
-	}
 	st, err := c.state()
 	if err != nil {
 		return err
 	}
 	c.userRead += uint64(n)
-	passed := st.seen - st.redirected
 	// Every byte user space reads must have been passed by the program.
-	if st.passing == 0 || c.userRead > passed {
+	if st.passing == 0 || c.userRead > st.seen-st.redirected {
 		return fmt.Errorf("sockmap: kernel handed user space %d bytes the program did not pass (seen %d, redirected %d, read %d): aborting rather than risk reordering",
 			n, st.seen, st.redirected, c.userRead)
+	}
+	if st.redirected != c.passFrom {
+		c.passFrom = st.redirected
+		c.r.stats.passes.Add(1)
 	}
 	if err := c.drain(st.redirected); err != nil {
 		return err
@@ -338,58 +339,37 @@ func (c *copier) pass(n int) error {
 	if err := c.write(n); err != nil {
 		return err
 	}
-	c.src.c.SetReadDeadline(time.Now().Add(lostAfter))
-	for c.userRead < passed {
-		k, err := c.src.c.Read(c.buf[:min(uint64(len(c.buf)), passed-c.userRead)])
-		c.userRead += uint64(k)
-		if k > 0 {
-			if err := c.write(k); err != nil {
-				return err
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("sockmap: read passed bytes: %w", err)
-		}
-	}
 	c.report(c.base + st.redirected + c.userWritten)
-	if err := c.putState(state{seen: st.seen, redirected: st.redirected}); err != nil {
-		return err
-	}
-	if err := c.putCtl(st.redirected + c.window); err != nil {
-		return err
-	}
-	if err := c.attach(); err != nil {
-		// The kernel takes only established sockets: src's FIN
-		// came while it was detached. Copy the rest here.
-		return c.tail()
-	}
-	return nil
+	// The queue ahead of dst is empty now: a full window is allowed.
+	return c.putCtl(st.redirected+c.window, st.redirected+c.userRead)
 }
 
-// errTail ends loop when src's remaining bytes were copied in user space.
-var errTail = errors.New("copied the tail in user space")
-
-// tail copies the rest of src in user space after a failed attach: src is
-// detached, and every byte before its receive queue was delivered.
+// tail copies what is left in src's receive queue, up to its end of
+// stream, once src is detached for good and every byte before the queue
+// has been delivered (all redirected bytes drained into dst, all passed
+// bytes read and written). It uses splice(2): while src still has a psock
+// (the hold map, or the opposite direction's targets map), recvmsg goes
+// through tcp_bpf, which reads only the psock's queue and reports the end
+// of stream while bytes still wait in TCP's receive queue; splice reads
+// TCP's receive queue itself.
 func (c *copier) tail() error {
 	c.src.c.SetReadDeadline(time.Time{})
+	lr := &io.LimitedReader{R: c.src.c}
 	for {
-		n, err := c.src.c.Read(c.buf)
+		lr.N = countChunk
+		n, err := c.dst.c.ReadFrom(lr)
 		if n > 0 {
-			c.userRead += uint64(n)
-			if werr := c.write(n); werr != nil {
-				return werr
-			}
-		}
-		if err == io.EOF {
-			break
+			c.userWritten += uint64(n)
+			c.r.stats.userBytes.Add(n)
+			c.report(c.base + c.userWritten + c.redirectedFinal())
 		}
 		if err != nil {
 			return err
 		}
+		if n == 0 {
+			return nil
+		}
 	}
-	c.report(c.base + c.userWritten + c.redirectedFinal())
-	return errTail
 }
 
 func (c *copier) write(n int) error {
@@ -410,7 +390,7 @@ func (c *copier) refresh() (uint64, error) {
 	c.report(sent)
 	redirectedIn := sent - c.base - c.userWritten
 	if l := redirectedIn + c.window; l > c.limit {
-		if err := c.putCtl(l); err != nil {
+		if err := c.putCtl(l, c.resume); err != nil {
 			return 0, err
 		}
 	}
@@ -431,7 +411,12 @@ func (c *copier) finish() error {
 	if c.userRead != st.seen-st.redirected {
 		return fmt.Errorf("sockmap: end of stream with %d bytes read in user space, %d passed", c.userRead, st.seen-st.redirected)
 	}
-	return c.drain(st.redirected)
+	if err := c.drain(st.redirected); err != nil {
+		return err
+	}
+	// Normally nothing is left; but tcp_bpf reports the end of stream
+	// by the psock's queue, so make sure TCP's own queue is empty too.
+	return c.tail()
 }
 
 // drain waits until dst has taken all redirected bytes (redirected in

@@ -24,9 +24,10 @@ const (
 const (
 	ctlPeer   = 0  // cookie of the egress socket, the key in the targets map
 	ctlLimit  = 8  // credit granted by user space: redirect while redirected+len <= limit
-	ctlOffset = 16 // egress "sent" at the start + bytes user space wrote since
-	ctlWindow = 24 // the window, for the credit computed in the kernel
-	ctlSize   = 32
+	ctlResume = 16 // leave passing mode when seen == resume (user space read every passed byte)
+	ctlOffset = 24 // egress "sent" at the start + bytes user space wrote since
+	ctlWindow = 32 // the window, for the credit computed in the kernel
+	ctlSize   = 40
 )
 
 // Layout of a state value (written by the program only, one socket's
@@ -34,17 +35,20 @@ const (
 const (
 	stSeen       = 0  // bytes of every skb the program decided on
 	stRedirected = 8  // bytes redirected to the peer
-	stPassing    = 16 // 1 while skbs go to user space (sticky: only user space clears it)
+	stPassing    = 16 // 1 while skbs go to user space (sticky until seen == resume)
 	stSize       = 24
 )
 
 // program returns the SK_SKB stream verdict program:
 //
 //	len := skb.len
-//	if len == 0 { return PASS }                   // FIN: user space sees EOF
+//	if len == 0 { return DROP }                   // bare FIN: no byte; user space sees EOF
 //	c := ctl[cookie]; s := st[cookie]
 //	if c == nil || s == nil { return PASS }
-//	if s.passing { s.seen += len; return PASS }   // keep order behind passed bytes
+//	if s.passing {                                // keep order behind passed bytes
+//		if s.seen != c.resume { s.seen += len; return PASS }
+//		s.passing = 0                             // user space read them all
+//	}
 //	n := s.redirected + len
 //	if n > c.limit {                              // user space's credit is stale:
 //		sent := egress.bytes_acked + (egress.write_seq - egress.snd_una)
@@ -64,7 +68,7 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(rCtx, asm.R1),
 		asm.LoadMem(rLen, rCtx, 0, asm.Word), // __sk_buff.len
-		asm.JEq.Imm(rLen, 0, "pass"),
+		asm.JEq.Imm(rLen, 0, "empty"),
 
 		asm.Mov.Reg(asm.R1, rCtx),
 		asm.FnGetSocketCookie.Call(),
@@ -85,7 +89,12 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 		asm.Mov.Reg(rSt, asm.R0),
 
 		asm.LoadMem(asm.R1, rSt, stPassing, asm.DWord),
-		asm.JNE.Imm(asm.R1, 0, "passcount"),
+		asm.JEq.Imm(asm.R1, 0, "check"),
+		asm.LoadMem(asm.R2, rSt, stSeen, asm.DWord),
+		asm.LoadMem(asm.R3, rCtl, ctlResume, asm.DWord),
+		asm.JNE.Reg(asm.R2, asm.R3, "passcount"),
+		asm.Mov.Imm(asm.R1, 0), // user space has read every passed byte
+		asm.StoreMem(rSt, stPassing, asm.R1, asm.DWord),
 
 		asm.LoadMem(asm.R2, rSt, stRedirected, asm.DWord).WithSymbol("check"),
 		asm.Add.Reg(asm.R2, rLen),
@@ -151,6 +160,12 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 		asm.Add.Reg(asm.R2, rLen),
 		asm.StoreMem(rSt, stSeen, asm.R2, asm.DWord),
 		asm.Mov.Imm(asm.R0, skPass).WithSymbol("pass"),
+		asm.Return(),
+		// A bare FIN: no byte to lose; its state (RCV_SHUTDOWN) is
+		// already on the socket, so a read sees EOF. Passed instead,
+		// the kernel would queue an empty message that reads as
+		// EFAULT when the skb's FIN flag is not visible any more.
+		asm.Mov.Imm(asm.R0, skDrop).WithSymbol("empty"),
 		asm.Return(),
 	}
 }

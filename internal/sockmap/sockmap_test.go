@@ -286,7 +286,7 @@ func rcvbuf(tb testing.TB, c *net.TCPConn) int64 {
 func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 	noLeak(t)
 	const window = 1 << 20
-	const total = 1 << 30
+	const total = 256 << 20
 	r := newRedirector(t, sockmap.Config{Window: window})
 	s := startRelay(t, relay.Sockmap{R: r})
 	deadline(s.A, s.B)
