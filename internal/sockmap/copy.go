@@ -260,8 +260,8 @@ func (c *copier) state() (state, error) {
 	}, nil
 }
 
-// putState writes the program's state; only while src is detached (or
-// before it is first attached), as the program writes it in place.
+// putState writes the program's state; only before src is attached, as
+// the program writes it in place.
 func (c *copier) putState(st state) error {
 	var v [stSize]byte
 	binary.NativeEndian.PutUint64(v[stSeen:], st.seen)

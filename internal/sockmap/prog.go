@@ -198,7 +198,7 @@ type Redirector struct {
 	cfg     Config
 	verdict *ebpf.Map // SOCKHASH with the program attached: ingress sockets
 	targets *ebpf.Map // SOCKHASH without a program: egress sockets
-	hold    *ebpf.Map // SOCKHASH without a program: keeps an ingress socket's psock (and the bytes passed to it) alive while it is out of verdict
+	hold    *ebpf.Map // SOCKHASH without a program: keeps an ingress socket's psock (and any byte passed to it) alive until Copy has read it, whatever the other direction does
 	ctl     *ebpf.Map
 	st      *ebpf.Map
 	prog    *ebpf.Program
