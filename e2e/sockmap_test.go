@@ -104,3 +104,29 @@ func keys(m map[int64][32]byte) []int64 {
 	}
 	return ks
 }
+
+// With TLS WAN legs the kernel cannot redirect: the stream still works,
+// copied in user space, and the gateway says why once.
+func TestSockmapWithTLSLegs(t *testing.T) {
+	p := newPair(t, pairOpts{args: []string{"--type", "sockmap"}})
+	if !strings.Contains(p.prod.Log(), "engine sockmap available") && os.Geteuid() != 0 {
+		t.Skip("the eBPF program needs CAP_BPF")
+	}
+	app := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", app.host(), app.port(), 1)
+	c, err := dialFrom("", so.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sum := sendRandom(t, c, 4<<20, 11)
+	c.CloseWrite()
+	if r := app.next(t, time.Minute); r.err != nil || r.n != 4<<20 || r.sum != sum {
+		t.Fatalf("consumer got %d bytes, %v", r.n, r.err)
+	}
+	for _, g := range []string{p.prod.Log(), p.cons.Log()} {
+		if n := strings.Count(g, "redirects only between plain TCP sockets"); n != 1 {
+			t.Fatalf("notice about TLS legs logged %d times, want once per stream:\n%s", n, g)
+		}
+	}
+}
