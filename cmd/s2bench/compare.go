@@ -112,7 +112,7 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	case cfg.reps < 1 || cfg.reps > maxReps:
 		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
 	case cfg.engine != "splice" && cfg.engine != "buffer" && cfg.engine != "sockmap":
-		return nil, usagef("--engine %q: use splice, buffer or sockmap", cfg.engine)
+		return nil, usagef("--engine %q: use splice or buffer", cfg.engine)
 	case cfg.wan != api.WANTLS && cfg.wan != api.WANTCP:
 		return nil, usagef("--wan %q: use tls or tcp", cfg.wan)
 	case cfg.runTimeout <= 0:

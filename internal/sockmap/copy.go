@@ -96,17 +96,21 @@ func (c *copier) run() error {
 		return fmt.Errorf("%w: %v", ErrFallback, err)
 	}
 	c.buf = make([]byte, bufSize)
+	dstGate := c.r.gate(c.dstKey)
+	defer c.r.leaveGate(c.dstKey)
 	done, err := c.prepare()
 	c.r.open(c.srcKey)
-	defer c.r.dropGate(c.srcKey)
+	defer c.r.leaveGate(c.srcKey)
 	if done || err != nil {
 		return err
 	}
 	// dst enters a map only once the opposite direction has prepared
 	// it: relay.Relay runs both at once.
+	gw := time.NewTimer(gateWait)
 	select {
-	case <-c.r.gate(c.dstKey):
-	case <-time.After(gateWait):
+	case <-dstGate:
+		gw.Stop()
+	case <-gw.C:
 		c.r.dropGate(c.dstKey)
 		return fmt.Errorf("%w: the opposite direction did not start", ErrFallback)
 	}

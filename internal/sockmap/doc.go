@@ -74,11 +74,14 @@
 // socket (its psock torn down) stop the wait after 5 s of no progress with
 // an empty send queue, and the connection is aborted, never ended cleanly.
 //
-// Stalls. Because the queue ahead of the egress socket is bounded by the
-// Window and refilled as soon as the socket takes bytes, the egress worker
-// meets a full socket less often; when it does, its one-jiffy retry is
-// cut short by the socket's write-space callback. The request-reply
-// benchmark measures what remains.
+// Stalls: not solved here. Redirected skbs reach the egress socket
+// through the psock's work item, a kernel worker thread, and a full egress
+// socket makes it retry a jiffy later. Bounding the queue keeps the egress
+// socket from being overrun, but each redirect still waits for that
+// worker to run: on a loaded machine its scheduling delay shows in the
+// tail latency (BenchmarkRequestReply16KiB reports p50/p99 next to direct
+// and splice). A fix needs the kernel to send inline or the egress socket
+// never to fill.
 //
 // # Kernel behaviours this relies on (Linux 6.18; see the tests)
 //

@@ -215,7 +215,7 @@ type Redirector struct {
 	// socket has prepared it (see Copy): before that the socket must
 	// not enter a map, which would make SIOCINQ report the psock's
 	// queue instead of TCP's.
-	gates map[uint64]chan struct{}
+	gates map[uint64]*gate
 }
 
 // New loads the verdict program and creates its maps. It returns an error
@@ -234,7 +234,7 @@ func New(cfg Config) (*Redirector, error) {
 	if cfg.ForceUnavailable {
 		return nil, fmt.Errorf("%w: disabled by configuration", ErrUnavailable)
 	}
-	r := &Redirector{cfg: cfg, gates: map[uint64]chan struct{}{}}
+	r := &Redirector{cfg: cfg, gates: map[uint64]*gate{}}
 	r.idle = sync.NewCond(&r.mu)
 	ok := false
 	defer func() {
@@ -413,26 +413,47 @@ func memberOffset(ms []btf.Member, name string) (uint32, bool) {
 	return 0, false
 }
 
+// gate is where the two directions of a relayed socket pair meet: the
+// Copy reading a socket opens its gate once the socket is prepared; the
+// Copy writing to it waits for that before putting it in a map. Each
+// socket's gate is visited by those two Copy calls and dropped when both
+// have left (or at once when the wait times out).
+type gate struct {
+	ch    chan struct{}
+	exits int
+}
+
 func (r *Redirector) gate(key uint64) chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g, ok := r.gates[key]
 	if !ok {
-		g = make(chan struct{})
+		g = &gate{ch: make(chan struct{})}
 		r.gates[key] = g
 	}
-	return g
+	return g.ch
 }
 
 // open marks key's socket as prepared.
 func (r *Redirector) open(key uint64) {
-	g := r.gate(key)
+	ch := r.gate(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	select {
-	case <-g:
+	case <-ch:
 	default:
-		close(g)
+		close(ch)
+	}
+}
+
+// leaveGate records that one of the two visitors of key's gate is done.
+func (r *Redirector) leaveGate(key uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g, ok := r.gates[key]; ok {
+		if g.exits++; g.exits >= 2 {
+			delete(r.gates, key)
+		}
 	}
 }
 
