@@ -93,7 +93,7 @@ func TestSockmapUnavailableUsesSplice(t *testing.T) {
 		t.Fatalf("consumer got %d bytes, %v", r.n, r.err)
 	}
 	eventually(t, 10*time.Second, "the per-stream notice", func() bool {
-		return strings.Contains(p.prod.Log(), "engine sockmap unavailable on this gateway")
+		return strings.Contains(p.prod.Log(), "engine sockmap not loaded on this gateway")
 	})
 }
 

@@ -56,7 +56,7 @@ func (s *Server) newStream(rec *store.Record, lns []*net.TCPListener) (*stream, 
 		// TCP sockets.
 		switch {
 		case s.cfg.Sockmap == nil:
-			s.log.Warn("engine sockmap unavailable on this gateway (see the start-up log): the stream uses splice", "uid", rec.UID)
+			s.log.Warn("engine sockmap not loaded on this gateway (it loads with s2cs --type sockmap; see the start-up log): the stream uses splice", "uid", rec.UID)
 		case rec.WAN != api.WANTCP:
 			s.log.Info("engine sockmap redirects only between plain TCP sockets: this stream's WAN legs are TLS, so they are copied in user space (splice falls back to buffer); use --wan tcp on trusted circuits for the kernel redirect", "uid", rec.UID, "wan", rec.WAN)
 		}
