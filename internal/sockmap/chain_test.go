@@ -19,7 +19,7 @@ func TestChainedRelays(t *testing.T) {
 	r1 := newRedirector(t, sockmap.Config{})
 	r2 := newRedirector(t, sockmap.Config{})
 	const conns = 6
-	size := int64(32 << 20)
+	size := int64(8 << 20)
 	if testing.Short() {
 		size = 4 << 20
 	}

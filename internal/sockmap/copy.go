@@ -33,8 +33,8 @@ const (
 	// prepRounds bounds the user-space copies made while waiting for an
 	// empty receive queue before the socket is handed to the program.
 	prepRounds = 256
-	gateWait   = 2 * time.Second
-	countChunk = 1 << 20 // largest single count() call, so live rates move
+	gateWait   = 2 * time.Second // for the opposite direction to prepare its socket
+	countChunk = 1 << 20         // largest single count() call, so live rates move
 	bufSize    = 256 << 10
 )
 
@@ -47,8 +47,12 @@ const (
 //
 // Copy returns an error wrapping ErrFallback, having moved and counted
 // some bytes or none, when it could not hand the sockets to the kernel
-// (map full, Redirector closed, a busy receive queue); the caller then
-// copies the rest itself.
+// (map full, Redirector closed, a busy receive queue, src already past
+// its FIN); the caller then copies the rest itself.
+//
+// The opposite direction must run concurrently, as relay.Relay does:
+// each direction waits (up to 2 s, then falls back) until the other has
+// prepared its ingress socket before putting that socket in a map.
 func (r *Redirector) Copy(dst, src *net.TCPConn, count func(int64)) error {
 	if !r.acquire() {
 		return fmt.Errorf("%w: redirector closed", ErrFallback)
@@ -208,11 +212,12 @@ func (c *copier) attach() error {
 	return nil
 }
 
-// detach takes src away from the program and waits out a verdict that
-// may be running on another CPU: it runs under the socket's spinlock,
-// which the TCP_INFO in unread takes too. After detach, bytes arriving on
-// src stay in its receive queue (TCP flow control applies) and the state
-// counters are final.
+// detach takes src away from the program, only once nothing can arrive
+// any more (after its FIN) or to abort: taking it out while skbs arrive
+// drops them (see pass). It then waits out a verdict that may still be
+// running on another CPU: that runs under the socket's spinlock, which
+// the TCP_INFO in unread takes too. After detach the state counters are
+// final.
 func (c *copier) detach() error {
 	if err := c.r.verdict.Delete(c.srcKey); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("sockmap: remove ingress socket: %w", err)
