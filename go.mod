@@ -3,6 +3,7 @@ module scistream
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/quic-go/quic-go v0.65.0
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/net v0.56.0

@@ -24,6 +24,7 @@ import (
 	"scistream/internal/gateway"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/sockmap"
 	"scistream/internal/store"
 )
 
@@ -49,8 +50,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		bindIP     = fs.String("bind", "", "IP address data listeners and the control API bind (default: --listener_ip)")
 		port       = fs.Int("port", 5000, "control API port (0 picks a free one)")
 		portRange  = fs.String("port_range", "5100-5199", "data listener ports, LO-HI inclusive")
-		engine     = fs.String("type", "splice", "default data-plane engine: splice or buffer")
+		engine     = fs.String("type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 		bufferSize = fs.String("buffer_size", bench.FormatBytes(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
+		noSockmap  = fs.Bool("no_sockmap", false, "with --type sockmap: do not load the eBPF program, use splice (as when the kernel refuses it)")
 		verbose    = fs.Bool("verbose", false, "log every connection event (debug level)")
 		tokensFile = fs.String("tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --insecure_no_auth)")
 		stateDir   = fs.String("state_dir", "s2cs-state", "directory for the state database and any generated certificate")
@@ -174,6 +176,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "s2cs: certificate SHA-256 fingerprint %s\n", id.SHA256)
 
+	// The eBPF program is loaded only when the operator makes sockmap
+	// the default engine: a privileged kernel object nobody asked for
+	// stays out of every other gateway.
+	var smr *sockmap.Redirector
+	if *engine == "sockmap" {
+		smr, err = sockmap.New(sockmap.Config{ForceUnavailable: *noSockmap})
+		if err != nil {
+			log.Warn("engine sockmap unavailable: using splice instead; run s2cs as root (CAP_BPF and CAP_NET_ADMIN) on a Linux kernel with SOCKHASH and BTF", "err", err)
+			fmt.Fprintf(stdout, "s2cs: engine sockmap unavailable (%v): using splice\n", err)
+			smr = nil
+		} else {
+			defer smr.Close()
+			log.Info("engine sockmap available", "window_bytes", smr.Window())
+		}
+	}
+
 	st, err := store.OpenBolt(filepath.Join(*stateDir, "state.db"))
 	if err != nil {
 		return err
@@ -187,6 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Store:          st,
 		Engine:         *engine,
 		BufferSize:     int(bufSize),
+		Sockmap:        smr,
 		AllowTCPWAN:    *tcpWAN,
 		PendingTimeout: *pending,
 		Logger:         log,

@@ -27,6 +27,7 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/sockmap"
 	"scistream/internal/store"
 	"scistream/internal/wan"
 )
@@ -60,6 +61,10 @@ type Config struct {
 	// each connection, in bytes (relay.MinBufferSize to
 	// relay.MaxBufferSize). If zero, relay.DefaultBufferSize.
 	BufferSize int
+	// Sockmap is the loaded eBPF program behind the "sockmap" engine,
+	// shared by every stream; the caller owns it and closes it after
+	// Shutdown. If nil, streams whose engine is sockmap use splice.
+	Sockmap *sockmap.Redirector
 	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
 	// false, such requests are refused.
 	AllowTCPWAN bool
@@ -133,6 +138,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	eng = cfg.withSockmap(eng)
 	if cfg.PendingTimeout == 0 {
 		cfg.PendingTimeout = 15 * time.Minute
 	}
@@ -397,4 +403,12 @@ func (s *Server) streamView(rec *store.Record, st *stream) api.Stream {
 		v.Stats = st.stats()
 	}
 	return v
+}
+
+// withSockmap gives the sockmap engine this gateway's loaded program.
+func (cfg *Config) withSockmap(e relay.Engine) relay.Engine {
+	if _, ok := e.(relay.Sockmap); ok {
+		return relay.Sockmap{R: cfg.Sockmap}
+	}
+	return e
 }

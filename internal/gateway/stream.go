@@ -55,6 +55,16 @@ func (s *Server) newStream(rec *store.Record, lns []*net.TCPListener) (*stream, 
 	if _, ok := eng.(relay.Buffer); ok {
 		eng = s.buffer // with the configured ring size
 	}
+	if eng = s.cfg.withSockmap(eng); eng.Name() == "sockmap" {
+		// Said once per stream: the kernel redirect needs two plain
+		// TCP sockets.
+		switch {
+		case s.cfg.Sockmap == nil:
+			s.log.Warn("engine sockmap not loaded on this gateway (it loads with s2cs --type sockmap; see the start-up log): the stream uses splice", "uid", rec.UID)
+		case rec.WAN != api.WANTCP:
+			s.log.Info("engine sockmap redirects only between plain TCP sockets: this stream's WAN legs are encrypted (tls or quic), so they are copied in user space; use --wan tcp on trusted circuits for the kernel redirect", "uid", rec.UID, "wan", rec.WAN)
+		}
+	}
 	if len(lns) != rec.NumConn || len(rec.Targets) == 0 {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
 	}

@@ -30,7 +30,7 @@ type Engine interface {
 }
 
 // Engines lists the engine names this build provides.
-func Engines() []string { return []string{"splice", "buffer"} }
+func Engines() []string { return []string{"splice", "buffer", "sockmap"} }
 
 // ByName returns the engine called name.
 func ByName(name string) (Engine, error) {
@@ -39,8 +39,12 @@ func ByName(name string) (Engine, error) {
 		return Splice{}, nil
 	case "buffer":
 		return Buffer{}, nil
+	case "sockmap":
+		// Without a loaded program it behaves as Splice; a gateway
+		// substitutes Sockmap{R: its Redirector}.
+		return Sockmap{}, nil
 	}
-	return nil, fmt.Errorf("unknown engine %q: choose one of splice, buffer", name)
+	return nil, fmt.Errorf("unknown engine %q: choose one of splice, buffer, sockmap", name)
 }
 
 // Relay forwards a<->b until both directions finish, then closes both. It

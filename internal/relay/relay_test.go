@@ -135,7 +135,7 @@ func noLeak(t *testing.T) {
 func deadline(c net.Conn) { c.SetDeadline(time.Now().Add(testTimeout)) }
 
 func TestEngines(t *testing.T) {
-	if got := relay.Engines(); !slices.Equal(got, []string{"splice", "buffer"}) {
+	if got := relay.Engines(); !slices.Equal(got, []string{"splice", "buffer", "sockmap"}) {
 		t.Fatalf("Engines() = %v", got)
 	}
 	for _, name := range relay.Engines() {
