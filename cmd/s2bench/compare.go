@@ -128,7 +128,7 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
 
 // runOptions are the bounds of one run.
 func (cfg *compareConfig) runOptions() bench.RunOptions {
-	return bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration}
+	return bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, EachMessage: cfg.plan.each}
 }
 
 func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {

@@ -149,7 +149,7 @@ func runDriver(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 			var sent atomic.Int64
 			prog.start(label, &sent, h.Spec.Bytes*int64(h.Pairs))
-			res, err := bench.RunRemote(ctx, cfg.targets[h.Path], h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Sent: &sent})
+			res, err := bench.RunRemote(ctx, cfg.targets[h.Path], h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Sent: &sent, EachMessage: cfg.plan.each})
 			prog.end()
 			rec.fill(res)
 			if err != nil {

@@ -54,7 +54,7 @@ func (e *experiment) execute(ctx context.Context, stdout, stderr io.Writer) erro
 					tag += uint32(pairs) // every connection of the experiment has its own tag
 					label := fmt.Sprintf("run %d/%d %-8s %7s x%d rep %d", len(recs)+1, total, path, bench.FormatBytes(int64(size)), pairs, rep)
 					rec, rerr := e.runOne(ctx, h, prog, label)
-					rec.Rep, rec.Engine, rec.WAN, rec.Workload = rep, e.engine, e.wan, p.name
+					rec.Rep, rec.Engine, rec.WAN, rec.Workload, rec.EachMessage = rep, e.engine, e.wan, p.name, p.each && p.mode == bench.Throughput && p.rate == (bench.Rate{})
 					recs = append(recs, rec)
 					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s%s  %s\n",
 						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), pairsText(rec), status(ctx, rerr))

@@ -160,7 +160,7 @@ func produceRun(ctx context.Context, cfg *producerConfig, h bench.Hello, counter
 	if cfg.plan.duration > 0 {
 		rec.DurationS = cfg.plan.duration.Seconds()
 	}
-	res, err := bench.RunRemote(ctx, cfg.connect, h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Sent: counter})
+	res, err := bench.RunRemote(ctx, cfg.connect, h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Sent: counter, EachMessage: cfg.plan.each})
 	rec.fill(res)
 	if res != nil && rec.Messages == 0 { // no consumer report: count what was sent
 		for _, p := range res.Pairs {

@@ -28,9 +28,12 @@ type record struct {
 	Path string `json:"path"`
 	// Side is "producer" or "consumer" in the records of those roles
 	// (empty in compare, which measures both).
-	Side        string  `json:"side,omitempty"`
-	Workload    string  `json:"workload"`
-	Mode        string  `json:"mode"`
+	Side     string `json:"side,omitempty"`
+	Workload string `json:"workload"`
+	Mode     string `json:"mode"`
+	// EachMessage: the producer wrote one message per write call
+	// (--writes each) instead of coalescing small messages.
+	EachMessage bool    `json:"each_message,omitempty"`
 	Rep         int     `json:"rep"`
 	SizeBytes   int     `json:"size_bytes"`
 	Pairs       int     `json:"pairs"`

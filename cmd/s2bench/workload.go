@@ -39,7 +39,7 @@ func sweepSizes() []int {
 // workloadFlags are the flags that describe what a producer sends,
 // shared by compare, run, testbed run and producer.
 type workloadFlags struct {
-	workload, size, bytes, messages, rate, mode string
+	workload, size, bytes, messages, rate, mode, writes string
 	duration                                    time.Duration
 	set                                         map[string]bool // flags given explicitly
 	// dflt, if set before register, is the workload when neither
@@ -60,7 +60,14 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.duration, "duration", 0, "send for this long per run instead of a fixed amount, e.g. 10s")
 	fs.StringVar(&w.rate, "rate", "", "target rate per pair instead of as fast as possible: N msg/s (e.g. 5000msg/s) or bytes/s (e.g. 100MB/s)")
 	fs.StringVar(&w.mode, "mode", "throughput", "throughput, or rr (request-reply: the consumer answers each message; RTT measured at the producer)")
+	fs.StringVar(&w.writes, "writes", writesBatched, "how the producer writes in throughput mode: batched (small messages coalesced into writes of up to 256KiB) or each (one write per message, as an application sending message by message)")
 }
+
+// The values of --writes.
+const (
+	writesBatched = "batched"
+	writesEach    = "each"
+)
 
 // plan is a resolved workload: the sizes to run and, per size, what one
 // run sends.
@@ -69,6 +76,7 @@ type plan struct {
 	sizes    []int
 	mode     bench.Mode
 	rate     bench.Rate
+	each     bool // one write per message (--writes each)
 	duration time.Duration // open-ended runs; 0 for a fixed amount
 	bytes    int64         // --bytes, or 0
 	messages int64         // --messages, or 0
@@ -84,6 +92,13 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 	var err error
 	if p.mode, err = bench.ParseMode(w.mode); err != nil {
 		return nil, usagef("--mode %q: use throughput or rr (request-reply)", w.mode)
+	}
+	switch w.writes {
+	case writesBatched, "":
+	case writesEach:
+		p.each = true
+	default:
+		return nil, usagef("--writes %q: use batched or each", w.writes)
 	}
 	wl := strings.ToLower(strings.TrimSpace(w.workload))
 	if wl == "" && !w.set["size"] {
@@ -209,6 +224,9 @@ func (p *plan) describe(size, pairs int) string {
 	}
 	if p.rate != (bench.Rate{}) {
 		s += fmt.Sprintf(", paced at %s (%.0f msg/s) per pair", p.rate, p.rate.PerSecond(size))
+	}
+	if p.each && p.mode == bench.Throughput && p.rate == (bench.Rate{}) {
+		s += ", one write per message"
 	}
 	return s + ", " + p.mode.String() + " mode"
 }

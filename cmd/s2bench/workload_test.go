@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -48,6 +49,41 @@ func TestWorkloadAmounts(t *testing.T) {
 		}
 		if got, _ := p.perPair(c.size, c.pairs); got != c.want || len(p.sizes) != c.sizes {
 			t.Errorf("%v: %d bytes per pair at size %d, %d sizes; want %d, %d", c.args, got, c.size, len(p.sizes), c.want, c.sizes)
+		}
+	}
+}
+
+// --writes: batched by default, each on request, anything else refused
+// with the choices named.
+func TestWorkloadWrites(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		each bool
+		err  string
+	}{
+		{nil, false, ""},
+		{[]string{"--writes", "batched"}, false, ""},
+		{[]string{"--writes", "each", "--size", "512B"}, true, ""},
+		{[]string{"--writes", "every"}, false, "use batched or each"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var wf workloadFlags
+		wf.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		wf.set = flagsSet(fs)
+		p, err := wf.resolve(1)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: got %v, want an error saying %q", c.args, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case p.each != c.each:
+			t.Errorf("%v: each %v, want %v", c.args, p.each, c.each)
 		}
 	}
 }

@@ -29,6 +29,9 @@ type RunOptions struct {
 	// (the producers run on goroutines of their own, so the caller's
 	// thread's namespace would not reach them).
 	Dial func(ctx context.Context, addr string) (*net.TCPConn, error)
+	// EachMessage makes every producer write one message per write call
+	// (see SendOptions).
+	EachMessage bool
 }
 
 func (o *RunOptions) defaults() {
@@ -189,7 +192,7 @@ func startProducers(ctx context.Context, wg *sync.WaitGroup, mu *sync.Mutex, tar
 				return
 			}
 			defer nc.Close()
-			sr, err := Send(ctx, nc, p, SendOptions{Idle: o.Idle, End: end, Duration: o.Duration, Sent: o.Sent})
+			sr, err := Send(ctx, nc, p, SendOptions{Idle: o.Idle, End: end, Duration: o.Duration, Sent: o.Sent, EachMessage: o.EachMessage})
 			mu.Lock()
 			res.Pairs[i].Send = sr
 			mu.Unlock()

@@ -43,6 +43,20 @@ func TestRunDirect(t *testing.T) {
 	}
 }
 
+// One write per message (an application that sends message by message)
+// carries the same verified stream.
+func TestRunEachMessage(t *testing.T) {
+	ln := listen(t)
+	s := Spec{Size: 512, Bytes: 1<<20 + 7, Seed: 4, Run: 9}
+	r, err := Run(context.Background(), ln, ln.Addr().String(), Hello{Spec: s, Group: 9}, RunOptions{Timeout: time.Minute, EachMessage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := r.Summary; m.Messages != s.Messages() || m.Bytes != s.Bytes || r.Pairs[0].Send.Messages != s.Messages() {
+		t.Fatalf("%+v", m)
+	}
+}
+
 func p0(r *RunResult) Measure { return r.Pairs[0].Recv.Measure }
 
 // proxy relays one connection to target, passing its bytes through f.

@@ -31,6 +31,11 @@ type SendOptions struct {
 	// Sent, if not nil, counts payload bytes as they are written (for a
 	// progress display).
 	Sent *atomic.Int64
+	// EachMessage writes every message with its own write call, as an
+	// application that sends one message at a time does. If false, a
+	// throughput run as fast as possible coalesces small messages into
+	// writes of up to 256 KiB.
+	EachMessage bool
 }
 
 // SendResult is what the producer side of one connection measured.
@@ -119,7 +124,7 @@ func Send(ctx context.Context, c *net.TCPConn, h Hello, o SendOptions) (*SendRes
 		start  = time.Now()
 		stopAt = start.Add(o.Duration)
 	)
-	if !rr && !paced {
+	if !rr && !paced && !o.EachMessage {
 		batch = make([]byte, 0, batchSize)
 	}
 	if paced {
