@@ -93,7 +93,9 @@ func startProc(t *testing.T, name string, env []string, argv ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{}), cond: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = append(os.Environ(), env...)
+	// Unbuffered, and no __pycache__ written into examples/.
+	p.cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
+	p.cmd.Env = append(p.cmd.Env, env...)
 	// Its own process group, so a script's children stop with it.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.cmd.Stderr = lockedWriter{p}

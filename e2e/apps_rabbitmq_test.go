@@ -176,7 +176,7 @@ func TestRabbitMQ(t *testing.T) {
 	loads := []workload{{"Dstream", 16 << 10, 2048, 256}, {"Lstream", 1 << 20, 128, 64}}
 	if longRun() {
 		pairsList = []int{1, 2, 4, 8, 16, 32, 64}
-		loads = []workload{{"Dstream", 16 << 10, 32768, 4096}, {"Lstream", 1 << 20, 2048, 512}}
+		loads = []workload{{"Dstream", 16 << 10, 16384, 2048}, {"Lstream", 1 << 20, 512, 128}}
 	}
 	run := 0
 	for _, w := range loads {
