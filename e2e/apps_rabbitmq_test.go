@@ -181,23 +181,23 @@ func TestRabbitMQ(t *testing.T) {
 	run := 0
 	for _, w := range loads {
 		t.Logf("%s (%d B), through the gateways%s:", w.name, w.size, map[bool]string{true: " | direct to the broker", false: ""}[longRun()])
-		t.Logf("%5s %9s %9s %8s | %10s %10s %10s", "pairs", "msgs", "msgs/s", "MB/s", "RTT p50 ms", "p90", "p99")
+		t.Logf("%5s %9s %9s %8s %7s | %10s %10s %10s", "pairs", "msgs", "msgs/s", "MB/s", "nacks", "RTT p50 ms", "p90", "p99")
 		for _, pairs := range pairsList {
 			count := max(2, w.total/pairs)
 			rttCount := max(2, w.rttTot/pairs)
 			run++
-			_, cr := rmqRun(t, b, proxyP, pairs, w.size, count, false, fmt.Sprintf("t%d", run))
+			pr, cr := rmqRun(t, b, proxyP, pairs, w.size, count, false, fmt.Sprintf("t%d", run))
 			run++
 			rr, _ := rmqRun(t, b, proxyP, pairs, w.size, rttCount, true, fmt.Sprintf("t%d", run))
-			line := fmt.Sprintf("%5d %9d %9.0f %8.1f | %10.2f %10.2f %10.2f", pairs, cr.Unique, cr.MsgsPerS, cr.MBps,
+			line := fmt.Sprintf("%5d %9d %9.0f %8.1f %7d | %10.2f %10.2f %10.2f", pairs, cr.Unique, cr.MsgsPerS, cr.MBps, pr.Nacks,
 				rr.RTTMedian, rr.RTTP90, rr.RTTP99)
 			if longRun() {
 				addr := net.JoinHostPort(b.ip, strconv.Itoa(b.port))
 				run++
-				_, dc := rmqRun(t, b, addr, pairs, w.size, count, false, fmt.Sprintf("t%d", run))
+				dp, dc := rmqRun(t, b, addr, pairs, w.size, count, false, fmt.Sprintf("t%d", run))
 				run++
 				dr, _ := rmqRun(t, b, addr, pairs, w.size, rttCount, true, fmt.Sprintf("t%d", run))
-				line += fmt.Sprintf(" | direct %9.0f msgs/s %8.1f MB/s, RTT %8.2f %8.2f %8.2f", dc.MsgsPerS, dc.MBps,
+				line += fmt.Sprintf(" | direct %9.0f msgs/s %8.1f MB/s %7d nacks, RTT %8.2f %8.2f %8.2f", dc.MsgsPerS, dc.MBps, dp.Nacks,
 					dr.RTTMedian, dr.RTTP90, dr.RTTP99)
 			}
 			t.Log(line)
