@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v nc >/dev/null 2>&1 || need_apt+=(netcat-openbsd)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
-# The application tests (e2e/apps_test.go, examples/): iperf3 and a
+# The application tests (e2e/apps_*_test.go, examples/): iperf3 and a
 # RabbitMQ broker the tests start themselves on loopback ports they choose.
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
