@@ -9,11 +9,43 @@ command -v nc >/dev/null 2>&1 || need_apt+=(netcat-openbsd)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 # ip and tc build the namespace testbed (s2bench testbed, internal/netbed).
 { command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
+# The application tests (e2e/apps_*_test.go, examples/): iperf3 and a
+# RabbitMQ broker the tests start themselves on loopback ports they choose.
+command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
+if ! command -v python3 >/dev/null 2>&1; then
+  need_apt+=(python3 python3-pip)
+elif ! python3 -m pip --version >/dev/null 2>&1; then
+  need_apt+=(python3-pip)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # Package scripts must not start system services: a system
+  # rabbitmq-server (and its epmd) would hold 5672/4369 on every address.
+  # The tests start their own broker. policy-rc.d exit 101 = "do not start";
+  # a file that is already there (containers ship one) is left alone.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
-  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# Python packages of the example applications, into the python3 on PATH.
+need_pip=()
+python3 -c 'import zmq' 2>/dev/null || need_pip+=(pyzmq)
+python3 -c 'import numpy' 2>/dev/null || need_pip+=(numpy)
+python3 -c 'import pika' 2>/dev/null || need_pip+=(pika)
+python3 -c 'import PIL' 2>/dev/null || need_pip+=(Pillow)
+if [ ${#need_pip[@]} -gt 0 ]; then
+  echo "setup: installing python packages ${need_pip[*]}"
+  # Debian's own python3 marks itself externally managed; a pyenv one does not.
+  python3 -m pip install --quiet "${need_pip[@]}" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "${need_pip[@]}"
 fi
 
 # QUIC WAN legs (--wan quic) want 7 MiB UDP socket buffers (quic-go's
