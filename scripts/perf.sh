@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the measurements of docs/performance.md: every command the
 # document quotes, run in order, each one's terminal output, JSON records
-# and plots written under docs/perf/<name>/. Takes about two minutes.
+# and plots written under docs/perf/<name>/. Takes about five minutes.
 # Run it on a quiet machine, then update the tables in the document.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,3 +30,18 @@ run dstream --workload dstream
 run lstream --workload lstream
 run rtt     --workload 512B,16KiB,1MiB --mode rr
 run pairs   --workload dstream --pairs 1,4,16 --bytes 512MiB --reps 2
+
+# Issue 4's engine table: each engine and WAN transport at 64 KiB, then
+# request-reply at 16 KiB, then 512 B messages written one per write call
+# (an application sending message by message), fast and at a low rate.
+run eng-splice-tcp  --workload 64KiB --reps 5 --engine splice  --wan tcp
+run eng-buffer-tcp  --workload 64KiB --reps 5 --engine buffer  --wan tcp
+run eng-sockmap-tcp --workload 64KiB --reps 5 --engine sockmap --wan tcp
+run eng-splice-tls  --workload 64KiB --reps 5 --engine splice  --wan tls
+run eng-splice-quic --workload 64KiB --reps 5 --engine splice  --wan quic
+run rr-splice-tcp   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tcp
+run rr-sockmap-tcp  --workload 16KiB --mode rr --reps 5 --engine sockmap --wan tcp
+run rr-splice-tls   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tls
+run small-each-tcp  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tcp
+run small-each-tls  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tls
+run small-slow-tcp  --workload 512B --mode rr --rate 1000msg/s --messages 2000 --reps 3 --wan tcp
