@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the measurements of docs/performance.md: every command the
 # document quotes, run in order, each one's terminal output, JSON records
-# and plots written under docs/perf/<name>/. Takes about five minutes.
+# and plots written under docs/perf/<name>/. Takes about five minutes, plus
+# about twelve for the emulated-WAN runs at the end (root only).
 # Run it on a quiet machine, then update the tables in the document.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,3 +46,21 @@ run rr-splice-tls   --workload 16KiB --mode rr --reps 5 --engine splice  --wan t
 run small-each-tcp  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tcp
 run small-each-tls  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tls
 run small-slow-tcp  --workload 512B --mode rr --rate 1000msg/s --messages 2000 --reps 3 --wan tcp
+
+# Issue 6's emulated WAN (root: network namespaces, a TUN delay line, tc
+# tbf at 200 Mbit/s): the sweep directly and through the gateways on the
+# LAN, short WAN and long WAN presets of seed 000 (about 12 minutes).
+trun() { # preset
+  local name=testbed-$1
+  mkdir -p "$out/$name"
+  echo "== s2bench testbed run --preset $1 --reps 3"
+  echo "\$ s2bench testbed run --preset $1 --reps 3" > "$out/$name/output.txt"
+  bin/s2bench testbed run --name "pf$$" --preset "$1" --reps 3 --progress off --json "$out/$name/records.json" --plots "$out/$name" | tee -a "$out/$name/output.txt"
+}
+if [ "$(id -u)" = 0 ]; then
+  trun lan
+  trun shortwan
+  trun longwan
+else
+  echo "== skipping the testbed runs: they need root (network namespaces)"
+fi
