@@ -15,7 +15,6 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/bench"
-	"scistream/internal/cliflag"
 	"scistream/internal/localgw"
 	"scistream/internal/relay"
 )
@@ -136,20 +135,8 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	fs.SetOutput(stderr)
 	var f compareFlags
 	f.register(fs, 3)
-	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, compareUsage)
-		fmt.Fprintln(stderr)
-		cliflag.PrintDefaults(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q: every compare option is a --flag", fs.Arg(0))
+	if err := parseFlags(fs, args, compareUsage, stderr); err != nil {
+		return nil, err
 	}
 	return f.config(fs)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"scistream/internal/bench"
-	"scistream/internal/cliflag"
 )
 
 type consumerConfig struct {
@@ -48,20 +47,8 @@ func parseConsumer(args []string, stderr io.Writer) (*consumerConfig, error) {
 		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one connection")
 		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a connection that makes no progress for this long")
 	)
-	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, consumerUsage)
-		fmt.Fprintln(stderr)
-		cliflag.PrintDefaults(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q: every consumer option is a --flag", fs.Arg(0))
+	if err := parseFlags(fs, args, consumerUsage, stderr); err != nil {
+		return nil, err
 	}
 	cfg := &consumerConfig{listen: *listen, runs: *runs, jsonPath: *jsonPath, runTimeout: *runTimeout, idle: *idle}
 	if cfg.listen == "" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"scistream/internal/bench"
-	"scistream/internal/cliflag"
 )
 
 const runUsage = `usage: s2bench run --direct CONSUMER:PORT --gateways PROXY_P:PORT [--workload ...] [--bytes N | --messages N | --duration D]
@@ -61,20 +59,8 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
 		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
 	)
-	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, runUsage)
-		fmt.Fprintln(stderr)
-		cliflag.PrintDefaults(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q: every run option is a --flag", fs.Arg(0))
+	if err := parseFlags(fs, args, runUsage, stderr); err != nil {
+		return nil, err
 	}
 	wf.set = flagsSet(fs)
 	cfg := &runConfig{targets: map[string]string{}, reps: *reps, engine: *engine, wan: *wanT, jsonPath: *jsonPath,

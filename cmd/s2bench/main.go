@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"scistream/internal/cliflag"
 	"sort"
 	"strings"
 	"syscall"
@@ -94,4 +95,27 @@ func usage(w io.Writer) {
 // oneLine folds a multi-line error (errors.Join) into one line.
 func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// parseFlags parses a subcommand's flags: both spellings of every flag
+// (cliflag), usage text then the flags on --help, and no positional
+// arguments.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	cliflag.AddAliases(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stderr)
+		cliflag.PrintDefaults(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q: every %s option is a --flag", fs.Arg(0), fs.Name())
+	}
+	return nil
 }

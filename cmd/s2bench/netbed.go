@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"scistream/internal/bench"
-	"scistream/internal/cliflag"
 	"scistream/internal/netbed"
 )
 
@@ -108,23 +107,7 @@ func (b *bedFlags) config(stdout io.Writer) (netbed.Config, error) {
 }
 
 func parseSub(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(stderr)
-	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, testbedUsage)
-		fmt.Fprintln(stderr)
-		cliflag.PrintDefaults(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q: every testbed option is a --flag", fs.Arg(0))
-	}
-	return nil
+	return parseFlags(fs, args, testbedUsage, stderr)
 }
 
 func testbedUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"scistream/internal/bench"
-	"scistream/internal/cliflag"
 )
 
 type producerConfig struct {
@@ -52,20 +51,8 @@ func parseProducer(args []string, stderr io.Writer) (*producerConfig, error) {
 		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
 		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
 	)
-	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, producerUsage)
-		fmt.Fprintln(stderr)
-		cliflag.PrintDefaults(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q: every producer option is a --flag", fs.Arg(0))
+	if err := parseFlags(fs, args, producerUsage, stderr); err != nil {
+		return nil, err
 	}
 	wf.set = flagsSet(fs)
 	cfg := &producerConfig{connect: *connect, path: *path, pairs: *pairs, reps: *reps, jsonPath: *jsonPath,

@@ -40,8 +40,8 @@ func sweepSizes() []int {
 // shared by compare, run, testbed run and producer.
 type workloadFlags struct {
 	workload, size, bytes, messages, rate, mode, writes string
-	duration                                    time.Duration
-	set                                         map[string]bool // flags given explicitly
+	duration                                            time.Duration
+	set                                                 map[string]bool // flags given explicitly
 	// dflt, if set before register, is the workload when neither
 	// --workload nor --size is given, a named one (testbed run: sweep);
 	// empty: --size.
@@ -76,7 +76,7 @@ type plan struct {
 	sizes    []int
 	mode     bench.Mode
 	rate     bench.Rate
-	each     bool // one write per message (--writes each)
+	each     bool          // one write per message (--writes each)
 	duration time.Duration // open-ended runs; 0 for a fixed amount
 	bytes    int64         // --bytes, or 0
 	messages int64         // --messages, or 0
