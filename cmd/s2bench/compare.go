@@ -92,26 +92,9 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
 		return nil, usagef("--engine %q: use one of %s", cfg.engine, strings.Join(relay.Engines(), ", "))
 	case !slices.Contains(knownWANs, cfg.wan):
 		return nil, usagef("--wan %q: use one of %s", cfg.wan, strings.Join(knownWANs, ", "))
-	case cfg.runTimeout <= 0:
-		return nil, usagef("--run_timeout must be positive, e.g. 5m")
-	case cfg.idle <= 0:
-		return nil, usagef("--idle_timeout must be positive, e.g. 30s")
-	case cfg.plotFormat != "svg" && cfg.plotFormat != "png":
-		return nil, usagef("--plot_format %q: use svg or png", cfg.plotFormat)
-	case cfg.progress != "auto" && cfg.progress != "on" && cfg.progress != "off":
-		return nil, usagef("--progress %q: use auto, on or off", cfg.progress)
-	case cfg.plan.duration > 0 && cfg.plan.duration >= cfg.runTimeout:
-		return nil, usagef("--duration %s is not below --run_timeout %s: lower --duration or raise --run_timeout", cfg.plan.duration, cfg.runTimeout)
 	}
-	if cfg.jsonPath != "" {
-		if err := checkOutPath("--json", cfg.jsonPath); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.plotsDir != "" {
-		if st, err := os.Stat(cfg.plotsDir); err != nil || !st.IsDir() {
-			return nil, usagef("--plots %s is not a directory: create it (mkdir -p %s) or choose another", cfg.plotsDir, cfg.plotsDir)
-		}
+	if err := checkExperimentFlags(cfg.plan, cfg.runTimeout, cfg.idle, cfg.plotFormat, cfg.progress, cfg.jsonPath, cfg.plotsDir); err != nil {
+		return nil, err
 	}
 	if cfg.s2cs == "" {
 		p, err := localgw.FindBinary("s2cs")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"time"
 
 	"scistream/internal/bench"
 )
@@ -94,6 +96,34 @@ func (e *experiment) execute(ctx context.Context, stdout, stderr io.Writer) erro
 		}
 		for _, f := range files {
 			fmt.Fprintf(stdout, "wrote plot %s\n", f)
+		}
+	}
+	return nil
+}
+
+// checkExperimentFlags validates the flags that compare, run and testbed
+// run share: the bounds of a run and where the results go.
+func checkExperimentFlags(p *plan, runTimeout, idle time.Duration, plotFormat, progress, jsonPath, plotsDir string) error {
+	switch {
+	case runTimeout <= 0:
+		return usagef("--run_timeout must be positive, e.g. 5m")
+	case idle <= 0:
+		return usagef("--idle_timeout must be positive, e.g. 30s")
+	case plotFormat != "svg" && plotFormat != "png":
+		return usagef("--plot_format %q: use svg or png", plotFormat)
+	case progress != "auto" && progress != "on" && progress != "off":
+		return usagef("--progress %q: use auto, on or off", progress)
+	case p.duration > 0 && p.duration >= runTimeout:
+		return usagef("--duration %s is not below --run_timeout %s: lower --duration or raise --run_timeout", p.duration, runTimeout)
+	}
+	if jsonPath != "" {
+		if err := checkOutPath("--json", jsonPath); err != nil {
+			return err
+		}
+	}
+	if plotsDir != "" {
+		if st, err := os.Stat(plotsDir); err != nil || !st.IsDir() {
+			return usagef("--plots %s is not a directory: create it (mkdir -p %s) or choose another", plotsDir, plotsDir)
 		}
 	}
 	return nil
