@@ -310,6 +310,14 @@ func setNoDelay(c net.Conn) {
 type Conn struct {
 	*tls.Conn
 	raw *legConn
+	// wmu serialises Write and CloseWrite. crypto/tls locks each record
+	// write on its own, but a batch spans a whole Write plus its flush:
+	// without wmu a second Write's beginBatch would replace the batch of
+	// one in flight (records lost, then a nil batch flushed: panic), and
+	// CloseWrite would put close_notify into an unflushed batch and set
+	// the write deadline that makes the flush fail, reporting success
+	// for an alert never sent.
+	wmu sync.Mutex
 }
 
 // newConn wraps the TLS connection tc, whose transport is raw.
@@ -342,6 +350,8 @@ func (c *Conn) Read(b []byte) (int, error) {
 // Write implements net.Conn. The records of one call reach the socket in
 // as few writes as the batch buffer allows.
 func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if len(b) <= smallWrite {
 		return c.Conn.Write(b)
 	}
@@ -352,6 +362,14 @@ func (c *Conn) Write(b []byte) (int, error) {
 		n = 0 // what reached the socket is unknown; the stream is broken
 	}
 	return n, err
+}
+
+// CloseWrite sends close_notify once no Write is in flight, so it
+// follows every byte already written.
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.Conn.CloseWrite()
 }
 
 const (

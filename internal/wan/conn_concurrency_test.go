@@ -1,0 +1,118 @@
+package wan_test
+
+import (
+	"bytes"
+	"io"
+	"sync"
+	"testing"
+	"time"
+)
+
+// net.Conn allows Write from several goroutines at once; crypto/tls
+// makes each Write atomic on the wire. The batched Write of wan.Conn
+// must keep that: every Write's bytes arrive whole and in one piece.
+func TestTLSConcurrentWrites(t *testing.T) {
+	dc, ac := tlsPair(t)
+	const (
+		writers = 2
+		writes  = 4
+		chunk   = 512 << 10
+	)
+	done := make(chan []byte, 1)
+	go func() {
+		ac.SetReadDeadline(time.Now().Add(4 * testTimeout))
+		b, err := io.ReadAll(ac)
+		if err != nil {
+			t.Errorf("acceptor read: %v", err)
+		}
+		done <- b
+	}()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := bytes.Repeat([]byte{byte('a' + w)}, chunk)
+			for range writes {
+				if _, err := dc.Write(p); err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := dc.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	got := <-done
+	if len(got) != writers*writes*chunk {
+		t.Fatalf("received %d bytes, want %d", len(got), writers*writes*chunk)
+	}
+	seen := map[byte]int{}
+	for off := 0; off < len(got); off += chunk {
+		run := got[off : off+chunk]
+		if bytes.Count(run, run[:1]) != chunk {
+			t.Fatalf("Write at offset %d interleaved with another", off)
+		}
+		seen[run[0]]++
+	}
+	for w := range writers {
+		if seen[byte('a'+w)] != writes {
+			t.Fatalf("writer %d: %d writes arrived, want %d", w, seen[byte('a'+w)], writes)
+		}
+	}
+}
+
+// CloseWrite racing a large Write: whatever Write reports written must
+// arrive, and a CloseWrite that reports success must have sent
+// close_notify after it (the peer reads a clean io.EOF, not a truncation).
+func TestTLSCloseWriteDuringWrite(t *testing.T) {
+	const size = 1 << 20
+	p := bytes.Repeat([]byte{'x'}, size)
+	for i := range 20 {
+		dc, ac := tlsPair(t)
+		type res struct {
+			n   int
+			err error
+		}
+		wrote := make(chan res, 1)
+		started := make(chan struct{})
+		go func() {
+			close(started)
+			n, err := dc.Write(p)
+			wrote <- res{n, err}
+		}()
+		read := make(chan res, 1)
+		go func() {
+			ac.SetReadDeadline(time.Now().Add(testTimeout))
+			b, err := io.ReadAll(ac)
+			read <- res{len(b), err}
+		}()
+		<-started
+		cerr := dc.CloseWrite()
+		w := <-wrote
+		// With close_notify sent the reader ends by itself; otherwise
+		// end the TCP connection so it does not wait for its deadline.
+		var r res
+		select {
+		case r = <-read:
+		case <-time.After(testTimeout / 2):
+			dc.Close()
+			r = <-read
+		}
+		if w.err == nil && w.n != size {
+			t.Fatalf("round %d: Write = %d, nil", i, w.n)
+		}
+		if r.n < w.n {
+			t.Fatalf("round %d: Write reported %d bytes (err %v), peer received %d (err %v); CloseWrite: %v",
+				i, w.n, w.err, r.n, r.err, cerr)
+		}
+		if cerr == nil && r.err != nil {
+			t.Fatalf("round %d: CloseWrite succeeded but peer read ended with %v after %d bytes (Write %d, %v)",
+				i, r.err, r.n, w.n, w.err)
+		}
+		dc.Close()
+		ac.Close()
+	}
+}
