@@ -116,3 +116,26 @@ func TestTLSCloseWriteDuringWrite(t *testing.T) {
 		ac.Close()
 	}
 }
+
+// A Write that fails part-way (here: its deadline passes while the peer
+// does not read) must not report records that never reached the socket
+// as written: the relay counts what Write reports.
+func TestTLSFailedWriteDoesNotOvercount(t *testing.T) {
+	for i := range 3 {
+		dc, ac := tlsPair(t)
+		rawTCP(t, dc).SetWriteBuffer(16 << 10)
+		rawTCP(t, ac).SetReadBuffer(16 << 10)
+		dc.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := dc.Write(make([]byte, 8<<20))
+		if err == nil {
+			t.Fatalf("round %d: Write of 8 MiB to a peer that does not read succeeded", i)
+		}
+		ac.SetReadDeadline(time.Now().Add(time.Second))
+		got, _ := io.Copy(io.Discard, ac)
+		if int64(n) > got {
+			t.Fatalf("round %d: Write reported %d bytes with %v, peer received %d", i, n, err, got)
+		}
+		dc.Close()
+		ac.Close()
+	}
+}

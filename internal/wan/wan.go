@@ -357,9 +357,14 @@ func (c *Conn) Write(b []byte) (int, error) {
 	}
 	c.raw.beginBatch()
 	n, err := c.Conn.Write(b)
-	if ferr := c.raw.endBatch(); err == nil && ferr != nil {
-		err = ferr
-		n = 0 // what reached the socket is unknown; the stream is broken
+	if ferr := c.raw.endBatch(); ferr != nil {
+		// A flush failed, in this call or mid-Write: crypto/tls's n
+		// then counts records that sat in the lost batch. What reached
+		// the socket is unknown; the stream is broken.
+		n = 0
+		if err == nil {
+			err = ferr
+		}
 	}
 	return n, err
 }
@@ -418,8 +423,9 @@ type legConn struct {
 	rpos, rend int
 	rerr       error // sticky error of the socket once rbuf is drained
 
-	mu    sync.Mutex // guards the following; writes come from crypto/tls under its own lock
-	batch *[]byte    // non-nil between beginBatch and endBatch
+	mu       sync.Mutex // guards the following; writes come from crypto/tls under its own lock
+	batch    *[]byte    // non-nil between beginBatch and endBatch
+	flushErr error      // first failed flush of the current batch
 }
 
 func newLegConn(c net.Conn) *legConn {
@@ -484,6 +490,9 @@ func (c *legConn) Write(b []byte) (int, error) {
 	buf := *c.batch
 	if len(buf)+len(b) > cap(buf) {
 		if err := c.flushLocked(); err != nil {
+			if c.flushErr == nil {
+				c.flushErr = err
+			}
 			return 0, err
 		}
 		buf = *c.batch
@@ -515,8 +524,11 @@ func (c *legConn) endBatch() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.flushLocked()
+	if c.flushErr != nil {
+		err = c.flushErr
+	}
 	batchPool.Put(c.batch)
-	c.batch = nil
+	c.batch, c.flushErr = nil, nil
 	return err
 }
 
