@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -137,5 +138,48 @@ func TestTLSFailedWriteDoesNotOvercount(t *testing.T) {
 		}
 		dc.Close()
 		ac.Close()
+	}
+}
+
+// net.Conn allows Read from several goroutines at once. Read's probe for
+// further buffered records must not make another goroutine's Read fail
+// with a spurious timeout.
+func TestTLSConcurrentReads(t *testing.T) {
+	dc, ac := tlsPair(t)
+	const total = 32 << 20
+	go func() {
+		p := make([]byte, 8<<10)
+		for sent := 0; sent < total; sent += len(p) {
+			if _, err := dc.Write(p); err != nil {
+				return
+			}
+		}
+		dc.CloseWrite()
+	}()
+	ac.SetReadDeadline(time.Now().Add(4 * testTimeout))
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, 64<<10)
+			for {
+				n, err := ac.Read(b)
+				got.Add(int64(n))
+				if err == io.EOF {
+					return
+				}
+				if err != nil {
+					t.Errorf("Read after %d bytes in all: %v", got.Load(), err)
+					ac.Close()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got.Load() != total {
+		t.Fatalf("received %d bytes, want %d", got.Load(), total)
 	}
 }

@@ -318,6 +318,10 @@ type Conn struct {
 	// the write deadline that makes the flush fail, reporting success
 	// for an alert never sent.
 	wmu sync.Mutex
+	// rmu serialises Read: the probe flag it sets for its follow-up
+	// reads would otherwise make another goroutine's Read, queued on
+	// crypto/tls's input lock, fail with errWouldBlock.
+	rmu sync.Mutex
 }
 
 // newConn wraps the TLS connection tc, whose transport is raw.
@@ -327,6 +331,8 @@ func newConn(tc *tls.Conn, raw *legConn) *Conn { return &Conn{Conn: tc, raw: raw
 // available, then adds the further records that are already buffered, up
 // to len(b).
 func (c *Conn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	n, err := c.Conn.Read(b)
 	for err == nil && n > 0 && len(b)-n >= minCoalesce {
 		var m int
