@@ -310,6 +310,18 @@ func setNoDelay(c net.Conn) {
 type Conn struct {
 	*tls.Conn
 	raw *legConn
+	// wmu serialises Write and CloseWrite. crypto/tls locks each record
+	// write on its own, but a batch spans a whole Write plus its flush:
+	// without wmu a second Write's beginBatch would replace the batch of
+	// one in flight (records lost, then a nil batch flushed: panic), and
+	// CloseWrite would put close_notify into an unflushed batch and set
+	// the write deadline that makes the flush fail, reporting success
+	// for an alert never sent.
+	wmu sync.Mutex
+	// rmu serialises Read: the probe flag it sets for its follow-up
+	// reads would otherwise make another goroutine's Read, queued on
+	// crypto/tls's input lock, fail with errWouldBlock.
+	rmu sync.Mutex
 }
 
 // newConn wraps the TLS connection tc, whose transport is raw.
@@ -319,6 +331,8 @@ func newConn(tc *tls.Conn, raw *legConn) *Conn { return &Conn{Conn: tc, raw: raw
 // available, then adds the further records that are already buffered, up
 // to len(b).
 func (c *Conn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	n, err := c.Conn.Read(b)
 	for err == nil && n > 0 && len(b)-n >= minCoalesce {
 		var m int
@@ -342,16 +356,31 @@ func (c *Conn) Read(b []byte) (int, error) {
 // Write implements net.Conn. The records of one call reach the socket in
 // as few writes as the batch buffer allows.
 func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if len(b) <= smallWrite {
 		return c.Conn.Write(b)
 	}
 	c.raw.beginBatch()
 	n, err := c.Conn.Write(b)
-	if ferr := c.raw.endBatch(); err == nil && ferr != nil {
-		err = ferr
-		n = 0 // what reached the socket is unknown; the stream is broken
+	if ferr := c.raw.endBatch(); ferr != nil {
+		// A flush failed, in this call or mid-Write: crypto/tls's n
+		// then counts records that sat in the lost batch. What reached
+		// the socket is unknown; the stream is broken.
+		n = 0
+		if err == nil {
+			err = ferr
+		}
 	}
 	return n, err
+}
+
+// CloseWrite sends close_notify once no Write is in flight, so it
+// follows every byte already written.
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.Conn.CloseWrite()
 }
 
 const (
@@ -400,8 +429,9 @@ type legConn struct {
 	rpos, rend int
 	rerr       error // sticky error of the socket once rbuf is drained
 
-	mu    sync.Mutex // guards the following; writes come from crypto/tls under its own lock
-	batch *[]byte    // non-nil between beginBatch and endBatch
+	mu       sync.Mutex // guards the following; writes come from crypto/tls under its own lock
+	batch    *[]byte    // non-nil between beginBatch and endBatch
+	flushErr error      // first failed flush of the current batch
 }
 
 func newLegConn(c net.Conn) *legConn {
@@ -466,6 +496,9 @@ func (c *legConn) Write(b []byte) (int, error) {
 	buf := *c.batch
 	if len(buf)+len(b) > cap(buf) {
 		if err := c.flushLocked(); err != nil {
+			if c.flushErr == nil {
+				c.flushErr = err
+			}
 			return 0, err
 		}
 		buf = *c.batch
@@ -497,8 +530,11 @@ func (c *legConn) endBatch() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.flushLocked()
+	if c.flushErr != nil {
+		err = c.flushErr
+	}
 	batchPool.Put(c.batch)
-	c.batch = nil
+	c.batch, c.flushErr = nil, nil
 	return err
 }
 
