@@ -321,10 +321,29 @@ func (ql *QUICListener) serveStream(c *quic.Conn, s *quic.Stream, binding []byte
 	if err != nil {
 		s.CancelRead(codeRefused)
 		s.CancelWrite(codeRefused)
-		ql.cfg.OnReject(c.RemoteAddr(), err)
-		// The peer holds the pinned key yet cannot prove the secret (or
-		// speaks garbage): trust nothing else it sends.
-		c.CloseWithError(codeUnauthorized, "preface refused")
+		var re *prefaceReadError
+		var se *quic.StreamError
+		switch {
+		case c.Context().Err() != nil:
+			// The connection ended: every stream on it fails anyway.
+		case errors.As(err, &se) && se.Remote:
+			// The application connection was reset right after the
+			// dialer opened this stream; the reset may overtake the
+			// preface (QUIC discards data a reset abandons). Nothing
+			// wrong with the connection: its other streams carry on.
+			ql.cfg.Logger.Debug("quic stream reset before its preface", "peer", c.RemoteAddr().String(), "cause", err)
+		case errors.As(err, &re):
+			// The preface did not arrive whole in time (or the stream
+			// ended first): refuse this stream only. A dialer whose
+			// connection is blocked by flow control can be that late.
+			ql.cfg.OnReject(c.RemoteAddr(), err)
+		default:
+			// A preface arrived and is wrong: the peer holds the pinned
+			// key yet cannot prove the secret (or speaks garbage).
+			// Trust nothing else it sends.
+			ql.cfg.OnReject(c.RemoteAddr(), err)
+			c.CloseWithError(codeUnauthorized, "preface refused")
+		}
 		return
 	}
 	s.SetReadDeadline(time.Time{})
