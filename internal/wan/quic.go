@@ -206,7 +206,12 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	}
 	cfg = cfg.withDefaults()
 	setUDPBuffers(udp, cfg.Logger)
-	tr := &quic.Transport{Conn: cfg.packetConn(udp), StatelessResetKey: resetKey(l.Cert)}
+	budget := &handshakeBudget{tokens: handshakeBurst}
+	tr := &quic.Transport{
+		Conn:                cfg.packetConn(udp),
+		StatelessResetKey:   resetKey(l.Cert),
+		VerifySourceAddress: budget.retry,
+	}
 	ln, err := tr.Listen(l.quicTLS(func(err error) {
 		cfg.OnReject(nil, fmt.Errorf("tls handshake: %w", err))
 	}), cfg.quicConfig(true))
@@ -224,6 +229,44 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	ql.wg.Add(1)
 	go ql.acceptConns()
 	return ql, nil
+}
+
+// Handshakes a listener starts for peers whose address is not validated
+// yet: a burst, then a steady rate. Beyond that a new peer first gets a
+// QUIC Retry and must echo its token (one more round trip) before the
+// listener keeps any state or signs anything for it. A gateway dials one
+// connection per channel and keeps it, so it never meets the limit; a
+// flood of Initial packets (from spoofed addresses, say) would otherwise
+// cost each a handshake's goroutines, memory and a signature for the 5 s
+// handshake timeout, and three times its size in replies to the spoofed
+// address.
+const (
+	handshakeBurst = 16
+	handshakeRate  = 16 // per second
+)
+
+// handshakeBudget is a token bucket of handshakes without a Retry.
+type handshakeBudget struct {
+	mu     sync.Mutex // guards the following fields
+	tokens float64
+	last   time.Time
+}
+
+// retry reports whether a handshake from an unvalidated address must
+// first go through a Retry (quic.Transport.VerifySourceAddress).
+func (b *handshakeBudget) retry(net.Addr) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if !b.last.IsZero() {
+		b.tokens = min(handshakeBurst, b.tokens+now.Sub(b.last).Seconds()*handshakeRate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return false
+	}
+	return true
 }
 
 // Addr is the UDP address the listener receives on.
