@@ -1,8 +1,10 @@
 package wan
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"runtime"
 	"sync"
@@ -109,5 +111,90 @@ func TestQUICHandshakeFlood(t *testing.T) {
 	b := make([]byte, 7)
 	if _, err := ac.Read(b); err != nil || string(b) != "through" {
 		t.Fatalf("acceptor read %q, %v", b, err)
+	}
+}
+
+// TestQUICPrefaceReplay: a preface captured on one QUIC connection (by a
+// peer that holds the pinned certificate but not the secret) does not
+// verify on another connection to the same listener, nor does a genuine
+// preface of another stream's UID on this stream's port.
+func TestQUICPrefaceReplay(t *testing.T) {
+	dcert, dpin := itCert(t)
+	acert, _ := itCert(t)
+	secret := NewSecret()
+	rejected := make(chan error, 8)
+	al := &Leg{Transport: api.WANQUIC, UID: "s", Channel: 1, Secret: secret, Cert: acert, PeerSHA256: func() string { return dpin }}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	ql, err := ListenQUIC(udp, al, QUICConfig{OnReject: func(_ net.Addr, err error) { rejected <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ql.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tc := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*dcert}, NextProtos: []string{ALPN}}
+	conn := func() (*quic.Conn, []byte) {
+		c, err := quic.DialAddr(ctx, udp.LocalAddr().String(), tc, &quic.Config{})
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		b, err := quicBinding(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, b
+	}
+	// send writes pre on a new stream of c and reports whether the
+	// listener refused it (the stream or connection fails).
+	send := func(c *quic.Conn, pre []byte) error {
+		s, err := c.OpenStreamSync(ctx)
+		if err != nil {
+			return err
+		}
+		s.Write(pre)
+		s.Write([]byte("x"))
+		s.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = s.Read(make([]byte, 1))
+		return err
+	}
+
+	c1, b1 := conn()
+	defer c1.CloseWithError(0, "")
+	captured := AppendPreface(nil, &Preface{UID: "s", Channel: 1, MAC: computeMAC(secret, b1, "s", 1)})
+	go send(c1, captured)
+	ac, err := ql.Accept(ctx)
+	if err != nil {
+		t.Fatalf("genuine preface not accepted: %v", err)
+	}
+	ac.Close()
+
+	c2, b2 := conn()
+	defer c2.CloseWithError(0, "")
+	if bytes.Equal(b1, b2) {
+		t.Fatal("two connections exported the same binding")
+	}
+	if err := send(c2, captured); err == nil {
+		t.Fatal("a preface replayed on another connection was not refused")
+	}
+	c3, b3 := conn()
+	defer c3.CloseWithError(0, "")
+	other := AppendPreface(nil, &Preface{UID: "t", Channel: 1, MAC: computeMAC(secret, b3, "t", 1)})
+	if err := send(c3, other); err == nil {
+		t.Fatal("a preface for another stream's UID was not refused")
+	}
+	// The listener reports a refusal right after resetting the stream.
+	for _, want := range []error{ErrBadSecret, ErrWrongStream} {
+		select {
+		case err := <-rejected:
+			if !errors.Is(err, want) {
+				t.Fatalf("rejection %v, want %v", err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no rejection reported, want %v", want)
+		}
 	}
 }
