@@ -206,7 +206,12 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	}
 	cfg = cfg.withDefaults()
 	setUDPBuffers(udp, cfg.Logger)
-	tr := &quic.Transport{Conn: cfg.packetConn(udp), StatelessResetKey: resetKey(l.Cert)}
+	budget := &handshakeBudget{tokens: handshakeBurst}
+	tr := &quic.Transport{
+		Conn:                cfg.packetConn(udp),
+		StatelessResetKey:   resetKey(l.Cert),
+		VerifySourceAddress: budget.retry,
+	}
 	ln, err := tr.Listen(l.quicTLS(func(err error) {
 		cfg.OnReject(nil, fmt.Errorf("tls handshake: %w", err))
 	}), cfg.quicConfig(true))
@@ -224,6 +229,44 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	ql.wg.Add(1)
 	go ql.acceptConns()
 	return ql, nil
+}
+
+// Handshakes a listener starts for peers whose address is not validated
+// yet: a burst, then a steady rate. Beyond that a new peer first gets a
+// QUIC Retry and must echo its token (one more round trip) before the
+// listener keeps any state or signs anything for it. A gateway dials one
+// connection per channel and keeps it, so it never meets the limit; a
+// flood of Initial packets (from spoofed addresses, say) would otherwise
+// cost each a handshake's goroutines, memory and a signature for the 5 s
+// handshake timeout, and three times its size in replies to the spoofed
+// address.
+const (
+	handshakeBurst = 16
+	handshakeRate  = 16 // per second
+)
+
+// handshakeBudget is a token bucket of handshakes without a Retry.
+type handshakeBudget struct {
+	mu     sync.Mutex // guards the following fields
+	tokens float64
+	last   time.Time
+}
+
+// retry reports whether a handshake from an unvalidated address must
+// first go through a Retry (quic.Transport.VerifySourceAddress).
+func (b *handshakeBudget) retry(net.Addr) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if !b.last.IsZero() {
+		b.tokens = min(handshakeBurst, b.tokens+now.Sub(b.last).Seconds()*handshakeRate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return false
+	}
+	return true
 }
 
 // Addr is the UDP address the listener receives on.
@@ -321,10 +364,29 @@ func (ql *QUICListener) serveStream(c *quic.Conn, s *quic.Stream, binding []byte
 	if err != nil {
 		s.CancelRead(codeRefused)
 		s.CancelWrite(codeRefused)
-		ql.cfg.OnReject(c.RemoteAddr(), err)
-		// The peer holds the pinned key yet cannot prove the secret (or
-		// speaks garbage): trust nothing else it sends.
-		c.CloseWithError(codeUnauthorized, "preface refused")
+		var re *prefaceReadError
+		var se *quic.StreamError
+		switch {
+		case c.Context().Err() != nil:
+			// The connection ended: every stream on it fails anyway.
+		case errors.As(err, &se) && se.Remote:
+			// The application connection was reset right after the
+			// dialer opened this stream; the reset may overtake the
+			// preface (QUIC discards data a reset abandons). Nothing
+			// wrong with the connection: its other streams carry on.
+			ql.cfg.Logger.Debug("quic stream reset before its preface", "peer", c.RemoteAddr().String(), "cause", err)
+		case errors.As(err, &re):
+			// The preface did not arrive whole in time (or the stream
+			// ended first): refuse this stream only. A dialer whose
+			// connection is blocked by flow control can be that late.
+			ql.cfg.OnReject(c.RemoteAddr(), err)
+		default:
+			// A preface arrived and is wrong: the peer holds the pinned
+			// key yet cannot prove the secret (or speaks garbage).
+			// Trust nothing else it sends.
+			ql.cfg.OnReject(c.RemoteAddr(), err)
+			c.CloseWithError(codeUnauthorized, "preface refused")
+		}
 		return
 	}
 	s.SetReadDeadline(time.Time{})

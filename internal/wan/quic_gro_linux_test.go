@@ -112,3 +112,85 @@ func TestGROSplitsDatagrams(t *testing.T) {
 		t.Log("the kernel delivered the burst uncoalesced; splitting was not exercised")
 	}
 }
+
+// FuzzGROSplit feeds the splitter arbitrary receive results (datagram
+// length and control-message bytes, as the kernel would hand them over,
+// but unchecked): it must not panic, must hand out exactly the bytes
+// received, in order, in pieces no larger than the segment size, and pass
+// on only well-formed control messages, never the GRO one.
+func FuzzGROSplit(f *testing.F) {
+	gro := func(seg int, size int) []byte {
+		b := make([]byte, unix.CmsgSpace(size))
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Level, h.Type = unix.SOL_UDP, unix.UDP_GRO
+		h.SetLen(unix.CmsgLen(size))
+		for i := 0; i < size && i < 4; i++ {
+			b[unix.CmsgLen(0)+i] = byte(seg >> (8 * i))
+		}
+		return b
+	}
+	tos := make([]byte, unix.CmsgSpace(1))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&tos[0]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	h.SetLen(unix.CmsgLen(1))
+	f.Add(uint16(10000), append(gro(1000, 4), tos...))
+	f.Add(uint16(1500), append(tos, gro(1500, 2)...))
+	f.Add(uint16(3), gro(0, 8))
+	f.Add(uint16(0), []byte{})
+	f.Add(uint16(700), []byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, n uint16, oob []byte) {
+		if len(oob) > groOOBSize {
+			oob = oob[:groOOBSize]
+		}
+		g := &groConn{msgs: make([]ipv4.Message, 1)}
+		m := &g.msgs[0]
+		m.Buffers = [][]byte{make([]byte, groBufSize)}
+		for i := range int(n) {
+			m.Buffers[0][i] = byte(i*7 + i>>8)
+		}
+		m.N = int(n)
+		m.OOB = make([]byte, groOOBSize)
+		m.NN = copy(m.OOB, oob)
+		g.n, g.next, g.off = 1, 0, 0
+		g.seg = g.prepare(0)
+		seg := g.seg
+		var got []byte
+		for calls := 0; g.next < g.n; calls++ {
+			if calls > int(n)+1 {
+				t.Fatal("splitting makes no progress")
+			}
+			ms := make([]ipv4.Message, 3)
+			for i := range ms {
+				ms[i].Buffers = [][]byte{make([]byte, groBufSize)}
+				ms[i].OOB = make([]byte, 128)
+			}
+			k, err := g.ReadBatch(ms, 0)
+			if err != nil || k < 1 || k > len(ms) {
+				t.Fatalf("ReadBatch = %d, %v", k, err)
+			}
+			for _, o := range ms[:k] {
+				if o.N > seg {
+					t.Fatalf("piece of %d bytes, segment size %d", o.N, seg)
+				}
+				got = append(got, o.Buffers[0][:o.N]...)
+				cm := o.OOB[:o.NN]
+				for len(cm) > 0 {
+					h, _, rest, err := unix.ParseOneSocketControlMessage(cm)
+					if err != nil {
+						t.Fatalf("malformed control messages passed on: %v", err)
+					}
+					if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO {
+						t.Fatal("the GRO control message was passed on")
+					}
+					cm = rest
+				}
+			}
+			if n == 0 {
+				break
+			}
+		}
+		if !bytes.Equal(got, m.Buffers[0][:n]) {
+			t.Fatalf("split gives %d bytes, received %d (or altered)", len(got), n)
+		}
+	})
+}

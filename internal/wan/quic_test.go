@@ -618,3 +618,56 @@ func TestQUICStreamLimit(t *testing.T) {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 }
+
+// TestQUICEarlyResetSparesSiblings: an application connection that resets
+// right after the outbound gateway opened its QUIC stream (the reset may
+// overtake the preface, which the dialer wrote but QUIC then discards) is
+// refused on its own; the other application connections of the channel,
+// on the same QUIC connection, carry on.
+func TestQUICEarlyResetSparesSiblings(t *testing.T) {
+	dl, al := quicLegs(t)
+	rj := newRejects()
+	ql, udp := quicListen(t, al, wan.QUICConfig{OnReject: rj.add})
+	d := quicDialer(t, wan.QUICConfig{})
+	addr := udp.LocalAddr().String()
+	dc, err := quicDial(t, d, addr, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := quicAccept(t, ql)
+	dc.Write([]byte("a"))
+	if _, err := readFull(t, ac, 1); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		c, err := quicDial(t, d, addr, dl)
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+		relay.Abort(c) // the application reset at once
+	}
+	// Each early reset is either refused quietly or, if its preface got
+	// through first, handed out (and then fails on its own). Drain those.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			c, err := ql.Accept(ctx)
+			cancel()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	<-drained
+	dc.Write([]byte("b"))
+	if b, err := readFull(t, ac, 1); err != nil || string(b) != "b" {
+		t.Fatalf("sibling stream after early resets: read %q, %v; want it unharmed", b, err)
+	}
+	ac.Write([]byte("c"))
+	if b, err := readFull(t, dc, 1); err != nil || string(b) != "c" {
+		t.Fatalf("sibling stream after early resets: dialer read %q, %v; want it unharmed", b, err)
+	}
+}

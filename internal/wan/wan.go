@@ -78,11 +78,13 @@ type Preface struct {
 	MAC     [macLen]byte
 }
 
-// ReadPreface decodes a preface from r.
+// ReadPreface decodes a preface from r. An error reading r is wrapped
+// (with ErrBadPreface), so callers can tell a preface that never arrived
+// from one that arrived wrong.
 func ReadPreface(r io.Reader) (*Preface, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadPreface, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadPreface, &prefaceReadError{err})
 	}
 	if string(hdr[:4]) != magic {
 		return nil, fmt.Errorf("%w: bad magic", ErrBadPreface)
@@ -93,12 +95,20 @@ func ReadPreface(r io.Reader) (*Preface, error) {
 	}
 	rest := make([]byte, n+2+macLen)
 	if _, err := io.ReadFull(r, rest); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadPreface, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadPreface, &prefaceReadError{err})
 	}
 	p := &Preface{UID: string(rest[:n]), Channel: int(binary.BigEndian.Uint16(rest[n:]))}
 	copy(p.MAC[:], rest[n+2:])
 	return p, nil
 }
+
+// prefaceReadError is a failure to read a preface (a reset, an end, a
+// deadline before it arrived whole), as opposed to a preface that arrived
+// and was wrong.
+type prefaceReadError struct{ err error }
+
+func (e *prefaceReadError) Error() string { return e.err.Error() }
+func (e *prefaceReadError) Unwrap() error { return e.err }
 
 // AppendPreface encodes a preface.
 func AppendPreface(b []byte, p *Preface) []byte {
