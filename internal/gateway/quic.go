@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"net"
-	"time"
 
 	"scistream/internal/api"
-	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/wan"
 )
@@ -127,21 +125,7 @@ func (st *stream) serveInboundQUIC(ch int, w net.Conn) {
 	defer st.untrack(w)
 	log := st.srv.log.With("uid", st.uid, "channel", ch, "peer", w.RemoteAddr().String())
 	rec := st.record()
-	target := rec.Targets[ch%len(rec.Targets)]
-	d := net.Dialer{Timeout: 10 * time.Second}
-	app, err := d.DialContext(st.ctx, "tcp", target)
-	if err != nil {
-		st.errs.Add(1)
-		log.Warn("dial application", "target", target, "err", err)
-		relay.Abort(w)
-		return
-	}
-	if !st.track(app) {
-		relay.Abort(w)
-		return
-	}
-	defer st.untrack(app)
-	st.relay(log, app, w)
+	st.relayToApp(log, rec, ch, w)
 }
 
 // dialWAN opens the WAN leg of an application connection on channel ch.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -265,6 +266,12 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 		}
 		defer st.untrack(w)
 	}
+	st.relayToApp(log, rec, ch, w)
+}
+
+// relayToApp dials the application's port for channel ch and relays the
+// authenticated WAN leg w to it; w is aborted if that fails.
+func (st *stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.Conn) {
 	target := rec.Targets[ch%len(rec.Targets)]
 	d := net.Dialer{Timeout: 10 * time.Second}
 	app, err := d.DialContext(st.ctx, "tcp", target)
