@@ -102,16 +102,27 @@ func injectSegment(tb testing.TB, from, to *net.TCPAddr, seq, ack uint32, payloa
 // (s2bench: "payload corrupted", every 1 GiB run in ten or so). Here the
 // producer's retransmission is made by hand: a segment repeating the
 // last 3000 bytes the relay received plus the next 1000, which the
-// producer then sends itself (a second overlap).
+// producer then sends itself (a second overlap). With the consumer
+// stalled, the segment arrives while the direction passes bytes to user
+// space.
 func TestRetransmittedOverlapNotDuplicated(t *testing.T) {
+	t.Run("redirecting", func(t *testing.T) { testOverlap(t, false) })
+	t.Run("passing", func(t *testing.T) { testOverlap(t, true) })
+}
+
+func testOverlap(t *testing.T, stalled bool) {
 	const (
-		first   = 1 << 20
 		old     = 3000
 		ahead   = 1000
 		rest    = 1 << 20
 		writeSz = 64 << 10
 	)
-	r := newRedirector(t, sockmap.Config{})
+	first := int64(1 << 20)
+	cfg := sockmap.Config{}
+	if stalled {
+		first, cfg.Window = 256<<10, 64<<10
+	}
+	r := newRedirector(t, cfg)
 	s := startRelay(t, relay.Sockmap{R: r})
 	deadline(s.A, s.B)
 	total := int64(first + rest)
@@ -124,10 +135,15 @@ func TestRetransmittedOverlapNotDuplicated(t *testing.T) {
 		return b[off-base : off-base+n]
 	}
 	read := make(chan error, 1)
+	start := make(chan struct{})
 	go func() {
+		<-start
 		_, err := patternRead(s.B, total, func(int) int { return 1 << 20 }, func(int) {})
 		read <- err
 	}()
+	if !stalled {
+		close(start)
+	}
 	for off := int64(0); off < first; off += writeSz {
 		if _, err := s.A.Write(pattern(off, writeSz)); err != nil {
 			t.Fatal(err)
@@ -136,7 +152,7 @@ func TestRetransmittedOverlapNotDuplicated(t *testing.T) {
 	// Wait until the relay took every byte and A's send queue is empty,
 	// so the segment below is a pure retransmission from A's view.
 	for end := time.Now().Add(10 * time.Second); ; {
-		if s.ab.Load() == first && ioctl(t, s.A, unix.SIOCOUTQ) == 0 {
+		if (stalled || s.ab.Load() == first) && ioctl(t, s.A, unix.SIOCOUTQ) == 0 {
 			break
 		}
 		if time.Now().After(end) {
@@ -144,12 +160,15 @@ func TestRetransmittedOverlapNotDuplicated(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // polling interval, not synchronisation
 	}
-	if st := r.Stats(); st.Redirected != 2 {
-		t.Fatalf("the kernel path is not set up: %+v", st)
+	if st := r.Stats(); st.Redirected != 2 || (stalled && st.Passes == 0) {
+		t.Fatalf("the kernel path is not set up, or (stalled) not passing: %+v", st)
 	}
 	snd, rcv := tcpSeqs(t, s.A)
 	injectSegment(t, s.A.LocalAddr().(*net.TCPAddr), s.ra.LocalAddr().(*net.TCPAddr),
 		snd-old, rcv, pattern(first-old, old+ahead))
+	if stalled {
+		close(start)
+	}
 	for off := int64(first); off < total; off += writeSz {
 		if _, err := s.A.Write(pattern(off, min(writeSz, total-off))); err != nil {
 			t.Fatal(err)
