@@ -235,6 +235,7 @@ func (c *copier) leave() {
 	c.r.verdict.Delete(c.srcKey)
 	if st, err := c.state(); err == nil {
 		c.r.stats.kernelBytes.Add(int64(st.redirected))
+		c.r.stats.trimmed.Add(int64(st.trimmed))
 	}
 	c.r.targets.Delete(c.dstKey)
 	c.r.hold.Delete(c.srcKey)
@@ -255,18 +256,27 @@ func (c *copier) putCtl(limit, resume uint64) error {
 	return c.r.ctl.Update(c.srcKey, v[:], ebpf.UpdateAny)
 }
 
-type state struct{ seen, redirected, passing uint64 }
+type state struct{ seen, redirected, passing, trimmed, broken uint64 }
+
+// errBroken: the program met a retransmitted overlap it could not trim.
+var errBroken = errors.New("sockmap: the kernel could not trim a retransmitted segment's repeated bytes: aborting rather than deliver them twice")
 
 func (c *copier) state() (state, error) {
 	var v [stSize]byte
 	if err := c.r.st.Lookup(c.srcKey, v[:]); err != nil {
 		return state{}, fmt.Errorf("read redirect state: %w", err)
 	}
-	return state{
+	st := state{
 		seen:       binary.NativeEndian.Uint64(v[stSeen:]),
 		redirected: binary.NativeEndian.Uint64(v[stRedirected:]),
 		passing:    binary.NativeEndian.Uint64(v[stPassing:]),
-	}, nil
+		trimmed:    binary.NativeEndian.Uint64(v[stTrimmed:]),
+		broken:     binary.NativeEndian.Uint64(v[stBroken:]),
+	}
+	if st.broken != 0 {
+		return st, errBroken
+	}
+	return st, nil
 }
 
 // putState writes the program's state; only before src is attached, as
@@ -391,6 +401,9 @@ func (c *copier) write(n int) error {
 // refresh raises the credit as dst takes redirected bytes and reports
 // progress. It returns the bytes that entered dst since the last report.
 func (c *copier) refresh() (uint64, error) {
+	if _, err := c.state(); err != nil {
+		return 0, err
+	}
 	sent, _, err := c.dst.sent()
 	if err != nil {
 		return 0, fmt.Errorf("sockmap egress: %w", err)

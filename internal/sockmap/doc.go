@@ -85,6 +85,20 @@
 //
 // # Kernel behaviours this relies on (Linux 6.18; see the tests)
 //
+//   - TCP queues a segment that overlaps bytes already received (a
+//     retransmission collapsed from segments the receiver partly had:
+//     common under load on loopback, where spurious retransmissions are)
+//     whole, with seq < rcv_nxt; its readers skip the old part by
+//     sequence number, but tcp_read_skb hands the verdict program the
+//     whole skb. Redirected or passed as is, the old bytes would be
+//     delivered twice (s2bench saw "payload corrupted" about once per
+//     ten 1 GiB runs). The program therefore tracks the next sequence
+//     number per direction (TCP_SKB_CB's seq and end_seq, which the
+//     __sk_buff cb words of an SK_SKB program map to; starting from the
+//     ingress socket's copied_seq) and pulls the repeated head off the
+//     skb with bpf_skb_adjust_room before deciding on it; if that fails
+//     it drops everything and user space aborts the connection
+//     (TestRetransmittedOverlapNotDuplicated injects such a segment).
 //   - The program takes whole skbs from the receive queue, ignoring a part
 //     already read by user space: a partly read skb would be duplicated.
 //     Before the socket enters the map, Copy requires either that user

@@ -36,8 +36,16 @@ const (
 	stSeen       = 0  // bytes of every skb the program decided on
 	stRedirected = 8  // bytes redirected to the peer
 	stPassing    = 16 // 1 while skbs go to user space (sticky until seen == resume)
-	stSize       = 24
+	stNext       = 24 // TCP sequence number of the next byte not yet decided on
+	stNextOK     = 32 // 1 once stNext is set
+	stTrimmed    = 40 // bytes trimmed off the head of skbs: already decided on (retransmitted overlap)
+	stBroken     = 48 // 1 if an overlap could not be trimmed: user space aborts
+	stSize       = 56
 )
+
+// maxTrimCalls bounds the bpf_skb_adjust_room calls (at most 4095 bytes
+// each) that trim one skb's overlap.
+const maxTrimCalls = 80
 
 // program returns the SK_SKB stream verdict program:
 //
@@ -45,6 +53,16 @@ const (
 //	if len == 0 { return DROP }                   // bare FIN: no byte; user space sees EOF
 //	c := ctl[cookie]; s := st[cookie]
 //	if c == nil || s == nil { return PASS }
+//	if s.broken { return DROP }                   // user space aborts
+//	if !s.nextOK { s.next = sk.copied_seq; s.nextOK = 1 }
+//	over := s.next - TCP_SKB_CB(skb)->seq         // (mod 2^32) a retransmission's repeated head
+//	if over > 0 {
+//		s.trimmed += over
+//		if over >= len { return DROP }            // nothing new
+//		pull over bytes off the head (bpf_skb_adjust_room, 4095 at a time)
+//		len = skb.len
+//	}
+//	s.next = TCP_SKB_CB(skb)->end_seq
 //	if s.passing {                                // keep order behind passed bytes
 //		if s.seen != c.resume { s.seen += len; return PASS }
 //		s.passing = 0                             // user space read them all
@@ -88,7 +106,67 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 		asm.JEq.Imm(asm.R0, 0, "pass"),
 		asm.Mov.Reg(rSt, asm.R0),
 
-		asm.LoadMem(asm.R1, rSt, stPassing, asm.DWord),
+		// Trim the head of an skb that repeats bytes already decided
+		// on: TCP queues a retransmission that overlaps received
+		// data whole (seq < rcv_nxt), and tcp_read_skb hands it to
+		// us whole, ignoring that offset.
+		asm.LoadMem(asm.R1, rSt, stBroken, asm.DWord),
+		asm.JNE.Imm(asm.R1, 0, "empty"),
+		asm.LoadMem(asm.R1, rSt, stNextOK, asm.DWord),
+		asm.JNE.Imm(asm.R1, 0, "havenext"),
+		// First skb: the next byte is the ingress socket's copied_seq
+		// (user space has read everything before it, see prepare).
+		asm.LoadMem(asm.R1, rCtx, int16(off.skbSk), asm.DWord),
+		asm.JEq.Imm(asm.R1, 0, "seqinit"),
+		asm.FnSkcToTcpSock.Call(),
+		asm.JEq.Imm(asm.R0, 0, "seqinit"),
+		asm.LoadMem(asm.R2, asm.R0, int16(off.copiedSeq), asm.Word),
+		asm.Ja.Label("setnext"),
+		asm.LoadMem(asm.R2, rCtx, int16(off.skbCb), asm.Word).WithSymbol("seqinit"),
+		asm.StoreMem(rSt, stNext, asm.R2, asm.DWord).WithSymbol("setnext"),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.StoreMem(rSt, stNextOK, asm.R1, asm.DWord),
+		asm.LoadMem(asm.R2, rSt, stNext, asm.DWord).WithSymbol("havenext"),
+		asm.LoadMem(asm.R3, rCtx, int16(off.skbCb), asm.Word), // TCP_SKB_CB(skb)->seq
+		asm.Sub.Reg32(asm.R2, asm.R3),                         // overlap = next - seq (mod 2^32)
+		asm.JEq.Imm(asm.R2, 0, "advance"),
+		asm.JSLT.Imm32(asm.R2, 0, "advance"), // a gap: cannot be (TCP queues in order)
+		asm.LoadMem(asm.R1, rSt, stTrimmed, asm.DWord),
+		asm.Add.Reg(asm.R1, asm.R2),
+		asm.StoreMem(rSt, stTrimmed, asm.R1, asm.DWord),
+		asm.JGE.Reg(asm.R2, rLen, "empty"),                      // nothing new in it: next stays
+		asm.StoreMem(asm.RFP, -56, asm.R2, asm.DWord),           // left to trim
+		asm.LoadMem(asm.R4, rCtx, int16(off.skbCb)+4, asm.Word), // end_seq
+		asm.StoreMem(rSt, stNext, asm.R4, asm.DWord),
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(asm.RFP, -64, asm.R1, asm.DWord), // calls made
+		asm.LoadMem(asm.R2, asm.RFP, -56, asm.DWord).WithSymbol("trim"),
+		asm.JEq.Imm(asm.R2, 0, "trimmed"),
+		asm.LoadMem(asm.R1, asm.RFP, -64, asm.DWord),
+		asm.JGE.Imm(asm.R1, maxTrimCalls, "broken"),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.RFP, -64, asm.R1, asm.DWord),
+		asm.JLE.Imm(asm.R2, 4095, "chunk"),
+		asm.Mov.Imm(asm.R2, 4095),
+		asm.LoadMem(asm.R3, asm.RFP, -56, asm.DWord).WithSymbol("chunk"),
+		asm.Sub.Reg(asm.R3, asm.R2),
+		asm.StoreMem(asm.RFP, -56, asm.R3, asm.DWord),
+		asm.Mov.Imm(asm.R3, 0),
+		asm.Sub.Reg(asm.R3, asm.R2),
+		asm.Mov.Reg(asm.R2, asm.R3), // -chunk
+		asm.Mov.Reg(asm.R1, rCtx),
+		asm.Mov.Imm(asm.R3, 0),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnSkbAdjustRoom.Call(), // mode 0, negative: pulls len bytes off the head
+		asm.JNE.Imm(asm.R0, 0, "broken"),
+		asm.Ja.Label("trim"),
+		asm.LoadMem(rLen, rCtx, 0, asm.Word).WithSymbol("trimmed"),
+		asm.JEq.Imm(rLen, 0, "broken"),
+		asm.Ja.Label("decide"),
+		asm.LoadMem(asm.R4, rCtx, int16(off.skbCb)+4, asm.Word).WithSymbol("advance"), // end_seq
+		asm.StoreMem(rSt, stNext, asm.R4, asm.DWord),
+
+		asm.LoadMem(asm.R1, rSt, stPassing, asm.DWord).WithSymbol("decide"),
 		asm.JEq.Imm(asm.R1, 0, "check"),
 		asm.LoadMem(asm.R2, rSt, stSeen, asm.DWord),
 		asm.LoadMem(asm.R3, rCtl, ctlResume, asm.DWord),
@@ -167,6 +245,12 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 		// EFAULT when the skb's FIN flag is not visible any more.
 		asm.Mov.Imm(asm.R0, skDrop).WithSymbol("empty"),
 		asm.Return(),
+		// An overlap that could not be trimmed: user space aborts the
+		// connection rather than deliver a byte twice.
+		asm.Mov.Imm(asm.R1, 1).WithSymbol("broken"),
+		asm.StoreMem(rSt, stBroken, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R0, skDrop),
+		asm.Return(),
 	}
 }
 
@@ -204,7 +288,7 @@ type Redirector struct {
 	prog    *ebpf.Program
 
 	stats struct {
-		redirected, fallbacks, passes, userBytes, kernelBytes atomic.Int64
+		redirected, fallbacks, passes, userBytes, kernelBytes, trimmed atomic.Int64
 	}
 
 	mu     sync.Mutex // guards the following fields
@@ -351,6 +435,7 @@ type Stats struct {
 	Passes      int64 // times the program passed bytes to user space (credit exhausted)
 	UserBytes   int64 // bytes Copy moved in user space
 	KernelBytes int64 // bytes the program redirected
+	Trimmed     int64 // retransmitted bytes the program trimmed off skbs (already delivered)
 }
 
 // Stats returns the counters.
@@ -361,13 +446,14 @@ func (r *Redirector) Stats() Stats {
 		Passes:      r.stats.passes.Load(),
 		UserBytes:   r.stats.userBytes.Load(),
 		KernelBytes: r.stats.kernelBytes.Load(),
+		Trimmed:     r.stats.trimmed.Load(),
 	}
 }
 
 // tcpOffsets are offsets of struct tcp_sock fields in the running
 // kernel, from its BTF: the program reads them to see how far the egress
 // socket has taken redirected bytes.
-type tcpOffsets struct{ writeSeq, sndUna, bytesAcked uint32 }
+type tcpOffsets struct{ writeSeq, sndUna, bytesAcked, copiedSeq, skbCb, skbSk uint32 }
 
 func kernelOffsets() (tcpOffsets, error) {
 	var o tcpOffsets
@@ -382,10 +468,24 @@ func kernelOffsets() (tcpOffsets, error) {
 	for _, f := range []struct {
 		name string
 		dst  *uint32
-	}{{"write_seq", &o.writeSeq}, {"snd_una", &o.sndUna}, {"bytes_acked", &o.bytesAcked}} {
+	}{{"write_seq", &o.writeSeq}, {"snd_una", &o.sndUna}, {"bytes_acked", &o.bytesAcked}, {"copied_seq", &o.copiedSeq}} {
 		off, ok := memberOffset(ts.Members, f.name)
 		if !ok {
 			return o, fmt.Errorf("kernel BTF: no tcp_sock.%s", f.name)
+		}
+		*f.dst = off
+	}
+	var sb *btf.Struct
+	if err := spec.TypeByName("__sk_buff", &sb); err != nil {
+		return o, fmt.Errorf("kernel BTF: struct __sk_buff: %v", err)
+	}
+	for _, f := range []struct {
+		name string
+		dst  *uint32
+	}{{"cb", &o.skbCb}, {"sk", &o.skbSk}} {
+		off, ok := memberOffset(sb.Members, f.name)
+		if !ok {
+			return o, fmt.Errorf("kernel BTF: no __sk_buff.%s", f.name)
 		}
 		*f.dst = off
 	}
