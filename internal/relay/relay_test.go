@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -16,11 +18,27 @@ import (
 	"time"
 
 	"scistream/internal/relay"
+	"scistream/internal/sockmap"
 )
 
 const testTimeout = 30 * time.Second
 
+// engines are the engines the shared correctness suite runs: splice,
+// buffer, and sockmap with its eBPF program loaded when this process may
+// load it (TestMain), so every engine passes the same tests.
 var engines = []relay.Engine{relay.Splice{}, relay.Buffer{}}
+
+func TestMain(m *testing.M) {
+	r, err := sockmap.New(sockmap.Config{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "relay tests: sockmap engine not loaded, the suite runs splice and buffer only: %v\n", err)
+		os.Exit(m.Run())
+	}
+	engines = append(engines, relay.Sockmap{R: r})
+	code := m.Run()
+	r.Close()
+	os.Exit(code)
+}
 
 // tcpPair returns the two ends of a loopback TCP connection.
 func tcpPair(tb testing.TB) (client, server *net.TCPConn) {

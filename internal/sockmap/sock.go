@@ -1,7 +1,6 @@
 package sockmap
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -45,8 +44,10 @@ func (s sock) cookie() (uint64, error) {
 // fd runs f with the descriptor (the map update needs it).
 func (s sock) fd(f func(fd int) error) error { return s.control(f) }
 
-// errDead reports a socket that can no longer send: reset or closed.
-var errDead = errors.New("egress socket closed or reset")
+// errDead reports a socket that can no longer send: reset or closed. It
+// matches syscall.ECONNRESET, so relay.IsRoutine classes it as the
+// ordinary end of a connection, as it does for the other engines.
+var errDead = fmt.Errorf("egress socket closed or reset: %w", syscall.ECONNRESET)
 
 // sent returns how many bytes have entered the socket's send path since
 // it was created, as bytes_acked (TCP_INFO) + SIOCOUTQ. The two come from

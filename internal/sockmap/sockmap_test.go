@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -358,69 +357,8 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 	t.Logf("stats %+v", r.Stats())
 }
 
-func TestResetPropagates(t *testing.T) {
-	for _, side := range []string{"A", "B"} {
-		t.Run("reset "+side, func(t *testing.T) {
-			noLeak(t)
-			r := newRedirector(t, sockmap.Config{})
-			s := startRelay(t, relay.Sockmap{R: r})
-			deadline(s.A, s.B)
-			resetter, other := s.A, s.B
-			if side == "B" {
-				resetter, other = s.B, s.A
-			}
-			if _, err := resetter.Write([]byte("hello")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.ReadFull(other, make([]byte, 5)); err != nil {
-				t.Fatal(err)
-			}
-			resetter.SetLinger(0)
-			resetter.Close()
-			if err := s.wait(t); err == nil {
-				t.Fatal("Relay returned nil after a reset")
-			}
-			if _, err := other.Read(make([]byte, 16)); !errors.Is(err, syscall.ECONNRESET) {
-				t.Fatalf("other side read %v, want ECONNRESET", err)
-			}
-		})
-	}
-}
-
-// The consumer dies while the kernel is redirecting to it: the producer
-// must see an error, not a clean end.
-func TestResetDuringTransfer(t *testing.T) {
-	noLeak(t)
-	r := newRedirector(t, sockmap.Config{})
-	s := startRelay(t, relay.Sockmap{R: r})
-	deadline(s.A, s.B)
-	werr := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := s.A.Write(buf); err != nil {
-				werr <- err
-				return
-			}
-		}
-	}()
-	if _, err := io.ReadFull(s.B, make([]byte, 8<<20)); err != nil {
-		t.Fatal(err)
-	}
-	s.B.SetLinger(0)
-	s.B.Close()
-	if err := s.wait(t); err == nil {
-		t.Fatal("Relay returned nil after a reset")
-	}
-	select {
-	case err := <-werr:
-		if err == nil || errors.Is(err, io.EOF) {
-			t.Fatalf("producer's write ended with %v", err)
-		}
-	case <-time.After(testTimeout):
-		t.Fatal("producer's writes never failed")
-	}
-}
+// Resets from either side, before and during a transfer: the relay
+// package's shared engine suite runs this engine with its program loaded.
 
 // A release aborts the relay's own sockets mid-transfer (as the gateway
 // does): both applications see an error, the Redirector is left clean.
