@@ -222,6 +222,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), *listenerIP, rng, *engine)
 	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine, "buffer_size", bench.FormatBytes(bufSize))
 	err = srv.Serve(ctx, ln)
+	if smr != nil {
+		s := smr.Stats()
+		log.Info("sockmap totals", "directions_redirected", s.Redirected, "fallbacks", s.Fallbacks,
+			"kernel_bytes", s.KernelBytes, "user_bytes", s.UserBytes, "passes", s.Passes, "trimmed_bytes", s.Trimmed)
+	}
 	log.Info("stopped")
 	return err
 }

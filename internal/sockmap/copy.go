@@ -88,6 +88,7 @@ type copier struct {
 	counted        uint64 // bytes reported to count since then
 	limit, resume  uint64 // current ctl values
 	passFrom       uint64 // st.redirected when the current pass began
+	queued         uint64 // redirected bytes not yet in dst at the last look (Stats.KernelQueued)
 	inMaps         bool
 }
 
@@ -233,6 +234,7 @@ func (c *copier) leave() {
 		return
 	}
 	c.r.verdict.Delete(c.srcKey)
+	c.setQueued(0)
 	if st, err := c.state(); err == nil {
 		c.r.stats.kernelBytes.Add(int64(st.redirected))
 		c.r.stats.trimmed.Add(int64(st.trimmed))
@@ -401,7 +403,8 @@ func (c *copier) write(n int) error {
 // refresh raises the credit as dst takes redirected bytes and reports
 // progress. It returns the bytes that entered dst since the last report.
 func (c *copier) refresh() (uint64, error) {
-	if _, err := c.state(); err != nil {
+	st, err := c.state()
+	if err != nil {
 		return 0, err
 	}
 	sent, _, err := c.dst.sent()
@@ -411,6 +414,9 @@ func (c *copier) refresh() (uint64, error) {
 	before := c.counted
 	c.report(sent)
 	redirectedIn := sent - c.base - c.userWritten
+	if st.redirected >= redirectedIn {
+		c.setQueued(st.redirected - redirectedIn)
+	}
 	if l := redirectedIn + c.window; l > c.limit {
 		if err := c.putCtl(l, c.resume); err != nil {
 			return 0, err
@@ -454,6 +460,7 @@ func (c *copier) drain(redirected uint64) error {
 		}
 		c.report(min(sent, target))
 		if sent >= target {
+			c.setQueued(0)
 			if sent > target && exact {
 				return fmt.Errorf("sockmap: egress took %d bytes, only %d were sent to it", sent-c.base, target-c.base)
 			}
@@ -467,6 +474,12 @@ func (c *copier) drain(redirected uint64) error {
 		time.Sleep(wait)
 		wait = min(wait*2, maxDrainPoll)
 	}
+}
+
+// setQueued updates this direction's share of Stats.KernelQueued.
+func (c *copier) setQueued(q uint64) {
+	c.r.stats.queued.Add(int64(q) - int64(c.queued))
+	c.queued = q
 }
 
 // dstIdle reports that dst's send queue is empty, so bytes still missing

@@ -74,14 +74,23 @@
 // socket (its psock torn down) stop the wait after 5 s of no progress with
 // an empty send queue, and the connection is aborted, never ended cleanly.
 //
-// Stalls: not solved here. Redirected skbs reach the egress socket
-// through the psock's work item, a kernel worker thread, and a full egress
-// socket makes it retry a jiffy later. Bounding the queue keeps the egress
-// socket from being overrun, but each redirect still waits for that
-// worker to run: on a loaded machine its scheduling delay shows in the
-// tail latency (BenchmarkRequestReply16KiB reports p50/p99 next to direct
-// and splice). A fix needs the kernel to send inline or the egress socket
-// never to fill.
+// Stalls. Redirected skbs reach the egress socket through the psock's
+// work item, a kernel worker thread; when the egress socket is full the
+// worker gives up and retries a jiffy later (4 ms at HZ=250), even if
+// room appears at once: its write-space callback cannot advance a retry
+// already scheduled. The program therefore redirects an skb only if the
+// egress socket can take it together with every byte still queued ahead
+// of it (sk_wmem_queued + 9/8 of the queued bytes, for skb overhead, <=
+// sk_sndbuf; the fields come from BTF like the others); otherwise it
+// passes, and user space waits for room in the runtime's poller, which
+// wakes on the socket's own write-space event. Stats.KernelQueued shows
+// what waits ahead of egress sockets; TestMemoryBoundedWhenConsumerStalls
+// checks it is zero while a stalled consumer keeps the egress socket full
+// (without the check, 0.75 MB sat there). Still left: every redirect
+// waits for the worker thread to be scheduled, which shows in the tail
+// latency on a loaded machine (BenchmarkRequestReply16KiB reports p50/p99
+// next to direct and splice); only sending inline in the kernel would
+// remove that.
 //
 // # Kernel behaviours this relies on (Linux 6.18; see the tests)
 //

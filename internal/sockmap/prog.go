@@ -3,6 +3,7 @@ package sockmap
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -68,11 +69,13 @@ const maxTrimCalls = 80
 //		s.passing = 0                             // user space read them all
 //	}
 //	n := s.redirected + len
-//	if n > c.limit {                              // user space's credit is stale:
-//		sent := egress.bytes_acked + (egress.write_seq - egress.snd_una)
-//		if c.offset + n - sent > c.window {       // queue ahead of egress full
-//			s.passing = 1; s.seen += len; return PASS
-//		}
+//	sent := egress.bytes_acked + (egress.write_seq - egress.snd_una)
+//	queued := c.offset + n - sent                 // ahead of the egress socket, with this skb
+//	if n > c.limit && queued > c.window {         // credit stale, and the window full
+//		s.passing = 1; s.seen += len; return PASS
+//	}
+//	if egress.sk_wmem_queued + queued*9/8 > egress.sk_sndbuf {
+//		s.passing = 1; s.seen += len; return PASS  // no room: the worker would stall a jiffy
 //	}
 //	s.redirected = n; s.seen += len
 //	return sk_redirect_hash(skb, targets, &c.peer, 0)   // to the egress socket's send path
@@ -177,11 +180,8 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 		asm.LoadMem(asm.R2, rSt, stRedirected, asm.DWord).WithSymbol("check"),
 		asm.Add.Reg(asm.R2, rLen),
 		asm.StoreMem(asm.RFP, -24, asm.R2, asm.DWord), // redirected+len
-		asm.LoadMem(asm.R3, rCtl, ctlLimit, asm.DWord),
-		asm.JLE.Reg(asm.R2, asm.R3, "redirect"),
-		// Over the credit user space last granted: the egress
-		// socket's own progress may still allow it: queued =
-		// base + userWritten + redirected + len - sent <= window.
+		// Look at the egress socket: how much it has taken (sent),
+		// and how much room its send buffer has left.
 		asm.LoadMem(asm.R2, rCtl, ctlPeer, asm.DWord),
 		asm.StoreMem(asm.RFP, -16, asm.R2, asm.DWord),
 		asm.LoadMapPtr(asm.R1, targets.FD()),
@@ -203,6 +203,10 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 		asm.LoadMem(asm.R4, asm.R0, int16(off.bytesAcked), asm.DWord),
 		asm.Add.Reg(asm.R3, asm.R4),
 		asm.StoreMem(asm.RFP, -48, asm.R3, asm.DWord), // sent
+		asm.LoadMem(asm.R3, asm.R0, int16(off.wmemQueued), asm.Word),
+		asm.StoreMem(asm.RFP, -72, asm.R3, asm.DWord), // sk_wmem_queued
+		asm.LoadMem(asm.R3, asm.R0, int16(off.sndbuf), asm.Word),
+		asm.StoreMem(asm.RFP, -80, asm.R3, asm.DWord), // sk_sndbuf
 		asm.Mov.Imm(asm.R3, 1),
 		asm.StoreMem(asm.RFP, -40, asm.R3, asm.DWord),
 		asm.LoadMem(asm.R1, asm.RFP, -32, asm.DWord).WithSymbol("release"),
@@ -215,9 +219,27 @@ func program(ctl, st, targets *ebpf.Map, off tcpOffsets) asm.Instructions {
 		asm.LoadMem(asm.R3, asm.RFP, -48, asm.DWord),
 		asm.JGT.Reg(asm.R3, asm.R2, "exhaust"), // cannot be: be safe
 		asm.Sub.Reg(asm.R2, asm.R3),
+		asm.StoreMem(asm.RFP, -88, asm.R2, asm.DWord), // queued, with this skb
+		// Within the credit user space last granted, or else within
+		// the window by the egress socket's own progress.
+		asm.LoadMem(asm.R3, rCtl, ctlLimit, asm.DWord),
+		asm.LoadMem(asm.R4, asm.RFP, -24, asm.DWord),
+		asm.JLE.Reg(asm.R4, asm.R3, "room"),
 		asm.LoadMem(asm.R4, rCtl, ctlWindow, asm.DWord),
 		asm.JGT.Reg(asm.R2, asm.R4, "exhaust"),
-		asm.LoadMem(asm.R2, asm.RFP, -24, asm.DWord).WithSymbol("redirect"),
+		// Room: the egress socket must take every queued byte at once
+		// (a full socket makes the kernel's worker retry a jiffy
+		// later: a 4 ms stall at HZ=250). Bytes become send-buffer
+		// memory with some skb overhead: count them as 9/8.
+		asm.LoadMem(asm.R2, asm.RFP, -88, asm.DWord).WithSymbol("room"),
+		asm.Mov.Reg(asm.R3, asm.R2),
+		asm.RSh.Imm(asm.R3, 3),
+		asm.Add.Reg(asm.R2, asm.R3),
+		asm.LoadMem(asm.R3, asm.RFP, -72, asm.DWord),
+		asm.Add.Reg(asm.R2, asm.R3),
+		asm.LoadMem(asm.R3, asm.RFP, -80, asm.DWord),
+		asm.JGT.Reg(asm.R2, asm.R3, "exhaust"),
+		asm.LoadMem(asm.R2, asm.RFP, -24, asm.DWord),
 		asm.StoreMem(rSt, stRedirected, asm.R2, asm.DWord),
 		asm.LoadMem(asm.R2, rSt, stSeen, asm.DWord),
 		asm.Add.Reg(asm.R2, rLen),
@@ -288,7 +310,7 @@ type Redirector struct {
 	prog    *ebpf.Program
 
 	stats struct {
-		redirected, fallbacks, passes, userBytes, kernelBytes, trimmed atomic.Int64
+		redirected, fallbacks, passes, userBytes, kernelBytes, trimmed, queued atomic.Int64
 	}
 
 	mu     sync.Mutex // guards the following fields
@@ -432,28 +454,39 @@ func (r *Redirector) release() {
 type Stats struct {
 	Redirected  int64 // directions handed to the kernel
 	Fallbacks   int64 // directions left to user space (ErrFallback)
-	Passes      int64 // times the program passed bytes to user space (credit exhausted)
+	Passes      int64 // times the program passed bytes to user space (window spent, or no room in the egress socket)
 	UserBytes   int64 // bytes Copy moved in user space
 	KernelBytes int64 // bytes the program redirected
 	Trimmed     int64 // retransmitted bytes the program trimmed off skbs (already delivered)
+	// KernelQueued is a gauge: bytes redirected and not yet taken by
+	// their egress socket, summed over the directions running now, as
+	// each last looked (every 250 us to 50 ms while it waits). Bytes
+	// wait there only while the kernel's worker is behind: the program
+	// redirects only what the egress socket has room for.
+	KernelQueued int64
 }
 
 // Stats returns the counters.
 func (r *Redirector) Stats() Stats {
 	return Stats{
-		Redirected:  r.stats.redirected.Load(),
-		Fallbacks:   r.stats.fallbacks.Load(),
-		Passes:      r.stats.passes.Load(),
-		UserBytes:   r.stats.userBytes.Load(),
-		KernelBytes: r.stats.kernelBytes.Load(),
-		Trimmed:     r.stats.trimmed.Load(),
+		Redirected:   r.stats.redirected.Load(),
+		Fallbacks:    r.stats.fallbacks.Load(),
+		Passes:       r.stats.passes.Load(),
+		UserBytes:    r.stats.userBytes.Load(),
+		KernelBytes:  r.stats.kernelBytes.Load(),
+		Trimmed:      r.stats.trimmed.Load(),
+		KernelQueued: r.stats.queued.Load(),
 	}
 }
 
 // tcpOffsets are offsets of struct tcp_sock fields in the running
 // kernel, from its BTF: the program reads them to see how far the egress
 // socket has taken redirected bytes.
-type tcpOffsets struct{ writeSeq, sndUna, bytesAcked, copiedSeq, skbCb, skbSk uint32 }
+type tcpOffsets struct {
+	writeSeq, sndUna, bytesAcked, copiedSeq uint32 // struct tcp_sock
+	wmemQueued, sndbuf                      uint32 // struct sock, at the start of tcp_sock
+	skbCb, skbSk                            uint32 // struct __sk_buff
+}
 
 func kernelOffsets() (tcpOffsets, error) {
 	var o tcpOffsets
@@ -475,6 +508,18 @@ func kernelOffsets() (tcpOffsets, error) {
 		}
 		*f.dst = off
 	}
+	// struct sock sits at offset 0 of tcp_sock, nested three deep.
+	sockPath := []string{"inet_conn", "icsk_inet", "sk"}
+	for _, f := range []struct {
+		name string
+		dst  *uint32
+	}{{"sk_wmem_queued", &o.wmemQueued}, {"sk_sndbuf", &o.sndbuf}} {
+		off, ok := pathOffset(ts, append(sockPath, f.name))
+		if !ok {
+			return o, fmt.Errorf("kernel BTF: no tcp_sock.%s.%s", strings.Join(sockPath, "."), f.name)
+		}
+		*f.dst = off
+	}
 	var sb *btf.Struct
 	if err := spec.TypeByName("__sk_buff", &sb); err != nil {
 		return o, fmt.Errorf("kernel BTF: struct __sk_buff: %v", err)
@@ -490,6 +535,35 @@ func kernelOffsets() (tcpOffsets, error) {
 		*f.dst = off
 	}
 	return o, nil
+}
+
+// pathOffset returns the offset of a member nested in s by the path of
+// member names.
+func pathOffset(s *btf.Struct, path []string) (uint32, bool) {
+	var total uint32
+	ms := s.Members
+	for i, name := range path {
+		var m *btf.Member
+		for j := range ms {
+			if ms[j].Name == name {
+				m = &ms[j]
+				break
+			}
+		}
+		if m == nil {
+			return 0, false
+		}
+		total += m.Offset.Bytes()
+		if i == len(path)-1 {
+			return total, true
+		}
+		inner, ok := btf.UnderlyingType(m.Type).(*btf.Struct)
+		if !ok {
+			return 0, false
+		}
+		ms = inner.Members
+	}
+	return 0, false
 }
 
 func memberOffset(ms []btf.Member, name string) (uint32, bool) {

@@ -338,6 +338,19 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 	if held > bound {
 		t.Fatalf("%d bytes held inside the relay, more than the bound %d", held, bound)
 	}
+	// No stall: the egress socket is full, and nothing redirected waits
+	// ahead of it (the kernel's worker would retry such bytes only a
+	// jiffy after room appears). The gauge is refreshed by the copier's
+	// polls, at most 50 ms apart.
+	var q int64
+	for stop := time.Now().Add(2 * time.Second); time.Now().Before(stop); time.Sleep(10 * time.Millisecond) {
+		if q = r.Stats().KernelQueued; q == 0 {
+			break
+		}
+	}
+	if q != 0 {
+		t.Fatalf("%d redirected bytes wait in the kernel ahead of the full egress socket", q)
+	}
 	// The consumer resumes: every byte arrives, once, in order.
 	got := sha256.New()
 	n, err := io.CopyBuffer(got, s.B, make([]byte, 1<<20))
