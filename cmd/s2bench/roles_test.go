@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -212,6 +213,50 @@ func TestCompareSIGINT(t *testing.T) {
 		}
 		ln.Close()
 	}
+}
+
+// A SIGKILL of s2bench (no chance to clean up) still stops both
+// gateways: the kernel signals them when their parent dies, so none is
+// left holding its ports.
+func TestCompareSIGKILL(t *testing.T) {
+	tmp := t.TempDir()
+	p := startProc(t, []string{"TMPDIR=" + tmp}, "compare", "--bytes", "4GiB", "--rate", "200MB/s", "--reps", "2", "--progress", "on", "--s2cs", s2csBin)
+	p.waitLine(t, regexp.MustCompile(`producer connects to \S+`), 30*time.Second)
+	pids := gatewayPIDs(t, p.output())
+	if len(pids) != 2 {
+		t.Fatalf("gateway pids %v, want 2:\n%s", pids, p.output())
+	}
+	t.Cleanup(func() { // if the test fails: leave no gateway behind
+		for _, pid := range pids {
+			if !processGone(pid) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	p.waitLine(t, regexp.MustCompile(`run [12]/4 .* MB verified`), time.Minute)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, time.Minute)
+	for _, pid := range pids {
+		for stop := time.Now().Add(20 * time.Second); !processGone(pid); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(stop) {
+				t.Fatalf("s2cs pid %d still runs 20 s after s2bench was killed", pid)
+			}
+		}
+	}
+}
+
+// processGone reports that pid no longer runs: it does not exist, or it
+// is a zombie waiting for whoever adopted it to reap it.
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 // Every workload shape in one short compare: two sizes, 1 and 2 pairs,

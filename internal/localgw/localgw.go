@@ -132,8 +132,14 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		cmd.Stderr = (*logWriter)(g)
 	}
 	// Its own process group, so a Ctrl-C aimed at the parent does not
-	// kill the gateway before the parent has released its streams.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// kill the gateway before the parent has released its streams. If
+	// the parent dies without stopping it (SIGKILL, a crash), the kernel
+	// sends it SIGTERM and it shuts down: no orphaned gateway holds its
+	// ports. (The signal follows the death of the thread that started
+	// it; the Go runtime keeps its threads for the life of the process
+	// unless a goroutine locked to one exits, which this package never
+	// does.)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", o.S2CS, err)
 	}
