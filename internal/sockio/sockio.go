@@ -52,13 +52,23 @@ type op struct {
 	len   int    // splices: bytes to move
 	n     int    // result
 	errno syscall.Errno
+	pfd   [1]pollFd // opWaitWrite
 }
+
+// pollFd is struct pollfd.
+type pollFd struct {
+	fd             int32
+	events, revent int16
+}
+
+const pollOut = 0x4 // POLLOUT
 
 const (
 	opRead = iota
 	opWrite
 	opSpliceIn  // socket -> pipe
 	opSpliceOut // pipe -> socket
+	opWaitWrite // no call: ready once the socket reports room (POLLOUT) or an error
 )
 
 const spliceFlags = 0x1 | 0x2 // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
@@ -77,6 +87,12 @@ func (o *op) init() {
 				r, _, e = syscall.RawSyscall6(syscall.SYS_SPLICE, fd, 0, uintptr(o.pipe), 0, uintptr(o.len), spliceFlags)
 			case opSpliceOut:
 				r, _, e = syscall.RawSyscall6(syscall.SYS_SPLICE, uintptr(o.pipe), 0, fd, 0, uintptr(o.len), spliceFlags)
+			case opWaitWrite:
+				o.pfd = [1]pollFd{{fd: int32(fd), events: pollOut}}
+				r, _, e = syscall.RawSyscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&o.pfd[0])), 1, 0)
+				if e == 0 && r == 0 {
+					e = syscall.EAGAIN // no room yet
+				}
 			}
 			if e == syscall.EINTR {
 				continue
@@ -188,6 +204,15 @@ func (p *Pipe) Len() int { return p.n }
 // Close closes both ends of the pipe, discarding what it holds.
 func (p *Pipe) Close() error {
 	return errors.Join(syscall.Close(p.r), syscall.Close(p.w))
+}
+
+// WaitWritable waits until s has room in its send buffer (the poller's
+// notion: the socket reports POLLOUT), or an error is pending on it, or
+// s's write deadline passes. It writes nothing.
+func (s *Conn) WaitWritable() error {
+	o := &s.wr
+	o.kind = opWaitWrite
+	return s.rc.Write(o.fn)
 }
 
 // SpliceIn moves bytes from s into the empty part of p, waiting until s

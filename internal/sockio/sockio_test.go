@@ -212,3 +212,44 @@ func BenchmarkReadWrite(b *testing.B) {
 		})
 	}
 }
+
+// WaitWritable returns at once while the socket has room, waits while
+// its send buffer is full (up to the write deadline), and returns once
+// the peer reads.
+func TestWaitWritable(t *testing.T) {
+	a, b := tcpPair(t)
+	ra := raw(t, a)
+	if err := ra.WaitWritable(); err != nil {
+		t.Fatalf("WaitWritable on an empty socket: %v", err)
+	}
+	chunk := make([]byte, 64<<10)
+	for total := 0; ; total += len(chunk) {
+		a.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := ra.Write(chunk); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			break
+		}
+		if total > 1<<30 {
+			t.Fatal("the socket never filled")
+		}
+	}
+	a.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := ra.WaitWritable(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("WaitWritable on a full socket = %v, want the deadline", err)
+	}
+	a.SetWriteDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() { done <- ra.WaitWritable() }()
+	b.SetReadDeadline(time.Now().Add(testTimeout))
+	go io.Copy(io.Discard, b) // ends when the test closes the sockets
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WaitWritable after the peer read: %v", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("WaitWritable did not return after the peer read")
+	}
+}

@@ -387,9 +387,21 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // CloseWrite sends close_notify once no Write is in flight, so it
 // follows every byte already written.
+//
+// crypto/tls writes the alert under a write deadline of its own, 5 s,
+// and then fails every later write: a receiver that stalls for longer
+// just at the end of a stream, with the socket's send buffer full of the
+// last bytes, would see the stream aborted. So CloseWrite first waits,
+// as long as it takes (the caller's write deadline and Close still
+// apply), until the socket has room, and the alert never blocks.
 func (c *Conn) CloseWrite() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if w, ok := c.raw.io.(interface{ WaitWritable() error }); ok {
+		if err := w.WaitWritable(); err != nil {
+			return err
+		}
+	}
 	return c.Conn.CloseWrite()
 }
 
