@@ -209,7 +209,7 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	budget := &handshakeBudget{tokens: handshakeBurst}
 	tr := &quic.Transport{
 		Conn:                cfg.packetConn(udp),
-		StatelessResetKey:   resetKey(l.Cert),
+		StatelessResetKey:   resetKey(l.Cert, udp.LocalAddr()),
 		VerifySourceAddress: budget.retry,
 	}
 	ln, err := tr.Listen(l.quicTLS(func(err error) {
@@ -573,23 +573,29 @@ func (d *QUICDialer) transport(cert *tls.Certificate) (*quic.Transport, error) {
 		return nil, fmt.Errorf("open UDP socket: %w", err)
 	}
 	setUDPBuffers(udp, d.cfg.Logger)
-	d.udp, d.tr = udp, &quic.Transport{Conn: d.cfg.packetConn(udp), StatelessResetKey: resetKey(cert)}
+	d.udp, d.tr = udp, &quic.Transport{Conn: d.cfg.packetConn(udp), StatelessResetKey: resetKey(cert, udp.LocalAddr())}
 	return d.tr, nil
 }
 
 // resetKey derives the key of QUIC stateless resets from the gateway's
-// private key, so it survives a restart: a restarted gateway that receives
-// packets of a connection its previous run held answers with a stateless
-// reset the peer can verify, and the peer drops that connection (and dials
-// a fresh one) within a round trip instead of waiting for the idle
-// timeout. A leaked key lets an on-path attacker end connections, nothing
-// more. Returns nil (resets off) if the key cannot be encoded.
-func resetKey(cert *tls.Certificate) *quic.StatelessResetKey {
+// private key and the UDP address it serves, so it survives a restart (a
+// restored stream listens on the same address): a restarted gateway that
+// receives packets of a connection its previous run held answers with a
+// stateless reset the peer can verify, and the peer drops that connection
+// (and dials a fresh one) within a round trip instead of waiting for the
+// idle timeout. The address makes the key differ between the gateway's
+// sockets: with one key for all of them, a packet sent to one socket with
+// the connection ID of a connection on another would make it answer with
+// that connection's reset token, which the sender could then use to end
+// it (the "stateless reset oracle", RFC 9000 section 21.11). A leaked key
+// lets an on-path attacker end connections, nothing more. Returns nil
+// (resets off) if the key cannot be encoded.
+func resetKey(cert *tls.Certificate, local net.Addr) *quic.StatelessResetKey {
 	der, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
 	if err != nil {
 		return nil
 	}
-	k, err := hkdf.Key(sha256.New, der, nil, "scistream quic stateless reset v1", 32)
+	k, err := hkdf.Key(sha256.New, der, nil, "scistream quic stateless reset v2 "+local.String(), 32)
 	if err != nil {
 		return nil
 	}

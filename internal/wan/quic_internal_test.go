@@ -198,3 +198,27 @@ func TestQUICPrefaceReplay(t *testing.T) {
 		}
 	}
 }
+
+// The stateless-reset key is stable for one gateway key and address (a
+// restarted gateway can reset its previous run's connections) and differs
+// between addresses and between gateways (no socket can be made to
+// reveal another's reset tokens).
+func TestResetKeyPerAddress(t *testing.T) {
+	c1, _ := itCert(t)
+	c2, _ := itCert(t)
+	a := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5100}
+	b := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5101}
+	k := resetKey(c1, a)
+	if k == nil {
+		t.Fatal("no key")
+	}
+	if again := resetKey(c1, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5100}); *again != *k {
+		t.Error("same gateway key and address, different reset keys")
+	}
+	if *resetKey(c1, b) == *k {
+		t.Error("two addresses of one gateway share a reset key")
+	}
+	if *resetKey(c2, a) == *k {
+		t.Error("two gateways share a reset key")
+	}
+}
