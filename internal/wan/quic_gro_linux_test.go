@@ -194,3 +194,64 @@ func FuzzGROSplit(f *testing.F) {
 		}
 	})
 }
+
+// WriteMsgUDP's raw sendmsg reaches IPv4 peers from an IPv4 socket and
+// from a dual-stack one (as a mapped address), IPv6 peers from the
+// dual-stack one, and carries control messages (a GSO segment size): the
+// receiver sees the datagrams, from the sending socket's port.
+func TestRawWriteMsgUDP(t *testing.T) {
+	recv := func(t *testing.T, network string, ip net.IP) *net.UDPConn {
+		c, err := net.ListenUDP(network, &net.UDPAddr{IP: ip})
+		if err != nil {
+			t.Skipf("listen %s %s: %v", network, ip, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	send := func(t *testing.T, network string) (*groConn, int) {
+		c, err := net.ListenUDP(network, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		g, ok := withGRO(c).(*groConn)
+		if !ok {
+			t.Skip("kernel without UDP_GRO")
+		}
+		return g, c.LocalAddr().(*net.UDPAddr).Port
+	}
+	for _, tc := range []struct {
+		name, from, to string
+		ip             net.IP
+	}{
+		{"v4 to v4", "udp4", "udp4", net.IPv4(127, 0, 0, 1)},
+		{"dual-stack to v4", "udp", "udp4", net.IPv4(127, 0, 0, 1)},
+		{"dual-stack to v6", "udp", "udp6", net.IPv6loopback},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := recv(t, tc.to, tc.ip)
+			g, port := send(t, tc.from)
+			to := r.LocalAddr().(*net.UDPAddr)
+			if n, _, err := g.WriteMsgUDP([]byte("one datagram"), nil, to); err != nil || n != 12 {
+				t.Fatalf("WriteMsgUDP = %d, %v", n, err)
+			}
+			// Three segments of 5 bytes in one GSO send.
+			oob := make([]byte, unix.CmsgSpace(2))
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+			h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+			h.SetLen(unix.CmsgLen(2))
+			oob[unix.CmsgLen(0)] = 5 // little-endian uint16 (amd64, arm64)
+			if _, _, err := g.WriteMsgUDP([]byte("aaaaabbbbbccccc"), oob, to); err != nil {
+				t.Fatalf("GSO WriteMsgUDP: %v", err)
+			}
+			r.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 100)
+			for _, want := range []string{"one datagram", "aaaaa", "bbbbb", "ccccc"} {
+				n, from, err := r.ReadFromUDP(buf)
+				if err != nil || string(buf[:n]) != want || from.Port != port {
+					t.Fatalf("received %q from %v (%v); want %q from port %d", buf[:n], from, err, want, port)
+				}
+			}
+		})
+	}
+}
