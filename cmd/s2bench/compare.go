@@ -36,18 +36,24 @@ type compareConfig struct {
 	s2cs       string
 	runTimeout time.Duration
 	idle       time.Duration
+	baseline   bool // also run the naive proxy pair (compare only)
 }
 
 const compareUsage = `usage: s2bench compare [--workload sweep|dstream|lstream|SIZE[,SIZE...]] [--bytes N | --messages N | --duration D]
                        [--rate R] [--mode throughput|rr] [--pairs N[,N...]] [--reps 3]
-                       [--engine splice|buffer] [--wan tls|tcp] [--json FILE] [--plots DIR]
+                       [--engine splice|buffer|sockmap] [--wan tls|tcp|quic] [--baseline] [--json FILE] [--plots DIR]
 
 Starts two local s2cs gateways, wires a stream through them (as s2uc stream
 does), and runs the same verified workload directly and through the gateways,
 interleaved: for each repetition and size, direct then gateways. Prints both
 paths per size with the ratio; every message is checked (sequence, length,
 CRC-32C) and any error fails the run. With no flags: 1GiB of 64KiB messages,
-3 repetitions, TLS between the gateways.`
+3 repetitions, TLS between the gateways.
+
+With --baseline, a third path runs in the same rotation: a naive proxy pair
+(two s2bench naiveproxy processes, io.Copy over the same WAN transport: TCP,
+crypto/tls, or one quic-go connection), the simplest alternative a facility
+could build, measured against the same direct runs.`
 
 // compareFlags are the flags of compare; testbed run has them too.
 type compareFlags struct {
@@ -118,10 +124,16 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	fs.SetOutput(stderr)
 	var f compareFlags
 	f.register(fs, 3)
+	baseline := fs.Bool("baseline", false, "also run the workload through a naive proxy pair (io.Copy over the same WAN transport), interleaved with direct and gateways")
 	if err := parseFlags(fs, args, compareUsage, stderr); err != nil {
 		return nil, err
 	}
-	return f.config(fs)
+	cfg, err := f.config(fs)
+	if err != nil {
+		return nil, err
+	}
+	cfg.baseline = *baseline
+	return cfg, nil
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -155,12 +167,26 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer connects to %s\n",
 		lp.outS.UID, ms(lp.setup), lp.target())
+	ps := []string{pathDirect, pathGateways}
+	var naive *naivePair
+	if cfg.baseline {
+		if naive, err = startNaivePair(ctx, cfg.wan, lp.consAddr); err != nil {
+			return err
+		}
+		defer naive.Close()
+		ps = append(ps, pathNaive)
+		fmt.Fprintf(stdout, "naive baseline (io.Copy over %s): pids %v; producer connects to %s\n", cfg.wan, naive.pids(), naive.target)
+	}
 
 	e := &experiment{
-		plan: p, pairs: cfg.pairs, reps: cfg.reps, paths: paths, engine: cfg.engine, wan: cfg.wan,
+		plan: p, pairs: cfg.pairs, reps: cfg.reps, paths: ps, engine: cfg.engine, wan: cfg.wan,
 		jsonPath: cfg.jsonPath, plotsDir: cfg.plotsDir, plotFormat: cfg.plotFormat, progress: cfg.progress, cpu: true,
 		runOne: func(ctx context.Context, h bench.Hello, prog *progress, label string) (record, error) {
-			return runPath(ctx, lp, h, lp.route(h.Path), cfg.runOptions(), prog, label, stderr)
+			rt := lp.route(h.Path)
+			if h.Path == pathNaive {
+				rt = route{ln: lp.consumer, target: naive.target, cpu: naive.cpu}
+			}
+			return runPath(ctx, lp, h, rt, cfg.runOptions(), prog, label, stderr)
 		},
 		onFail: func(path string) {
 			if path == pathGateways {
@@ -227,6 +253,9 @@ type route struct {
 	// peer, if set, is the IP address the consumer must see every
 	// connection come from (the testbed's producer or consumer gateway).
 	peer string
+	// cpu, if set, returns the CPU time used so far by the proxies of
+	// this path (the gateways' by default).
+	cpu func() (time.Duration, error)
 }
 
 // route returns compare's route for path: the one consumer listener, reached
@@ -249,6 +278,10 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 		rec.DurationS = o.Duration.Seconds()
 	}
 	gw := h.Path == pathGateways
+	cpuOf := rt.cpu
+	if cpuOf == nil && gw {
+		cpuOf = lp.cpu
+	}
 	var (
 		sent0, recv0 int64
 		cpu0         time.Duration
@@ -258,7 +291,9 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 		if sent0, recv0, err = lp.wanBytes(ctx); err != nil {
 			return rec, fmt.Errorf("stream statistics: %w", err)
 		}
-		if cpu0, err = lp.cpu(); err != nil {
+	}
+	if cpuOf != nil {
+		if cpu0, err = cpuOf(); err != nil {
 			return rec, err
 		}
 	}
@@ -269,8 +304,8 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 	res, err := bench.Run(ctx, rt.ln, rt.target, h, o)
 	prog.end()
 	rec.fill(res)
-	if gw {
-		if cpu1, cerr := lp.cpu(); cerr == nil && rec.Bytes > 0 {
+	if cpuOf != nil {
+		if cpu1, cerr := cpuOf(); cerr == nil && rec.Bytes > 0 {
 			s := (cpu1 - cpu0).Seconds()
 			perGB := s / (float64(rec.Bytes) / 1e9)
 			rec.GwCPUS, rec.GwCPUSPerGB = &s, &perGB
@@ -284,10 +319,10 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 	for i, p := range res.Pairs {
 		host, _, _ := net.SplitHostPort(p.Recv.Remote)
 		switch {
-		case !gw && p.Recv.Remote != p.Send.Local:
+		case h.Path == pathDirect && p.Recv.Remote != p.Send.Local:
 			err = fmt.Errorf("direct run, pair %d: the consumer saw %s, not the producer %s", i, p.Recv.Remote, p.Send.Local)
-		case gw && p.Recv.Remote == p.Send.Local:
-			err = fmt.Errorf("gateway run, pair %d: the consumer saw the producer %s itself", i, p.Send.Local)
+		case h.Path != pathDirect && p.Recv.Remote == p.Send.Local:
+			err = fmt.Errorf("%s run, pair %d: the consumer saw the producer %s itself", h.Path, i, p.Send.Local)
 		case rt.peer != "" && host != rt.peer:
 			err = fmt.Errorf("%s run, pair %d: the consumer saw %s, want %s", h.Path, i, p.Recv.Remote, rt.peer)
 		case p.Recv.Measure.Messages != p.Send.Messages || p.Recv.Measure.Bytes != p.Send.Bytes:

@@ -57,11 +57,12 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"compare":  {"run the same verified workload directly and through a local gateway pair", runCompare},
-	"consumer": {"receive and verify runs from s2bench producers (one process per host)", runConsumer},
-	"producer": {"send a verified workload to an s2bench consumer, directly or through gateways", runProducer},
-	"run":      {"drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", runDriver},
-	"testbed":  {"two facilities in network namespaces with an emulated WAN: up, run, down (root)", runTestbed},
+	"compare":    {"run the same verified workload directly and through a local gateway pair", runCompare},
+	"consumer":   {"receive and verify runs from s2bench producers (one process per host)", runConsumer},
+	"producer":   {"send a verified workload to an s2bench consumer, directly or through gateways", runProducer},
+	"run":        {"drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", runDriver},
+	"testbed":    {"two facilities in network namespaces with an emulated WAN: up, run, down (root)", runTestbed},
+	"naiveproxy": {"one side of the naive baseline proxy pair that compare --baseline starts", runNaiveProxy},
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -26,6 +26,7 @@ type style struct {
 var shades = map[string][]color.RGBA{
 	pathDirect:   {{0x1f, 0x77, 0xb4, 0xff}, {0x08, 0x30, 0x6b, 0xff}, {0x6b, 0xae, 0xd6, 0xff}, {0x08, 0x51, 0x9c, 0xff}, {0x9e, 0xca, 0xe1, 0xff}},
 	pathGateways: {{0xd6, 0x27, 0x28, 0xff}, {0x67, 0x00, 0x0d, 0xff}, {0xfc, 0x92, 0x72, 0xff}, {0xa5, 0x0f, 0x15, 0xff}, {0xfb, 0x6a, 0x4a, 0xff}},
+	pathNaive:    {{0x2c, 0xa0, 0x2c, 0xff}, {0x00, 0x44, 0x1b, 0xff}, {0x74, 0xc4, 0x76, 0xff}, {0x00, 0x6d, 0x2c, 0xff}, {0xa1, 0xd9, 0x9b, 0xff}},
 }
 
 func pathStyle(path string, k int) style {
@@ -34,8 +35,11 @@ func pathStyle(path string, k int) style {
 		sh = []color.RGBA{{0x44, 0x44, 0x44, 0xff}}
 	}
 	st := style{c: sh[k%len(sh)], shape: draw.CircleGlyph{}}
-	if path == pathGateways {
+	switch path {
+	case pathGateways:
 		st.shape, st.dash = draw.TriangleGlyph{}, []vg.Length{vg.Points(4), vg.Points(2)}
+	case pathNaive:
+		st.shape, st.dash = draw.SquareGlyph{}, []vg.Length{vg.Points(1), vg.Points(2)}
 	}
 	return st
 }
@@ -94,7 +98,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = sizeTicks(sizes)
 		for k, pairs := range pairsList {
-			for _, path := range paths {
+			for _, path := range tablePaths {
 				xs, ys, lo, hi := series(recs, sizes, func(r record, size int) bool {
 					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
 				}, m.f)
@@ -120,7 +124,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = intTicks(pairsList)
 		for k, size := range sizes {
-			for _, path := range paths {
+			for _, path := range tablePaths {
 				xs, ys, lo, hi := series(recs, pairsList, func(r record, pairs int) bool {
 					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
 				}, func(r record) float64 { return r.GoodputMBps })
@@ -142,7 +146,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 	for _, size := range sizes {
 		var any bool
 		p := newPlot(fmt.Sprintf("RTT CDF, %s messages (request-reply, all runs pooled)", bench.FormatBytes(int64(size))), "round-trip time (µs)", "fraction of messages ≤ x")
-		for _, path := range paths {
+		for _, path := range tablePaths {
 			var samples []float64
 			for _, r := range recs {
 				if r.SizeBytes == size && r.Path == path && r.Pairs == pairsList[0] {

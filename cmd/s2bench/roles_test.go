@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -410,5 +411,50 @@ func TestRunDriverAcrossProcesses(t *testing.T) {
 		t.Errorf("consumer port still taken after SIGINT: %v", err)
 	} else {
 		ln.Close()
+	}
+}
+
+// compare --baseline runs a third path through the naive proxy pair over
+// each WAN transport: every message verified, its proxies' CPU measured,
+// the proxies gone afterwards.
+func TestCompareBaseline(t *testing.T) {
+	for _, wan := range []string{"tcp", "tls", "quic"} {
+		t.Run(wan, func(t *testing.T) {
+			jsonPath := filepath.Join(t.TempDir(), "out.json")
+			p := startProc(t, nil, "compare", "--bytes", "8MiB", "--size", "64KiB", "--reps", "1", "--wan", wan,
+				"--baseline", "--progress", "off", "--json", jsonPath, "--s2cs", s2csBin)
+			if code := p.wait(t, 2*time.Minute); code != 0 {
+				t.Fatalf("exit code %d:\n%s", code, p.output())
+			}
+			m := regexp.MustCompile(`naive baseline \(io.Copy over \w+\): pids \[(\d+) (\d+)\]`).FindStringSubmatch(p.output())
+			if m == nil {
+				t.Fatalf("no naive baseline line:\n%s", p.output())
+			}
+			for _, s := range m[1:] {
+				pid, _ := strconv.Atoi(s)
+				if !processGone(pid) {
+					t.Errorf("naive proxy pid %d still runs after compare ended", pid)
+				}
+			}
+			var naive int
+			for _, r := range readRecords(t, jsonPath) {
+				if r["path"] != "naive" {
+					continue
+				}
+				naive++
+				if r["integrity_ok"] != true || r["bytes"] != float64(8<<20) {
+					t.Errorf("naive record %v", r)
+				}
+				if c, ok := r["gw_cpu_s_per_GB"].(float64); !ok || c < 0 {
+					t.Errorf("naive record without the proxies' CPU: %v", r)
+				}
+			}
+			if naive != 1 {
+				t.Fatalf("%d naive records, want 1:\n%s", naive, p.output())
+			}
+			if !regexp.MustCompile(`(?m)^\s+1\s+64KiB\s+naive\s+1\s`).MatchString(p.output()) {
+				t.Errorf("the table has no naive row:\n%s", p.output())
+			}
+		})
 	}
 }

@@ -1,0 +1,425 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"scistream/internal/api"
+	"scistream/internal/bench"
+	"scistream/internal/certs"
+)
+
+// The naive baseline: what a facility gets from the simplest proxy it
+// could write itself, measured in the same run as the gateways (compare
+// --baseline). Two processes, like the gateway pair: "in" accepts the
+// producer's TCP connections and carries each over the WAN leg, "out"
+// takes each off the WAN leg and connects to the consumer. Per
+// connection, io.Copy in each direction with a half-close at the end:
+//
+//   - tcp: TCP both ways; Go's io.Copy between TCP sockets splices.
+//   - tls: a crypto/tls 1.3 connection per application connection
+//     (server certificate pinned by its SHA-256), io.Copy's 32 KiB buffer.
+//   - quic: one quic-go connection between the two, a stream per
+//     application connection, quic-go's default settings but the windows
+//     s2cs uses (otherwise the naive leg is window-bound, not CPU-bound).
+//
+// No allow-list, no stream secret, no release: it is a baseline, not a
+// gateway, and listens on loopback only.
+
+const naiveUsage = `usage: s2bench naiveproxy --role in|out --wan tcp|tls|quic --listen ADDR --to ADDR [--cert F --key F | --pin SHA256]
+
+The naive baseline of compare --baseline, one side per process (compare starts
+both): "in" accepts TCP on --listen and carries each connection over the WAN
+leg to --to; "out" accepts WAN connections on --listen and connects each to
+--to over TCP; io.Copy both ways. tls and quic need the out side's --cert and
+--key, and the in side's --pin (the certificate's SHA-256). Prints
+"naiveproxy: listening on ADDR" once ready; loopback addresses only.`
+
+func runNaiveProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("naiveproxy", flag.ContinueOnError)
+	role := fs.String("role", "", "in (producer side) or out (consumer side)")
+	wan := fs.String("wan", "", "WAN leg: tcp, tls or quic")
+	listen := fs.String("listen", "", "loopback HOST:PORT to listen on (port 0: any)")
+	to := fs.String("to", "", "HOST:PORT to connect each connection to")
+	certFile := fs.String("cert", "", "out side, tls and quic: PEM certificate")
+	keyFile := fs.String("key", "", "out side, tls and quic: PEM private key")
+	pin := fs.String("pin", "", "in side, tls and quic: SHA-256 (hex) of the out side's certificate")
+	if err := parseFlags(fs, args, naiveUsage, stderr); err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(*listen)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return usagef("--listen %q: give a loopback HOST:PORT, e.g. 127.0.0.1:0", *listen)
+	}
+	if _, _, err := net.SplitHostPort(*to); err != nil {
+		return usagef("--to %q: give HOST:PORT", *to)
+	}
+	secure := *wan == api.WANTLS || *wan == api.WANQUIC
+	switch {
+	case *role != "in" && *role != "out":
+		return usagef("--role %q: use in or out", *role)
+	case *wan != api.WANTCP && !secure:
+		return usagef("--wan %q: use tcp, tls or quic", *wan)
+	case secure && *role == "out" && (*certFile == "" || *keyFile == ""):
+		return usagef("--wan %s --role out needs --cert and --key", *wan)
+	case secure && *role == "in" && len(*pin) != 64:
+		return usagef("--wan %s --role in needs --pin, the out side certificate's SHA-256 in hex", *wan)
+	}
+	p := &naiveProxy{wan: *wan, to: *to, stderr: stderr}
+	if secure {
+		if *role == "out" {
+			c, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+			if err != nil {
+				return fmt.Errorf("load --cert/--key: %w", err)
+			}
+			p.tlsConf = &tls.Config{Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS13, NextProtos: []string{"s2bench-naive"}}
+		} else {
+			want := strings.ToLower(*pin)
+			p.tlsConf = &tls.Config{
+				MinVersion: tls.VersionTLS13, NextProtos: []string{"s2bench-naive"},
+				// The out side's certificate is self-signed: it is
+				// checked by its fingerprint instead of a CA.
+				InsecureSkipVerify: true,
+				VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+					if len(raw) == 0 {
+						return errors.New("no certificate")
+					}
+					if h := sha256.Sum256(raw[0]); hex.EncodeToString(h[:]) != want {
+						return errors.New("certificate does not match --pin")
+					}
+					return nil
+				},
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if *role == "in" {
+		return p.serveIn(ctx, *listen, stdout)
+	}
+	return p.serveOut(ctx, *listen, stdout)
+}
+
+type naiveProxy struct {
+	wan     string
+	to      string
+	tlsConf *tls.Config
+	stderr  io.Writer
+}
+
+func naiveQUICConfig() *quic.Config {
+	return &quic.Config{MaxStreamReceiveWindow: 32 << 20, MaxConnectionReceiveWindow: 64 << 20, MaxIdleTimeout: 30 * time.Second, MaxIncomingStreams: 1 << 16}
+}
+
+// serveIn accepts the producers' connections and carries each over the
+// WAN leg.
+func (p *naiveProxy) serveIn(ctx context.Context, listen string, stdout io.Writer) error {
+	var qc *quic.Conn
+	if p.wan == api.WANQUIC {
+		var err error
+		if qc, err = quic.DialAddr(ctx, p.to, p.tlsConf, naiveQUICConfig()); err != nil {
+			return fmt.Errorf("dial quic %s: %w", p.to, err)
+		}
+		defer qc.CloseWithError(0, "")
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	return p.acceptLoop(ctx, ln, stdout, func(c net.Conn) {
+		var w io.ReadWriteCloser
+		var err error
+		switch p.wan {
+		case api.WANQUIC:
+			w, err = qc.OpenStreamSync(ctx)
+		case api.WANTLS:
+			d := tls.Dialer{Config: p.tlsConf}
+			var nc net.Conn
+			if nc, err = d.DialContext(ctx, "tcp", p.to); err == nil {
+				w = nc
+			}
+		default:
+			w, err = net.Dial("tcp", p.to)
+		}
+		if err != nil {
+			fmt.Fprintf(p.stderr, "naiveproxy: %s leg to %s: %v\n", p.wan, p.to, err)
+			c.Close()
+			return
+		}
+		pipeBoth(c, w)
+	})
+}
+
+// serveOut takes connections off the WAN leg and connects each to the
+// consumer.
+func (p *naiveProxy) serveOut(ctx context.Context, listen string, stdout io.Writer) error {
+	toConsumer := func(w io.ReadWriteCloser) {
+		c, err := net.Dial("tcp", p.to)
+		if err != nil {
+			fmt.Fprintf(p.stderr, "naiveproxy: connect %s: %v\n", p.to, err)
+			w.Close()
+			return
+		}
+		pipeBoth(c, w)
+	}
+	switch p.wan {
+	case api.WANQUIC:
+		ln, err := quic.ListenAddr(listen, p.tlsConf, naiveQUICConfig())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "naiveproxy: listening on %s\n", ln.Addr())
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+		for {
+			qc, err := ln.Accept(ctx)
+			if err != nil {
+				return nil // stopped; the process ends with its connections
+			}
+			go func() {
+				for {
+					s, err := qc.AcceptStream(ctx)
+					if err != nil {
+						return
+					}
+					go toConsumer(s)
+				}
+			}()
+		}
+	case api.WANTLS:
+		ln, err := tls.Listen("tcp", listen, p.tlsConf)
+		if err != nil {
+			return err
+		}
+		return p.acceptLoop(ctx, ln, stdout, func(c net.Conn) { toConsumer(c) })
+	default:
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return err
+		}
+		return p.acceptLoop(ctx, ln, stdout, func(c net.Conn) { toConsumer(c) })
+	}
+}
+
+func (p *naiveProxy) acceptLoop(ctx context.Context, ln net.Listener, stdout io.Writer, handle func(net.Conn)) error {
+	fmt.Fprintf(stdout, "naiveproxy: listening on %s\n", ln.Addr())
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped; the process ends with its connections
+			}
+			return err
+		}
+		go handle(c)
+	}
+}
+
+// pipeBoth copies both ways between a TCP connection and a WAN one,
+// passing each direction's end on as a half-close, then closes both.
+func pipeBoth(c net.Conn, w io.ReadWriteCloser) {
+	done := make(chan struct{})
+	go func() {
+		io.Copy(w, c)
+		closeWrite(w)
+		close(done)
+	}()
+	io.Copy(c, w)
+	closeWrite(c)
+	<-done
+	c.Close()
+	w.Close()
+}
+
+func closeWrite(x any) {
+	switch c := x.(type) {
+	case interface{ CloseWrite() error }:
+		c.CloseWrite()
+	case *quic.Stream:
+		c.Close() // the send direction only
+	}
+}
+
+// naivePair is the two naive proxy processes of compare --baseline.
+type naivePair struct {
+	target string // the in side's listener: where producers connect
+	cmds   []*exec.Cmd
+	dir    string
+}
+
+var naiveReady = regexp.MustCompile(`^naiveproxy: listening on (\S+)$`)
+
+// startNaivePair starts the out side (towards consumer) and then the in
+// side, each as its own s2bench process, and waits until both listen.
+func startNaivePair(ctx context.Context, wan, consumer string) (_ *naivePair, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	np := &naivePair{}
+	defer func() {
+		if err != nil {
+			np.Close()
+		}
+	}()
+	var outArgs, inArgs []string
+	if wan != api.WANTCP {
+		if np.dir, err = os.MkdirTemp("", "s2bench-naive-"); err != nil {
+			return nil, err
+		}
+		certPEM, keyPEM, err := certs.SelfSigned([]string{"127.0.0.1"}, 24*time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		cf, kf := filepath.Join(np.dir, "cert.pem"), filepath.Join(np.dir, "key.pem")
+		if err := os.WriteFile(cf, certPEM, 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(kf, keyPEM, 0o600); err != nil {
+			return nil, err
+		}
+		c, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, err
+		}
+		outArgs = []string{"--cert", cf, "--key", kf}
+		inArgs = []string{"--pin", certs.Fingerprint(c.Certificate[0])}
+	}
+	outAddr, err := np.start(ctx, exe, append([]string{"--role", "out", "--wan", wan, "--listen", "127.0.0.1:0", "--to", consumer}, outArgs...))
+	if err != nil {
+		return nil, fmt.Errorf("naive baseline, out side: %w", err)
+	}
+	if np.target, err = np.start(ctx, exe, append([]string{"--role", "in", "--wan", wan, "--listen", "127.0.0.1:0", "--to", outAddr}, inArgs...)); err != nil {
+		return nil, fmt.Errorf("naive baseline, in side: %w", err)
+	}
+	return np, nil
+}
+
+// start runs one side and returns the address it listens on.
+func (np *naivePair) start(ctx context.Context, exe string, args []string) (string, error) {
+	cmd := exec.Command(exe, append([]string{"naiveproxy"}, args...)...)
+	// Its own process group (a Ctrl-C reaches only s2bench, which stops
+	// it), and SIGTERM if s2bench dies first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	var errBuf strings.Builder
+	cmd.Stderr = &limitedWriter{w: &errBuf, n: 4096}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	np.cmds = append(np.cmds, cmd)
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := naiveReady.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		close(addr)
+	}()
+	t := time.NewTimer(15 * time.Second)
+	defer t.Stop()
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			cmd.Wait()
+			return "", fmt.Errorf("exited before listening: %s", strings.TrimSpace(errBuf.String()))
+		}
+		return a, nil
+	case <-t.C:
+		return "", errors.New("not listening after 15 s")
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	}
+}
+
+// pids returns the proxies' process IDs.
+func (np *naivePair) pids() []int {
+	var p []int
+	for _, c := range np.cmds {
+		p = append(p, c.Process.Pid)
+	}
+	return p
+}
+
+// cpu returns the CPU time both proxies have used so far.
+func (np *naivePair) cpu() (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range np.pids() {
+		d, err := bench.ProcessCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
+}
+
+// Close stops both proxies (SIGTERM, then SIGKILL after 5 s) and removes
+// their certificate. Idempotent.
+func (np *naivePair) Close() {
+	for _, c := range np.cmds {
+		c.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() {
+			c.Wait()
+			close(done)
+		}()
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-done:
+		case <-t.C:
+			c.Process.Kill()
+			<-done
+		}
+		t.Stop()
+	}
+	np.cmds = nil
+	if np.dir != "" {
+		os.RemoveAll(np.dir)
+		np.dir = ""
+	}
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	n  int
+}
+
+func (l *limitedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n > 0 {
+		k := min(len(b), l.n)
+		l.w.Write(b[:k])
+		l.n -= k
+	}
+	return len(b), nil
+}
