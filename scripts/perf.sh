@@ -35,17 +35,20 @@ run pairs   --workload dstream --pairs 1,4,16 --bytes 512MiB --reps 2
 # Issue 4's engine table: each engine and WAN transport at 64 KiB, then
 # request-reply at 16 KiB, then 512 B messages written one per write call
 # (an application sending message by message), fast and at a low rate.
-run eng-splice-tcp  --workload 64KiB --reps 5 --engine splice  --wan tcp
+# --baseline adds the naive proxy pair (io.Copy over the same WAN
+# transport) to the rotation: the simplest alternative, measured against
+# the same direct runs.
+run eng-splice-tcp  --workload 64KiB --reps 5 --engine splice  --wan tcp  --baseline
 run eng-buffer-tcp  --workload 64KiB --reps 5 --engine buffer  --wan tcp
 run eng-sockmap-tcp --workload 64KiB --reps 5 --engine sockmap --wan tcp
-run eng-splice-tls  --workload 64KiB --reps 5 --engine splice  --wan tls
-run eng-splice-quic --workload 64KiB --reps 5 --engine splice  --wan quic
-run rr-splice-tcp   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tcp
+run eng-splice-tls  --workload 64KiB --reps 5 --engine splice  --wan tls  --baseline
+run eng-splice-quic --workload 64KiB --reps 5 --engine splice  --wan quic --baseline
+run rr-splice-tcp   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tcp --baseline
 run rr-sockmap-tcp  --workload 16KiB --mode rr --reps 5 --engine sockmap --wan tcp
-run rr-splice-tls   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tls
-run small-each-tcp  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tcp
+run rr-splice-tls   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tls --baseline
+run small-each-tcp  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tcp --baseline
 run small-each-tls  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tls
-run small-slow-tcp  --workload 512B --mode rr --rate 1000msg/s --messages 2000 --reps 3 --wan tcp
+run small-slow-tcp  --workload 512B --mode rr --rate 1000msg/s --messages 2000 --reps 3 --wan tcp --baseline
 
 # Issue 6's emulated WAN (root: network namespaces, a TUN delay line, tc
 # tbf at 200 Mbit/s): the sweep directly and through the gateways on the
