@@ -292,16 +292,6 @@ func TestQUICPeerDeath(t *testing.T) {
 	}
 }
 
-// udpFree reports whether the UDP port of addr can be bound.
-func udpFree(addr string) bool {
-	c, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}
-
 // TestQUICRefusesStrangers: on an inbound QUIC stream's UDP port, a peer
 // with another certificate, the producer gateway's own certificate without
 // the stream secret, and a plain TCP connection to the same port are all

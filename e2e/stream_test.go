@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os/exec"
 	"regexp"
@@ -122,33 +120,6 @@ func TestOneGigabyte(t *testing.T) {
 			t.Logf("1 GiB over wan=%s in %s (%.0f MB/s)", wan, el.Round(time.Millisecond), total/el.Seconds()/1e6)
 		})
 	}
-}
-
-// sendRandom writes n pseudo-random bytes (seeded) to w, returning their
-// SHA-256.
-func sendRandom(t *testing.T, w io.Writer, n int64, seed uint64) [32]byte {
-	t.Helper()
-	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
-	// One random block, written with a different rotation each time, so
-	// no two blocks are alike and generation stays cheap.
-	block := make([]byte, 4<<20)
-	rng.Read(block)
-	h := sha256.New()
-	buf := make([]byte, len(block))
-	for i := int64(0); n > 0; i++ {
-		k := int(uint64(i)*7919) % len(block)
-		copy(buf, block[k:])
-		copy(buf[len(block)-k:], block[:k])
-		m := min(n, int64(len(buf)))
-		h.Write(buf[:m])
-		if _, err := w.Write(buf[:m]); err != nil {
-			t.Fatalf("send: %v", err)
-		}
-		n -= m
-	}
-	var s [32]byte
-	copy(s[:], h.Sum(nil))
-	return s
 }
 
 // TestHalfClose: the producer finishes sending, the consumer sees EOF,
