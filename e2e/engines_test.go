@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -348,28 +350,66 @@ func (e *engineEnv) manyConnections(t *testing.T) {
 	e.settled(t, s.UID, conns, 0)
 }
 
-// peerDeath: the consumer application resets its connection in the middle
-// of a transfer. The producer's writes fail within a bound; a connection
-// open beside it on the same channel (for QUIC, the same QUIC connection)
-// carries on undisturbed, and a fresh connection through the same stream
-// works end to end.
-func (e *engineEnv) peerDeath(t *testing.T) {
-	s := e.open(t, 2)
-	const half = 1 << 20
-	// The bystander sends the first half of its bytes and waits, open.
-	by, err := dialFrom("", s.Listeners[1])
+// bystander is a connection left open halfway through its transfer while
+// a check disturbs others: it must finish as if nothing happened.
+type bystander struct {
+	s  *testStream
+	ch int
+	c  *net.TCPConn
+	h  hash.Hash
+}
+
+const bystanderHalf = 1 << 20
+
+// startBystander opens a connection on channel ch of s, sends the first
+// half of its bytes and waits until the consumer has accepted it.
+func (s *testStream) startBystander(t *testing.T, ch int, seed uint64) *bystander {
+	t.Helper()
+	k := s.sinkFor(ch)
+	before := k.accepted.Load()
+	c, err := dialFrom("", s.Listeners[ch])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer by.Close()
-	by.SetDeadline(time.Now().Add(time.Minute))
-	byHash := sha256.New()
-	if err := writeRandom(io.MultiWriter(byHash, by), half, 5); err != nil {
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(time.Minute))
+	b := &bystander{s: s, ch: ch, c: c, h: sha256.New()}
+	if err := writeRandom(io.MultiWriter(b.h, c), bystanderHalf, seed); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the consumer to accept the bystander's connection", func() bool {
-		return s.reply.accepted.Load() == 1
+		return k.accepted.Load() > before
 	})
+	return b
+}
+
+// finish sends the second half and checks every byte arrived intact and
+// the connection ended cleanly both ways.
+func (b *bystander) finish(t *testing.T, seed uint64) {
+	t.Helper()
+	if err := writeRandom(io.MultiWriter(b.h, b.c), bystanderHalf, seed); err != nil {
+		t.Fatalf("bystander on stream %s: %v", b.s.UID, err)
+	}
+	if err := b.s.finish(b.c, b.ch); err != nil {
+		t.Fatalf("bystander on stream %s: %v", b.s.UID, err)
+	}
+	r := b.s.sinkFor(b.ch).next(t, 10*time.Second)
+	if ok := bytes.Equal(r.sum[:], b.h.Sum(nil)); r.err != nil || r.n != 2*bystanderHalf || !ok {
+		t.Fatalf("bystander on stream %s: consumer got %d bytes (err %v), sha256 match %v; want %d identical bytes", b.s.UID, r.n, r.err, ok, 2*bystanderHalf)
+	}
+	b.c.Close()
+}
+
+// peerDeath: the consumer application resets its connection in the middle
+// of a transfer. The producer's writes fail within a bound; connections
+// open beside it, one on the same channel (for QUIC, the same QUIC
+// connection) and one on another stream, carry on undisturbed, and a
+// fresh connection through the same channel works end to end.
+func (e *engineEnv) peerDeath(t *testing.T) {
+	other := e.open(t, 1)
+	s := e.open(t, 2)
+	byOther := other.startBystander(t, 0, 5)
+	bySame := s.startBystander(t, 1, 6)
 
 	// The victim: the consumer reads 4 MiB of it, then resets.
 	s.reply.resetNext(4 << 20)
@@ -413,28 +453,19 @@ func (e *engineEnv) peerDeath(t *testing.T) {
 	}
 	defer fresh.Close()
 	fresh.SetDeadline(time.Now().Add(30 * time.Second))
-	sum := sendRandom(t, fresh, half, 6)
+	sum := sendRandom(t, fresh, 1<<20, 7)
 	if err := s.finish(fresh, 1); err != nil {
 		t.Fatalf("fresh connection after the reset: %v", err)
 	}
-	if r := s.reply.next(t, 10*time.Second); r.err != nil || r.n != half || r.sum != sum {
+	if r := s.reply.next(t, 10*time.Second); r.err != nil || r.n != 1<<20 || r.sum != sum {
 		t.Fatalf("fresh connection after the reset: consumer got %d bytes (err %v), sha256 match %v", r.n, r.err, r.sum == sum)
 	}
 	fresh.Close()
 
-	// The bystander finishes: every byte intact, a clean end both ways.
-	if err := writeRandom(io.MultiWriter(byHash, by), half, 7); err != nil {
-		t.Fatalf("bystander after the reset: %v", err)
-	}
-	if err := s.finish(by, 1); err != nil {
-		t.Fatalf("bystander after the reset: %v", err)
-	}
-	r := s.reply.next(t, 10*time.Second)
-	if r.err != nil || r.n != 2*half || !bytes.Equal(r.sum[:], byHash.Sum(nil)) {
-		t.Fatalf("bystander: consumer got %d bytes (err %v), sha256 match %v; want %d identical bytes", r.n, r.err, bytes.Equal(r.sum[:], byHash.Sum(nil)), 2*half)
-	}
-	by.Close()
+	bySame.finish(t, 8)
+	byOther.finish(t, 9)
 	e.settled(t, s.UID, 3, 1)
+	e.settled(t, other.UID, 1, 0)
 }
 
 // releaseMidTransfer: s2uc release while bytes flow. Both applications'
