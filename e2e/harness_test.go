@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,6 +119,15 @@ func (p *pair) restart(g **localgw.Gateway, graceful bool) {
 	*g = p.start(name, old.Opts.ListenerIP, pairOpts{portRange: old.Opts.PortRange, args: old.Opts.Args})
 }
 
+// on returns p as seen by test t (a subtest of the one that made p), so
+// that its helpers fail t rather than the parent: a pair shared by the
+// subtests of one configuration.
+func (p *pair) on(t *testing.T) *pair {
+	q := *p
+	q.t = t
+	return &q
+}
+
 // s2uc runs the client binary as identity id and returns stdout, stderr
 // and the exit code.
 func (p *pair) s2uc(id string, args ...string) (string, string, int) {
@@ -178,11 +190,16 @@ func (p *pair) wire(id, appHost string, ports string, numConn int, extra ...stri
 
 // sink is a listening application: it accepts connections and reports,
 // per connection, the SHA-256 and length of everything it read. If reply
-// is set, it writes reply after reading EOF.
+// is set, it writes reply after reading EOF. resetNext makes it die
+// abruptly on a connection instead.
 type sink struct {
-	ln    net.Listener
-	got   chan sinkResult
-	reply []byte
+	ln       net.Listener
+	got      chan sinkResult
+	reply    []byte
+	accepted atomic.Int64 // connections accepted so far
+
+	mu     sync.Mutex // guards resets
+	resets []int64    // armed by resetNext, in accept order
 }
 
 type sinkResult struct {
@@ -191,6 +208,10 @@ type sinkResult struct {
 	data []byte // first 4 KiB
 	err  error
 }
+
+// errSinkReset is the result of a connection the sink reset on purpose
+// (resetNext).
+var errSinkReset = errors.New("the sink reset this connection, as armed by resetNext")
 
 func newSink(t *testing.T, ip string, reply []byte) *sink {
 	t.Helper()
@@ -207,24 +228,57 @@ func newSink(t *testing.T, ip string, reply []byte) *sink {
 			if err != nil {
 				return
 			}
-			go s.serve(c)
+			// Take the connection's fate before counting it, so a test
+			// that waits on accepted and then arms a reset arms it for
+			// the next connection, never for this one.
+			resetAfter := s.takeReset()
+			s.accepted.Add(1)
+			go s.serve(c.(*net.TCPConn), resetAfter)
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return s
 }
 
-func (s *sink) serve(c net.Conn) {
+// resetNext arms the sink: the next connection it accepts reads n bytes,
+// then is reset (SetLinger(0) and Close: an RST, as when an application
+// dies), and its result's err is errSinkReset.
+func (s *sink) resetNext(n int64) {
+	s.mu.Lock()
+	s.resets = append(s.resets, n)
+	s.mu.Unlock()
+}
+
+func (s *sink) takeReset() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.resets) == 0 {
+		return -1
+	}
+	n := s.resets[0]
+	s.resets = s.resets[1:]
+	return n
+}
+
+func (s *sink) serve(c *net.TCPConn, resetAfter int64) {
 	defer c.Close()
 	h := sha256.New()
 	head := &limitedBuf{max: 4096}
-	n, err := io.Copy(io.MultiWriter(h, head), c)
 	var r sinkResult
-	r.n, r.err, r.data = n, err, head.b
-	copy(r.sum[:], h.Sum(nil))
-	if err == nil && s.reply != nil {
-		_, r.err = c.Write(s.reply)
+	if resetAfter >= 0 {
+		r.n, r.err = io.CopyN(io.MultiWriter(h, head), c, resetAfter)
+		if r.err == nil {
+			c.SetLinger(0)
+			r.err = errSinkReset
+		}
+	} else {
+		r.n, r.err = io.Copy(io.MultiWriter(h, head), c)
+		if r.err == nil && s.reply != nil {
+			_, r.err = c.Write(s.reply)
+		}
 	}
+	r.data = head.b
+	copy(r.sum[:], h.Sum(nil))
 	s.got <- r
 }
 
@@ -298,4 +352,56 @@ func fdCount(pid int) int {
 		return -1
 	}
 	return len(ents)
+}
+
+// sendRandom writes n pseudo-random bytes (seeded) to w, returning their
+// SHA-256; it fails t if a write fails, so call it from t's goroutine
+// only (writeRandom elsewhere).
+func sendRandom(t *testing.T, w io.Writer, n int64, seed uint64) [32]byte {
+	t.Helper()
+	h := sha256.New()
+	if err := writeRandom(io.MultiWriter(h, w), n, seed); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	var s [32]byte
+	copy(s[:], h.Sum(nil))
+	return s
+}
+
+// writeRandom writes n pseudo-random bytes (seeded) to w: one random block
+// of at most 4 MiB, written with a different rotation each time, so no
+// two blocks are alike and generation stays cheap.
+func writeRandom(w io.Writer, n int64, seed uint64) error {
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
+	block := make([]byte, min(n, 4<<20))
+	rng.Read(block)
+	var buf []byte
+	for i := int64(0); n > 0; i++ {
+		k := int(uint64(i)*7919) % len(block)
+		out := block
+		if k != 0 {
+			if buf == nil {
+				buf = make([]byte, len(block))
+			}
+			copy(buf, block[k:])
+			copy(buf[len(block)-k:], block[:k])
+			out = buf
+		}
+		m := min(n, int64(len(out)))
+		if _, err := w.Write(out[:m]); err != nil {
+			return err
+		}
+		n -= m
+	}
+	return nil
+}
+
+// udpFree reports whether the UDP port of addr can be bound.
+func udpFree(addr string) bool {
+	c, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
