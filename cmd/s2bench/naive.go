@@ -127,7 +127,8 @@ type naiveProxy struct {
 }
 
 func naiveQUICConfig() *quic.Config {
-	return &quic.Config{MaxStreamReceiveWindow: 32 << 20, MaxConnectionReceiveWindow: 64 << 20, MaxIdleTimeout: 30 * time.Second, MaxIncomingStreams: 1 << 16}
+	return &quic.Config{MaxStreamReceiveWindow: 32 << 20, MaxConnectionReceiveWindow: 64 << 20,
+		MaxIdleTimeout: 30 * time.Second, KeepAlivePeriod: 5 * time.Second, MaxIncomingStreams: 1 << 16}
 }
 
 // serveIn accepts the producers' connections and carries each over the

@@ -397,10 +397,8 @@ func (c *Conn) Write(b []byte) (int, error) {
 func (c *Conn) CloseWrite() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if w, ok := c.raw.io.(interface{ WaitWritable() error }); ok {
-		if err := w.WaitWritable(); err != nil {
-			return err
-		}
+	if err := c.raw.waitWritable(); err != nil {
+		return err
 	}
 	return c.Conn.CloseWrite()
 }
@@ -530,6 +528,19 @@ func (c *legConn) Write(b []byte) (int, error) {
 	}
 	*c.batch = append(buf, b...)
 	return len(b), nil
+}
+
+// waitWritable waits until the socket has room (see Conn.CloseWrite),
+// under the write lock: crypto/tls may write from a Read (an alert, a key
+// update) while CloseWrite waits.
+func (c *legConn) waitWritable() error {
+	w, ok := c.io.(interface{ WaitWritable() error })
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.WaitWritable()
 }
 
 func (c *legConn) flushLocked() error {
