@@ -58,7 +58,9 @@ func (r *Redirector) Copy(dst, src *net.TCPConn, count func(int64)) error {
 		return fmt.Errorf("%w: redirector closed", ErrFallback)
 	}
 	defer r.release()
-	c := &copier{r: r, count: count, window: uint64(r.cfg.Window)}
+	// passFrom starts at no possible st.redirected, so a pass before
+	// anything was redirected counts too.
+	c := &copier{r: r, count: count, window: uint64(r.cfg.Window), passFrom: math.MaxUint64}
 	var err error
 	if c.src, err = newSock(src); err == nil {
 		c.dst, err = newSock(dst)
