@@ -86,7 +86,12 @@
 // wakes on the socket's own write-space event. Stats.KernelQueued shows
 // what waits ahead of egress sockets; TestMemoryBoundedWhenConsumerStalls
 // checks it is zero while a stalled consumer keeps the egress socket full
-// (without the check, 0.75 MB sat there). Still left: every redirect
+// (without the check, 0.75 MB sat there). The price: while the egress
+// socket is full (a slow consumer, or a WAN leg that is the bottleneck)
+// the direction copies in user space rather than redirect; the kernel
+// grows the socket's send buffer from those writes as usual (autotuning
+// needs a writer that met a full buffer), and redirecting resumes when
+// the producer pauses. Still left: every redirect
 // waits for the worker thread to be scheduled, which shows in the tail
 // latency on a loaded machine (BenchmarkRequestReply16KiB reports p50/p99
 // next to direct and splice); only sending inline in the kernel would
