@@ -32,12 +32,16 @@ func TestChainedRelays(t *testing.T) {
 			rb, ma := tcpPair(t) // WAN leg
 			mb, B := tcpPair(t)
 			deadline(A, B, ma, rb)
-			go relay.Relay(relay.Sockmap{R: r1}, ra, rb, func(int64) {}, func(int64) {})
-			// A preface in user space on the middle hop, as a WAN leg has.
+			// A preface in user space on the middle hop, as a WAN leg has,
+			// written (as the gateway does) before the relay starts: the
+			// relay counts what its egress socket took from its start, and
+			// rightly aborts on 8 bytes it did not send (it did, under
+			// load, when this write raced the relay's start).
 			if _, err := rb.Write([]byte("preface-")); err != nil {
 				t.Error(err)
 				return
 			}
+			go relay.Relay(relay.Sockmap{R: r1}, ra, rb, func(int64) {}, func(int64) {})
 			sent := sha256.New()
 			go sendHashed(A, uint64(i), size+int64(i), sent)
 			pre := make([]byte, 8)
