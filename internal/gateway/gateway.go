@@ -138,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng = cfg.withSockmap(eng)
+	eng = cfg.configure(eng, buffer)
 	if cfg.PendingTimeout == 0 {
 		cfg.PendingTimeout = 15 * time.Minute
 	}
@@ -405,10 +405,17 @@ func (s *Server) streamView(rec *store.Record, st *stream) api.Stream {
 	return v
 }
 
-// withSockmap gives the sockmap engine this gateway's loaded program.
-func (cfg *Config) withSockmap(e relay.Engine) relay.Engine {
-	if _, ok := e.(relay.Sockmap); ok {
-		return relay.Sockmap{R: cfg.Sockmap}
+// configure gives an engine this gateway's settings: the buffer engine's
+// ring size (also the ring splice uses on QUIC legs), and the sockmap
+// engine's loaded program.
+func (cfg *Config) configure(e relay.Engine, buffer relay.Buffer) relay.Engine {
+	switch e.(type) {
+	case relay.Buffer:
+		return buffer
+	case relay.Splice:
+		return relay.Splice{Ring: buffer}
+	case relay.Sockmap:
+		return relay.Sockmap{R: cfg.Sockmap, Splice: relay.Splice{Ring: buffer}}
 	}
 	return e
 }

@@ -53,10 +53,7 @@ func (s *Server) newStream(rec *store.Record, lns []*net.TCPListener) (*stream, 
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := eng.(relay.Buffer); ok {
-		eng = s.buffer // with the configured ring size
-	}
-	if eng = s.cfg.withSockmap(eng); eng.Name() == "sockmap" {
+	if eng = s.cfg.configure(eng, s.buffer); eng.Name() == "sockmap" {
 		// Said once per stream: the kernel redirect needs two plain
 		// TCP sockets.
 		switch {

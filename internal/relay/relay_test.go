@@ -26,7 +26,22 @@ const testTimeout = 30 * time.Second
 // engines are the engines the shared correctness suite runs: splice,
 // buffer, and sockmap with its eBPF program loaded when this process may
 // load it (TestMain), so every engine passes the same tests.
-var engines = []relay.Engine{relay.Splice{}, relay.Buffer{}}
+var engines = []relay.Engine{relay.Splice{}, relay.Buffer{}, splicePipelined{}}
+
+// splicePipelined is Splice with both sides seen as relay.Pipelined, as a
+// QUIC stream is: the suite also covers the ring Splice copies through
+// on QUIC legs.
+type splicePipelined struct{ relay.Splice }
+
+func (splicePipelined) Name() string { return "splice-pipelined" }
+
+func (e splicePipelined) Copy(dst, src net.Conn, count func(int64)) error {
+	return e.Splice.Copy(pipelinedConn{dst}, pipelinedConn{src}, count)
+}
+
+type pipelinedConn struct{ net.Conn }
+
+func (pipelinedConn) PipelinedCopy() {}
 
 func TestMain(m *testing.M) {
 	r, err := sockmap.New(sockmap.Config{})

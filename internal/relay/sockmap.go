@@ -11,12 +11,14 @@ import (
 // SK_SKB verdict program (package sockmap): no copy and no system call
 // per chunk. It needs a loaded Redirector and plain TCP sockets on both
 // sides: without a Redirector (the program could not be loaded), with a
-// TLS leg, or when the kernel maps are full, it falls back to Splice (which
-// itself falls back to Buffer for TLS).
+// TLS or QUIC leg, or when the kernel maps are full, it falls back to
+// Splice (which copies in user space for those legs).
 type Sockmap struct {
 	// R is the loaded program shared by every connection; nil means
 	// "not available", and Copy uses Splice.
 	R *sockmap.Redirector
+	// Splice is the fallback, with its ring for QUIC legs.
+	Splice Splice
 }
 
 // Name implements Engine.
@@ -27,12 +29,12 @@ func (e Sockmap) Copy(dst, src net.Conn, count func(int64)) error {
 	d, ok1 := dst.(*net.TCPConn)
 	s, ok2 := src.(*net.TCPConn)
 	if e.R == nil || !ok1 || !ok2 {
-		return Splice{}.Copy(dst, src, count)
+		return e.Splice.Copy(dst, src, count)
 	}
 	err := e.R.Copy(d, s, count)
 	if errors.Is(err, sockmap.ErrFallback) {
 		// Every byte moved so far was delivered and counted.
-		return Splice{}.Copy(dst, src, count)
+		return e.Splice.Copy(dst, src, count)
 	}
 	return err
 }

@@ -652,6 +652,10 @@ type streamConn struct {
 
 func newStreamConn(c *quic.Conn, s *quic.Stream) *streamConn { return &streamConn{s: s, c: c} }
 
+// PipelinedCopy marks the stream for relay.Splice: quic-go's Write
+// returns only once its packets have taken every byte (relay.Pipelined).
+func (sc *streamConn) PipelinedCopy() {}
+
 func (sc *streamConn) Read(b []byte) (int, error)  { return sc.s.Read(b) }
 func (sc *streamConn) Write(b []byte) (int, error) { return sc.s.Write(b) }
 
