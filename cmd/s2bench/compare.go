@@ -202,6 +202,7 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	if err := lp.Close(); err != nil {
 		return fmt.Errorf("clean up: %w", err)
 	}
+	fmt.Fprint(stdout, lp.sockmapReport())
 	fmt.Fprintf(stdout, "stream released, gateways stopped; wall time %.1f s\n", time.Since(wall).Seconds())
 	return nil
 }

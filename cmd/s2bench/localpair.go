@@ -259,6 +259,33 @@ func (lp *localPair) Close() error {
 	return lp.closeErr
 }
 
+// sockmapReport says, once the gateways have stopped, how each one's
+// sockmap engine moved the bytes (the totals s2cs logs at exit: bytes
+// redirected in the kernel and copied in user space), or that it could not
+// load the program. Empty when neither gateway ran the sockmap engine.
+func (lp *localPair) sockmapReport() string {
+	var sb strings.Builder
+	for i, g := range []*localgw.Gateway{lp.in, lp.out} {
+		if g == nil {
+			continue
+		}
+		role := []string{"inbound", "outbound"}[i]
+		for _, l := range strings.Split(g.Log(), "\n") {
+			switch {
+			case strings.Contains(l, `msg="sockmap totals"`):
+				fmt.Fprintf(&sb, "sockmap, %s gateway: %s\n", role, strings.TrimSpace(l[strings.Index(l, `msg="sockmap totals"`)+len(`msg="sockmap totals"`):]))
+			case strings.Contains(l, "engine sockmap unavailable"):
+				why := ""
+				if i := strings.Index(l, " err="); i >= 0 {
+					why = ": " + strings.TrimSpace(l[i+len(" err="):])
+				}
+				fmt.Fprintf(&sb, "sockmap, %s gateway: not loaded, the gateway used splice%s\n", role, why)
+			}
+		}
+	}
+	return sb.String()
+}
+
 // describe names the gateway processes, for the output.
 func (lp *localPair) describe() string {
 	where := func(i int) string {

@@ -256,3 +256,32 @@ func TestCompareFlags(t *testing.T) {
 		t.Error("no command: no error")
 	}
 }
+
+// With --engine sockmap, compare says after the run how each gateway's
+// sockmap engine moved the bytes, or that it could not load the program.
+func TestCompareSockmapReport(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sockmap engine loads an eBPF program: root only")
+	}
+	noSockmap := filepath.Join(t.TempDir(), "s2cs-no-sockmap")
+	if err := os.WriteFile(noSockmap, []byte("#!/bin/sh\nexec "+s2csBin+" \"$@\" --no_sockmap\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		s2cs string
+		want *regexp.Regexp
+	}{
+		{s2csBin, regexp.MustCompile(`(?m)^sockmap, (inbound|outbound) gateway: directions_redirected=\d+ .*kernel_bytes=\d+ user_bytes=\d+`)},
+		{noSockmap, regexp.MustCompile(`(?m)^sockmap, (inbound|outbound) gateway: not loaded, the gateway used splice: .*disabled by configuration`)},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{"compare", "--bytes", "8MiB", "--size", "64KiB", "--reps", "1",
+			"--engine", "sockmap", "--wan", "tcp", "--progress", "off", "--s2cs", tc.s2cs}, &stdout, &stderr)
+		if err != nil {
+			t.Fatalf("%v\n%s\n%s", err, stdout.String(), stderr.String())
+		}
+		if n := len(tc.want.FindAllString(stdout.String(), -1)); n != 2 {
+			t.Errorf("%d lines matching %q, want one per gateway:\n%s", n, tc.want, stdout.String())
+		}
+	}
+}

@@ -295,6 +295,7 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 		if cerr := lp.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("stop the gateways: %w", cerr))
 		}
+		fmt.Fprint(stdout, lp.sockmapReport())
 	}()
 	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer in %s connects to %s (gateways) or %s (direct)\n",
