@@ -237,6 +237,12 @@ func TestCompareFlags(t *testing.T) {
 		{[]string{"consumer", "--listen", "127.0.0.1"}, "give HOST:PORT"},
 		{[]string{"consumer", "--listen", "127.0.0.1:0", "--runs", "-1"}, "--runs -1"},
 		{[]string{"consumer", "--listen", "127.0.0.1:0", "--json", "/nonexistent-dir/x.json"}, "does not exist"},
+		{[]string{"naiveproxy", "--role", "in", "--wan", "tcp", "--listen", "0.0.0.0:0", "--to", "127.0.0.1:1"}, "give a loopback HOST:PORT"},
+		{[]string{"naiveproxy", "--role", "in", "--wan", "tcp", "--listen", "127.0.0.1:0", "--to", "nohost"}, "--to \"nohost\": give HOST:PORT"},
+		{[]string{"naiveproxy", "--role", "middle", "--wan", "tcp", "--listen", "127.0.0.1:0", "--to", "127.0.0.1:1"}, "use in or out"},
+		{[]string{"naiveproxy", "--role", "in", "--wan", "udp", "--listen", "127.0.0.1:0", "--to", "127.0.0.1:1"}, "use tcp, tls or quic"},
+		{[]string{"naiveproxy", "--role", "out", "--wan", "tls", "--listen", "127.0.0.1:0", "--to", "127.0.0.1:1"}, "needs --cert and --key"},
+		{[]string{"naiveproxy", "--role", "in", "--wan", "quic", "--listen", "127.0.0.1:0", "--to", "127.0.0.1:1", "--pin", "abc"}, "needs --pin"},
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), c.args, &stderr, &stderr)
