@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"scistream/internal/localgw"
+	"scistream/internal/waitfor"
 )
 
 // bins holds the binaries built once by TestMain.
@@ -332,17 +333,7 @@ func dialFrom(localIP, addr string) (*net.TCPConn, error) {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-	}
+	waitfor.Must(t, within, what, cond)
 }
 
 // fdCount counts a process's open file descriptors.

@@ -1,5 +1,6 @@
-// Command s2bench measures what the SciStream gateways cost a stream, the
-// way the SciStream papers do (seeds 000 and 001): message-size sweeps,
+// Package main is the s2bench command. It measures what the SciStream
+// gateways cost a stream, the way the SciStream papers do (seeds 000 and
+// 001): message-size sweeps,
 // Dstream and Lstream workloads, rates, request-reply RTT and N pairs,
 // every message verified (sequence, length, CRC-32C).
 //
@@ -8,6 +9,7 @@
 //	s2bench producer  --connect ADDR [--workload ...] [--json FILE] the producer role, as its own process
 //	s2bench run       --direct ADDR --gateways ADDR [--workload ...] the driver across hosts (direct vs remote gateways)
 //	s2bench testbed   up|run|down [--preset shortwan] [--workload ...] compare's experiment over an emulated WAN (root)
+//	s2bench naiveproxy --role in|out --wan tcp|tls|quic ...          one side of compare --baseline's naive proxy pair
 package main
 
 import (

@@ -21,6 +21,7 @@ import (
 
 	"scistream/internal/bench"
 	"scistream/internal/localgw"
+	"scistream/internal/waitfor"
 )
 
 // proc is a real s2bench process whose output lines are collected.
@@ -240,11 +241,7 @@ func TestCompareSIGKILL(t *testing.T) {
 	}
 	p.wait(t, time.Minute)
 	for _, pid := range pids {
-		for stop := time.Now().Add(20 * time.Second); !processGone(pid); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(stop) {
-				t.Fatalf("s2cs pid %d still runs 20 s after s2bench was killed", pid)
-			}
-		}
+		waitfor.Must(t, 20*time.Second, fmt.Sprintf("s2cs pid %d to end after s2bench was killed", pid), func() bool { return processGone(pid) })
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"scistream/internal/localgw"
 	"scistream/internal/ports"
 	"scistream/internal/store"
+	"scistream/internal/waitfor"
 )
 
 type testGW struct {
@@ -138,12 +139,5 @@ func TestNoGoroutineLeft(t *testing.T) {
 			g.done <- nil // for the cleanup
 		}
 	}()
-	in := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base+2 { // allow the runtime's own stragglers
-		if time.Now().After(in) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines left (base %d):\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-	}
+	waitfor.Goroutines(t, base+2, 10*time.Second) // +2: the runtime's own stragglers
 }

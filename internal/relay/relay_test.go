@@ -19,6 +19,7 @@ import (
 
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
+	"scistream/internal/waitfor"
 )
 
 const testTimeout = 30 * time.Second
@@ -146,23 +147,7 @@ func (s *session) wait(t *testing.T) error {
 func noLeak(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= before {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutines: %d before, %d after\n%s", before, n, buf)
-				return
-			}
-			runtime.Gosched()
-			time.Sleep(time.Millisecond) // polling interval, not synchronisation
-		}
-	})
+	t.Cleanup(func() { waitfor.Goroutines(t, before, 5*time.Second) })
 }
 
 func deadline(c net.Conn) { c.SetDeadline(time.Now().Add(testTimeout)) }

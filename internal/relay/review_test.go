@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"scistream/internal/relay"
+	"scistream/internal/waitfor"
 )
 
 func openFDs(t *testing.T) int {
@@ -58,12 +59,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 					// B never reads: the relay blocks writing to it with
 					// bytes in flight. Release it as a gateway does.
 					go A.Write(make([]byte, 8<<20))
-					for end := time.Now().Add(testTimeout); ab.Load() == 0; {
-						if time.Now().After(end) {
-							t.Fatal("no bytes moved")
-						}
-						time.Sleep(time.Millisecond) // polling interval
-					}
+					waitfor.Must(t, testTimeout, "the relay to move bytes", func() bool { return ab.Load() > 0 })
 					relay.Abort(ra)
 					relay.Abort(rb)
 				}

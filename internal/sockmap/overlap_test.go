@@ -10,6 +10,7 @@ import (
 
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
+	"scistream/internal/waitfor"
 )
 
 // tcpSeqs returns c's next sequence number to send (write_seq) and to
@@ -160,25 +161,18 @@ func testOverlap(t *testing.T, stalled bool) {
 	}
 	// Wait until the relay took every byte and A's send queue is empty,
 	// so the segment below is a pure retransmission from A's view.
-	for end := time.Now().Add(10 * time.Second); ; {
-		if (stalled || s.ab.Load() == first) && ioctl(t, s.A, unix.SIOCOUTQ) == 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("relay moved %d of %d bytes", s.ab.Load(), first)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	if !waitfor.Cond(10*time.Second, func() bool {
+		return (stalled || s.ab.Load() == first) && ioctl(t, s.A, unix.SIOCOUTQ) == 0
+	}) {
+		t.Fatalf("relay moved %d of %d bytes; A's send queue %d", s.ab.Load(), first, ioctl(t, s.A, unix.SIOCOUTQ))
 	}
 	if st := r.Stats(); st.Redirected != 2 {
 		t.Fatalf("the kernel path is not set up: %+v", st)
 	}
 	if stalled {
 		// Copy counts a pass when it takes the passed bytes: poll for it.
-		for end := time.Now().Add(5 * time.Second); r.Stats().Passes == 0; {
-			if time.Now().After(end) {
-				t.Fatalf("the direction never passed to user space (%+v): the passing path is not exercised", r.Stats())
-			}
-			time.Sleep(time.Millisecond) // polling interval, not synchronisation
+		if !waitfor.Cond(5*time.Second, func() bool { return r.Stats().Passes > 0 }) {
+			t.Fatalf("the direction never passed to user space (%+v): the passing path is not exercised", r.Stats())
 		}
 	}
 	snd, rcv := tcpSeqs(t, s.A)

@@ -19,6 +19,7 @@ import (
 
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
+	"scistream/internal/waitfor"
 )
 
 const testTimeout = 60 * time.Second
@@ -115,17 +116,7 @@ func (s *session) wait(tb testing.TB) error {
 func noLeak(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutines: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(time.Millisecond) // polling interval, not synchronisation
-		}
-	})
+	t.Cleanup(func() { waitfor.Goroutines(t, before, 10*time.Second) })
 }
 
 func deadline(cs ...net.Conn) {
@@ -313,17 +304,14 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 	// B reads nothing: wait until the producer is blocked (no progress
 	// for a while), bounded in time.
 	last, since := int64(-1), time.Now()
-	for stop := time.Now().Add(30 * time.Second); ; {
-		p := produced.Load()
-		if p != last {
+	if !waitfor.Cond(30*time.Second, func() bool {
+		if p := produced.Load(); p != last {
 			last, since = p, time.Now()
-		} else if time.Since(since) > 500*time.Millisecond {
-			break
+			return false
 		}
-		if time.Now().After(stop) {
-			t.Fatalf("producer never blocked: %d bytes written", p)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
+		return time.Since(since) > 500*time.Millisecond
+	}) {
+		t.Fatalf("producer never blocked: %d bytes written", produced.Load())
 	}
 	p := produced.Load()
 	aq := ioctl(t, s.A, unix.SIOCOUTQ)  // in A's send queue
@@ -342,14 +330,8 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 	// ahead of it (the kernel's worker would retry such bytes only a
 	// jiffy after room appears). The gauge is refreshed by the copier's
 	// polls, at most 50 ms apart.
-	var q int64
-	for stop := time.Now().Add(2 * time.Second); time.Now().Before(stop); time.Sleep(10 * time.Millisecond) {
-		if q = r.Stats().KernelQueued; q == 0 {
-			break
-		}
-	}
-	if q != 0 {
-		t.Fatalf("%d redirected bytes wait in the kernel ahead of the full egress socket", q)
+	if !waitfor.Cond(2*time.Second, func() bool { return r.Stats().KernelQueued == 0 }) {
+		t.Fatalf("%d redirected bytes wait in the kernel ahead of the full egress socket", r.Stats().KernelQueued)
 	}
 	// The consumer resumes: every byte arrives, once, in order.
 	got := sha256.New()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"scistream/internal/relay"
+	"scistream/internal/waitfor"
 )
 
 // A release while the relay is blocked writing into a TLS leg whose
@@ -60,12 +61,9 @@ func releaseStuck(t *testing.T, e relay.Engine) {
 	// Wait until the relay has moved more than the socket
 	// buffers can take without the acceptor reading: it is
 	// blocked writing into the TLS leg.
-	for end := time.Now().Add(testTimeout); moved.Load() < 1<<20; {
-		if time.Now().After(end) {
-			break // blocked earlier: still a valid release test
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	// Not reaching it means the relay blocked earlier: still a valid
+	// release test.
+	waitfor.Cond(testTimeout, func() bool { return moved.Load() >= 1<<20 })
 	relay.Abort(ra)
 	relay.Abort(dc)
 	select {
