@@ -43,6 +43,12 @@ func TestQUICPeerDeath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The writes above may all sit in socket buffers: the consumer
+	// gateway dies only once it has carried the connection through to
+	// the application, whose end is checked below.
+	eventually(t, 10*time.Second, "the consumer application to accept the relayed connection", func() bool {
+		return app.accepted.Load() >= 1
+	})
 	p.restart(&p.cons, false)
 	// The dead gateway's QUIC connection ends by a stateless reset from
 	// its restarted successor (or the idle timeout): the producer's
