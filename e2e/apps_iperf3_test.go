@@ -52,6 +52,12 @@ func TestIperf3(t *testing.T) {
 	port := freePort(t, ip)
 	srv := startProc(t, "iperf3 -s", nil, path, "-s", "-B", ip, "-p", strconv.Itoa(port))
 	waitListening(t, ip, port, 20*time.Second, srv)
+	// A second server for the direct run: an iperf3 server takes one test
+	// at a time and may still be ending the first ("the server is busy")
+	// when the second client connects.
+	port2 := freePort(t, ip)
+	srv2 := startProc(t, "iperf3 -s (direct)", nil, path, "-s", "-B", ip, "-p", strconv.Itoa(port2))
+	waitListening(t, ip, port2, 20*time.Second, srv2)
 	so := p.wire("alice", ip, strconv.Itoa(port), 1)
 
 	secs := 3
@@ -59,7 +65,7 @@ func TestIperf3(t *testing.T) {
 		secs = 20
 	}
 	via := iperf3Client(t, path, so.Listeners[0], secs)
-	direct := iperf3Client(t, path, net.JoinHostPort(ip, strconv.Itoa(port)), secs)
+	direct := iperf3Client(t, path, net.JoinHostPort(ip, strconv.Itoa(port2)), secs)
 	for name, r := range map[string]iperf3Result{"via": via, "direct": direct} {
 		if r.End.SumReceived.Bytes <= 0 || r.End.SumReceived.Bytes > r.End.SumSent.Bytes {
 			t.Fatalf("%s: iperf3 received %d of %d bytes sent", name, r.End.SumReceived.Bytes, r.End.SumSent.Bytes)
