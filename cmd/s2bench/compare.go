@@ -68,7 +68,7 @@ func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
 	f.wf.register(fs)
 	f.pairs = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
 	f.reps = fs.Int("reps", reps, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
-	f.engine = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Engines(), ", "))
+	f.engine = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Names(), ", "))
 	f.wan = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, tcp (s2cs --insecure_tcp_wan), or quic")
 	f.jsonPath = fs.String("json", "", "also write every run as a JSON array of records to FILE")
 	f.plotsDir = fs.String("plots", "", "write plots (goodput and jitter against message size, RTT CDF in rr mode) to DIR")
@@ -94,8 +94,8 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
 	switch {
 	case cfg.reps < 1 || cfg.reps > maxReps:
 		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
-	case !slices.Contains(relay.Engines(), cfg.engine):
-		return nil, usagef("--engine %q: use one of %s", cfg.engine, strings.Join(relay.Engines(), ", "))
+	case !slices.Contains(relay.Names(), cfg.engine):
+		return nil, usagef("--engine %q: use one of %s", cfg.engine, strings.Join(relay.Names(), ", "))
 	case !slices.Contains(knownWANs, cfg.wan):
 		return nil, usagef("--wan %q: use one of %s", cfg.wan, strings.Join(knownWANs, ", "))
 	}

@@ -13,7 +13,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -109,8 +111,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *port >= rng.Lo && *port <= rng.Hi {
 		return fmt.Errorf("--port %d lies inside --port_range %s; choose a control port outside the data range", *port, rng)
 	}
-	if _, err := relay.ByName(*engine); err != nil {
-		return fmt.Errorf("--type: %w", err)
+	if !slices.Contains(relay.Names(), *engine) {
+		return fmt.Errorf("--type %q: choose one of %s", *engine, strings.Join(relay.Names(), ", "))
 	}
 	bufSize, err := bench.ParseBytes(*bufferSize)
 	if err != nil {

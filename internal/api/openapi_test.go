@@ -387,8 +387,8 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	checkEnum(t, doc, "Role", constsOfType(t, "Role"))
 	checkEnum(t, doc, "WAN", map[string]string{api.WANTLS: "WANTLS", api.WANTCP: "WANTCP", api.WANQUIC: "WANQUIC"})
 	engines := map[string]string{}
-	for _, e := range relay.Engines() {
-		engines[e] = "relay.Engines()"
+	for _, e := range relay.Names() {
+		engines[e] = "relay.Names()"
 	}
 	checkEnum(t, doc, "Engine", engines)
 

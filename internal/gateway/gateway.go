@@ -83,11 +83,11 @@ type Config struct {
 
 // Server is a SciStream gateway's control server.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	alloc  *ports.Allocator
-	engine relay.Engine
-	buffer relay.Buffer // the buffer engine with the configured ring size
+	cfg     Config
+	log     *slog.Logger
+	alloc   *ports.Allocator
+	engines *relay.Engines
+	engine  relay.Engine // the default
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -130,15 +130,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Engine == "" {
 		cfg.Engine = "splice"
 	}
-	eng, err := relay.ByName(cfg.Engine)
+	engines, err := relay.New(relay.Options{BufferSize: cfg.BufferSize, Sockmap: cfg.Sockmap})
 	if err != nil {
 		return nil, err
 	}
-	buffer, err := relay.NewBuffer(cfg.BufferSize)
+	eng, err := engines.Get(cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
-	eng = cfg.configure(eng, buffer)
 	if cfg.PendingTimeout == 0 {
 		cfg.PendingTimeout = 15 * time.Minute
 	}
@@ -156,8 +155,8 @@ func New(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		alloc:   ports.New(cfg.BindIP, cfg.PortRange),
+		engines: engines,
 		engine:  eng,
-		buffer:  buffer,
 		ctx:     ctx,
 		cancel:  cancel,
 		streams: map[string]*stream{},
@@ -403,19 +402,4 @@ func (s *Server) streamView(rec *store.Record, st *stream) api.Stream {
 		v.Stats = st.stats()
 	}
 	return v
-}
-
-// configure gives an engine this gateway's settings: the buffer engine's
-// ring size (also the ring splice uses on QUIC legs), and the sockmap
-// engine's loaded program.
-func (cfg *Config) configure(e relay.Engine, buffer relay.Buffer) relay.Engine {
-	switch e.(type) {
-	case relay.Buffer:
-		return buffer
-	case relay.Splice:
-		return relay.Splice{Ring: buffer}
-	case relay.Sockmap:
-		return relay.Sockmap{R: cfg.Sockmap, Splice: relay.Splice{Ring: buffer}}
-	}
-	return e
 }

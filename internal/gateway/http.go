@@ -21,7 +21,6 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/ports"
-	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/wan"
 )
@@ -181,7 +180,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		Version:       Version,
 		ListenerIP:    s.cfg.ListenerIP,
 		PortRange:     s.cfg.PortRange.String(),
-		Engines:       relay.Engines(),
+		Engines:       s.engines.Names(),
 		DefaultEngine: s.engine.Name(),
 		WAN:           wans,
 		WANCertSHA256: s.cfg.Identity.SHA256,
@@ -209,8 +208,8 @@ func (s *Server) checkCommon(numConn int, wanT, engine *string) error {
 	}
 	if *engine == "" {
 		*engine = s.engine.Name()
-	} else if _, err := relay.ByName(*engine); err != nil {
-		return api.Errorf(api.CodeInvalidArgument, "engine %q unknown: use one of %s", *engine, strings.Join(relay.Engines(), ", "))
+	} else if _, err := s.engines.Get(*engine); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "engine %q unknown: use one of %s", *engine, strings.Join(s.engines.Names(), ", "))
 	}
 	return nil
 }

@@ -49,11 +49,11 @@ type stream struct {
 
 // newStream builds the runtime of rec on already-bound listeners.
 func (s *Server) newStream(rec *store.Record, lns []*net.TCPListener) (*stream, error) {
-	eng, err := relay.ByName(rec.Engine)
+	eng, err := s.engines.Get(rec.Engine)
 	if err != nil {
 		return nil, err
 	}
-	if eng = s.cfg.configure(eng, s.buffer); eng.Name() == "sockmap" {
+	if eng.Name() == "sockmap" {
 		// Said once per stream: the kernel redirect needs two plain
 		// TCP sockets.
 		switch {

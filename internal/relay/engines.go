@@ -22,7 +22,7 @@ const maxChunk = 1 << 20
 // grant less (fs.pipe-max-size, or the per-user pipe allowance).
 const PipeSize = 1 << 20
 
-// Splice moves bytes between two TCP sockets with splice(2) through one
+// splice moves bytes between two TCP sockets with splice(2) through one
 // kernel pipe per direction: no copy to user space. It issues the calls
 // itself, as raw system calls on the non-blocking sockets (package
 // sockio), and waits for readiness in the runtime's poller.
@@ -31,13 +31,12 @@ const PipeSize = 1 << 20
 // be had, it copies through a user-space buffer in one goroutine
 // (read, then write): on those legs the bytes must pass through user space
 // anyway, and a single goroutine costs the least CPU per byte. A side that
-// is Pipelined (a QUIC stream) is copied through Ring instead, the buffer
+// is Pipelined (a QUIC stream) is copied through ring instead, the buffer
 // engine's ring with a reader and a writer goroutine.
-type Splice struct {
-	// Ring copies to and from Pipelined connections. Its zero value
-	// allocates a ring of DefaultBufferSize per direction; the gateway
-	// passes its configured buffer engine (s2cs --buffer_size).
-	Ring Buffer
+type splice struct {
+	// ring copies to and from Pipelined connections: the buffer engine
+	// of the same Engines, so its size is Options.BufferSize.
+	ring buffer
 }
 
 // Pipelined is implemented by connections whose Write returns only once
@@ -57,15 +56,15 @@ func isPipelined(c net.Conn) bool {
 }
 
 // Name implements Engine.
-func (Splice) Name() string { return "splice" }
+func (splice) Name() string { return "splice" }
 
 // Copy implements Engine.
-func (e Splice) Copy(dst, src net.Conn, count func(int64)) error {
+func (e splice) Copy(dst, src net.Conn, count func(int64)) error {
 	d, ok1 := dst.(*net.TCPConn)
 	s, ok2 := src.(*net.TCPConn)
 	if !ok1 || !ok2 {
 		if isPipelined(dst) || isPipelined(src) {
-			return e.Ring.Copy(dst, src, count)
+			return e.ring.Copy(dst, src, count)
 		}
 		return copyLoop(dst, src, count)
 	}
@@ -152,7 +151,7 @@ func copyLoop(dst, src net.Conn, count func(int64)) error {
 	}
 }
 
-// DefaultBufferSize is the Buffer engine's ring per direction of a
+// DefaultBufferSize is the buffer engine's ring per direction of a
 // connection when none is configured.
 const DefaultBufferSize = 4 << 20
 
@@ -162,50 +161,34 @@ const (
 	MaxBufferSize = 1 << 30
 )
 
-// Buffer copies each direction through a user-space circular buffer (a
+// buffer copies each direction through a user-space circular buffer (a
 // ring) of a configurable size, with a reader goroutine filling it and a
 // writer goroutine (the caller of Copy) draining it, so a stall on one
 // side does not stall the other until the ring is full. It works for
 // every kind of connection, is the reference design, and is where
-// per-byte policies (rate limits, accounting) belong.
-//
-// The zero Buffer uses DefaultBufferSize and allocates a ring per Copy;
-// NewBuffer returns one that reuses its rings.
-type Buffer struct {
-	// Size is the ring of each direction of a connection, in bytes. If
-	// zero, DefaultBufferSize.
-	Size int
-	pool *sync.Pool
+// per-byte policies (rate limits, accounting) belong. Its rings are
+// reused across connections.
+type buffer struct {
+	size int        // of each direction's ring, in bytes
+	pool *sync.Pool // of *[]byte rings of size bytes
 }
 
-// NewBuffer returns a Buffer engine with rings of size bytes (0 for
-// DefaultBufferSize), reused across connections.
-func NewBuffer(size int) (Buffer, error) {
-	if size == 0 {
-		size = DefaultBufferSize
-	}
-	if size < MinBufferSize || size > MaxBufferSize {
-		return Buffer{}, errors.New("buffer size out of range: give 64KiB to 1GiB")
-	}
-	return Buffer{Size: size, pool: &sync.Pool{New: func() any {
+// newBuffer returns a buffer engine with rings of size bytes, which
+// must lie within MinBufferSize and MaxBufferSize.
+func newBuffer(size int) buffer {
+	return buffer{size: size, pool: &sync.Pool{New: func() any {
 		b := make([]byte, size)
 		return &b
-	}}}, nil
+	}}}
 }
 
 // Name implements Engine.
-func (Buffer) Name() string { return "buffer" }
+func (buffer) Name() string { return "buffer" }
 
 // Copy implements Engine.
-func (e Buffer) Copy(dst, src net.Conn, count func(int64)) error {
-	var bp *[]byte
-	if e.pool != nil {
-		bp = e.pool.Get().(*[]byte)
-		defer e.pool.Put(bp)
-	} else {
-		b := make([]byte, orDefault(e.Size, DefaultBufferSize))
-		bp = &b
-	}
+func (e buffer) Copy(dst, src net.Conn, count func(int64)) error {
+	bp := e.pool.Get().(*[]byte)
+	defer e.pool.Put(bp)
 	rg := &ring{buf: *bp, data: make(chan struct{}, 1), space: make(chan struct{}, 1), exited: make(chan struct{})}
 	go rg.fill(endpointOf(src))
 	err := rg.drain(endpointOf(dst), count)
@@ -218,13 +201,6 @@ func (e Buffer) Copy(dst, src net.Conn, count func(int64)) error {
 	}
 	<-rg.exited
 	return err
-}
-
-func orDefault(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // ring is the circular buffer of one direction. The reader goroutine

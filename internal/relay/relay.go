@@ -29,24 +29,6 @@ type Engine interface {
 	Copy(dst, src net.Conn, count func(int64)) error
 }
 
-// Engines lists the engine names this build provides.
-func Engines() []string { return []string{"splice", "buffer", "sockmap"} }
-
-// ByName returns the engine called name.
-func ByName(name string) (Engine, error) {
-	switch name {
-	case "splice":
-		return Splice{}, nil
-	case "buffer":
-		return Buffer{}, nil
-	case "sockmap":
-		// Without a loaded program it behaves as Splice; a gateway
-		// substitutes Sockmap{R: its Redirector}.
-		return Sockmap{}, nil
-	}
-	return nil, fmt.Errorf("unknown engine %q: choose one of splice, buffer, sockmap", name)
-}
-
 // Relay forwards a<->b until both directions finish, then closes both. It
 // blocks until both copying goroutines have returned. countAB and countBA
 // receive the bytes moved a->b and b->a.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,19 +26,34 @@ import (
 const testTimeout = 30 * time.Second
 
 // engines are the engines the shared correctness suite runs: splice,
-// buffer, and sockmap with its eBPF program loaded when this process may
-// load it (TestMain), so every engine passes the same tests.
-var engines = []relay.Engine{relay.Splice{}, relay.Buffer{}, splicePipelined{}}
+// buffer, splice on pipelined legs, and sockmap with its eBPF program
+// loaded when this process may load it (TestMain), so every engine passes
+// the same tests.
+var engines []relay.Engine
 
-// splicePipelined is Splice with both sides seen as relay.Pipelined, as a
-// QUIC stream is: the suite also covers the ring Splice copies through
+// engine returns the engine called name built with default options.
+func engine(tb testing.TB, name string) relay.Engine {
+	tb.Helper()
+	set, err := relay.New(relay.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e, err := set.Get(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// splicePipelined is splice with both sides seen as relay.Pipelined, as a
+// QUIC stream is: the suite also covers the ring splice copies through
 // on QUIC legs.
-type splicePipelined struct{ relay.Splice }
+type splicePipelined struct{ relay.Engine }
 
 func (splicePipelined) Name() string { return "splice-pipelined" }
 
 func (e splicePipelined) Copy(dst, src net.Conn, count func(int64)) error {
-	return e.Splice.Copy(pipelinedConn{dst}, pipelinedConn{src}, count)
+	return e.Engine.Copy(pipelinedConn{dst}, pipelinedConn{src}, count)
 }
 
 type pipelinedConn struct{ net.Conn }
@@ -45,12 +61,31 @@ type pipelinedConn struct{ net.Conn }
 func (pipelinedConn) PipelinedCopy() {}
 
 func TestMain(m *testing.M) {
+	set, err := relay.New(relay.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	get := func(set *relay.Engines, name string) relay.Engine {
+		e, err := set.Get(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return e
+	}
+	engines = []relay.Engine{get(set, "splice"), get(set, "buffer"), splicePipelined{get(set, "splice")}}
 	r, err := sockmap.New(sockmap.Config{})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relay tests: sockmap engine not loaded, the suite runs splice and buffer only: %v\n", err)
 		os.Exit(m.Run())
 	}
-	engines = append(engines, relay.Sockmap{R: r})
+	withProg, err := relay.New(relay.Options{Sockmap: r})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	engines = append(engines, get(withProg, "sockmap"))
 	code := m.Run()
 	r.Close()
 	os.Exit(code)
@@ -153,17 +188,28 @@ func noLeak(t *testing.T) {
 func deadline(c net.Conn) { c.SetDeadline(time.Now().Add(testTimeout)) }
 
 func TestEngines(t *testing.T) {
-	if got := relay.Engines(); !slices.Equal(got, []string{"splice", "buffer", "sockmap"}) {
-		t.Fatalf("Engines() = %v", got)
+	if got := relay.Names(); !slices.Equal(got, []string{"splice", "buffer", "sockmap"}) {
+		t.Fatalf("Names() = %v", got)
 	}
-	for _, name := range relay.Engines() {
-		e, err := relay.ByName(name)
+	set, err := relay.New(relay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(set.Names(), relay.Names()) {
+		t.Fatalf("Engines.Names() = %v, want %v", set.Names(), relay.Names())
+	}
+	for _, name := range relay.Names() {
+		e, err := set.Get(name)
 		if err != nil || e.Name() != name {
-			t.Fatalf("ByName(%q) = %v, %v", name, e, err)
+			t.Fatalf("Get(%q) = %v, %v", name, e, err)
 		}
 	}
-	if _, err := relay.ByName("zerocopy"); err == nil {
-		t.Fatal("ByName accepted an unknown engine")
+	if set.Kernel() {
+		t.Fatal("Kernel() without a sockmap program")
+	}
+	_, err = set.Get("zerocopy")
+	if !errors.Is(err, relay.ErrUnknownEngine) || !strings.Contains(err.Error(), "splice, buffer, sockmap") {
+		t.Fatalf("Get(zerocopy) = %v; want ErrUnknownEngine listing the engines", err)
 	}
 }
 
@@ -399,7 +445,7 @@ func TestSpliceFallback(t *testing.T) {
 	var counted atomic.Int64
 	cerr := make(chan error, 1)
 	go func() {
-		err := relay.Splice{}.Copy(p1, src, func(n int64) { counted.Add(n) })
+		err := engine(t, "splice").Copy(p1, src, func(n int64) { counted.Add(n) })
 		p1.Close()
 		cerr <- err
 	}()
@@ -529,10 +575,10 @@ func benchRelay(b *testing.B, e relay.Engine) {
 	}
 }
 
-func BenchmarkSplice(b *testing.B) { benchRelay(b, relay.Splice{}) }
-func BenchmarkBuffer(b *testing.B) { benchRelay(b, relay.Buffer{}) }
+func BenchmarkSplice(b *testing.B) { benchRelay(b, engine(b, "splice")) }
+func BenchmarkBuffer(b *testing.B) { benchRelay(b, engine(b, "buffer")) }
 
-func TestNewBuffer(t *testing.T) {
+func TestBufferSize(t *testing.T) {
 	for _, c := range []struct {
 		size, want int
 		ok         bool
@@ -545,9 +591,19 @@ func TestNewBuffer(t *testing.T) {
 		{-1, 0, false},
 		{relay.MaxBufferSize + 1, 0, false},
 	} {
-		b, err := relay.NewBuffer(c.size)
-		if (err == nil) != c.ok || c.ok && b.Size != c.want {
-			t.Errorf("NewBuffer(%d) = size %d, %v; want %d, ok %v", c.size, b.Size, err, c.want, c.ok)
+		set, err := relay.New(relay.Options{BufferSize: c.size})
+		if (err == nil) != c.ok {
+			t.Errorf("New(BufferSize %d) = %v; want ok %v", c.size, err, c.ok)
+			continue
+		}
+		if !c.ok {
+			if !errors.Is(err, relay.ErrBufferSize) {
+				t.Errorf("New(BufferSize %d) = %v; want ErrBufferSize", c.size, err)
+			}
+			continue
+		}
+		if got := set.BufferSize(); got != c.want {
+			t.Errorf("New(BufferSize %d).BufferSize() = %d, want %d", c.size, got, c.want)
 		}
 	}
 }
@@ -558,7 +614,11 @@ func TestNewBuffer(t *testing.T) {
 // the reader must wait for room).
 func TestBufferRingWraps(t *testing.T) {
 	noLeak(t)
-	e, err := relay.NewBuffer(relay.MinBufferSize)
+	set, err := relay.New(relay.Options{BufferSize: relay.MinBufferSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := set.Get("buffer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,10 +675,7 @@ func TestBufferWriteErrorReturns(t *testing.T) {
 	}
 	dstPeer.SetLinger(0)
 	dstPeer.Close() // writes to dst now fail (reset)
-	e, err := relay.NewBuffer(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engine(t, "buffer")
 	cerr := make(chan error, 1)
 	go func() {
 		cerr <- e.Copy(dst, src, func(int64) {})

@@ -23,7 +23,7 @@ func paths(b *testing.B) []path {
 	direct := path{name: "direct"}
 	direct.A, direct.B = tcpPair(b)
 	ps := []path{direct}
-	for _, e := range []relay.Engine{relay.Splice{}, relay.Sockmap{R: r}} {
+	for _, e := range []relay.Engine{spliceEngine(b), sockmapEngine(b, r)} {
 		p := path{name: e.Name()}
 		var ra, rb, ma, mb *net.TCPConn
 		p.A, ra = tcpPair(b)

@@ -18,6 +18,7 @@ import (
 func TestChainedRelays(t *testing.T) {
 	r1 := newRedirector(t, sockmap.Config{})
 	r2 := newRedirector(t, sockmap.Config{})
+	e1, e2 := sockmapEngine(t, r1), sockmapEngine(t, r2)
 	const conns = 6
 	size := int64(8 << 20)
 	if testing.Short() {
@@ -41,7 +42,7 @@ func TestChainedRelays(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			go relay.Relay(relay.Sockmap{R: r1}, ra, rb, func(int64) {}, func(int64) {})
+			go relay.Relay(e1, ra, rb, func(int64) {}, func(int64) {})
 			sent := sha256.New()
 			go sendHashed(A, uint64(i), size+int64(i), sent)
 			pre := make([]byte, 8)
@@ -49,7 +50,7 @@ func TestChainedRelays(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			go relay.Relay(relay.Sockmap{R: r2}, ma, mb, func(int64) {}, func(int64) {})
+			go relay.Relay(e2, ma, mb, func(int64) {}, func(int64) {})
 			got := sha256.New()
 			n, err := io.Copy(got, B)
 			if err != nil || n != size+int64(i) || !bytes.Equal(got.Sum(nil), sent.Sum(nil)) {

@@ -7,7 +7,7 @@
 // tcp_sock whose offsets come from the running kernel's BTF.
 //
 // A Redirector owns the program and its maps for a whole process;
-// (*Redirector).Copy runs one direction and relay.Sockmap makes it an
+// (*Redirector).Copy runs one direction and relay's sockmap engine makes it an
 // Engine. Loading needs CAP_BPF and CAP_NET_ADMIN (root) and a kernel with
 // SOCKHASH, stream verdicts without a parser and BTF (Linux 6.x); New
 // returns ErrUnavailable otherwise and the gateway uses splice.

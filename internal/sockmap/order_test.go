@@ -91,8 +91,9 @@ func TestOrderAcrossPassAndRedirect(t *testing.T) {
 	deadline(A, B, ma, rb)
 	d1 := make(chan error, 1)
 	d2 := make(chan error, 1)
-	go func() { d1 <- relay.Relay(relay.Sockmap{R: r1}, ra, rb, func(int64) {}, func(int64) {}) }()
-	go func() { d2 <- relay.Relay(relay.Sockmap{R: r2}, ma, mb, func(int64) {}, func(int64) {}) }()
+	e1, e2 := sockmapEngine(t, r1), sockmapEngine(t, r2)
+	go func() { d1 <- relay.Relay(e1, ra, rb, func(int64) {}, func(int64) {}) }()
+	go func() { d2 <- relay.Relay(e2, ma, mb, func(int64) {}, func(int64) {}) }()
 	werr := make(chan error, 1)
 	// Both ends pause now and then (the load's shape, not
 	// synchronisation): a producer that never pauses keeps a direction

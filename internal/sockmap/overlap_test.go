@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"scistream/internal/relay"
 	"scistream/internal/sockmap"
 	"scistream/internal/waitfor"
 )
@@ -124,7 +123,7 @@ func testOverlap(t *testing.T, stalled bool) {
 		first, cfg.Window = 256<<10, 64<<10
 	}
 	r := newRedirector(t, cfg)
-	s := startRelay(t, relay.Sockmap{R: r})
+	s := startRelay(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	if stalled {
 		// A small egress send buffer: with the consumer stalled, the

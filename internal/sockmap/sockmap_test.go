@@ -40,6 +40,35 @@ func newRedirector(tb testing.TB, cfg sockmap.Config) *sockmap.Redirector {
 	return r
 }
 
+// sockmapEngine returns the relay's sockmap engine around r (nil: the
+// program is not loaded, so it copies as splice does).
+func sockmapEngine(tb testing.TB, r *sockmap.Redirector) relay.Engine {
+	tb.Helper()
+	set, err := relay.New(relay.Options{Sockmap: r})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e, err := set.Get("sockmap")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// spliceEngine returns the relay's splice engine.
+func spliceEngine(tb testing.TB) relay.Engine {
+	tb.Helper()
+	set, err := relay.New(relay.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e, err := set.Get("splice")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
 func tcpPair(tb testing.TB) (client, server *net.TCPConn) {
 	tb.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -148,7 +177,7 @@ func TestBulkTransfer1GB(t *testing.T) {
 	}
 	noLeak(t)
 	r := newRedirector(t, sockmap.Config{})
-	s := startRelay(t, relay.Sockmap{R: r})
+	s := startRelay(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	sent := sha256.New()
 	werr := make(chan error, 1)
@@ -195,7 +224,7 @@ func TestManyHalfClosedStreams(t *testing.T) {
 	const n = 48
 	var wg sync.WaitGroup
 	for i := range n {
-		s := startRelay(t, relay.Sockmap{R: r})
+		s := startRelay(t, sockmapEngine(t, r))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -278,7 +307,7 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 	const window = 1 << 20
 	const total = 256 << 20
 	r := newRedirector(t, sockmap.Config{Window: window})
-	s := startRelay(t, relay.Sockmap{R: r})
+	s := startRelay(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	var produced atomic.Int64
 	sent := sha256.New()
@@ -360,7 +389,7 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 func TestReleaseMidTransfer(t *testing.T) {
 	noLeak(t)
 	r := newRedirector(t, sockmap.Config{})
-	s := startRelay(t, relay.Sockmap{R: r})
+	s := startRelay(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	go io.Copy(s.A, stream(3)) // until it fails
 	if _, err := io.ReadFull(s.B, make([]byte, 4<<20)); err != nil {
@@ -402,7 +431,8 @@ func TestPartlyReadQueueBeforeStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- relay.Relay(relay.Sockmap{R: r}, ra, rb, func(int64) {}, func(int64) {}) }()
+	e := sockmapEngine(t, r)
+	go func() { done <- relay.Relay(e, ra, rb, func(int64) {}, func(int64) {}) }()
 	go func() { A.Write(msg[100000:]); A.CloseWrite() }()
 	got, err := io.ReadAll(B)
 	if err != nil || !bytes.Equal(got, msg[1000:]) {
@@ -420,7 +450,7 @@ func TestUnavailableFallsBack(t *testing.T) {
 		t.Fatalf("New = %v, want ErrUnavailable", err)
 	}
 	// Without a Redirector the engine is Splice: still correct.
-	s := startRelay(t, relay.Sockmap{})
+	s := startRelay(t, sockmapEngine(t, nil))
 	deadline(s.A, s.B)
 	go func() { s.A.Write([]byte("plain")); s.A.CloseWrite() }()
 	if got, err := io.ReadAll(s.B); err != nil || string(got) != "plain" {
@@ -440,7 +470,8 @@ func TestNotTCPFallsBack(t *testing.T) {
 	t.Cleanup(func() { p1.Close(); p2.Close() })
 	go func() { peer.Write([]byte("through a pipe")); peer.CloseWrite() }()
 	errc := make(chan error, 1)
-	go func() { errc <- relay.Sockmap{R: r}.Copy(p1, src, func(int64) {}); p1.Close() }()
+	e := sockmapEngine(t, r)
+	go func() { errc <- e.Copy(p1, src, func(int64) {}); p1.Close() }()
 	p2.SetDeadline(time.Now().Add(testTimeout))
 	if got, err := io.ReadAll(p2); err != nil || string(got) != "through a pipe" {
 		t.Fatalf("read %q, %v", got, err)

@@ -77,7 +77,7 @@ func move(b *testing.B, w, r net.Conn, total int64) time.Duration {
 }
 
 // BenchmarkGatewayPath moves bytes producer -> relay -> WAN leg -> relay
-// -> consumer in one process, as the two gateways do (relay.Buffer, the
+// -> consumer in one process, as the two gateways do (the buffer engine, the
 // engine every encrypted leg uses), for the tls and quic legs, and reports
 // goodput, CPU time per MiB (both gateways and both applications) and the
 // ratio to a direct TCP connection measured in the same run.
@@ -93,8 +93,9 @@ func BenchmarkGatewayPath(b *testing.B) {
 			prodApp, prodGW := tcpPair(b)
 			consGW, consApp := tcpPair(b)
 			done := make(chan error, 2)
-			go func() { done <- relay.Relay(relay.Buffer{}, prodGW, dc, func(int64) {}, func(int64) {}) }()
-			go func() { done <- relay.Relay(relay.Buffer{}, consGW, ac, func(int64) {}, func(int64) {}) }()
+			eng := relayEngine(b, "buffer")
+			go func() { done <- relay.Relay(eng, prodGW, dc, func(int64) {}, func(int64) {}) }()
+			go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 			const op = 16 << 20
 			b.SetBytes(op)
 			b.ResetTimer()

@@ -16,7 +16,7 @@ import (
 // reader does not read (bytes stuck in a batch flush) must end Relay
 // promptly and close every descriptor.
 func TestRelayTLSReleaseWithStuckReader(t *testing.T) {
-	for _, e := range []relay.Engine{relay.Splice{}, relay.Buffer{}} {
+	for _, e := range []relay.Engine{relayEngine(t, "splice"), relayEngine(t, "buffer")} {
 		t.Run(e.Name(), func(t *testing.T) {
 			ents, err := os.ReadDir("/proc/self/fd")
 			if err != nil {
@@ -74,4 +74,19 @@ func releaseStuck(t *testing.T, e relay.Engine) {
 	A.Close()
 	ac.Close()
 	dc.Close()
+}
+
+// relayEngine returns the relay engine called name, built with default
+// options.
+func relayEngine(tb testing.TB, name string) relay.Engine {
+	tb.Helper()
+	set, err := relay.New(relay.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e, err := set.Get(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
 }

@@ -1,0 +1,77 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"scistream/internal/sockmap"
+)
+
+// Options configure the engines a gateway builds once and shares between
+// all its streams. Every zero value is a usable default.
+type Options struct {
+	// BufferSize is the ring of the buffer engine for each direction of
+	// each connection, in bytes, from MinBufferSize to MaxBufferSize; the
+	// splice engine copies QUIC legs through the same ring. If zero,
+	// DefaultBufferSize.
+	BufferSize int
+	// Sockmap is the loaded eBPF program behind the sockmap engine; the
+	// caller owns it and closes it after the last relay ended. If nil,
+	// the sockmap engine copies as splice does.
+	Sockmap *sockmap.Redirector
+}
+
+// Errors of New and Engines.Get, for callers that map them to their own
+// messages (an API code, a flag name).
+var (
+	ErrUnknownEngine = errors.New("unknown engine")
+	ErrBufferSize    = errors.New("buffer size out of range")
+)
+
+// Names lists the engines this build provides.
+func Names() []string { return []string{"splice", "buffer", "sockmap"} }
+
+// Engines are the engines built from one Options, looked up by name. They
+// are safe for concurrent use by any number of relays.
+type Engines struct {
+	opts   Options
+	byName map[string]Engine
+}
+
+// New builds every engine of Names with o's settings.
+func New(o Options) (*Engines, error) {
+	if o.BufferSize == 0 {
+		o.BufferSize = DefaultBufferSize
+	}
+	if o.BufferSize < MinBufferSize || o.BufferSize > MaxBufferSize {
+		return nil, fmt.Errorf("%w: %d bytes; give %d (64KiB) to %d (1GiB)", ErrBufferSize, o.BufferSize, MinBufferSize, MaxBufferSize)
+	}
+	buf := newBuffer(o.BufferSize)
+	sp := splice{ring: buf}
+	return &Engines{opts: o, byName: map[string]Engine{
+		"splice":  sp,
+		"buffer":  buf,
+		"sockmap": sockmapEngine{r: o.Sockmap, fallback: sp},
+	}}, nil
+}
+
+// Get returns the engine called name, or an error wrapping
+// ErrUnknownEngine that lists the names there are.
+func (e *Engines) Get(name string) (Engine, error) {
+	if eng, ok := e.byName[name]; ok {
+		return eng, nil
+	}
+	return nil, fmt.Errorf("%w %.40q: choose one of %s", ErrUnknownEngine, name, strings.Join(Names(), ", "))
+}
+
+// Names lists the engines, as the package's Names.
+func (e *Engines) Names() []string { return Names() }
+
+// BufferSize is the ring size in effect (Options.BufferSize, or its
+// default).
+func (e *Engines) BufferSize() int { return e.opts.BufferSize }
+
+// Kernel reports whether the sockmap engine has its eBPF program, so it
+// redirects in the kernel where both sides are plain TCP sockets.
+func (e *Engines) Kernel() bool { return e.opts.Sockmap != nil }
