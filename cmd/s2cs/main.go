@@ -13,19 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"syscall"
-	"time"
 
 	"scistream/internal/auth"
 	"scistream/internal/bench"
 	"scistream/internal/certs"
-	"scistream/internal/cliflag"
 	"scistream/internal/gateway"
-	"scistream/internal/ports"
-	"scistream/internal/relay"
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
 )
@@ -34,201 +28,155 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "s2cs:", err)
-		}
-		os.Exit(2)
-	}
+	os.Exit(exitCode(err, os.Stderr))
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("s2cs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		certFile   = fs.String("server_crt", "", "PEM certificate of this gateway (control API and WAN legs); if empty, a self-signed one is generated in --state_dir")
-		keyFile    = fs.String("server_key", "", "PEM private key for --server_crt")
-		listenerIP = fs.String("listener_ip", "", "IP address advertised to peers and, unless --bind says otherwise, bound (required)")
-		bindIP     = fs.String("bind", "", "IP address data listeners and the control API bind (default: --listener_ip)")
-		port       = fs.Int("port", 5000, "control API port (0 picks a free one)")
-		portRange  = fs.String("port_range", "5100-5199", "data listener ports, LO-HI inclusive")
-		engine     = fs.String("type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
-		bufferSize = fs.String("buffer_size", bench.FormatBytes(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
-		noSockmap  = fs.Bool("no_sockmap", false, "with --type sockmap: do not load the eBPF program, use splice (as when the kernel refuses it)")
-		verbose    = fs.Bool("verbose", false, "log every connection event (debug level)")
-		tokensFile = fs.String("tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --insecure_no_auth)")
-		stateDir   = fs.String("state_dir", "s2cs-state", "directory for the state database and any generated certificate")
-		noAuth     = fs.Bool("insecure_no_auth", false, "accept control requests without authentication (INSECURE; for isolated testing only)")
-		tcpWAN     = fs.Bool("insecure_tcp_wan", false, "allow streams whose WAN legs are plaintext TCP (for trusted circuits only)")
-		pending    = fs.Duration("pending_timeout", 15*time.Minute, "how long an inbound stream waits for its outbound peer before it expires")
-		logFormat  = fs.String("log_format", "text", "log format on stderr: text or json")
-	)
-	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n\n")
-		cliflag.PrintDefaults(fs)
+// exitCode reports err on stderr and returns the process's exit status:
+// 0 for success and for --help, 2 for anything else (a bad flag, a
+// gateway that could not start or stopped with an error).
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
-	if err := fs.Parse(args); err != nil {
+	fmt.Fprintln(stderr, "s2cs:", err)
+	return 2
+}
+
+// run starts the gateway that args describe and serves until ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
-	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	var h slog.Handler
-	switch *logFormat {
-	case "text":
-		h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
-	case "json":
-		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
-	default:
-		return fmt.Errorf("--log_format %q: use text or json", *logFormat)
-	}
-	log := slog.New(h)
-
-	if *listenerIP == "" {
-		return errors.New("--listener_ip is required: give the IP address peers use to reach this gateway")
-	}
-	if net.ParseIP(*listenerIP) == nil {
-		return fmt.Errorf("--listener_ip %q is not an IP address", *listenerIP)
-	}
-	if *bindIP == "" {
-		*bindIP = *listenerIP
-	}
-	if net.ParseIP(*bindIP) == nil {
-		return fmt.Errorf("--bind %q is not an IP address", *bindIP)
-	}
-	if *port < 0 || *port > 65535 {
-		return fmt.Errorf("--port %d out of range 0-65535", *port)
-	}
-	rng, err := ports.ParseRange(*portRange)
+	cfg, err := o.config()
 	if err != nil {
-		return fmt.Errorf("--port_range: %w", err)
+		return err
 	}
-	if *port >= rng.Lo && *port <= rng.Hi {
-		return fmt.Errorf("--port %d lies inside --port_range %s; choose a control port outside the data range", *port, rng)
-	}
-	if !slices.Contains(relay.Names(), *engine) {
-		return fmt.Errorf("--type %q: choose one of %s", *engine, strings.Join(relay.Names(), ", "))
-	}
-	bufSize, err := bench.ParseBytes(*bufferSize)
+	log, err := o.logger(stderr)
 	if err != nil {
-		return fmt.Errorf("--buffer_size %w", err)
+		return err
 	}
-	if bufSize < relay.MinBufferSize || bufSize > relay.MaxBufferSize {
-		return fmt.Errorf("--buffer_size %s out of range: give %s to %s, e.g. 10MB", *bufferSize,
-			bench.FormatBytes(relay.MinBufferSize), bench.FormatBytes(relay.MaxBufferSize))
+	if ip := net.ParseIP(cfg.BindIP); ip != nil && ip.IsUnspecified() {
+		log.Warn("--bind " + cfg.BindIP + " binds the control API and every data listener on all interfaces: applications and peers reach them on any address this host has; prefer one address")
 	}
-	if *pending <= 0 {
-		return fmt.Errorf("--pending_timeout must be positive, e.g. 15m")
+	if cfg.Auth, err = o.authenticator(log); err != nil {
+		return err
 	}
-	if (*certFile == "") != (*keyFile == "") {
-		return errors.New("give both --server_crt and --server_key, or neither (a self-signed pair is then generated)")
-	}
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return fmt.Errorf("--state_dir: %w", err)
-	}
-
-	var authn auth.Authenticator
-	switch {
-	case *noAuth && *tokensFile != "":
-		return errors.New("--insecure_no_auth and --tokens exclude each other")
-	case *noAuth:
-		log.Warn("INSECURE: --insecure_no_auth is set: ANY client that reaches the control port can create and release streams")
-		authn = auth.Anonymous{Identity: "anonymous"}
-	case *tokensFile == "":
-		return errors.New("no authentication configured: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), or --insecure_no_auth for isolated testing")
-	default:
-		t, err := auth.LoadTokens(*tokensFile)
-		if err != nil {
-			return fmt.Errorf("--tokens: %w", err)
-		}
-		log.Info("loaded tokens", "file", *tokensFile, "count", t.Len())
-		authn = t
-	}
-	if *tcpWAN {
+	if cfg.AllowTCPWAN {
 		log.Warn("--insecure_tcp_wan is set: streams may ask for plaintext WAN legs")
 	}
-
-	var id *certs.Identity
-	if *certFile != "" {
-		if id, err = certs.Load(*certFile, *keyFile); err != nil {
-			return err
-		}
-	} else {
-		hosts := []string{*listenerIP, *bindIP, "localhost", "127.0.0.1"}
-		if hn, err := os.Hostname(); err == nil {
-			hosts = append(hosts, hn)
-		}
-		var path string
-		var generated bool
-		id, path, generated, err = certs.LoadOrGenerate(*stateDir, hosts)
-		if err != nil {
-			return fmt.Errorf("self-signed certificate: %w", err)
-		}
-		abs, _ := filepath.Abs(path)
-		verb := "using"
-		if generated {
-			verb = "generated"
-		}
-		fmt.Fprintf(stdout, "s2cs: %s self-signed certificate %s (give it to s2uc as --server_cert)\n", verb, abs)
+	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
+		return fmt.Errorf("--state_dir: %w", err)
 	}
-	fmt.Fprintf(stdout, "s2cs: certificate SHA-256 fingerprint %s\n", id.SHA256)
-
-	// The eBPF program is loaded only when the operator makes sockmap
-	// the default engine: a privileged kernel object nobody asked for
-	// stays out of every other gateway.
-	var smr *sockmap.Redirector
-	if *engine == "sockmap" {
-		smr, err = sockmap.New(sockmap.Config{ForceUnavailable: *noSockmap})
-		if err != nil {
-			log.Warn("engine sockmap unavailable: using splice instead; run s2cs as root (CAP_BPF and CAP_NET_ADMIN) on a Linux kernel with SOCKHASH and BTF", "err", err)
-			fmt.Fprintf(stdout, "s2cs: engine sockmap unavailable (%v): using splice\n", err)
-			smr = nil
-		} else {
-			defer smr.Close()
-			log.Info("engine sockmap available", "window_bytes", smr.Window())
-		}
-	}
-
-	st, err := store.OpenBolt(filepath.Join(*stateDir, "state.db"))
-	if err != nil {
+	if cfg.Identity, err = o.identity(cfg, stdout); err != nil {
 		return err
 	}
-	srv, err := gateway.New(gateway.Config{
-		ListenerIP:     *listenerIP,
-		BindIP:         *bindIP,
-		PortRange:      rng,
-		Identity:       id,
-		Auth:           authn,
-		Store:          st,
-		Engine:         *engine,
-		BufferSize:     int(bufSize),
-		Sockmap:        smr,
-		AllowTCPWAN:    *tcpWAN,
-		PendingTimeout: *pending,
-		Logger:         log,
-	})
-	if err != nil {
-		st.Close()
+	fmt.Fprintf(stdout, "s2cs: certificate SHA-256 fingerprint %s\n", cfg.Identity.SHA256)
+	cfg.Sockmap = o.sockmap(cfg.Engine, log, stdout)
+	if cfg.Sockmap != nil {
+		defer cfg.Sockmap.Close()
+	}
+	if cfg.Store, err = store.OpenBolt(filepath.Join(o.stateDir, "state.db")); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(*bindIP, strconv.Itoa(*port)))
+	cfg.Logger = log
+	srv, err := gateway.New(cfg)
+	if err != nil {
+		cfg.Store.Close()
+		return flagError(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("control API: %w", err)
 	}
-	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), *listenerIP, rng, *engine)
-	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine, "buffer_size", bench.FormatBytes(bufSize))
+	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
+	log.Info("serving", "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
+		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bench.FormatBytes(int64(cfg.BufferSize)))
 	err = srv.Serve(ctx, ln)
-	if smr != nil {
-		s := smr.Stats()
+	if cfg.Sockmap != nil {
+		s := cfg.Sockmap.Stats()
 		log.Info("sockmap totals", "directions_redirected", s.Redirected, "fallbacks", s.Fallbacks,
 			"kernel_bytes", s.KernelBytes, "user_bytes", s.UserBytes, "passes", s.Passes, "trimmed_bytes", s.Trimmed)
 	}
 	log.Info("stopped")
 	return err
+}
+
+// logger returns the logger --log_format and --verbose ask for, writing
+// to stderr.
+func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log_format %q: use text or json", o.logFormat)
+}
+
+// authenticator returns how control requests are authenticated: the
+// --tokens file, or nobody at all with --insecure_no_auth (said loudly).
+func (o *options) authenticator(log *slog.Logger) (auth.Authenticator, error) {
+	switch {
+	case o.noAuth && o.tokensFile != "":
+		return nil, errors.New("--insecure_no_auth and --tokens exclude each other")
+	case o.noAuth:
+		log.Warn("INSECURE: --insecure_no_auth is set: ANY client that reaches the control port can create and release streams")
+		return auth.Anonymous{Identity: "anonymous"}, nil
+	case o.tokensFile == "":
+		return nil, errors.New("no authentication configured: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), or --insecure_no_auth for isolated testing")
+	}
+	t, err := auth.LoadTokens(o.tokensFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tokens: %w", err)
+	}
+	log.Info("loaded tokens", "file", o.tokensFile, "count", t.Len())
+	return t, nil
+}
+
+// identity loads --server_crt/--server_key, or the self-signed pair in
+// --state_dir (generated on first start), and says which on stdout.
+func (o *options) identity(cfg gateway.Config, stdout io.Writer) (*certs.Identity, error) {
+	if o.certFile != "" {
+		return certs.Load(o.certFile, o.keyFile)
+	}
+	hosts := []string{cfg.ListenerIP, cfg.BindIP, "localhost", "127.0.0.1"}
+	if hn, err := os.Hostname(); err == nil {
+		hosts = append(hosts, hn)
+	}
+	id, path, generated, err := certs.LoadOrGenerate(o.stateDir, hosts)
+	if err != nil {
+		return nil, fmt.Errorf("self-signed certificate: %w", err)
+	}
+	abs, _ := filepath.Abs(path)
+	verb := "using"
+	if generated {
+		verb = "generated"
+	}
+	fmt.Fprintf(stdout, "s2cs: %s self-signed certificate %s (give it to s2uc as --server_cert)\n", verb, abs)
+	return id, nil
+}
+
+// sockmap loads the eBPF program when the operator makes sockmap the
+// default engine: a privileged kernel object nobody asked for stays out
+// of every other gateway. It returns nil (streams then use splice, and
+// the log says why) when the kernel refuses it.
+func (o *options) sockmap(engine string, log *slog.Logger, stdout io.Writer) *sockmap.Redirector {
+	if engine != "sockmap" {
+		return nil
+	}
+	smr, err := sockmap.New(sockmap.Config{ForceUnavailable: o.noSockmap})
+	if err != nil {
+		log.Warn("engine sockmap unavailable: using splice instead; run s2cs as root (CAP_BPF and CAP_NET_ADMIN) on a Linux kernel with SOCKHASH and BTF", "err", err)
+		fmt.Fprintf(stdout, "s2cs: engine sockmap unavailable (%v): using splice\n", err)
+		return nil
+	}
+	log.Info("engine sockmap available", "window_bytes", smr.Window())
+	return smr
 }

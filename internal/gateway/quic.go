@@ -4,7 +4,6 @@ import (
 	"net"
 
 	"scistream/internal/api"
-	"scistream/internal/store"
 	"scistream/internal/wan"
 )
 
@@ -28,37 +27,16 @@ type quicLegs struct {
 	dialer    *wan.QUICDialer     // outbound
 }
 
-// usesUDP reports whether rec's listeners need a UDP socket on their port.
-func usesUDP(rec *store.Record) bool {
-	return rec.WAN == api.WANQUIC && rec.Role == api.RoleInbound
-}
-
-// listen binds a new stream's listeners.
-func (s *Server) listen(rec *store.Record) ([]*net.TCPListener, error) {
-	if usesUDP(rec) {
-		return s.alloc.ListenWithUDP(rec.NumConn)
-	}
-	return s.alloc.Listen(rec.NumConn)
-}
-
-// listenPorts binds a restored stream's listeners again.
-func (s *Server) listenPorts(rec *store.Record) ([]*net.TCPListener, error) {
-	if usesUDP(rec) {
-		return s.alloc.ListenPortsWithUDP(rec.Ports)
-	}
-	return s.alloc.ListenPorts(rec.Ports)
-}
-
 func (st *stream) quicConfig() wan.QUICConfig {
-	cfg := st.srv.cfg.QUIC
-	cfg.Logger = st.srv.log.With("uid", st.uid)
+	cfg := st.env.quic
+	cfg.Logger = st.env.log.With("uid", st.uid)
 	cfg.OnReject = func(remote net.Addr, err error) {
 		st.rejected.Add(1)
 		peer := ""
 		if remote != nil {
 			peer = remote.String()
 		}
-		st.srv.log.Warn("WAN connection refused", "uid", st.uid, "wan", api.WANQUIC, "peer", peer, "err", err)
+		st.env.log.Warn("WAN connection refused", "uid", st.uid, "wan", api.WANQUIC, "peer", peer, "err", err)
 	}
 	return cfg
 }
@@ -73,14 +51,14 @@ func (st *stream) startQUIC() {
 		return
 	}
 	for ch, ln := range st.listeners {
-		udp := st.srv.alloc.UDP(ln)
+		udp := st.env.alloc.UDP(ln)
 		if udp == nil {
-			st.srv.log.Error("quic stream without a UDP socket on its port", "uid", st.uid, "channel", ch)
+			st.env.log.Error("quic stream without a UDP socket on its port", "uid", st.uid, "channel", ch)
 			continue
 		}
 		ql, err := wan.ListenQUIC(udp, st.leg(st.rec, ch), st.quicConfig())
 		if err != nil {
-			st.srv.log.Error("listen quic", "uid", st.uid, "channel", ch, "err", err)
+			st.env.log.Error("listen quic", "uid", st.uid, "channel", ch, "err", err)
 			continue
 		}
 		st.quic.listeners = append(st.quic.listeners, ql)
@@ -123,7 +101,7 @@ func (st *stream) quicAcceptLoop(ch int, ql *wan.QUICListener) {
 func (st *stream) serveInboundQUIC(ch int, w net.Conn) {
 	defer st.wg.Done()
 	defer st.untrack(w)
-	log := st.srv.log.With("uid", st.uid, "channel", ch, "peer", w.RemoteAddr().String())
+	log := st.env.log.With("uid", st.uid, "channel", ch, "peer", w.RemoteAddr().String())
 	rec := st.record()
 	st.relayToApp(log, rec, ch, w)
 }

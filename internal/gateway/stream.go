@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,15 +12,25 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/wan"
 )
 
+// env is what a running stream needs from its gateway, shared by every
+// stream of one Server and never changed.
+type env struct {
+	log   *slog.Logger
+	alloc *ports.Allocator // where its listeners return when it stops
+	cert  *tls.Certificate // the gateway's certificate, for WAN legs
+	quic  wan.QUICConfig   // settings of QUIC WAN legs
+}
+
 // stream is the running proxy of one stream: one listener per channel and
 // every connection accepted on them.
 type stream struct {
-	srv    *Server
+	env    *env
 	uid    string
 	role   api.Role
 	engine relay.Engine
@@ -47,22 +58,10 @@ type stream struct {
 	rateTo, rateFrom float64
 }
 
-// newStream builds the runtime of rec on already-bound listeners.
-func (s *Server) newStream(rec *store.Record, lns []*net.TCPListener) (*stream, error) {
-	eng, err := s.engines.Get(rec.Engine)
-	if err != nil {
-		return nil, err
-	}
-	if eng.Name() == "sockmap" {
-		// Said once per stream: the kernel redirect needs two plain
-		// TCP sockets.
-		switch {
-		case s.cfg.Sockmap == nil:
-			s.log.Warn("engine sockmap not loaded on this gateway (it loads with s2cs --type sockmap; see the start-up log): the stream uses splice", "uid", rec.UID)
-		case rec.WAN != api.WANTCP:
-			s.log.Info("engine sockmap redirects only between plain TCP sockets: this stream's WAN legs are encrypted (tls or quic), so they are copied in user space; use --wan tcp on trusted circuits for the kernel redirect", "uid", rec.UID, "wan", rec.WAN)
-		}
-	}
+// newStream builds the runtime of rec on its bound listeners, one per
+// channel, relaying with engine eng. parent is the context whose end
+// stops it. It starts nothing: see start.
+func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*stream, error) {
 	if len(lns) != rec.NumConn || len(rec.Targets) == 0 {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
 	}
@@ -74,9 +73,9 @@ func (s *Server) newStream(rec *store.Record, lns []*net.TCPListener) (*stream, 
 		}
 		allow = append(allow, p)
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := context.WithCancel(parent)
 	st := &stream{
-		srv:       s,
+		env:       e,
 		uid:       rec.UID,
 		role:      rec.Role,
 		engine:    eng,
@@ -115,10 +114,14 @@ func (st *stream) listenerAddrs() []string {
 	return out
 }
 
-// start runs one accept loop per channel.
+// start runs one accept loop per channel. It does nothing once the
+// stream has stopped.
 func (st *stream) start() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.stopped {
+		return
+	}
 	for i, ln := range st.listeners {
 		st.wg.Add(1)
 		go st.acceptLoop(i, ln)
@@ -145,7 +148,7 @@ func (st *stream) stop() {
 	st.cancel()
 	st.stopQUIC()
 	for _, ln := range lns {
-		st.srv.alloc.Release(ln)
+		st.env.alloc.Release(ln)
 	}
 	for _, c := range conns {
 		relay.Abort(c)
@@ -184,7 +187,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
 				// e.g. EMFILE: back off instead of spinning.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				st.srv.log.Warn("accept", "uid", st.uid, "channel", ch, "err", err, "retry_in", backoff)
+				st.env.log.Warn("accept", "uid", st.uid, "channel", ch, "err", err, "retry_in", backoff)
 				select {
 				case <-time.After(backoff):
 					continue
@@ -192,7 +195,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 					return
 				}
 			}
-			st.srv.log.Debug("accept loop ends", "uid", st.uid, "channel", ch, "err", err)
+			st.env.log.Debug("accept loop ends", "uid", st.uid, "channel", ch, "err", err)
 			return
 		}
 		backoff = 0
@@ -219,7 +222,7 @@ func isTemporary(err error) bool {
 func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	defer st.wg.Done()
 	defer st.untrack(app)
-	log := st.srv.log.With("uid", st.uid, "channel", ch, "app", app.RemoteAddr().String())
+	log := st.env.log.With("uid", st.uid, "channel", ch, "app", app.RemoteAddr().String())
 	if !st.admits(app.RemoteAddr()) {
 		st.rejected.Add(1)
 		log.Warn("connection refused: source not in the stream's allow-list", "allow", st.record().Allow)
@@ -249,7 +252,7 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
-	log := st.srv.log.With("uid", st.uid, "channel", ch, "peer", raw.RemoteAddr().String())
+	log := st.env.log.With("uid", st.uid, "channel", ch, "peer", raw.RemoteAddr().String())
 	rec := st.record()
 	w, err := wan.Accept(st.ctx, raw, st.leg(rec, ch))
 	if err != nil {
@@ -313,7 +316,7 @@ func (st *stream) leg(rec *store.Record, ch int) *wan.Leg {
 		UID:        rec.UID,
 		Channel:    ch,
 		Secret:     rec.Secret,
-		Cert:       &st.srv.cfg.Identity.TLS,
+		Cert:       st.env.cert,
 		PeerSHA256: func() string { return *st.peerPin.Load() },
 	}
 }
@@ -336,16 +339,22 @@ func (st *stream) admits(a net.Addr) bool {
 	return false
 }
 
-// attach pins the peer's certificate and marks the stream connected.
-func (st *stream) attach(pin string, now time.Time) *store.Record {
+// attach pins the peer's certificate and marks the stream connected. It
+// reports false, changing nothing, if the stream is connected to another
+// pin already. It returns the record as it is after the call.
+func (st *stream) attach(pin string, now time.Time) (*store.Record, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.rec.State == api.StateConnected && st.rec.PeerCertSHA256 != pin {
+		r := *st.rec
+		return &r, false
+	}
 	st.rec.PeerCertSHA256 = pin
 	st.rec.State = api.StateConnected
 	st.rec.Updated = now
 	st.peerPin.Store(&pin)
 	r := *st.rec
-	return &r
+	return &r, true
 }
 
 // pendingSince returns how long an inbound stream has waited for its
@@ -387,16 +396,4 @@ func (st *stream) stats() *api.Stats {
 		RateToWAN:     rt,
 		RateFromWAN:   rf,
 	}
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
-	}
-	a = a.Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }

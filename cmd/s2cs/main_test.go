@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"scistream/internal/localgw"
+	"scistream/internal/waitfor"
+)
+
+// TestBadFlags: every refused command line gives exit status 2 and one
+// line on stderr that names the flag, and touches nothing on disk.
+func TestBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	base := []string{"--state_dir", state, "--insecure_no_auth"}
+	for _, c := range []struct {
+		args    []string
+		mention string
+	}{
+		{nil, "--listener_ip is required"},
+		{[]string{"--listener_ip", "1.2.3"}, `--listener_ip "1.2.3" is not an IP address`},
+		{[]string{"--listener_ip", "127.0.0.1", "--bind", "localhost"}, `--bind "localhost" is not an IP address`},
+		{[]string{"--listener_ip", "127.0.0.1", "--type", "zerocopy"}, `--type "zerocopy" is not an engine`},
+		{[]string{"--listener_ip", "127.0.0.1", "--buffer_size", "1KiB"}, "--buffer_size 1024 bytes out of range"},
+		{[]string{"--listener_ip", "127.0.0.1", "--buffer_size", "lots"}, `--buffer_size "lots"`},
+		{[]string{"--listener_ip", "127.0.0.1", "--port_range", "9-8"}, "--port_range"},
+		{[]string{"--listener_ip", "127.0.0.1", "--pending_timeout", "0s"}, "--pending_timeout must be positive"},
+		{[]string{"--listener_ip", "127.0.0.1", "--port", "5150"}, "--port 5150 lies inside --port_range"},
+		{[]string{"--listener_ip", "127.0.0.1", "--port", "70000"}, "--port 70000 out of range"},
+		{[]string{"--listener_ip", "127.0.0.1", "--server_crt", "x.pem"}, "give both --server_crt and --server_key"},
+		{[]string{"--listener_ip", "127.0.0.1", "--log_format", "xml"}, `--log_format "xml"`},
+		{[]string{"--listener_ip", "127.0.0.1", "--tokens", "t"}, "--insecure_no_auth and --tokens exclude each other"},
+		{[]string{"--listener_ip", "127.0.0.1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
+		{[]string{"--listener_ip", "127.0.0.1", "stray"}, `unexpected argument "stray"`},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), append(append([]string{}, base...), c.args...), &stdout, &stderr)
+			if err == nil {
+				t.Fatal("run accepted the command line")
+			}
+			var msg bytes.Buffer
+			if code := exitCode(err, &msg); code != 2 {
+				t.Errorf("exit status %d, want 2", code)
+			}
+			line := msg.String()
+			if !strings.HasPrefix(line, "s2cs: ") || strings.Count(line, "\n") != 1 || !strings.Contains(line, c.mention) {
+				t.Errorf("message %q; want one line \"s2cs: ...\" mentioning %q", line, c.mention)
+			}
+			if _, err := os.Stat(state); !os.IsNotExist(err) {
+				t.Errorf("a refused command line created the state directory (stat: %v)", err)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help"} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{arg}, &stdout, &stderr)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s: run = %v, want flag.ErrHelp", arg, err)
+		}
+		var msg bytes.Buffer
+		if code := exitCode(err, &msg); code != 0 || msg.Len() != 0 {
+			t.Fatalf("%s: exit status %d, message %q; want 0 and no error line", arg, code, msg.String())
+		}
+		usage := stderr.String()
+		for _, want := range []string{"usage: s2cs", "--listener_ip", "--port_range", "--buffer_size"} {
+			if !strings.Contains(usage, want) {
+				t.Fatalf("%s: usage lacks %q:\n%s", arg, want, usage)
+			}
+		}
+		if strings.Contains(usage, "alias of") {
+			t.Fatalf("%s: usage lists the kebab-case aliases:\n%s", arg, usage)
+		}
+	}
+}
+
+// TestServe runs the daemon in-process as a user would start it: it
+// generates its certificate, answers /healthz over TLS, and stops cleanly
+// when its context ends.
+func TestServe(t *testing.T) {
+	dir := t.TempDir()
+	ip := localgw.RandomLoopback()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"--listener_ip", ip, "--port", "0", "--port_range", "5100-5101",
+			"--state_dir", dir, "--insecure_no_auth", "--log_format", "json"}, pw, &stderr)
+		pw.Close()
+		done <- err
+	}()
+	var addr, certLine string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, "self-signed certificate") {
+			certLine = line
+		}
+		if a, ok := strings.CutPrefix(line, "s2cs: control API on https://"); ok {
+			addr, _, _ = strings.Cut(a, " ")
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if addr == "" {
+		cancel()
+		t.Fatalf("s2cs never said where it serves; run = %v; stderr:\n%s", <-done, stderr.String())
+	}
+	if !strings.Contains(certLine, filepath.Join(dir, "s2cs.crt")) {
+		t.Errorf("certificate line %q does not name the generated file", certLine)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer hc.CloseIdleConnections()
+	waitfor.Must(t, 15*time.Second, "/healthz to answer ok", func() bool {
+		resp, err := hc.Get("https://" + addr + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var health struct{ Status string }
+		json.NewDecoder(resp.Body).Decode(&health)
+		return resp.StatusCode == http.StatusOK && health.Status == "ok"
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after its context ended = %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	if !strings.Contains(stderr.String(), `"msg":"INSECURE: --insecure_no_auth is set`) {
+		t.Errorf("no warning for --insecure_no_auth in the log:\n%s", stderr.String())
+	}
+}

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"scistream/internal/auth"
+	"scistream/internal/certs"
+	"scistream/internal/ports"
+	"scistream/internal/relay"
+	"scistream/internal/sockmap"
+	"scistream/internal/store"
+	"scistream/internal/wan"
+)
+
+// Config configures a Server. Zero values are documented per field;
+// Validate (which New calls) is the one place that checks them.
+type Config struct {
+	// ListenerIP is the address advertised to peers in listener
+	// addresses. Required.
+	ListenerIP string
+	// BindIP is the address data listeners bind. If empty, ListenerIP.
+	// An unspecified address (0.0.0.0, ::) binds every interface; the
+	// caller should have the operator ask for it explicitly.
+	BindIP string
+	// PortRange is where data listeners are allocated. Required.
+	PortRange ports.Range
+	// Identity is the gateway's certificate, used for the control API and
+	// every WAN leg. Required.
+	Identity *certs.Identity
+	// Auth authenticates control-API callers. Required; use
+	// auth.Anonymous only for an explicitly insecure gateway.
+	Auth auth.Authenticator
+	// Store persists stream records. Required. Shutdown closes it.
+	Store store.Store
+	// Engine is the default data-plane engine, one of relay.Names. If
+	// empty, "splice".
+	Engine string
+	// QUIC tunes the "quic" WAN transport. Its zero value is the
+	// defaults documented on wan.QUICConfig.
+	QUIC wan.QUICConfig
+	// BufferSize is the ring of the buffer engine for each direction of
+	// each connection, in bytes (relay.MinBufferSize to
+	// relay.MaxBufferSize). If zero, relay.DefaultBufferSize.
+	BufferSize int
+	// Sockmap is the loaded eBPF program behind the "sockmap" engine,
+	// shared by every stream; the caller owns it and closes it after
+	// Shutdown. If nil, streams whose engine is sockmap use splice.
+	Sockmap *sockmap.Redirector
+	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
+	// false, such requests are refused.
+	AllowTCPWAN bool
+	// PendingTimeout is how long an inbound stream may wait for its
+	// outbound peer before it expires and frees its ports. If zero, 15
+	// minutes.
+	PendingTimeout time.Duration
+	// Retention is how long records of ended streams are kept for
+	// status queries. If zero, 24 hours.
+	Retention time.Duration
+	// Logger receives structured logs. If nil, logs are discarded.
+	Logger *slog.Logger
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+}
+
+// A ConfigError names the Config field that Validate refused, so that a
+// caller can say it in its own terms (s2cs names its flag).
+type ConfigError struct {
+	// Field is the name of the Config field, e.g. "ListenerIP".
+	Field string
+	// Problem completes a sentence that starts with the field's name,
+	// e.g. `"10.0.0" is not an IP address`.
+	Problem string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *ConfigError) Error() string { return e.Field + " " + e.Problem }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func fieldError(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first setting New would refuse, without opening
+// anything and without looking at Identity, Auth and Store: a daemon
+// calls it before it loads a certificate or opens its database, so a
+// mistyped setting costs nothing. Errors are *ConfigError.
+func (c Config) Validate() error {
+	switch {
+	case c.ListenerIP == "":
+		return fieldError("ListenerIP", "is required: give the IP address peers use to reach this gateway")
+	case net.ParseIP(c.ListenerIP) == nil:
+		return fieldError("ListenerIP", "%q is not an IP address", c.ListenerIP)
+	case c.BindIP != "" && net.ParseIP(c.BindIP) == nil:
+		return fieldError("BindIP", "%q is not an IP address", c.BindIP)
+	case c.PortRange.Lo < 1 || c.PortRange.Hi > 65535 || c.PortRange.Lo > c.PortRange.Hi:
+		return fieldError("PortRange", "%q is not a range of ports: give LO-HI within 1-65535", c.PortRange)
+	case c.PendingTimeout < 0:
+		return fieldError("PendingTimeout", "must be positive, e.g. 15m")
+	case c.Retention < 0:
+		return fieldError("Retention", "must be positive, e.g. 24h")
+	}
+	_, err := c.engines()
+	return err
+}
+
+// engines builds the relay engines c asks for and checks its default
+// engine exists.
+func (c Config) engines() (*relay.Engines, error) {
+	set, err := relay.New(relay.Options{BufferSize: c.BufferSize, Sockmap: c.Sockmap})
+	if err != nil {
+		return nil, &ConfigError{Field: "BufferSize", Err: err,
+			Problem: fmt.Sprintf("%d bytes out of range: give %d (64KiB) to %d (1GiB), e.g. 10MB", c.BufferSize, relay.MinBufferSize, relay.MaxBufferSize)}
+	}
+	if c.Engine != "" {
+		if _, err := set.Get(c.Engine); err != nil {
+			return nil, &ConfigError{Field: "Engine", Err: err,
+				Problem: fmt.Sprintf("%.40q is not an engine of this build: choose one of %s", c.Engine, strings.Join(relay.Names(), ", "))}
+		}
+	}
+	return set, nil
+}
+
+// withDefaults returns c with every zero value that has a default filled
+// in. c must have passed Validate.
+func (c Config) withDefaults() Config {
+	if c.BindIP == "" {
+		c.BindIP = c.ListenerIP
+	}
+	if c.Engine == "" {
+		c.Engine = "splice"
+	}
+	if c.PendingTimeout == 0 {
+		c.PendingTimeout = 15 * time.Minute
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

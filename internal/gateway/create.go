@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"scistream/internal/api"
+	"scistream/internal/ports"
+	"scistream/internal/store"
+)
+
+// A stream comes to life here: created from a checked record
+// (requested -> listening for an inbound stream, -> connected for an
+// outbound one), or restored from the store after a restart.
+
+// create reserves rec.UID, binds its listeners, persists it and starts it.
+func (s *Server) create(rec *store.Record) (*stream, error) {
+	now := s.cfg.Now()
+	rec.Created, rec.Updated = now, now
+	if err := s.reserve(rec.UID); err != nil {
+		return nil, err
+	}
+	defer s.unreserve(rec.UID)
+	if old, err := s.cfg.Store.Get(rec.UID); err == nil && (!old.State.Terminal() || old.Owner != rec.Owner) {
+		return nil, api.Errorf(api.CodeConflict, "stream %s already exists on this gateway", rec.UID)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, api.Errorf(api.CodeInternal, "read state").WithCause(err)
+	}
+
+	lns, err := s.listen(rec)
+	if err != nil {
+		if errors.Is(err, ports.ErrExhausted) {
+			return nil, api.Errorf(api.CodeNoResources, "no free ports: %d wanted, range %s is in use; release streams or widen --port_range", rec.NumConn, s.cfg.PortRange).WithCause(err)
+		}
+		return nil, api.Errorf(api.CodeInternal, "bind listeners").WithCause(err)
+	}
+	for _, ln := range lns {
+		rec.Ports = append(rec.Ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	st, err := s.build(rec, lns)
+	if err == nil {
+		err = s.cfg.Store.Put(rec)
+	}
+	if err != nil {
+		for _, ln := range lns {
+			s.alloc.Release(ln)
+		}
+		return nil, api.Errorf(api.CodeInternal, "create stream").WithCause(err)
+	}
+	if !s.add(st) {
+		st.stop()
+		return nil, api.Errorf(api.CodeUnavailable, "gateway is shutting down")
+	}
+	st.start()
+	if rec.WAN == api.WANTCP {
+		s.log.Warn("stream uses a plaintext WAN leg: data crosses the WAN unencrypted", "uid", rec.UID)
+	}
+	s.log.Info("stream created", "uid", rec.UID, "role", rec.Role, "owner", rec.Owner,
+		"listeners", st.listenerAddrs(), "targets", rec.Targets, "wan", rec.WAN, "engine", rec.Engine)
+	return st, nil
+}
+
+// restore brings back every non-terminal stream from the store.
+func (s *Server) restore() error {
+	recs, err := s.cfg.Store.List()
+	if err != nil {
+		return fmt.Errorf("read state: %w", err)
+	}
+	for _, rec := range recs {
+		if rec.State.Terminal() {
+			continue
+		}
+		if rec.State == api.StateRequested {
+			s.fail(rec, "interrupted while being created")
+			continue
+		}
+		lns, err := s.listenPorts(rec)
+		if err != nil {
+			s.fail(rec, fmt.Sprintf("could not bind its ports again after a restart: %v", err))
+			continue
+		}
+		st, err := s.build(rec, lns)
+		if err != nil {
+			for _, ln := range lns {
+				s.alloc.Release(ln)
+			}
+			s.fail(rec, fmt.Sprintf("could not restore: %v", err))
+			continue
+		}
+		if !s.add(st) {
+			st.stop()
+			return nil // shutting down
+		}
+		st.start()
+		s.log.Info("stream restored", "uid", rec.UID, "role", rec.Role, "state", rec.State, "listeners", st.listenerAddrs())
+	}
+	return nil
+}
+
+// build makes the runtime of rec on its bound listeners, with the engine
+// it asks for.
+func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*stream, error) {
+	eng, err := s.engines.Get(rec.Engine)
+	if err != nil {
+		return nil, err
+	}
+	if eng.Name() == "sockmap" {
+		// Said once per stream: the kernel redirect needs two plain
+		// TCP sockets.
+		switch {
+		case !s.engines.Kernel():
+			s.log.Warn("engine sockmap not loaded on this gateway (it loads with s2cs --type sockmap; see the start-up log): the stream uses splice", "uid", rec.UID)
+		case rec.WAN != api.WANTCP:
+			s.log.Info("engine sockmap redirects only between plain TCP sockets: this stream's WAN legs are encrypted (tls or quic), so they are copied in user space; use --wan tcp on trusted circuits for the kernel redirect", "uid", rec.UID, "wan", rec.WAN)
+		}
+	}
+	return newStream(s.ctx, s.env, rec, lns, eng)
+}
+
+// listen binds a new stream's listeners: TCP, plus UDP on the same ports
+// for an inbound QUIC stream.
+func (s *Server) listen(rec *store.Record) ([]*net.TCPListener, error) {
+	if usesUDP(rec) {
+		return s.alloc.ListenWithUDP(rec.NumConn)
+	}
+	return s.alloc.Listen(rec.NumConn)
+}
+
+// listenPorts binds a restored stream's listeners again, on its ports.
+func (s *Server) listenPorts(rec *store.Record) ([]*net.TCPListener, error) {
+	if usesUDP(rec) {
+		return s.alloc.ListenPortsWithUDP(rec.Ports)
+	}
+	return s.alloc.ListenPorts(rec.Ports)
+}
+
+// usesUDP reports whether rec's listeners need a UDP socket on their port.
+func usesUDP(rec *store.Record) bool {
+	return rec.WAN == api.WANQUIC && rec.Role == api.RoleInbound
+}

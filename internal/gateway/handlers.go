@@ -1,0 +1,189 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+
+	"scistream/internal/api"
+	"scistream/internal/store"
+)
+
+// One handler per route of routes.go. Each decodes its request, asks
+// validate.go for a record and the lifecycle files (create.go, attach.go,
+// end.go) for the change, and answers with the public view.
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if !s.Ready() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleInfo(r *http.Request) (int, any, error) {
+	wans := []string{api.WANTLS, api.WANQUIC}
+	if s.cfg.AllowTCPWAN {
+		wans = append(wans, api.WANTCP)
+	}
+	return http.StatusOK, api.Info{
+		Version:       Version,
+		ListenerIP:    s.cfg.ListenerIP,
+		PortRange:     s.cfg.PortRange.String(),
+		Engines:       s.engines.Names(),
+		DefaultEngine: s.cfg.Engine,
+		WAN:           wans,
+		WANCertSHA256: s.cfg.Identity.SHA256,
+		Identity:      identity(r),
+	}, nil
+}
+
+func (s *Server) handleInbound(r *http.Request) (int, any, error) {
+	var req api.InboundRequest
+	if err := decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	rec, err := s.inboundRecord(&req, identity(r))
+	if err != nil {
+		return 0, nil, err
+	}
+	st, err := s.create(rec)
+	if err != nil {
+		return 0, nil, err
+	}
+	v := s.view(st.record(), st)
+	v.Secret = base64.StdEncoding.EncodeToString(rec.Secret)
+	v.WANCert = string(s.cfg.Identity.PEM)
+	return http.StatusCreated, v, nil
+}
+
+func (s *Server) handleOutbound(r *http.Request) (int, any, error) {
+	var req api.OutboundRequest
+	if err := decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	rec, err := s.outboundRecord(&req, identity(r))
+	if err != nil {
+		return 0, nil, err
+	}
+	st, err := s.create(rec)
+	if err != nil {
+		return 0, nil, err
+	}
+	v := s.view(st.record(), st)
+	v.WANCert = string(s.cfg.Identity.PEM)
+	return http.StatusCreated, v, nil
+}
+
+func (s *Server) handleAttach(r *http.Request) (int, any, error) {
+	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	if err != nil {
+		return 0, nil, err
+	}
+	var req api.AttachRequest
+	if r.ContentLength != 0 { // a tcp stream has nothing to attach: no body needed
+		if err := decode(r, &req); err != nil {
+			return 0, nil, err
+		}
+	}
+	if st == nil {
+		return 0, nil, api.Errorf(api.CodeConflict, "stream %s has ended (%s); request a new one", rec.UID, rec.State)
+	}
+	pin, err := attachPin(&req, rec)
+	if err != nil {
+		return 0, nil, err
+	}
+	nr, err := s.attach(st, pin)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.view(nr, st), nil
+}
+
+func (s *Server) handleList(r *http.Request) (int, any, error) {
+	id := identity(r)
+	all := r.URL.Query().Get("all")
+	if all != "" && all != "true" && all != "false" && all != "1" && all != "0" {
+		return 0, nil, api.Errorf(api.CodeInvalidArgument, "all=%.20q: use true or false", all)
+	}
+	showEnded := all == "true" || all == "1"
+	out := api.StreamList{Streams: []api.Stream{}}
+	live := map[string]bool{}
+	for _, st := range s.live() {
+		live[st.uid] = true
+		if rec := st.record(); rec.Owner == id {
+			out.Streams = append(out.Streams, s.view(rec, st))
+		}
+	}
+	if showEnded {
+		recs, err := s.cfg.Store.List()
+		if err != nil {
+			return 0, nil, api.Errorf(api.CodeInternal, "read state").WithCause(err)
+		}
+		for _, rec := range recs {
+			if rec.Owner == id && !live[rec.UID] && rec.State.Terminal() {
+				out.Streams = append(out.Streams, s.view(rec, nil))
+			}
+		}
+	}
+	sort.Slice(out.Streams, func(i, j int) bool { return out.Streams[i].Created.Before(out.Streams[j].Created) })
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) handleGet(r *http.Request) (int, any, error) {
+	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	if err != nil {
+		return 0, nil, err
+	}
+	v := s.view(rec, st)
+	v.WANCert = string(s.cfg.Identity.PEM) // so a client that lost it can still attach
+	return http.StatusOK, v, nil
+}
+
+func (s *Server) handleRelease(r *http.Request) (int, any, error) {
+	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	if err != nil {
+		return 0, nil, err
+	}
+	if st == nil {
+		// Already ended: releasing again is a no-op that reports the end.
+		return http.StatusOK, s.view(rec, nil), nil
+	}
+	final := st.stats()
+	nr := s.end(st, api.StateReleased, "released by "+identity(r))
+	v := s.view(nr, nil)
+	v.Stats = final
+	s.log.Info("stream released", "uid", nr.UID, "bytes_to_wan", final.BytesToWAN, "bytes_from_wan", final.BytesFromWAN)
+	return http.StatusOK, v, nil
+}
+
+// view returns the public view of a record, with the live stats of st
+// if it runs.
+func (s *Server) view(rec *store.Record, st *stream) api.Stream {
+	v := api.Stream{
+		UID:            rec.UID,
+		Role:           rec.Role,
+		State:          rec.State,
+		Owner:          rec.Owner,
+		Targets:        slices.Clone(rec.Targets),
+		NumConn:        rec.NumConn,
+		WAN:            rec.WAN,
+		Engine:         rec.Engine,
+		Allow:          slices.Clone(rec.Allow),
+		Created:        rec.Created,
+		Updated:        rec.Updated,
+		Reason:         rec.Reason,
+		WANCertSHA256:  s.cfg.Identity.SHA256,
+		PeerCertSHA256: rec.PeerCertSHA256,
+	}
+	for _, p := range rec.Ports {
+		v.Listeners = append(v.Listeners, net.JoinHostPort(s.cfg.ListenerIP, strconv.Itoa(p)))
+	}
+	if st != nil {
+		v.Stats = st.stats()
+	}
+	return v
+}

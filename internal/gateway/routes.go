@@ -1,0 +1,172 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/auth"
+)
+
+// The HTTP layer: routes, authentication, request decoding and error
+// writing. Handlers (handlers.go) are functions of a request that return
+// a status and a body, or an error that writeError turns into the
+// documented error body.
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.HandleFunc("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(api.OpenAPI)
+	})
+	mux.Handle("GET /v1/info", s.authed(s.handleInfo))
+	mux.Handle("POST /v1/streams/inbound", s.authed(s.handleInbound))
+	mux.Handle("POST /v1/streams/outbound", s.authed(s.handleOutbound))
+	mux.Handle("POST /v1/streams/{uid}/attach", s.authed(s.handleAttach))
+	mux.Handle("GET /v1/streams", s.authed(s.handleList))
+	mux.Handle("GET /v1/streams/{uid}", s.authed(s.handleGet))
+	mux.Handle("DELETE /v1/streams/{uid}", s.authed(s.handleRelease))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %s; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
+	})
+	return s.logRequests(mux)
+}
+
+type ctxKey struct{}
+
+// identity returns the authenticated caller of r.
+func identity(r *http.Request) string {
+	id, _ := r.Context().Value(ctxKey{}).(string)
+	return id
+}
+
+// handlerFunc is an API handler: it returns a status and body, or an error.
+type handlerFunc func(r *http.Request) (int, any, error)
+
+// authed authenticates the caller, refuses requests until the server is
+// ready, and writes the handler's answer.
+func (s *Server) authed(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := s.cfg.Auth.Authenticate(r)
+		if err != nil {
+			msg := "missing bearer token: set SCISTREAM_TOKEN or pass --token_file"
+			if errors.Is(err, auth.ErrBadToken) {
+				msg = "bearer token not recognised by this gateway: check the token and the gateway's --tokens file"
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="s2cs"`)
+			s.writeError(w, r, api.Errorf(api.CodeUnauthenticated, "%s", msg).WithCause(err))
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, id))
+		if !s.Ready() {
+			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
+			return
+		}
+		code, body, err := h(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, code, body)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (s *Server) logRequests(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: 200}
+		h.ServeHTTP(sw, r)
+		lvl := slog.LevelDebug
+		if r.URL.Path != "/healthz" {
+			lvl = slog.LevelInfo
+		}
+		// Never log headers: they carry the bearer token.
+		s.log.Log(r.Context(), lvl, "request", "method", r.Method, "path", r.URL.Path,
+			"remote", r.RemoteAddr, "status", sw.code, "duration", time.Since(start))
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(body)
+}
+
+// writeError writes err as the documented error body. An error that is
+// not an *api.Error is an internal fault: the caller learns only that,
+// and the cause goes to the log.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		ae = api.Errorf(api.CodeInternal, "internal error; see the gateway's log").WithCause(err)
+	}
+	if ae.Code == api.CodeInternal || ae.Cause() != nil {
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.Code, "msg", ae.Message, "cause", ae.Cause())
+	}
+	writeJSON(w, ae.Code.HTTPStatus(), api.ErrorBody{Error: *ae})
+}
+
+// decode reads exactly one JSON object into v, refusing unknown fields.
+func decode(r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return api.Errorf(api.CodeInvalidArgument, "content type %q: send application/json", ct)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBodyBytes+1))
+	if err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "read request body: %v", err)
+	}
+	return decodeBody(body, v)
+}
+
+// decodeBody decodes body, which came from an untrusted caller, as
+// exactly one JSON object into v, refusing unknown fields. Every error is
+// an invalid_argument *api.Error whose message names the problem.
+func decodeBody(body []byte, v any) error {
+	if len(body) > api.MaxBodyBytes {
+		return api.Errorf(api.CodeInvalidArgument, "request body larger than %d bytes", api.MaxBodyBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "malformed JSON body: %s", jsonMsg(err))
+	}
+	if dec.More() {
+		return api.Errorf(api.CodeInvalidArgument, "malformed JSON body: trailing data after the object")
+	}
+	return nil
+}
+
+func jsonMsg(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
+	case errors.Is(err, io.EOF):
+		return "empty body; send a JSON object"
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}

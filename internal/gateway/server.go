@@ -1,0 +1,200 @@
+// Package gateway is the SciStream control server (S2CS) and the data
+// servers (S2DS) it runs: it authenticates callers, admits stream requests,
+// allocates ports, runs one proxy per stream and channel, keeps every
+// stream's state in a store so a restart restores it, and reports status.
+//
+// Lifecycle: New(cfg) validates and fills defaults without opening any
+// socket; Serve(ctx, ln) restores persisted streams and serves the control
+// API on ln until ctx ends or Shutdown is called; Shutdown stops every
+// proxy (keeping the records, so the next start restores them) and waits
+// for every goroutine the server started.
+//
+// Where each concern lives:
+//
+//	config.go    Config, its defaults and Validate (the one validator)
+//	server.go    Server: New, Serve, Shutdown
+//	routes.go    the HTTP layer: routes, authentication, decoding, error writing
+//	handlers.go  one thin handler per route
+//	validate.go  a request turned into a record: every check of a request field
+//	streams.go   the table of live streams: reservation, lookup, ownership
+//	create.go    a stream created (requested -> listening/connected) or restored
+//	attach.go    an inbound stream attached to its peer (listening -> connected)
+//	end.go       a stream ended (released, expired, failed) and the janitor
+//	stream.go    a running stream: listeners, accept loops, relays, counters
+//	quic.go      the QUIC side of a running stream
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"scistream/internal/ports"
+	"scistream/internal/relay"
+)
+
+// Server is a SciStream gateway's control server.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	alloc   *ports.Allocator
+	engines *relay.Engines
+	env     *env // what every stream gets
+
+	ctx    context.Context // parent of every stream's context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex // guards the following fields
+	streams map[string]*stream
+	pending map[string]bool // UIDs being created
+	closed  bool
+	ready   bool
+
+	httpSrv  *http.Server
+	wg       sync.WaitGroup // janitor and HTTP serving
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// New validates cfg (Config.Validate, and that Identity, Auth and Store
+// are set) and returns a Server. It opens no socket.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Identity == nil:
+		return nil, errors.New("identity (certificate) required")
+	case cfg.Auth == nil:
+		return nil, errors.New("authenticator required")
+	case cfg.Store == nil:
+		return nil, errors.New("store required")
+	}
+	cfg = cfg.withDefaults()
+	engines, err := cfg.engines()
+	if err != nil {
+		return nil, err
+	}
+	alloc := ports.New(cfg.BindIP, cfg.PortRange)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		alloc:   alloc,
+		engines: engines,
+		env: &env{
+			log:   cfg.Logger,
+			alloc: alloc,
+			cert:  &cfg.Identity.TLS,
+			quic:  cfg.QUIC,
+		},
+		ctx:     ctx,
+		cancel:  cancel,
+		streams: map[string]*stream{},
+		pending: map[string]bool{},
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Serve restores persisted streams, then serves the control API over TLS
+// on ln until ctx is cancelled or Shutdown is called. It returns after
+// shutdown has completed. Serve closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	s.httpSrv = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		TLSConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{s.cfg.Identity.TLS},
+		},
+	}
+	s.mu.Unlock()
+
+	if err := s.restore(); err != nil {
+		ln.Close()
+		s.Shutdown(context.Background())
+		return err
+	}
+	s.wg.Add(1)
+	go s.janitor()
+
+	s.mu.Lock()
+	s.ready = true
+	s.mu.Unlock()
+
+	errc := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		errc <- s.httpSrv.Serve(tls.NewListener(ln, s.httpSrv.TLSConfig))
+	}()
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			s.Shutdown(context.Background())
+			return fmt.Errorf("serve control API: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Shutdown(sctx)
+}
+
+// Shutdown stops the control API and every proxy, keeping stream records
+// so the next start restores them, and waits for all goroutines. It is
+// idempotent; ctx bounds the graceful drain of control requests.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.ready = false
+		hs := s.httpSrv
+		s.mu.Unlock()
+		close(s.done)
+		if hs != nil {
+			if e := hs.Shutdown(ctx); e != nil {
+				hs.Close()
+			}
+		}
+		for _, st := range s.live() {
+			st.stop()
+		}
+		s.cancel()
+		s.wg.Wait()
+		s.mu.Lock()
+		s.streams = map[string]*stream{}
+		s.mu.Unlock()
+		err = s.cfg.Store.Close()
+	})
+	return err
+}
+
+// Ready reports whether the server has restored its streams and serves.
+func (s *Server) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+// Version is reported by GET /v1/info.
+const Version = "0.1.0"

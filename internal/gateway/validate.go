@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"scistream/internal/api"
+	"scistream/internal/certs"
+	"scistream/internal/store"
+	"scistream/internal/wan"
+)
+
+// A request turned into a record: every check of a request field lives
+// here, and every refusal is an invalid_argument (or permission_denied)
+// *api.Error whose message names the field and the fix. Nothing here
+// opens a socket or touches the store.
+
+// inboundRecord checks an inbound request and returns the record of the
+// new stream it asks for, owned by owner, with a fresh stream secret.
+func (s *Server) inboundRecord(req *api.InboundRequest, owner string) (*store.Record, error) {
+	if err := s.checkCommon(req.NumConn, &req.WAN, &req.Engine); err != nil {
+		return nil, err
+	}
+	if err := checkHost("remote_ip", req.RemoteIP); err != nil {
+		return nil, err
+	}
+	if len(req.ReceiverPorts) == 0 || len(req.ReceiverPorts) > api.MaxReceiverPorts {
+		return nil, api.Errorf(api.CodeInvalidArgument, "receiver_ports: give 1 to %d ports of the listening application", api.MaxReceiverPorts)
+	}
+	var targets []string
+	for _, p := range req.ReceiverPorts {
+		if err := checkPort("receiver_ports", p); err != nil {
+			return nil, err
+		}
+		targets = append(targets, net.JoinHostPort(req.RemoteIP, strconv.Itoa(p)))
+	}
+	uid := req.UID
+	if uid == "" {
+		uid = newUID()
+	} else if err := checkUID(uid); err != nil {
+		return nil, err
+	}
+	return &store.Record{
+		UID:     uid,
+		Role:    api.RoleInbound,
+		State:   api.StateListening,
+		Owner:   owner,
+		Targets: targets,
+		NumConn: req.NumConn,
+		WAN:     req.WAN,
+		Engine:  req.Engine,
+		Secret:  wan.NewSecret(),
+	}, nil
+}
+
+// outboundRecord checks an outbound request and returns the record of the
+// new stream it asks for, owned by owner.
+func (s *Server) outboundRecord(req *api.OutboundRequest, owner string) (*store.Record, error) {
+	if err := checkUID(req.UID); err != nil {
+		return nil, err
+	}
+	if err := s.checkCommon(req.NumConn, &req.WAN, &req.Engine); err != nil {
+		return nil, err
+	}
+	if len(req.PeerListeners) == 0 || len(req.PeerListeners) > api.MaxReceiverPorts {
+		return nil, api.Errorf(api.CodeInvalidArgument, "peer_listeners: give 1 to %d host:port addresses of the inbound gateway's listeners", api.MaxReceiverPorts)
+	}
+	for _, pl := range req.PeerListeners {
+		if err := checkHostPort("peer_listeners", pl); err != nil {
+			return nil, err
+		}
+	}
+	secret, err := base64.StdEncoding.DecodeString(req.Secret)
+	if err != nil || len(secret) != wan.SecretLen {
+		return nil, api.Errorf(api.CodeInvalidArgument, "secret must be the base64 of %d bytes, as returned by the inbound request", wan.SecretLen)
+	}
+	pin, err := parsePin(req.WAN, req.PeerCert, "inbound")
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Allow) > api.MaxAllow {
+		return nil, api.Errorf(api.CodeInvalidArgument, "allow: at most %d entries", api.MaxAllow)
+	}
+	allow := req.Allow
+	for _, a := range allow {
+		if _, err := parsePrefix(a); err != nil {
+			return nil, api.Errorf(api.CodeInvalidArgument, "allow: %v; give addresses or CIDR prefixes such as 10.1.0.0/16", err)
+		}
+	}
+	if len(allow) == 0 {
+		allow = []string{s.defaultAllow()}
+	}
+	return &store.Record{
+		UID:            req.UID,
+		Role:           api.RoleOutbound,
+		State:          api.StateConnected,
+		Owner:          owner,
+		Targets:        slices.Clone(req.PeerListeners),
+		NumConn:        req.NumConn,
+		WAN:            req.WAN,
+		Engine:         req.Engine,
+		Allow:          allow,
+		Secret:         secret,
+		PeerCertSHA256: pin,
+	}, nil
+}
+
+// attachPin checks an attach request for the inbound stream rec and
+// returns the pin of the outbound gateway's certificate ("" for a
+// transport that pins nothing).
+func attachPin(req *api.AttachRequest, rec *store.Record) (string, error) {
+	if rec.Role != api.RoleInbound {
+		return "", api.Errorf(api.CodeInvalidArgument, "stream %s is the outbound side on this gateway; attach applies to the inbound side", rec.UID)
+	}
+	return parsePin(rec.WAN, req.PeerCert, "outbound")
+}
+
+// parsePin returns the SHA-256 pin of the PEM certificate peerCert that a
+// request carries for a stream whose WAN transport is wanT, or "" if that
+// transport pins nothing. peer names the gateway whose wan_cert it is.
+func parsePin(wanT, peerCert, peer string) (string, error) {
+	if !api.WANPinned(wanT) {
+		return "", nil
+	}
+	if peerCert == "" {
+		return "", api.Errorf(api.CodeInvalidArgument, "peer_cert is required for a %q stream: pass the %s gateway's wan_cert", wanT, peer)
+	}
+	c, err := certs.ParsePEM([]byte(peerCert))
+	if err != nil {
+		return "", api.Errorf(api.CodeInvalidArgument, "peer_cert: %v", err)
+	}
+	return certs.Fingerprint(c.Raw), nil
+}
+
+// checkCommon checks the fields both requests share and fills in the
+// defaults of wanT and engine.
+func (s *Server) checkCommon(numConn int, wanT, engine *string) error {
+	if numConn < 1 || numConn > api.MaxChannels {
+		return api.Errorf(api.CodeInvalidArgument, "num_conn %d out of range: give 1 to %d channels", numConn, api.MaxChannels)
+	}
+	if numConn > s.cfg.PortRange.Size() {
+		return api.Errorf(api.CodeInvalidArgument, "num_conn %d exceeds this gateway's port range %s (%d ports)", numConn, s.cfg.PortRange, s.cfg.PortRange.Size())
+	}
+	switch *wanT {
+	case "":
+		*wanT = api.WANTLS
+	case api.WANTLS, api.WANQUIC:
+	case api.WANTCP:
+		if !s.cfg.AllowTCPWAN {
+			return api.Errorf(api.CodePermissionDenied, "this gateway refuses plaintext WAN legs (wan \"tcp\"); use \"tls\", or ask the operator to start s2cs with --insecure_tcp_wan")
+		}
+	default:
+		return api.Errorf(api.CodeInvalidArgument, "wan %q unknown: use \"tls\" (default), \"quic\" or \"tcp\"", *wanT)
+	}
+	if *engine == "" {
+		*engine = s.cfg.Engine
+	} else if _, err := s.engines.Get(*engine); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "engine %q unknown: use one of %s", *engine, strings.Join(s.engines.Names(), ", "))
+	}
+	return nil
+}
+
+// defaultAllow is the allow-list of an outbound stream whose request
+// gives none: the subnet of the address its listeners are reached at.
+func (s *Server) defaultAllow() string {
+	ip := s.cfg.BindIP
+	if net.ParseIP(ip).IsUnspecified() {
+		ip = s.cfg.ListenerIP
+	}
+	return ownSubnet(ip)
+}
+
+func checkUID(uid string) error {
+	if !validUID(uid) {
+		return api.Errorf(api.CodeInvalidArgument, "uid %.80q is not a stream UID (a lower-case UUID such as 0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c)", uid)
+	}
+	return nil
+}
+
+func validUID(uid string) bool {
+	if len(uid) != 36 {
+		return false
+	}
+	for i, c := range uid {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// newUID returns a random (version 4) UUID.
+func newUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func checkPort(field string, p int) error {
+	if p < 1 || p > 65535 {
+		return api.Errorf(api.CodeInvalidArgument, "%s: port %d out of range 1-65535", field, p)
+	}
+	return nil
+}
+
+// checkHostPort checks a "host:port" address of field.
+func checkHostPort(field, hp string) error {
+	h, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "%s: %.80q is not host:port", field, hp)
+	}
+	if err := checkHost(field+" host", h); err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || strconv.Itoa(port) != p {
+		return api.Errorf(api.CodeInvalidArgument, "%s: port %.20q is not a number", field, p)
+	}
+	return checkPort(field, port)
+}
+
+func checkHost(field, h string) error {
+	if h == "" {
+		return api.Errorf(api.CodeInvalidArgument, "%s is required", field)
+	}
+	if net.ParseIP(h) != nil {
+		return nil
+	}
+	if len(h) > 253 {
+		return api.Errorf(api.CodeInvalidArgument, "%s: host name too long", field)
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 {
+			return api.Errorf(api.CodeInvalidArgument, "%s %.80q is not an IP address or host name", field, h)
+		}
+		for _, c := range label {
+			if !(c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+				return api.Errorf(api.CodeInvalidArgument, "%s %.80q is not an IP address or host name", field, h)
+			}
+		}
+	}
+	return nil
+}
+
+// parsePrefix reads an allow-list entry: a CIDR prefix or one address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// ownSubnet returns the prefix of the interface network that holds ip, or
+// the single address if no interface holds it.
+func ownSubnet(ip string) string {
+	addr := net.ParseIP(ip)
+	if ifaces, err := net.InterfaceAddrs(); err == nil && !addr.IsUnspecified() {
+		for _, a := range ifaces {
+			if n, ok := a.(*net.IPNet); ok && n.Contains(addr) {
+				return (&net.IPNet{IP: n.IP.Mask(n.Mask), Mask: n.Mask}).String()
+			}
+		}
+	}
+	if addr.To4() != nil {
+		return addr.String() + "/32"
+	}
+	return addr.String() + "/128"
+}
