@@ -59,7 +59,7 @@ func startGW(t *testing.T, tokens *auth.Tokens) *testGW {
 	return g
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Logf("%s", b); return len(b), nil }
 
