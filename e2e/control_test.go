@@ -135,8 +135,9 @@ func rawCall(t *testing.T, addr, method, path, token, body string) (int, api.Err
 	return resp.StatusCode, eb.Error, b
 }
 
-// TestAuth: no token, a wrong token, and another identity's stream are
-// refused with the right codes; the owner still can.
+// TestAuth: no token and a wrong token are refused; another identity's
+// stream is not found, exactly as a stream that does not exist (no
+// identity learns of another's streams); the owner still can.
 func TestAuth(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	app := newSink(t, "127.0.0.1", nil)
@@ -148,8 +149,9 @@ func TestAuth(t *testing.T) {
 	}{
 		{"no token", "GET", "/v1/streams", "", 401, api.CodeUnauthenticated},
 		{"wrong token", "GET", "/v1/streams", "not-a-token", 401, api.CodeUnauthenticated},
-		{"other identity status", "GET", "/v1/streams/" + so.UID, p.tokens["bob"], 403, api.CodePermissionDenied},
-		{"other identity release", "DELETE", "/v1/streams/" + so.UID, p.tokens["bob"], 403, api.CodePermissionDenied},
+		{"other identity status", "GET", "/v1/streams/" + so.UID, p.tokens["bob"], 404, api.CodeNotFound},
+		{"other identity release", "DELETE", "/v1/streams/" + so.UID, p.tokens["bob"], 404, api.CodeNotFound},
+		{"other identity attach", "POST", "/v1/streams/" + so.UID + "/attach", p.tokens["bob"], 404, api.CodeNotFound},
 		{"unknown stream", "GET", "/v1/streams/00000000-0000-4000-8000-000000000000", p.tokens["bob"], 404, api.CodeNotFound},
 		{"no token create", "POST", "/v1/streams/inbound", "", 401, api.CodeUnauthenticated},
 	}
@@ -167,8 +169,8 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("bob's list shows alice's stream: %s", body)
 	}
 	_, errs, code := p.s2uc("bob", "release", so.UID, "--s2cs", p.prod.Addr, "--server_cert", p.prod.CertFile)
-	if code == 0 || !strings.Contains(errs, "permission_denied") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
-		t.Fatalf("s2uc release as bob: exit %d, stderr %q; want non-zero and one permission_denied line", code, errs)
+	if code == 0 || !strings.Contains(errs, "not_found") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Fatalf("s2uc release as bob: exit %d, stderr %q; want non-zero and one not_found line", code, errs)
 	}
 	c, _ := dialFrom("", so.Listeners[0])
 	c.Write([]byte("still mine"))

@@ -21,6 +21,7 @@ type options struct {
 	portRange          string
 	engine, bufferSize string
 	pending            time.Duration
+	quota              gateway.Quota
 	tcpWAN             bool
 	port               int
 	certFile, keyFile  string
@@ -52,7 +53,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.stateDir, "state_dir", "s2cs-state", "directory for the state database and any generated certificate")
 	fs.BoolVar(&o.noAuth, "insecure_no_auth", false, "accept control requests without authentication (INSECURE; for isolated testing only)")
 	fs.BoolVar(&o.tcpWAN, "insecure_tcp_wan", false, "allow streams whose WAN legs are plaintext TCP (for trusted circuits only)")
-	fs.DurationVar(&o.pending, "pending_timeout", 15*time.Minute, "how long an inbound stream waits for its outbound peer before it expires")
+	fs.DurationVar(&o.pending, "pending_timeout", gateway.DefaultPendingTimeout, "how long an inbound stream waits for its outbound peer before it expires and frees its ports")
+	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
+	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
+	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
@@ -74,10 +78,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // certificate files). Identity, Auth, Store, Sockmap and Logger are left
 // for run to fill in.
 func (o *options) config() (gateway.Config, error) {
+	// The gateway reads a zero as "the default": on the command line a
+	// zero is a mistake.
 	if o.pending <= 0 {
-		// The gateway reads zero as "the default": on the command line
-		// a zero is a mistake.
-		return gateway.Config{}, errors.New("--pending_timeout must be positive, e.g. 15m")
+		return gateway.Config{}, errors.New("--pending_timeout must be positive, e.g. 5m")
+	}
+	for _, q := range []struct {
+		name string
+		v    int
+	}{{"--quota_streams", o.quota.Streams}, {"--quota_ports", o.quota.Ports}, {"--quota_pending", o.quota.Pending}} {
+		if q.v < 1 {
+			return gateway.Config{}, fmt.Errorf("%s %d: give at least 1", q.name, q.v)
+		}
 	}
 	cfg := gateway.Config{
 		ListenerIP:     o.listenerIP,
@@ -85,6 +97,7 @@ func (o *options) config() (gateway.Config, error) {
 		Engine:         o.engine,
 		AllowTCPWAN:    o.tcpWAN,
 		PendingTimeout: o.pending,
+		Quota:          o.quota,
 	}
 	var err error
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
@@ -127,6 +140,9 @@ func flagError(err error) error {
 		"Engine":         "--type",
 		"BufferSize":     "--buffer_size",
 		"PendingTimeout": "--pending_timeout",
+		"Quota.Streams":  "--quota_streams",
+		"Quota.Ports":    "--quota_ports",
+		"Quota.Pending":  "--quota_pending",
 	}[ce.Field]
 	if name == "" {
 		return err

@@ -38,6 +38,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--buffer_size", "lots"}, `--buffer_size "lots"`},
 		{[]string{"--listener_ip", "127.0.0.1", "--port_range", "9-8"}, "--port_range"},
 		{[]string{"--listener_ip", "127.0.0.1", "--pending_timeout", "0s"}, "--pending_timeout must be positive"},
+		{[]string{"--listener_ip", "127.0.0.1", "--quota_ports", "0"}, "--quota_ports 0: give at least 1"},
+		{[]string{"--listener_ip", "127.0.0.1", "--quota_streams", "-3"}, "--quota_streams -3: give at least 1"},
 		{[]string{"--listener_ip", "127.0.0.1", "--port", "5150"}, "--port 5150 lies inside --port_range"},
 		{[]string{"--listener_ip", "127.0.0.1", "--port", "70000"}, "--port 70000 out of range"},
 		{[]string{"--listener_ip", "127.0.0.1", "--server_crt", "x.pem"}, "give both --server_crt and --server_key"},

@@ -19,7 +19,7 @@ func (s *Server) attach(st *stream, pin string) (*store.Record, error) {
 		return nil, api.Errorf(api.CodeConflict, "stream %s is already attached to another peer certificate; release it and request a new stream", rec.UID)
 	}
 	if err := s.cfg.Store.Put(rec); err != nil {
-		return nil, api.Errorf(api.CodeInternal, "persist stream").WithCause(err)
+		return nil, storeError("save the stream", err)
 	}
 	s.log.Info("stream attached", "uid", rec.UID, "peer_cert_sha256", pin)
 	return rec, nil

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
+	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/ports"
@@ -54,9 +57,17 @@ type Config struct {
 	// false, such requests are refused.
 	AllowTCPWAN bool
 	// PendingTimeout is how long an inbound stream may wait for its
-	// outbound peer before it expires and frees its ports. If zero, 15
-	// minutes.
+	// outbound peer before it expires and frees its ports. If zero,
+	// DefaultPendingTimeout.
 	PendingTimeout time.Duration
+	// Quota limits what one identity may hold at once. Its zero value is
+	// the defaults documented on Quota.
+	Quota Quota
+	// LookupHost resolves the host names a request gives (remote_ip,
+	// peer_listeners) when it arrives, so that a name that does not
+	// resolve is refused then, not when data flows. If nil,
+	// net.DefaultResolver.LookupNetIP for "ip".
+	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Retention is how long records of ended streams are kept for
 	// status queries. If zero, 24 hours.
 	Retention time.Duration
@@ -64,6 +75,42 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
+}
+
+// DefaultPendingTimeout is how long an inbound stream waits for its
+// outbound peer when Config.PendingTimeout is zero: long enough for a
+// person to run the outbound request by hand, short enough that an
+// abandoned request does not hold ports for long.
+const DefaultPendingTimeout = 5 * time.Minute
+
+// Quota limits what one identity may hold on the gateway at once; a
+// request beyond a limit is refused with no_resources naming it. Zero
+// fields take the defaults given; a facility sets them so that one
+// identity cannot take every port of the range.
+type Quota struct {
+	// Streams is how many live streams (listening or connected) one
+	// identity may have. If zero, 64.
+	Streams int
+	// Ports is how many data ports the live streams of one identity may
+	// hold together. If zero, 256 (api.MaxChannels: one stream of the
+	// largest size).
+	Ports int
+	// Pending is how many inbound streams one identity may have waiting
+	// for their outbound peer. If zero, 16.
+	Pending int
+}
+
+func (q Quota) withDefaults() Quota {
+	if q.Streams == 0 {
+		q.Streams = 64
+	}
+	if q.Ports == 0 {
+		q.Ports = api.MaxChannels
+	}
+	if q.Pending == 0 {
+		q.Pending = 16
+	}
+	return q
 }
 
 // A ConfigError names the Config field that Validate refused, so that a
@@ -103,6 +150,12 @@ func (c Config) Validate() error {
 		return fieldError("PendingTimeout", "must be positive, e.g. 15m")
 	case c.Retention < 0:
 		return fieldError("Retention", "must be positive, e.g. 24h")
+	case c.Quota.Streams < 0:
+		return fieldError("Quota.Streams", "%d is negative: give the most live streams one identity may hold", c.Quota.Streams)
+	case c.Quota.Ports < 0:
+		return fieldError("Quota.Ports", "%d is negative: give the most data ports one identity may hold", c.Quota.Ports)
+	case c.Quota.Pending < 0:
+		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
 	}
 	_, err := c.engines()
 	return err
@@ -135,7 +188,13 @@ func (c Config) withDefaults() Config {
 		c.Engine = "splice"
 	}
 	if c.PendingTimeout == 0 {
-		c.PendingTimeout = 15 * time.Minute
+		c.PendingTimeout = DefaultPendingTimeout
+	}
+	c.Quota = c.Quota.withDefaults()
+	if c.LookupHost == nil {
+		c.LookupHost = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
 	}
 	if c.Retention == 0 {
 		c.Retention = 24 * time.Hour

@@ -18,14 +18,14 @@ import (
 func (s *Server) create(rec *store.Record) (*stream, error) {
 	now := s.cfg.Now()
 	rec.Created, rec.Updated = now, now
-	if err := s.reserve(rec.UID); err != nil {
+	if err := s.reserve(rec); err != nil {
 		return nil, err
 	}
-	defer s.unreserve(rec.UID)
-	if old, err := s.cfg.Store.Get(rec.UID); err == nil && (!old.State.Terminal() || old.Owner != rec.Owner) {
-		return nil, api.Errorf(api.CodeConflict, "stream %s already exists on this gateway", rec.UID)
+	defer s.unreserve(rec.Key())
+	if old, err := s.cfg.Store.Get(rec.Key()); err == nil && !old.State.Terminal() {
+		return nil, api.Errorf(api.CodeConflict, "stream %s already exists on this gateway; release it first or use another uid", rec.UID)
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, api.Errorf(api.CodeInternal, "read state").WithCause(err)
+		return nil, storeError("read state", err)
 	}
 
 	lns, err := s.listen(rec)
@@ -39,14 +39,17 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 		rec.Ports = append(rec.Ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	st, err := s.build(rec, lns)
-	if err == nil {
-		err = s.cfg.Store.Put(rec)
-	}
 	if err != nil {
 		for _, ln := range lns {
 			s.alloc.Release(ln)
 		}
 		return nil, api.Errorf(api.CodeInternal, "create stream").WithCause(err)
+	}
+	if err := s.cfg.Store.Put(rec); err != nil {
+		for _, ln := range lns {
+			s.alloc.Release(ln)
+		}
+		return nil, storeError("save the stream", err)
 	}
 	if !s.add(st) {
 		st.stop()
@@ -69,6 +72,11 @@ func (s *Server) restore() error {
 	}
 	for _, rec := range recs {
 		if rec.State.Terminal() {
+			if rec.Secret != nil || rec.PeerCertSHA256 != "" {
+				// Ended under a version that kept them.
+				rec.Secret, rec.PeerCertSHA256 = nil, ""
+				s.save(rec)
+			}
 			continue
 		}
 		if rec.State == api.StateRequested {

@@ -10,32 +10,74 @@ import (
 
 // A stream ends here: released by its owner, expired by the janitor
 // because its peer never came, or failed because it could not be
-// restored. Its record stays in the store, in its terminal state, for
-// Config.Retention, then the janitor prunes it.
+// restored. Its record stays in the store, in its terminal state and
+// without its secret or pin, for Config.Retention; then the janitor
+// prunes it.
 
 // end stops a live stream for good and records its terminal state.
 func (s *Server) end(st *stream, state api.State, reason string) *store.Record {
 	s.remove(st)
 	st.stop()
 	rec := st.record()
-	rec.State = state
-	rec.Reason = reason
-	rec.Updated = s.cfg.Now()
-	if err := s.cfg.Store.Put(rec); err != nil {
-		s.log.Error("persist stream", "uid", rec.UID, "err", err)
-	}
+	s.finish(rec, state, reason)
 	st.setRecord(rec)
 	return rec
 }
 
 // fail records that a stored stream could not be brought back.
 func (s *Server) fail(rec *store.Record, reason string) {
-	rec.State = api.StateFailed
+	s.log.Warn("stream failed", "uid", rec.UID, "owner", rec.Owner, "reason", reason)
+	s.finish(rec, api.StateFailed, reason)
+}
+
+// finish puts rec in its terminal state, forgets its secret and pin (an
+// ended stream needs neither, and a stolen database must not yield
+// them), and stores it. If the store refuses (a full disk), the janitor
+// tries again: until the write lands, a restart would bring the stream
+// back.
+func (s *Server) finish(rec *store.Record, state api.State, reason string) {
+	rec.State = state
 	rec.Reason = reason
 	rec.Updated = s.cfg.Now()
-	s.log.Warn("stream failed", "uid", rec.UID, "reason", reason)
-	if err := s.cfg.Store.Put(rec); err != nil {
-		s.log.Error("persist stream", "uid", rec.UID, "err", err)
+	rec.Secret = nil
+	rec.PeerCertSHA256 = ""
+	s.save(rec)
+}
+
+// save stores the final record rec, or keeps it for the janitor to store
+// later.
+func (s *Server) save(rec *store.Record) {
+	err := s.cfg.Store.Put(rec)
+	s.mu.Lock()
+	if err == nil {
+		delete(s.unsaved, rec.Key())
+	} else {
+		s.unsaved[rec.Key()] = rec
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Error("could not store the end of a stream; retrying every second (until then, a restart would bring it back)",
+			"uid", rec.UID, "owner", rec.Owner, "state", rec.State, "err", err)
+	}
+}
+
+// saveUnsaved tries again to store the final records the store refused.
+func (s *Server) saveUnsaved() {
+	s.mu.Lock()
+	var recs []*store.Record
+	for _, r := range s.unsaved {
+		recs = append(recs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range recs {
+		if err := s.cfg.Store.Put(r); err == nil {
+			s.mu.Lock()
+			if s.unsaved[r.Key()] == r {
+				delete(s.unsaved, r.Key())
+			}
+			s.mu.Unlock()
+			s.log.Info("stored the end of a stream after all", "uid", r.UID, "owner", r.Owner, "state", r.State)
+		}
 	}
 }
 
@@ -57,10 +99,12 @@ func (s *Server) janitor() {
 
 // sweep is one round of the janitor at time now: it samples every live
 // stream's rates, expires inbound streams that waited longer than
-// Config.PendingTimeout for their peer, and, if a minute has passed since
+// Config.PendingTimeout for their peer, stores the ends of streams the
+// store refused before, and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
 // Config.Retention ago. It returns the time of the last prune.
 func (s *Server) sweep(now, lastPrune time.Time) time.Time {
+	s.saveUnsaved()
 	for _, st := range s.live() {
 		st.sample(now)
 		if st.pendingSince(now) > s.cfg.PendingTimeout {
@@ -85,7 +129,7 @@ func (s *Server) prune(now time.Time) {
 	}
 	for _, r := range recs {
 		if r.State.Terminal() && now.Sub(r.Updated) > s.cfg.Retention {
-			if err := s.cfg.Store.Delete(r.UID); err != nil {
+			if err := s.cfg.Store.Delete(r.Key()); err != nil {
 				s.log.Error("prune record", "uid", r.UID, "err", err)
 			}
 		}

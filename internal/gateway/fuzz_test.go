@@ -36,14 +36,14 @@ func FuzzRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var in api.InboundRequest
 		if err := decodeBody(body, &in); checkRefusal(t, "decode inbound", err) {
-			rec, err := s.inboundRecord(&in, "alice")
+			rec, err := s.inboundRecord(t.Context(), &in, "alice")
 			if checkRefusal(t, "inbound", err) {
 				checkRecord(t, s, rec)
 			}
 		}
 		var out api.OutboundRequest
 		if err := decodeBody(body, &out); checkRefusal(t, "decode outbound", err) {
-			rec, err := s.outboundRecord(&out, "alice")
+			rec, err := s.outboundRecord(t.Context(), &out, "alice")
 			if checkRefusal(t, "outbound", err) {
 				checkRecord(t, s, rec)
 			}

@@ -46,7 +46,7 @@ func (s *Server) handleInbound(r *http.Request) (int, any, error) {
 	if err := decode(r, &req); err != nil {
 		return 0, nil, err
 	}
-	rec, err := s.inboundRecord(&req, identity(r))
+	rec, err := s.inboundRecord(r.Context(), &req, identity(r))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -65,7 +65,7 @@ func (s *Server) handleOutbound(r *http.Request) (int, any, error) {
 	if err := decode(r, &req); err != nil {
 		return 0, nil, err
 	}
-	rec, err := s.outboundRecord(&req, identity(r))
+	rec, err := s.outboundRecord(r.Context(), &req, identity(r))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -111,20 +111,20 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 	}
 	showEnded := all == "true" || all == "1"
 	out := api.StreamList{Streams: []api.Stream{}}
-	live := map[string]bool{}
+	live := map[store.Key]bool{}
 	for _, st := range s.live() {
-		live[st.uid] = true
-		if rec := st.record(); rec.Owner == id {
-			out.Streams = append(out.Streams, s.view(rec, st))
+		if st.key.Owner == id {
+			live[st.key] = true
+			out.Streams = append(out.Streams, s.view(st.record(), st))
 		}
 	}
 	if showEnded {
 		recs, err := s.cfg.Store.List()
 		if err != nil {
-			return 0, nil, api.Errorf(api.CodeInternal, "read state").WithCause(err)
+			return 0, nil, storeError("read state", err)
 		}
 		for _, rec := range recs {
-			if rec.Owner == id && !live[rec.UID] && rec.State.Terminal() {
+			if rec.Owner == id && !live[rec.Key()] && rec.State.Terminal() {
 				out.Streams = append(out.Streams, s.view(rec, nil))
 			}
 		}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -66,7 +69,8 @@ func newTestServer(t testing.TB, mod func(*Config)) *Server {
 	}
 	cfg := Config{
 		ListenerIP: ip, PortRange: ports.Range{Lo: 5100, Hi: 5103}, Identity: id, Auth: tokens, Store: st,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		LookupHost: fakeLookup,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -84,6 +88,21 @@ func newTestServer(t testing.TB, mod func(*Config)) *Server {
 	s.ready = true
 	s.mu.Unlock()
 	return s
+}
+
+// fakeLookup resolves host names without a DNS server: names under
+// .example resolve to TEST-NET-1, two names under .test to addresses no
+// stream may lead to, and nothing else resolves.
+func fakeLookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	switch {
+	case strings.HasSuffix(host, ".example"):
+		return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
+	case host == "multicast.test":
+		return []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("239.1.2.3")}, nil
+	case host == "zero.test":
+		return []netip.Addr{netip.IPv4Unspecified()}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
 // call sends one request to s's handler and returns the status and body.
@@ -185,7 +204,7 @@ func TestHandlerStreamLifecycle(t *testing.T) {
 	if inS.State != api.StateListening || inS.Secret == "" || inS.WANCert == "" || len(inS.Listeners) != 1 || inS.Owner != "alice" {
 		t.Fatalf("inbound answer: %+v", inS)
 	}
-	if rec, err := in.cfg.Store.Get(inS.UID); err != nil || rec.State != api.StateListening {
+	if rec, err := in.cfg.Store.Get(store.Key{Owner: "alice", UID: inS.UID}); err != nil || rec.State != api.StateListening {
 		t.Fatalf("stored record: %+v, %v", rec, err)
 	}
 	ob, _ := json.Marshal(api.OutboundRequest{UID: inS.UID, PeerListeners: inS.Listeners, NumConn: 1,
@@ -201,7 +220,7 @@ func TestHandlerStreamLifecycle(t *testing.T) {
 		return string(b)
 	}
 	path := "/v1/streams/" + inS.UID
-	callErr(t, in, "POST", path+"/attach", bobToken, attach(outS.WANCert), 403, api.CodePermissionDenied, "another identity")
+	callErr(t, in, "POST", path+"/attach", bobToken, attach(outS.WANCert), 404, api.CodeNotFound, "no stream "+inS.UID+" of yours")
 	callErr(t, in, "POST", path+"/attach", aliceToken, attach(""), 400, api.CodeInvalidArgument, "peer_cert is required")
 	callErr(t, out, "POST", path+"/attach", aliceToken, attach(inS.WANCert), 400, api.CodeInvalidArgument, "outbound side")
 	var att api.Stream
@@ -217,8 +236,13 @@ func TestHandlerStreamLifecycle(t *testing.T) {
 	if got.State != api.StateConnected || got.Stats == nil || got.WANCert == "" || got.Secret != "" {
 		t.Fatalf("get: %+v", got)
 	}
-	callErr(t, in, "GET", path, bobToken, "", 403, api.CodePermissionDenied, "another identity")
-	callErr(t, in, "GET", "/v1/streams/00000000-0000-4000-8000-000000000000", aliceToken, "", 404, api.CodeNotFound, "no stream")
+	// Another identity's stream answers exactly as one that does not exist.
+	_, bobs := call(t, in, "GET", path, bobToken, "")
+	_, none := call(t, in, "GET", "/v1/streams/00000000-0000-4000-8000-000000000000", bobToken, "")
+	if want := strings.ReplaceAll(string(none), "00000000-0000-4000-8000-000000000000", inS.UID); string(bobs) != want {
+		t.Fatalf("another identity's stream: %s; a missing one: %s", bobs, none)
+	}
+	callErr(t, in, "GET", path, bobToken, "", 404, api.CodeNotFound, "of yours")
 	callErr(t, in, "GET", "/v1/streams/NOT-A-UID", aliceToken, "", 400, api.CodeInvalidArgument, "not a stream UID")
 
 	var list api.StreamList
@@ -232,7 +256,7 @@ func TestHandlerStreamLifecycle(t *testing.T) {
 	}
 	callErr(t, in, "GET", "/v1/streams?all=maybe", aliceToken, "", 400, api.CodeInvalidArgument, "all=")
 
-	callErr(t, in, "DELETE", path, bobToken, "", 403, api.CodePermissionDenied, "another identity")
+	callErr(t, in, "DELETE", path, bobToken, "", 404, api.CodeNotFound, "of yours")
 	var rel api.Stream
 	callOK(t, in, "DELETE", path, aliceToken, "", 200, &rel)
 	if rel.State != api.StateReleased || rel.Stats == nil || !strings.Contains(rel.Reason, "alice") {
@@ -280,8 +304,8 @@ func TestHandlerCreateRefusals(t *testing.T) {
 		{"outbound bad uid", "outbound", `{"uid":"x","num_conn":1}`, 400, api.CodeInvalidArgument, "uid"},
 		{"outbound no listeners", "outbound", `{"uid":"` + uid + `","num_conn":1}`, 400, api.CodeInvalidArgument, "peer_listeners"},
 		{"outbound bad port", "outbound", `{"uid":"` + uid + `","num_conn":1,"peer_listeners":["h:08"]}`, 400, api.CodeInvalidArgument, "not a number"},
-		{"outbound no cert", "outbound", `{"uid":"` + uid + `","num_conn":1,"peer_listeners":["h:80"],"secret":"` + strings.Repeat("A", 43) + `="}`, 400, api.CodeInvalidArgument, "peer_cert is required"},
-		{"outbound short secret", "outbound", `{"uid":"` + uid + `","num_conn":1,"peer_listeners":["h:80"],"secret":"AAAA"}`, 400, api.CodeInvalidArgument, "secret"},
+		{"outbound no cert", "outbound", `{"uid":"` + uid + `","num_conn":1,"peer_listeners":["h.example:80"],"secret":"` + strings.Repeat("A", 43) + `="}`, 400, api.CodeInvalidArgument, "peer_cert is required"},
+		{"outbound short secret", "outbound", `{"uid":"` + uid + `","num_conn":1,"peer_listeners":["h.example:80"],"secret":"AAAA"}`, 400, api.CodeInvalidArgument, "secret"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req := httptest.NewRequest("POST", "/v1/streams/"+c.path, strings.NewReader(c.body))
@@ -315,5 +339,152 @@ func TestHandlerPortsAndConflicts(t *testing.T) {
 	callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, two, 507, api.CodeNoResources, "--port_range")
 	if n := s.alloc.InUse(); n != 3 {
 		t.Fatalf("%d ports in use, want the first stream's 3", n)
+	}
+}
+
+// TestUIDsPerIdentity: a UID is unique per identity, so taking one that
+// another identity holds neither fails (no conflict that would tell it
+// exists) nor touches the other's stream.
+func TestUIDsPerIdentity(t *testing.T) {
+	s := newTestServer(t, nil)
+	const uid = "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c"
+	body := `{"uid":"` + uid + `","remote_ip":"127.0.0.1","receiver_ports":[9],"num_conn":1}`
+	var a, b api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, body, 201, &a)
+	callOK(t, s, "POST", "/v1/streams/inbound", bobToken, body, 201, &b)
+	if a.UID != b.UID || a.Owner == b.Owner || a.Listeners[0] == b.Listeners[0] || a.Secret == b.Secret {
+		t.Fatalf("alice's %+v and bob's %+v share more than the UID", a, b)
+	}
+	callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, body, 409, api.CodeConflict, uid)
+	callOK(t, s, "DELETE", "/v1/streams/"+uid, bobToken, "", 200, nil)
+	var got api.Stream
+	callOK(t, s, "GET", "/v1/streams/"+uid, aliceToken, "", 200, &got)
+	if got.State != api.StateListening {
+		t.Fatalf("alice's stream is %s after bob released his", got.State)
+	}
+	// Bob may take the UID again once his stream has ended.
+	callOK(t, s, "POST", "/v1/streams/inbound", bobToken, body, 201, nil)
+}
+
+// TestQuota: each limit of Config.Quota refuses the request that would
+// exceed it with no_resources naming the limit, counts only the
+// identity's own live streams, and frees up as streams end.
+func TestQuota(t *testing.T) {
+	s := newTestServer(t, func(c *Config) {
+		c.PortRange = ports.Range{Lo: 5100, Hi: 5119}
+		c.Quota = Quota{Streams: 3, Ports: 5, Pending: 2}
+	})
+	body := func(n int) string {
+		return `{"remote_ip":"127.0.0.1","receiver_ports":[9],"num_conn":` + strconv.Itoa(n) + `}`
+	}
+	var first, second api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, body(1), 201, &first)
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, body(1), 201, &second)
+	callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, body(1), 507, api.CodeNoResources, "--quota_pending")
+	callOK(t, s, "POST", "/v1/streams/inbound", bobToken, body(1), 201, nil) // bob's own quota
+	attach, _ := json.Marshal(api.AttachRequest{PeerCert: string(s.cfg.Identity.PEM)})
+	callOK(t, s, "POST", "/v1/streams/"+first.UID+"/attach", aliceToken, string(attach), 200, nil)
+	callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, body(4), 507, api.CodeNoResources, "--quota_ports")
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, body(3), 201, nil)
+	callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, body(1), 507, api.CodeNoResources, "--quota_streams")
+	callOK(t, s, "DELETE", "/v1/streams/"+second.UID, aliceToken, "", 200, nil)
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, body(1), 201, nil)
+}
+
+// TestQuotaConcurrent: requests that arrive together cannot pass a limit
+// between them; the quota counts creations in flight.
+func TestQuotaConcurrent(t *testing.T) {
+	s := newTestServer(t, func(c *Config) {
+		c.PortRange = ports.Range{Lo: 5100, Hi: 5139}
+		c.Quota = Quota{Streams: 5}
+	})
+	var wg sync.WaitGroup
+	codes := make(chan int, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := call(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9))
+			codes <- code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	n := map[int]int{}
+	for c := range codes {
+		n[c]++
+	}
+	if n[201] != 5 || n[507] != 15 {
+		t.Fatalf("20 concurrent requests under a quota of 5 streams: %v", n)
+	}
+}
+
+// TestTargetValidation: remote_ip and peer_listeners must lead to one
+// host: unicast addresses, or names that resolve now to unicast ones.
+func TestTargetValidation(t *testing.T) {
+	s := newTestServer(t, nil)
+	for host, mention := range map[string]string{
+		"0.0.0.0":                "unspecified",
+		"::":                     "unspecified",
+		"255.255.255.255":        "broadcast",
+		"::ffff:255.255.255.255": "broadcast",
+		"224.0.0.1":              "multicast",
+		"ff02::1":                "multicast",
+		"999.1.1.1":              "does not resolve",
+		"-":                      "does not resolve",
+		"nonexistent.invalid":    "does not resolve",
+		"zero.test":              "resolves to 0.0.0.0, the unspecified address",
+		"multicast.test":         "resolves to 239.1.2.3",
+	} {
+		body := `{"remote_ip":"` + host + `","receiver_ports":[9],"num_conn":1}`
+		callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, body, 400, api.CodeInvalidArgument, "remote_ip")
+		callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, body, 400, api.CodeInvalidArgument, mention)
+		ob := `{"uid":"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c","num_conn":1,"peer_listeners":["` +
+			net.JoinHostPort(host, "5100") + `"],"secret":"` + strings.Repeat("A", 43) + `=","wan":"tls"}`
+		callErr(t, s, "POST", "/v1/streams/outbound", aliceToken, ob, 400, api.CodeInvalidArgument, mention)
+	}
+	for _, host := range []string{"127.0.0.1", "::1", "192.0.2.9", "consumer.example"} {
+		body := `{"remote_ip":"` + host + `","receiver_ports":[9],"num_conn":1}`
+		var st api.Stream
+		callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, body, 201, &st)
+		callOK(t, s, "DELETE", "/v1/streams/"+st.UID, aliceToken, "", 200, nil)
+	}
+}
+
+// TestSecretsLeaveWithTheStream: a released or expired record keeps no
+// secret and no pin, in the store or in the API; a record ended under an
+// older version that kept them is cleaned at the next start.
+func TestSecretsLeaveWithTheStream(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	s := newTestServer(t, func(c *Config) { c.Now = clk.Now })
+	var rel, exp api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &rel)
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &exp)
+	attach, _ := json.Marshal(api.AttachRequest{PeerCert: string(s.cfg.Identity.PEM)})
+	callOK(t, s, "POST", "/v1/streams/"+rel.UID+"/attach", aliceToken, string(attach), 200, nil)
+	callOK(t, s, "DELETE", "/v1/streams/"+rel.UID, aliceToken, "", 200, nil)
+	s.sweep(clk.Add(s.cfg.PendingTimeout+time.Second), clk.Now())
+	for _, uid := range []string{rel.UID, exp.UID} {
+		rec, err := s.cfg.Store.Get(store.Key{Owner: "alice", UID: uid})
+		if err != nil || !rec.State.Terminal() || rec.Secret != nil || rec.PeerCertSHA256 != "" {
+			t.Fatalf("ended record %+v, %v: want terminal without secret or pin", rec, err)
+		}
+		var v api.Stream
+		callOK(t, s, "GET", "/v1/streams/"+uid, aliceToken, "", 200, &v)
+		if v.PeerCertSHA256 != "" || v.Secret != "" {
+			t.Fatalf("ended stream's view: %+v", v)
+		}
+	}
+	// A record an older version left with its secret.
+	old := &store.Record{UID: "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c", Owner: "alice", State: api.StateReleased,
+		Role: api.RoleInbound, NumConn: 1, Secret: []byte("0123456789abcdef0123456789abcdef"), PeerCertSHA256: "ab"}
+	if err := s.cfg.Store.Put(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.cfg.Store.Get(old.Key()); err != nil || rec.Secret != nil || rec.PeerCertSHA256 != "" {
+		t.Fatalf("old ended record after a start: %+v, %v", rec, err)
 	}
 }

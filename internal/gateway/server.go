@@ -37,6 +37,7 @@ import (
 
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/store"
 )
 
 // Server is a SciStream gateway's control server.
@@ -51,8 +52,9 @@ type Server struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex // guards the following fields
-	streams map[string]*stream
-	pending map[string]bool // UIDs being created
+	streams map[store.Key]*stream
+	pending map[store.Key]*store.Record // being created, for reserve
+	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
 	ready   bool
 
@@ -96,8 +98,9 @@ func New(cfg Config) (*Server, error) {
 		},
 		ctx:     ctx,
 		cancel:  cancel,
-		streams: map[string]*stream{},
-		pending: map[string]bool{},
+		streams: map[store.Key]*stream{},
+		pending: map[store.Key]*store.Record{},
+		unsaved: map[store.Key]*store.Record{},
 		done:    make(chan struct{}),
 	}, nil
 }
@@ -181,8 +184,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.cancel()
 		s.wg.Wait()
+		s.saveUnsaved() // a last try
 		s.mu.Lock()
-		s.streams = map[string]*stream{}
+		s.streams = map[store.Key]*stream{}
 		s.mu.Unlock()
 		err = s.cfg.Store.Close()
 	})

@@ -30,13 +30,15 @@ type env struct {
 // stream is the running proxy of one stream: one listener per channel and
 // every connection accepted on them.
 type stream struct {
-	env    *env
-	uid    string
-	role   api.Role
-	engine relay.Engine
-	allow  []netip.Prefix
-	ctx    context.Context
-	cancel context.CancelFunc
+	env     *env
+	key     store.Key // owner and UID
+	uid     string
+	numConn int // channels, and so ports held
+	role    api.Role
+	engine  relay.Engine
+	allow   []netip.Prefix
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	peerPin atomic.Pointer[string]
 
@@ -76,6 +78,8 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 	ctx, cancel := context.WithCancel(parent)
 	st := &stream{
 		env:       e,
+		key:       rec.Key(),
+		numConn:   rec.NumConn,
 		uid:       rec.UID,
 		role:      rec.Role,
 		engine:    eng,
@@ -355,6 +359,14 @@ func (st *stream) attach(pin string, now time.Time) (*store.Record, bool) {
 	st.peerPin.Store(&pin)
 	r := *st.rec
 	return &r, true
+}
+
+// waiting reports whether the stream is an inbound one that waits for
+// its outbound peer.
+func (st *stream) waiting() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.rec.Role == api.RoleInbound && st.rec.State == api.StateListening && !st.stopped
 }
 
 // pendingSince returns how long an inbound stream has waited for its

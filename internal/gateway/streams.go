@@ -7,30 +7,73 @@ import (
 	"scistream/internal/store"
 )
 
-// The table of live streams (Server.streams) and of UIDs being created
-// (Server.pending): a UID is reserved before anything is bound for it,
-// so two requests for one UID never both proceed; a stream is in the
+// The table of live streams (Server.streams) and of keys being created
+// (Server.pending). A stream's key is its owner and UID (store.Key): an
+// identity sees only its own streams, so another's stream is not found,
+// never forbidden, and no identity learns that a UID exists elsewhere or
+// can take it first. A key is reserved before anything is bound for it,
+// so two requests for one key never both proceed; a stream is in the
 // table from the moment it runs until it ends.
 
-// reserve marks uid as being created. It fails with conflict if a live
-// stream or another creation holds it, and with unavailable once the
-// server is shutting down. The caller must call unreserve.
-func (s *Server) reserve(uid string) error {
+// reserve marks rec's key as being created. It fails with conflict if a
+// live stream or another creation holds it, with no_resources if its
+// owner would exceed a limit of Config.Quota, counting the creations in
+// flight too, and with unavailable once the server is shutting down. The
+// caller must call unreserve.
+func (s *Server) reserve(rec *store.Record) error {
+	k := rec.Key()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return api.Errorf(api.CodeUnavailable, "gateway is shutting down")
 	}
-	if s.streams[uid] != nil || s.pending[uid] {
-		return api.Errorf(api.CodeConflict, "stream %s already exists on this gateway; release it first or use another uid", uid)
+	if s.streams[k] != nil || s.pending[k] != nil {
+		return api.Errorf(api.CodeConflict, "stream %s already exists on this gateway; release it first or use another uid", k.UID)
 	}
-	s.pending[uid] = true
+	if err := s.checkQuotaLocked(rec); err != nil {
+		return err
+	}
+	s.pending[k] = rec
 	return nil
 }
 
-func (s *Server) unreserve(uid string) {
+// checkQuotaLocked refuses rec if its owner, with rec, would hold more
+// than Config.Quota allows. s.mu must be held.
+func (s *Server) checkQuotaLocked(rec *store.Record) error {
+	var streams, ports, waiting int
+	count := func(numConn int, wait bool) {
+		streams++
+		ports += numConn
+		if wait {
+			waiting++
+		}
+	}
+	for k, st := range s.streams {
+		if k.Owner == rec.Owner {
+			count(st.numConn, st.waiting())
+		}
+	}
+	for k, r := range s.pending {
+		if k.Owner == rec.Owner {
+			count(r.NumConn, r.Role == api.RoleInbound)
+		}
+	}
+	q := s.cfg.Quota
+	const fix = "release streams first, or ask the operator to raise it"
+	switch {
+	case streams+1 > q.Streams:
+		return api.Errorf(api.CodeNoResources, "%s already holds %d live streams on this gateway, the limit per identity (s2cs --quota_streams); %s", rec.Owner, streams, fix)
+	case ports+rec.NumConn > q.Ports:
+		return api.Errorf(api.CodeNoResources, "%s holds %d data ports on this gateway and asks for %d more; the limit per identity is %d (s2cs --quota_ports); %s", rec.Owner, ports, rec.NumConn, q.Ports, fix)
+	case rec.Role == api.RoleInbound && waiting+1 > q.Pending:
+		return api.Errorf(api.CodeNoResources, "%s already has %d inbound streams waiting for their outbound peer, the limit per identity (s2cs --quota_pending); attach or release them first", rec.Owner, waiting)
+	}
+	return nil
+}
+
+func (s *Server) unreserve(k store.Key) {
 	s.mu.Lock()
-	delete(s.pending, uid)
+	delete(s.pending, k)
 	s.mu.Unlock()
 }
 
@@ -42,15 +85,15 @@ func (s *Server) add(st *stream) bool {
 	if s.closed {
 		return false
 	}
-	s.streams[st.uid] = st
+	s.streams[st.key] = st
 	return true
 }
 
 // remove takes st out of the table if it is still there.
 func (s *Server) remove(st *stream) {
 	s.mu.Lock()
-	if s.streams[st.uid] == st {
-		delete(s.streams, st.uid)
+	if s.streams[st.key] == st {
+		delete(s.streams, st.key)
 	}
 	s.mu.Unlock()
 }
@@ -66,37 +109,34 @@ func (s *Server) live() []*stream {
 	return out
 }
 
-// lookup returns the live stream uid, or, if it has ended or belongs to
-// an earlier run, its stored record with a nil stream.
-func (s *Server) lookup(uid string) (*stream, *store.Record, error) {
+// owned returns caller's stream uid: the live stream and its record, or,
+// if it has ended or belongs to an earlier run, its stored record with a
+// nil stream. Any other identity's stream is not found.
+func (s *Server) owned(uid, caller string) (*stream, *store.Record, error) {
 	if err := checkUID(uid); err != nil {
 		return nil, nil, err
 	}
+	k := store.Key{Owner: caller, UID: uid}
 	s.mu.Lock()
-	st := s.streams[uid]
+	st := s.streams[k]
 	s.mu.Unlock()
 	if st != nil {
 		return st, st.record(), nil
 	}
-	rec, err := s.cfg.Store.Get(uid)
+	rec, err := s.cfg.Store.Get(k)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, api.Errorf(api.CodeNotFound, "no stream %s on this gateway; list streams with s2uc list", uid)
+		return nil, nil, api.Errorf(api.CodeNotFound, "no stream %s of yours on this gateway; list your streams with s2uc list", uid)
 	}
 	if err != nil {
-		return nil, nil, api.Errorf(api.CodeInternal, "read state").WithCause(err)
+		return nil, nil, storeError("read state", err)
 	}
 	return nil, rec, nil
 }
 
-// owned is lookup for a caller: it fails unless the caller owns the
-// stream.
-func (s *Server) owned(uid, caller string) (*stream, *store.Record, error) {
-	st, rec, err := s.lookup(uid)
-	if err != nil {
-		return nil, nil, err
-	}
-	if rec.Owner != caller {
-		return nil, nil, api.Errorf(api.CodePermissionDenied, "stream %s belongs to another identity; only its owner may see or change it", uid)
-	}
-	return st, rec, nil
+// storeError is the answer to a request whose state could not be read or
+// written (a full or failing disk, an unreachable store): unavailable,
+// since the caller can retry once the operator fixed it; the cause goes to
+// the log only.
+func storeError(what string, err error) error {
+	return api.Errorf(api.CodeUnavailable, "the gateway could not %s (its state store failed); retry later, and tell the operator if it persists", what).WithCause(err)
 }

@@ -1,14 +1,17 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
@@ -19,15 +22,20 @@ import (
 // A request turned into a record: every check of a request field lives
 // here, and every refusal is an invalid_argument (or permission_denied)
 // *api.Error whose message names the field and the fix. Nothing here
-// opens a socket or touches the store.
+// opens a socket or touches the store; host names are resolved
+// (Config.LookupHost) so that one that does not resolve is refused now,
+// not when data flows.
+
+// lookupTimeout bounds the resolution of one host name of a request.
+const lookupTimeout = 5 * time.Second
 
 // inboundRecord checks an inbound request and returns the record of the
 // new stream it asks for, owned by owner, with a fresh stream secret.
-func (s *Server) inboundRecord(req *api.InboundRequest, owner string) (*store.Record, error) {
+func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, owner string) (*store.Record, error) {
 	if err := s.checkCommon(req.NumConn, &req.WAN, &req.Engine); err != nil {
 		return nil, err
 	}
-	if err := checkHost("remote_ip", req.RemoteIP); err != nil {
+	if err := s.checkTarget(ctx, "remote_ip", req.RemoteIP); err != nil {
 		return nil, err
 	}
 	if len(req.ReceiverPorts) == 0 || len(req.ReceiverPorts) > api.MaxReceiverPorts {
@@ -61,7 +69,7 @@ func (s *Server) inboundRecord(req *api.InboundRequest, owner string) (*store.Re
 
 // outboundRecord checks an outbound request and returns the record of the
 // new stream it asks for, owned by owner.
-func (s *Server) outboundRecord(req *api.OutboundRequest, owner string) (*store.Record, error) {
+func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, owner string) (*store.Record, error) {
 	if err := checkUID(req.UID); err != nil {
 		return nil, err
 	}
@@ -72,7 +80,7 @@ func (s *Server) outboundRecord(req *api.OutboundRequest, owner string) (*store.
 		return nil, api.Errorf(api.CodeInvalidArgument, "peer_listeners: give 1 to %d host:port addresses of the inbound gateway's listeners", api.MaxReceiverPorts)
 	}
 	for _, pl := range req.PeerListeners {
-		if err := checkHostPort("peer_listeners", pl); err != nil {
+		if err := s.checkHostPort(ctx, "peer_listeners", pl); err != nil {
 			return nil, err
 		}
 	}
@@ -217,20 +225,74 @@ func checkPort(field string, p int) error {
 	return nil
 }
 
-// checkHostPort checks a "host:port" address of field.
-func checkHostPort(field, hp string) error {
+// checkHostPort checks a "host:port" address of field that this gateway
+// will dial.
+func (s *Server) checkHostPort(ctx context.Context, field, hp string) error {
 	h, p, err := net.SplitHostPort(hp)
 	if err != nil {
 		return api.Errorf(api.CodeInvalidArgument, "%s: %.80q is not host:port", field, hp)
-	}
-	if err := checkHost(field+" host", h); err != nil {
-		return err
 	}
 	port, err := strconv.Atoi(p)
 	if err != nil || strconv.Itoa(port) != p {
 		return api.Errorf(api.CodeInvalidArgument, "%s: port %.20q is not a number", field, p)
 	}
-	return checkPort(field, port)
+	if err := checkPort(field, port); err != nil {
+		return err
+	}
+	return s.checkTarget(ctx, field+" host", h)
+}
+
+// checkTarget checks a host this gateway will dial: a unicast IP
+// address, or a host name that resolves now to unicast addresses only.
+func (s *Server) checkTarget(ctx context.Context, field, host string) error {
+	if err := checkHost(field, host); err != nil {
+		return err
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return checkUnicast(field, host, ip)
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	addrs, err := s.cfg.LookupHost(ctx, host)
+	if err == nil && len(addrs) == 0 {
+		err = errors.New("no addresses")
+	}
+	if err != nil {
+		var dnsErr *net.DNSError
+		why := "it does not resolve"
+		if errors.As(err, &dnsErr) && (dnsErr.IsTimeout || dnsErr.IsTemporary) || errors.Is(err, context.DeadlineExceeded) {
+			why = "this gateway could not resolve it now"
+		}
+		return api.Errorf(api.CodeInvalidArgument, "%s %.80q: %s; give an IP address or a name this gateway resolves", field, host, why).WithCause(err)
+	}
+	for _, a := range addrs {
+		if err := checkUnicast(field, host, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkUnicast refuses the addresses no stream can lead to: unspecified,
+// broadcast and multicast. host is what the request said (ip itself, or
+// the name that resolved to it).
+func checkUnicast(field, host string, ip netip.Addr) error {
+	ip = ip.Unmap()
+	var kind string
+	switch {
+	case ip.IsUnspecified():
+		kind = "the unspecified address"
+	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		kind = "the broadcast address"
+	case ip.IsMulticast():
+		kind = "a multicast address"
+	default:
+		return nil
+	}
+	if host != ip.String() {
+		return api.Errorf(api.CodeInvalidArgument, "%s %.80q resolves to %s, %s: give the unicast address of one host", field, host, ip, kind)
+	}
+	return api.Errorf(api.CodeInvalidArgument, "%s %s is %s: give the unicast address of one host", field, host, kind)
 }
 
 func checkHost(field, h string) error {

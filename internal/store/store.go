@@ -1,10 +1,11 @@
 // Package store persists stream records so that a restarted s2cs restores
 // its streams. The Store interface is a small key-value model (one record
-// per stream UID) so an etcd-backed implementation can sit beside the
-// embedded bbolt one.
+// per stream, keyed by its owner and UID) so an etcd-backed implementation
+// can sit beside the embedded bbolt one.
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,14 +45,28 @@ type Record struct {
 	PeerCertSHA256 string `json:"peer_cert_sha256,omitempty"`
 }
 
-// ErrNotFound is returned by Get for an unknown UID.
+// ErrNotFound is returned by Get for an unknown key.
 var ErrNotFound = errors.New("no such stream record")
+
+// Key names one stream on one gateway. A UID is unique per owner, not per
+// gateway: two identities may hold the same UID, so that no identity can
+// learn of another's stream, or take its UID first, by asking for it.
+type Key struct {
+	Owner, UID string
+}
+
+// Key returns the key of r.
+func (r *Record) Key() Key { return Key{Owner: r.Owner, UID: r.UID} }
 
 // Store keeps stream records. Implementations are safe for concurrent use.
 type Store interface {
+	// Put writes r under r.Key(), replacing any record there.
 	Put(r *Record) error
-	Get(uid string) (*Record, error)
-	Delete(uid string) error
+	// Get reads the record of k, or returns ErrNotFound.
+	Get(k Key) (*Record, error)
+	// Delete removes the record of k; an absent one is not an error.
+	Delete(k Key) error
+	// List returns every record.
 	List() ([]*Record, error)
 	Close() error
 }
@@ -74,8 +89,11 @@ func OpenBolt(path string) (*Bolt, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucket)
-		return err
+		b, err := tx.CreateBucketIfNotExists(bucket)
+		if err != nil {
+			return err
+		}
+		return rekey(b)
 	})
 	if err != nil {
 		db.Close()
@@ -84,22 +102,52 @@ func OpenBolt(path string) (*Bolt, error) {
 	return &Bolt{db: db}, nil
 }
 
-// Put writes r, replacing any record with the same UID.
+// boltKey is the database key of k: the owner, a NUL, the UID. Neither
+// an owner nor a UID holds a NUL, so no two keys meet.
+func boltKey(k Key) []byte { return []byte(k.Owner + "\x00" + k.UID) }
+
+// rekey moves records written by versions that keyed them by UID alone
+// to their owner's key.
+func rekey(b *bolt.Bucket) error {
+	var old [][]byte
+	b.ForEach(func(k, _ []byte) error {
+		if !bytes.Contains(k, []byte{0}) {
+			old = append(old, bytes.Clone(k))
+		}
+		return nil
+	})
+	for _, k := range old {
+		v := b.Get(k)
+		var r Record
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("record %q: %w", k, err)
+		}
+		if err := b.Put(boltKey(r.Key()), bytes.Clone(v)); err != nil {
+			return err
+		}
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Put writes r under r.Key(), replacing any record there.
 func (b *Bolt) Put(r *Record) error {
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	return b.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucket).Put([]byte(r.UID), v)
+		return tx.Bucket(bucket).Put(boltKey(r.Key()), v)
 	})
 }
 
-// Get reads one record.
-func (b *Bolt) Get(uid string) (*Record, error) {
+// Get reads the record of k.
+func (b *Bolt) Get(k Key) (*Record, error) {
 	var r *Record
 	err := b.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucket).Get([]byte(uid))
+		v := tx.Bucket(bucket).Get(boltKey(k))
 		if v == nil {
 			return ErrNotFound
 		}
@@ -109,14 +157,14 @@ func (b *Bolt) Get(uid string) (*Record, error) {
 	return r, err
 }
 
-// Delete removes a record; deleting an absent one is not an error.
-func (b *Bolt) Delete(uid string) error {
+// Delete removes the record of k; deleting an absent one is not an error.
+func (b *Bolt) Delete(k Key) error {
 	return b.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucket).Delete([]byte(uid))
+		return tx.Bucket(bucket).Delete(boltKey(k))
 	})
 }
 
-// List returns every record, ordered by UID.
+// List returns every record, ordered by owner, then UID.
 func (b *Bolt) List() ([]*Record, error) {
 	var out []*Record
 	err := b.db.View(func(tx *bolt.Tx) error {
