@@ -85,14 +85,8 @@ func TestNoGoroutineLeft(t *testing.T) {
 		out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: tok})
 		defer in.Close()
 		defer out.Close()
-		// wait for readiness
-		deadline := time.Now().Add(5 * time.Second)
-		for !prod.srv.Ready() || !cons.srv.Ready() {
-			if time.Now().After(deadline) {
-				t.Fatal("gateways not ready")
-			}
-			runtime.Gosched()
-		}
+		waitReady(t, prod)
+		waitReady(t, cons)
 		inS, outS, err := client.Wire(ctx, in, out,
 			&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.Addr().(*net.TCPAddr).Port}, NumConn: 2},
 			api.OutboundRequest{NumConn: 2, Allow: []string{"127.0.0.0/8"}}, nil)
@@ -140,4 +134,10 @@ func TestNoGoroutineLeft(t *testing.T) {
 		}
 	}()
 	waitfor.Goroutines(t, base+2, 10*time.Second) // +2: the runtime's own stragglers
+}
+
+// waitReady waits until g has restored its streams and serves.
+func waitReady(t *testing.T, g *testGW) {
+	t.Helper()
+	waitfor.Must(t, 10*time.Second, "the gateway to be ready", g.srv.Ready)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -35,10 +36,29 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/streams", s.authed(s.handleList))
 	mux.Handle("GET /v1/streams/{uid}", s.authed(s.handleGet))
 	mux.Handle("DELETE /v1/streams/{uid}", s.authed(s.handleRelease))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %s; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
-	})
-	return s.logRequests(mux)
+	notFound := func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %.200q; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
+	}
+	mux.HandleFunc("/", notFound)
+	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// ServeMux answers a path with "//", "/./" or "/../" in it
+		// with a redirect to its clean form; the API has no such
+		// paths, so it is simply not found.
+		if p := r.URL.Path; p == "" || p[0] != '/' || cleanPath(p) != p {
+			notFound(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// cleanPath is the path ServeMux would redirect p to.
+func cleanPath(p string) string {
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 type ctxKey struct{}

@@ -121,7 +121,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		TLSConfig: &tls.Config{
 			MinVersion:   tls.VersionTLS12,
@@ -146,7 +146,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		errc <- s.httpSrv.Serve(tls.NewListener(ln, s.httpSrv.TLSConfig))
+		errc <- s.httpSrv.Serve(controlListener{ln, s.httpSrv.TLSConfig})
 	}()
 	select {
 	case <-ctx.Done():
@@ -199,6 +199,9 @@ func (s *Server) Ready() bool {
 	defer s.mu.Unlock()
 	return s.ready
 }
+
+// maxHeaderBytes bounds the header block of a control request.
+const maxHeaderBytes = 64 << 10
 
 // Version is reported by GET /v1/info.
 const Version = "0.1.0"
