@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 )
 
 type consumerConfig struct {
@@ -139,7 +140,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		recs = append(recs, rec)
 		finished++
 		fmt.Fprintf(stdout, "run %d (path %s, %s x%d, %s): %d messages, %d bytes, %.1f MB/s, %.0f msgs/s, latency %.2f us, jitter %.2f us  %s\n",
-			finished, rec.Path, bench.FormatBytes(int64(rec.SizeBytes)), rec.Pairs, rec.Mode, rec.Messages, rec.Bytes,
+			finished, rec.Path, bytesize.Format(int64(rec.SizeBytes)), rec.Pairs, rec.Mode, rec.Messages, rec.Bytes,
 			rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, state)
 		if cfg.jsonPath != "" {
 			if err := writeJSON(cfg.jsonPath, recs); err != nil {

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"scistream/internal/auth"
-	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 	"scistream/internal/certs"
 	"scistream/internal/cliflag"
 	"scistream/internal/gateway"
@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		port       = fs.Int("port", 5000, "control API port (0 picks a free one)")
 		portRange  = fs.String("port_range", "5100-5199", "data listener ports, LO-HI inclusive")
 		engine     = fs.String("type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
-		bufferSize = fs.String("buffer_size", bench.FormatBytes(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
+		bufferSize = fs.String("buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
 		noSockmap  = fs.Bool("no_sockmap", false, "with --type sockmap: do not load the eBPF program, use splice (as when the kernel refuses it)")
 		verbose    = fs.Bool("verbose", false, "log every connection event (debug level)")
 		tokensFile = fs.String("tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --insecure_no_auth)")
@@ -114,13 +114,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !slices.Contains(relay.Names(), *engine) {
 		return fmt.Errorf("--type %q: choose one of %s", *engine, strings.Join(relay.Names(), ", "))
 	}
-	bufSize, err := bench.ParseBytes(*bufferSize)
+	bufSize, err := bytesize.Parse(*bufferSize)
 	if err != nil {
 		return fmt.Errorf("--buffer_size %w", err)
 	}
 	if bufSize < relay.MinBufferSize || bufSize > relay.MaxBufferSize {
 		return fmt.Errorf("--buffer_size %s out of range: give %s to %s, e.g. 10MB", *bufferSize,
-			bench.FormatBytes(relay.MinBufferSize), bench.FormatBytes(relay.MaxBufferSize))
+			bytesize.Format(relay.MinBufferSize), bytesize.Format(relay.MaxBufferSize))
 	}
 	if *pending <= 0 {
 		return fmt.Errorf("--pending_timeout must be positive, e.g. 15m")
@@ -222,7 +222,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control API: %w", err)
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), *listenerIP, rng, *engine)
-	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine, "buffer_size", bench.FormatBytes(bufSize))
+	log.Info("serving", "control", ln.Addr().String(), "listener_ip", *listenerIP, "bind", *bindIP, "port_range", rng.String(), "engine", *engine, "buffer_size", bytesize.Format(bufSize))
 	err = srv.Serve(ctx, ln)
 	if smr != nil {
 		s := smr.Stats()

@@ -159,21 +159,6 @@ func public(s *api.Stream) *api.Stream {
 
 func sessions() (client.Sessions, error) { return client.DefaultSessions() }
 
-func fmtBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		f /= unit
-		if f < unit {
-			return fmt.Sprintf("%.1f %s", f, u)
-		}
-	}
-	return fmt.Sprintf("%.1f PiB", f/unit)
-}
-
 func fmtRate(bps float64) string {
 	return fmt.Sprintf("%.1f MB/s", bps/1e6)
 }

@@ -13,6 +13,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/auth"
+	"scistream/internal/bytesize"
 )
 
 func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -54,7 +55,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			st = &api.Stats{}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s / %s\n", s.UID, s.Role, s.State,
-			strings.Join(s.Listeners, ","), st.ActiveConns, fmtBytes(st.BytesToWAN), fmtBytes(st.BytesFromWAN),
+			strings.Join(s.Listeners, ","), st.ActiveConns, bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN),
 			fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
 	}
 	return tw.Flush()
@@ -154,7 +155,7 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s\n", strings.Join(s.Listeners, ","), strings.Join(s.Targets, ","), s.WAN, s.Engine)
 	fmt.Fprintf(w, "  connections %d active, %d total, %d refused, %d errors\n", st.ActiveConns, st.TotalConns, st.RejectedConns, st.Errors)
 	fmt.Fprintf(w, "  bytes %s to WAN, %s from WAN; rate %s to WAN, %s from WAN\n",
-		fmtBytes(st.BytesToWAN), fmtBytes(st.BytesFromWAN), fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
+		bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN), fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
 }
 
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"scistream/internal/api"
+	"scistream/internal/bytesize"
 	"scistream/internal/client"
 )
 
@@ -86,7 +87,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if common.output == "text" {
 			line := fmt.Sprintf("released %s on %s (%s)", uid, t.gw.s2cs, s.Role)
 			if s.Stats != nil {
-				line += fmt.Sprintf(": %s to WAN, %s from WAN", fmtBytes(s.Stats.BytesToWAN), fmtBytes(s.Stats.BytesFromWAN))
+				line += fmt.Sprintf(": %s to WAN, %s from WAN", bytesize.Human(s.Stats.BytesToWAN), bytesize.Human(s.Stats.BytesFromWAN))
 			}
 			fmt.Fprintln(stdout, line)
 		}
