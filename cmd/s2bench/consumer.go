@@ -12,6 +12,7 @@ import (
 
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/subcmd"
 )
 
 type consumerConfig struct {
@@ -130,9 +131,9 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if cr.err != nil {
 			rec.Error = cr.err.Error()
 			failures++
-			state = "FAILED: " + oneLine(cr.err)
+			state = "FAILED: " + subcmd.OneLine(cr.err)
 			if bench.IsIntegrity(cr.err) {
-				state = "INTEGRITY FAILED: " + oneLine(cr.err)
+				state = "INTEGRITY FAILED: " + subcmd.OneLine(cr.err)
 			}
 		} else {
 			rec.IntegrityOK = true
@@ -209,7 +210,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			defer mu.Unlock()
 			if cr == nil { // no valid run header: not attributable to a run
 				failures++
-				fmt.Fprintf(stderr, "s2bench consumer: connection from %s: %v\n", c.RemoteAddr(), oneLine(err))
+				fmt.Fprintf(stderr, "s2bench consumer: connection from %s: %v\n", c.RemoteAddr(), subcmd.OneLine(err))
 				return
 			}
 			cr.pairs[res.Hello.Pair].Recv = res
