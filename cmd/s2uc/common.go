@@ -14,7 +14,6 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
-	"scistream/internal/cliflag"
 )
 
 // gatewayFlags are the flags that reach one gateway.
@@ -75,35 +74,6 @@ func (c *commonFlags) check() error {
 		return fmt.Errorf("--timeout must be positive, e.g. 30s")
 	}
 	return nil
-}
-
-// newFlagSet returns a flag set whose usage lists only canonical names.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("s2uc "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: s2uc %s %s\n\n", name, synopsis)
-		cliflag.PrintDefaults(fs)
-	}
-	return fs
-}
-
-// parse adds the alias spellings and parses args; flags may follow
-// positional arguments (as in the reference runbooks).
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	cliflag.AddAliases(fs)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 // parsePorts parses "8080" or "7000,17000".
