@@ -51,5 +51,5 @@ func tool() *subcmd.Tool {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return tool().Run(ctx, args, stdout, stderr)
+	return hint(tool().Run(ctx, args, stdout, stderr))
 }

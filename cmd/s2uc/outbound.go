@@ -75,7 +75,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer out.Close()
-	ig := gatewayFlags{s2cs: sess.Inbound.S2CS, cert: sess.Inbound.ServerCert, tokenFile: sess.Inbound.TokenFile}
+	ig := endpointGateway(sess.Inbound)
 	if *inTokenFile != "" {
 		ig.tokenFile = *inTokenFile
 	}

@@ -41,10 +41,10 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		// Outbound first: stop accepting producers before the far side goes.
 		if e := sess.Outbound; e != nil {
-			targets = append(targets, target{"outbound", gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile}})
+			targets = append(targets, target{"outbound", endpointGateway(e)})
 		}
 		if e := sess.Inbound; e != nil {
-			targets = append(targets, target{"inbound", gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile}})
+			targets = append(targets, target{"inbound", endpointGateway(e)})
 		}
 	}
 	var errs []error

@@ -37,10 +37,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		gws = nil
 		if e := sess.Inbound; e != nil {
-			gws = append(gws, gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile})
+			gws = append(gws, endpointGateway(e))
 		}
 		if e := sess.Outbound; e != nil {
-			gws = append(gws, gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile})
+			gws = append(gws, endpointGateway(e))
 		}
 	}
 	for n := 1; ; n++ {
