@@ -2,7 +2,7 @@
 .PHONY: demo test build setup clean perf
 
 build:
-	go build -o bin/ ./cmd/...
+	go build -buildvcs=auto -o bin/ ./cmd/...
 
 setup:
 	bash scripts/setup.sh

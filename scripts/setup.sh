@@ -74,5 +74,5 @@ if ! "$GOBIN/staticcheck" -version 2>/dev/null | grep -q "(${SC_VERSION#v})"; th
 fi
 
 mkdir -p bin
-go build -o bin/ ./cmd/...
+go build -buildvcs=auto -o bin/ ./cmd/...   # auto: stamp the commit for --version when built from a git checkout
 echo "setup: built $(ls bin | tr '\n' ' ')"

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/bytesize"
+	"scistream/internal/subcmd"
 )
 
 type consumerConfig struct {
@@ -129,9 +131,9 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if cr.err != nil {
 			rec.Error = cr.err.Error()
 			failures++
-			state = "FAILED: " + oneLine(cr.err)
+			state = "FAILED: " + subcmd.OneLine(cr.err)
 			if bench.IsIntegrity(cr.err) {
-				state = "INTEGRITY FAILED: " + oneLine(cr.err)
+				state = "INTEGRITY FAILED: " + subcmd.OneLine(cr.err)
 			}
 		} else {
 			rec.IntegrityOK = true
@@ -139,7 +141,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		recs = append(recs, rec)
 		finished++
 		fmt.Fprintf(stdout, "run %d (path %s, %s x%d, %s): %d messages, %d bytes, %.1f MB/s, %.0f msgs/s, latency %.2f us, jitter %.2f us  %s\n",
-			finished, rec.Path, bench.FormatBytes(int64(rec.SizeBytes)), rec.Pairs, rec.Mode, rec.Messages, rec.Bytes,
+			finished, rec.Path, bytesize.Format(int64(rec.SizeBytes)), rec.Pairs, rec.Mode, rec.Messages, rec.Bytes,
 			rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, state)
 		if cfg.jsonPath != "" {
 			if err := writeJSON(cfg.jsonPath, recs); err != nil {
@@ -208,7 +210,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			defer mu.Unlock()
 			if cr == nil { // no valid run header: not attributable to a run
 				failures++
-				fmt.Fprintf(stderr, "s2bench consumer: connection from %s: %v\n", c.RemoteAddr(), oneLine(err))
+				fmt.Fprintf(stderr, "s2bench consumer: connection from %s: %v\n", c.RemoteAddr(), subcmd.OneLine(err))
 				return
 			}
 			cr.pairs[res.Hello.Pair].Recv = res

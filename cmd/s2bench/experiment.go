@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 )
 
 // experiment is a series of runs of one plan over one or more paths,
@@ -54,7 +55,7 @@ func (e *experiment) execute(ctx context.Context, stdout, stderr io.Writer) erro
 						Group: tag, Pairs: pairs, Rate: p.rate.PerSecond(size), Path: path,
 					}
 					tag += uint32(pairs) // every connection of the experiment has its own tag
-					label := fmt.Sprintf("run %d/%d %-8s %7s x%d rep %d", len(recs)+1, total, path, bench.FormatBytes(int64(size)), pairs, rep)
+					label := fmt.Sprintf("run %d/%d %-8s %7s x%d rep %d", len(recs)+1, total, path, bytesize.Format(int64(size)), pairs, rep)
 					rec, rerr := e.runOne(ctx, h, prog, label)
 					rec.Rep, rec.Engine, rec.WAN, rec.Workload, rec.EachMessage = rep, e.engine, e.wan, p.name, p.each && p.mode == bench.Throughput && p.rate == (bench.Rate{})
 					recs = append(recs, rec)
@@ -73,7 +74,7 @@ func (e *experiment) execute(ctx context.Context, stdout, stderr io.Writer) erro
 						if e.onFail != nil {
 							e.onFail(path)
 						}
-						return fmt.Errorf("%s run (%s, %d pairs, rep %d) FAILED: %w", path, bench.FormatBytes(int64(size)), pairs, rep, rerr)
+						return fmt.Errorf("%s run (%s, %d pairs, rep %d) FAILED: %w", path, bytesize.Format(int64(size)), pairs, rep, rerr)
 					}
 				}
 			}

@@ -20,27 +20,32 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"scistream/internal/cliflag"
-	"sort"
-	"strings"
 	"syscall"
+
+	"scistream/internal/cliflag"
+	"scistream/internal/subcmd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "s2bench:", oneLine(err))
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	subcmd.Report(os.Stderr, "s2bench", err)
+	os.Exit(exitCode(err))
+}
+
+// exitCode is s2bench's exit status for what run returned: 0 on success
+// and when help was asked for, 2 for a wrong command line, 1 for any
+// other error.
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue), errors.Is(err, subcmd.ErrUsage):
+		return 2
 	}
+	return 1
 }
 
 // usageError is a wrong command line (exit status 2).
@@ -52,52 +57,23 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-// command is one s2bench subcommand.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-var commands = map[string]command{
-	"compare":    {"run the same verified workload directly and through a local gateway pair", runCompare},
-	"consumer":   {"receive and verify runs from s2bench producers (one process per host)", runConsumer},
-	"producer":   {"send a verified workload to an s2bench consumer, directly or through gateways", runProducer},
-	"run":        {"drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", runDriver},
-	"testbed":    {"two facilities in network namespaces with an emulated WAN: up, run, down (root)", runTestbed},
-	"naiveproxy": {"one side of the naive baseline proxy pair that compare --baseline starts", runNaiveProxy},
+// tool is s2bench's command table.
+func tool() *subcmd.Tool {
+	return &subcmd.Tool{
+		Name: "s2bench",
+		Commands: []subcmd.Command{
+			{Name: "compare", Summary: "run the same verified workload directly and through a local gateway pair", Run: runCompare},
+			{Name: "consumer", Summary: "receive and verify runs from s2bench producers (one process per host)", Run: runConsumer},
+			{Name: "producer", Summary: "send a verified workload to an s2bench consumer, directly or through gateways", Run: runProducer},
+			{Name: "run", Summary: "drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", Run: runDriver},
+			{Name: "testbed", Summary: "two facilities in network namespaces with an emulated WAN: up, run, down (root)", Run: runTestbed},
+			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
+		},
+	}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return usagef("no command given; see the list above")
-		}
-		return nil
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		return usagef("unknown command %q; run s2bench --help for the list", args[0])
-	}
-	return c.run(ctx, args[1:], stdout, stderr)
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: s2bench COMMAND [flags]   (s2bench COMMAND --help for its flags)")
-	fmt.Fprintln(w)
-	var names []string
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
-	}
-}
-
-// oneLine folds a multi-line error (errors.Join) into one line.
-func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
+	return tool().Run(ctx, args, stdout, stderr)
 }
 
 // parseFlags parses a subcommand's flags: both spellings of every flag

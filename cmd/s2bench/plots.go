@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 )
 
 // Colours and markers per path, the same in every plot: blues and
@@ -130,7 +131,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 				}, func(r record) float64 { return r.GoodputMBps })
 				label := path
 				if len(sizes) > 1 {
-					label = fmt.Sprintf("%s, %s", path, bench.FormatBytes(int64(size)))
+					label = fmt.Sprintf("%s, %s", path, bytesize.Format(int64(size)))
 				}
 				if err := addSeries(p, label, pathStyle(path, k), xs, ys, lo, hi); err != nil {
 					return files, err
@@ -145,7 +146,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 
 	for _, size := range sizes {
 		var any bool
-		p := newPlot(fmt.Sprintf("RTT CDF, %s messages (request-reply, all runs pooled)", bench.FormatBytes(int64(size))), "round-trip time (µs)", "fraction of messages ≤ x")
+		p := newPlot(fmt.Sprintf("RTT CDF, %s messages (request-reply, all runs pooled)", bytesize.Format(int64(size))), "round-trip time (µs)", "fraction of messages ≤ x")
 		for _, path := range tablePaths {
 			var samples []float64
 			for _, r := range recs {
@@ -183,7 +184,7 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Min, p.Y.Max = 0, 1
 		p.Legend.Top, p.Legend.Left = false, false
-		if err := save(p, "rtt_cdf_"+bench.FormatBytes(int64(size))); err != nil {
+		if err := save(p, "rtt_cdf_"+bytesize.Format(int64(size))); err != nil {
 			return files, err
 		}
 	}
@@ -264,7 +265,7 @@ func addSeries(p *plot.Plot, label string, st style, x, y, lo, hi []float64) err
 func sizeTicks(sizes []int) plot.Ticker {
 	var t plot.ConstantTicks
 	for _, s := range sizes {
-		t = append(t, plot.Tick{Value: float64(s), Label: bench.FormatBytes(int64(s))})
+		t = append(t, plot.Tick{Value: float64(s), Label: bytesize.Format(int64(s))})
 	}
 	if len(sizes) == 1 { // a log axis needs a range: widen around the one size
 		t = append(t, plot.Tick{Value: float64(sizes[0]) / 2}, plot.Tick{Value: float64(sizes[0]) * 2})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 )
 
 type producerConfig struct {
@@ -111,7 +112,7 @@ func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			h := bench.Hello{Mode: p.mode, Spec: bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
 				Group: tag, Pairs: cfg.pairs, Rate: p.rate.PerSecond(size), Path: cfg.path}
 			tag += uint32(cfg.pairs)
-			label := fmt.Sprintf("run %d %s x%d rep %d", len(recs)+1, bench.FormatBytes(int64(size)), cfg.pairs, rep)
+			label := fmt.Sprintf("run %d %s x%d rep %d", len(recs)+1, bytesize.Format(int64(size)), cfg.pairs, rep)
 			var counter atomic.Int64
 			prog.start(label, &counter, per*int64(cfg.pairs))
 			rec, err := produceRun(ctx, cfg, h, &counter)
@@ -129,7 +130,7 @@ func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				if ctx.Err() != nil {
 					return fmt.Errorf("interrupted: %w", context.Cause(ctx))
 				}
-				return fmt.Errorf("run %d (%s) FAILED: %w", len(recs), bench.FormatBytes(int64(size)), err)
+				return fmt.Errorf("run %d (%s) FAILED: %w", len(recs), bytesize.Format(int64(size)), err)
 			}
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 )
 
 // progress shows, during each run, a line with the payload verified so
@@ -64,7 +64,7 @@ func (p *progress) start(label string, counter *atomic.Int64, want int64) {
 				last, lastN = now, n
 				of := ""
 				if want > 0 {
-					of = fmt.Sprintf(" of %s (%.0f%%)", bench.FormatBytes(want), 100*float64(n)/float64(want))
+					of = fmt.Sprintf(" of %s (%.0f%%)", bytesize.Format(want), 100*float64(n)/float64(want))
 				}
 				line := fmt.Sprintf("  %s: %.1f MB verified%s, %.0f MB/s now, %.0f s", label, float64(n)/1e6, of, rate, now.Sub(begin).Seconds())
 				if p.terminal {

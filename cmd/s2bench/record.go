@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 )
 
 // Paths, in the order each repetition runs them.
@@ -182,7 +183,7 @@ func printTable(w io.Writer, recs []record, rr, cpu bool) {
 			gp := pick(recs, k, func(r record) float64 { return r.GoodputMBps })
 			lo, hi := bench.MinMax(gp)
 			med := bench.Median(gp)
-			line := fmt.Sprintf("%d\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.2f\t%.2f\t", k.pairs, bench.FormatBytes(int64(k.size)), p, n,
+			line := fmt.Sprintf("%d\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.2f\t%.2f\t", k.pairs, bytesize.Format(int64(k.size)), p, n,
 				med, lo, hi, bench.Median(pick(recs, k, func(r record) float64 { return r.MsgsPerS })),
 				bench.Median(pick(recs, k, func(r record) float64 { return r.LatencyUS })),
 				bench.Median(pick(recs, k, func(r record) float64 { return r.JitterUS })))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 )
 
 // Bounds of the workload flags.
@@ -120,12 +121,12 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 		}
 		p.name = wlSize
 		for _, f := range strings.Split(list, ",") {
-			n, err := bench.ParseBytes(f)
+			n, err := bytesize.Parse(f)
 			if err != nil {
 				return nil, usagef("%s: %w (or give sweep, dstream or lstream)", flagName, err)
 			}
 			if n < 1 || n > bench.MaxSize {
-				return nil, usagef("%s %s out of range: give 1B to %s, e.g. 64KiB", flagName, strings.TrimSpace(f), bench.FormatBytes(bench.MaxSize))
+				return nil, usagef("%s %s out of range: give 1B to %s, e.g. 64KiB", flagName, strings.TrimSpace(f), bytesize.Format(bench.MaxSize))
 			}
 			p.sizes = append(p.sizes, int(n))
 		}
@@ -144,11 +145,11 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 		return nil, usagef("give one of --bytes, --messages and --duration, not several")
 	}
 	if w.set["bytes"] {
-		if p.bytes, err = bench.ParseBytes(w.bytes); err != nil {
+		if p.bytes, err = bytesize.Parse(w.bytes); err != nil {
 			return nil, usagef("--bytes %w", err)
 		}
 		if p.bytes > maxBytes {
-			return nil, usagef("--bytes %s exceeds %s: give a smaller total", w.bytes, bench.FormatBytes(maxBytes))
+			return nil, usagef("--bytes %s exceeds %s: give a smaller total", w.bytes, bytesize.Format(maxBytes))
 		}
 	}
 	if w.set["messages"] {
@@ -175,7 +176,7 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 			case p.messages > 0:
 				return nil, usagef("--messages %d gives a pair fewer than two messages with %d pairs: raise --messages (timing needs two arrivals)", p.messages, pairs)
 			default:
-				return nil, usagef("--bytes %s is less than two messages of %s per pair (%d pairs): raise --bytes or lower the size (timing needs two arrivals)", w.bytes, bench.FormatBytes(int64(size)), pairs)
+				return nil, usagef("--bytes %s is less than two messages of %s per pair (%d pairs): raise --bytes or lower the size (timing needs two arrivals)", w.bytes, bytesize.Format(int64(size)), pairs)
 			}
 		}
 	}
@@ -214,10 +215,10 @@ func (p *plan) perPair(size, pairs int) (int64, string) {
 func (p *plan) describe(size, pairs int) string {
 	var s string
 	if p.duration > 0 {
-		s = fmt.Sprintf("%s messages for %s", bench.FormatBytes(int64(size)), p.duration)
+		s = fmt.Sprintf("%s messages for %s", bytesize.Format(int64(size)), p.duration)
 	} else {
 		b, _ := p.perPair(size, pairs)
-		s = fmt.Sprintf("%s in %d messages of %s", bench.FormatBytes(b), (b+int64(size)-1)/int64(size), bench.FormatBytes(int64(size)))
+		s = fmt.Sprintf("%s in %d messages of %s", bytesize.Format(b), (b+int64(size)-1)/int64(size), bytesize.Format(int64(size)))
 	}
 	if pairs > 1 {
 		s += fmt.Sprintf(" per pair x %d pairs", pairs)

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 	"scistream/internal/cliflag"
 	"scistream/internal/gateway"
 	"scistream/internal/ports"
@@ -31,6 +31,7 @@ type options struct {
 	noSockmap          bool
 	verbose            bool
 	logFormat          string
+	version            bool
 }
 
 // parseFlags reads args. --help prints the usage and returns
@@ -46,7 +47,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.port, "port", 5000, "control API port (0 picks a free one)")
 	fs.StringVar(&o.portRange, "port_range", "5100-5199", "data listener ports, LO-HI inclusive")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
-	fs.StringVar(&o.bufferSize, "buffer_size", bench.FormatBytes(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
+	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
 	fs.BoolVar(&o.noSockmap, "no_sockmap", false, "with --type sockmap: do not load the eBPF program, use splice (as when the kernel refuses it)")
 	fs.BoolVar(&o.verbose, "verbose", false, "log every connection event (debug level)")
 	fs.StringVar(&o.tokensFile, "tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --insecure_no_auth)")
@@ -58,6 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
 	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
+	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n\n")
@@ -103,7 +105,7 @@ func (o *options) config() (gateway.Config, error) {
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
 		return cfg, fmt.Errorf("--port_range: %w", err)
 	}
-	size, err := bench.ParseBytes(o.bufferSize)
+	size, err := bytesize.Parse(o.bufferSize)
 	if err != nil {
 		return cfg, fmt.Errorf("--buffer_size %w", err)
 	}

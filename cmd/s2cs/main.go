@@ -17,11 +17,12 @@ import (
 	"syscall"
 
 	"scistream/internal/auth"
-	"scistream/internal/bench"
+	"scistream/internal/bytesize"
 	"scistream/internal/certs"
 	"scistream/internal/gateway"
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
+	"scistream/internal/version"
 )
 
 func main() {
@@ -47,6 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.version {
+		fmt.Fprintln(stdout, version.String("s2cs"))
+		return nil
 	}
 	cfg, err := o.config()
 	if err != nil {
@@ -91,8 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control API: %w", err)
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
-	log.Info("serving", "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
-		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bench.FormatBytes(int64(cfg.BufferSize)))
+	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
+		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)))
 	err = srv.Serve(ctx, ln)
 	if cfg.Sockmap != nil {
 		s := cfg.Sockmap.Stats()

@@ -11,12 +11,15 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"scistream/internal/localgw"
+	"scistream/internal/version"
 	"scistream/internal/waitfor"
 )
 
@@ -92,6 +95,16 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"--version"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if out := stdout.String(); !strings.HasPrefix(out, "s2cs "+version.Version+" (commit ") || strings.Count(out, "\n") != 1 {
+		t.Fatalf("--version printed %q", out)
+	}
+}
+
 // TestServe runs the daemon in-process as a user would start it: it
 // generates its certificate, answers /healthz over TLS, and stops cleanly
 // when its context ends.
@@ -152,5 +165,24 @@ func TestServe(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), `"msg":"INSECURE: --insecure_no_auth is set`) {
 		t.Errorf("no warning for --insecure_no_auth in the log:\n%s", stderr.String())
+	}
+}
+
+// TestDaemonDependencies: the daemon, and every package it imports, stay
+// free of the benchmark and test-harness packages; a facility's gateway
+// must not carry (or break with) the tools that measure it.
+func TestDaemonDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "scistream/cmd/s2cs").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "scistream/internal/gateway") {
+		t.Fatalf("go list -deps of s2cs lacks internal/gateway: %v", deps)
+	}
+	for _, forbidden := range []string{"scistream/internal/bench", "scistream/internal/netbed", "scistream/internal/localgw", "scistream/internal/waitfor"} {
+		if slices.Contains(deps, forbidden) {
+			t.Errorf("the daemon depends on %s", forbidden)
+		}
 	}
 }

@@ -14,31 +14,62 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
-	"scistream/internal/cliflag"
 )
 
 // gatewayFlags are the flags that reach one gateway.
 type gatewayFlags struct {
 	s2cs, cert, tokenFile string
+	prefix                string // of the flags' names: "", "inbound_", "outbound_"
+}
+
+// endpointGateway reaches the gateway of one side of a stream as the
+// local record remembers it.
+func endpointGateway(e *client.Endpoint) gatewayFlags {
+	return gatewayFlags{s2cs: e.S2CS, cert: e.ServerCert, tokenFile: e.TokenFile}
 }
 
 func (g *gatewayFlags) register(fs *flag.FlagSet, prefix, what string) {
+	g.prefix = prefix
 	fs.StringVar(&g.s2cs, prefix+"s2cs", "", "HOST:PORT of the "+what+" control API")
 	fs.StringVar(&g.cert, prefix+"server_cert", "", "PEM certificate of the "+what+" (or its CA)")
 	fs.StringVar(&g.tokenFile, prefix+"token_file", "", "file holding the bearer token for the "+what+" (default: $SCISTREAM_TOKEN)")
 }
 
-// client builds a control client; fallbackToken is used when neither
-// --token_file nor SCISTREAM_TOKEN gives one.
+// client builds a control client, with the token of --token_file or
+// else SCISTREAM_TOKEN. The library's complaints about its configuration
+// are said in terms of these flags.
 func (g *gatewayFlags) client(timeout time.Duration) (*client.Client, error) {
 	if g.s2cs == "" {
-		return nil, errors.New("missing --s2cs HOST:PORT of the gateway's control API")
+		return nil, fmt.Errorf("missing --%ss2cs HOST:PORT of the gateway's control API", g.prefix)
 	}
 	tok, err := token(g.tokenFile)
 	if err != nil {
 		return nil, err
 	}
-	return client.New(client.Config{Addr: g.s2cs, ServerCert: g.cert, Token: tok, Timeout: timeout})
+	c, err := client.New(client.Config{Addr: g.s2cs, ServerCert: g.cert, Token: tok, Timeout: timeout})
+	var ce *client.ConfigError
+	if errors.As(err, &ce) {
+		switch ce.Field {
+		case "Addr":
+			return nil, fmt.Errorf("--%ss2cs %q: want HOST:PORT of the gateway's control API, e.g. 10.0.0.5:5000", g.prefix, ce.Value)
+		case "ServerCert":
+			return nil, fmt.Errorf("--%sserver_cert %s: %w", g.prefix, ce.Value, ce.Err)
+		}
+	}
+	return c, err
+}
+
+// hint adds to a failed request's error what the user can change on
+// s2uc's command line: the client library says what failed, not which
+// flag to fix. The error stays one line.
+func hint(err error) error {
+	switch {
+	case errors.Is(err, client.ErrCertificate):
+		return fmt.Errorf("%w; pass the gateway's certificate with --server_cert (s2cs prints its path at start)", err)
+	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrNotHTTPS):
+		return fmt.Errorf("%w; check --s2cs and that s2cs runs there", err)
+	}
+	return err
 }
 
 func token(file string) (string, error) {
@@ -75,35 +106,6 @@ func (c *commonFlags) check() error {
 		return fmt.Errorf("--timeout must be positive, e.g. 30s")
 	}
 	return nil
-}
-
-// newFlagSet returns a flag set whose usage lists only canonical names.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("s2uc "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: s2uc %s %s\n\n", name, synopsis)
-		cliflag.PrintDefaults(fs)
-	}
-	return fs
-}
-
-// parse adds the alias spellings and parses args; flags may follow
-// positional arguments (as in the reference runbooks).
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	cliflag.AddAliases(fs)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 // parsePorts parses "8080" or "7000,17000".
@@ -158,21 +160,6 @@ func public(s *api.Stream) *api.Stream {
 }
 
 func sessions() (client.Sessions, error) { return client.DefaultSessions() }
-
-func fmtBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		f /= unit
-		if f < unit {
-			return fmt.Sprintf("%.1f %s", f, u)
-		}
-	}
-	return fmt.Sprintf("%.1f PiB", f/unit)
-}
 
 func fmtRate(bps float64) string {
 	return fmt.Sprintf("%.1f MB/s", bps/1e6)

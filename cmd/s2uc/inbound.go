@@ -11,27 +11,15 @@ import (
 )
 
 func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("inbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip IP --receiver_ports P[,P...] --num_conn N", stderr)
-	var (
-		gw     gatewayFlags
-		common commonFlags
-	)
-	gw.register(fs, "", "inbound gateway")
-	common.register(fs)
-	remoteIP := fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
-	recvPorts := fs.String("receiver_ports", "", "port(s) of the listening application; channel i leads to port i (round-robin)")
-	numConn := fs.Int("num_conn", 1, "number of channels (listeners)")
-	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
-	engine := fs.String("engine", "", "data-plane engine (default: the gateway's)")
-	uid := fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	if err := common.check(); err != nil {
+	cl := newCmdline("inbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip IP --receiver_ports P[,P...] --num_conn N", stderr)
+	gw := cl.gateway("", "inbound gateway")
+	remoteIP := cl.fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
+	recvPorts := cl.fs.String("receiver_ports", "", "port(s) of the listening application; channel i leads to port i (round-robin)")
+	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners)")
+	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
+	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
+	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
+	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
 	if *remoteIP == "" {
@@ -44,7 +32,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkNumConn(*numConn); err != nil {
 		return err
 	}
-	c, err := gw.client(common.timeout)
+	c, err := gw.client(cl.timeout)
 	if err != nil {
 		return err
 	}
@@ -66,7 +54,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("stream %s was created but its local record could not be saved (%v); release it with s2uc release %s --s2cs %s", s.UID, err, s.UID, gw.s2cs)
 	}
-	if common.output == "json" {
+	if cl.output == "json" {
 		return printJSON(stdout, public(s))
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))

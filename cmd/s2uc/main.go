@@ -7,78 +7,49 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
-	"strings"
 	"syscall"
+
+	"scistream/internal/subcmd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "s2uc:", oneLine(err))
-		}
-		os.Exit(1)
+	subcmd.Report(os.Stderr, "s2uc", err)
+	os.Exit(exitCode(err))
+}
+
+// exitCode is s2uc's exit status for what run returned: 0 on success
+// and when help was asked for, 1 for any error.
+func exitCode(err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	return 1
 }
 
-// command is one s2uc subcommand.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-var commands = map[string]command{
-	"inbound-request":  {"open the inbound side (gateway in front of the listening application)", runInbound},
-	"outbound-request": {"open the outbound side and connect it to the inbound side", runOutbound},
-	"stream":           {"open both sides in one go (for a third party reaching both gateways)", runStream},
-	"release":          {"release a stream on its gateway(s)", runRelease},
-	"list":             {"list your streams on a gateway", runList},
-	"status":           {"show one stream's state, connections, bytes and rates", runStatus},
-	"info":             {"show what a gateway offers (engines, WAN transports, port range)", runInfo},
-	"hash-token":       {"print the token-file line for a token read from stdin", runHashToken},
+// tool is s2uc's command table, in the order of a stream's life.
+func tool() *subcmd.Tool {
+	return &subcmd.Tool{
+		Name: "s2uc",
+		Commands: []subcmd.Command{
+			{Name: "inbound-request", Summary: "open the inbound side (gateway in front of the listening application)", Run: runInbound},
+			{Name: "outbound-request", Summary: "open the outbound side and connect it to the inbound side", Run: runOutbound},
+			{Name: "stream", Summary: "open both sides in one go (for a third party reaching both gateways)", Run: runStream},
+			{Name: "release", Summary: "release a stream on its gateway(s)", Run: runRelease},
+			{Name: "list", Summary: "list your streams on a gateway", Run: runList},
+			{Name: "status", Summary: "show one stream's state, connections, bytes and rates", Run: runStatus},
+			{Name: "info", Summary: "show what a gateway offers (engines, WAN transports, port range)", Run: runInfo},
+			{Name: "hash-token", Summary: "print the token-file line for a token read from stdin", Run: runHashToken},
+		},
+		Footer: "The bearer token comes from SCISTREAM_TOKEN or --token_file.",
+	}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return errors.New("no command given; see the list above")
-		}
-		return nil
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		// Accept the snake_case spelling too (inbound_request).
-		c, ok = commands[strings.ReplaceAll(args[0], "_", "-")]
-	}
-	if !ok {
-		return fmt.Errorf("unknown command %q; run s2uc --help for the list", args[0])
-	}
-	return c.run(ctx, args[1:], stdout, stderr)
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: s2uc COMMAND [flags]   (s2uc COMMAND --help for its flags)")
-	fmt.Fprintln(w)
-	var names []string
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-17s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(w, "\nThe bearer token comes from SCISTREAM_TOKEN or --token_file.")
-}
-
-// oneLine flattens an error (errors.Join uses newlines) to one line.
-func oneLine(err error) string {
-	return strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	return hint(tool().Run(ctx, args, stdout, stderr))
 }

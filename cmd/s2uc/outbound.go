@@ -13,31 +13,17 @@ import (
 )
 
 func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("outbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip PEER_IP --receiver_ports PROXY_C[,...] --num_conn N UID [PEER_IP:PROXY_C[,...]]", stderr)
-	var (
-		gw     gatewayFlags
-		common commonFlags
-	)
-	gw.register(fs, "", "outbound gateway")
-	common.register(fs)
-	remoteIP := fs.String("remote_ip", "", "address of the inbound gateway, as the outbound gateway reaches it")
-	recvPorts := fs.String("receiver_ports", "", "the inbound gateway's listener port(s) (PROXY_C)")
-	numConn := fs.Int("num_conn", 1, "number of channels (listeners)")
-	allow := fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect (default: the listener's own subnet)")
-	engine := fs.String("engine", "", "data-plane engine (default: the gateway's)")
-	inTokenFile := fs.String("inbound_token_file", "", "token file for the inbound gateway, if it differs from the one used at inbound-request")
-	pos, err := parse(fs, args)
+	cl := newCmdline("outbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip PEER_IP --receiver_ports PROXY_C[,...] --num_conn N UID [PEER_IP:PROXY_C[,...]]", stderr)
+	gw := cl.gateway("", "outbound gateway")
+	remoteIP := cl.fs.String("remote_ip", "", "address of the inbound gateway, as the outbound gateway reaches it")
+	recvPorts := cl.fs.String("receiver_ports", "", "the inbound gateway's listener port(s) (PROXY_C)")
+	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners)")
+	allow := cl.fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect (default: the listener's own subnet)")
+	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
+	inTokenFile := cl.fs.String("inbound_token_file", "", "token file for the inbound gateway, if it differs from the one used at inbound-request")
+	pos, err := cl.parse(args, 1, 2, "missing UID: give the stream UID printed by inbound-request")
 	if err != nil {
 		return err
-	}
-	if err := common.check(); err != nil {
-		return err
-	}
-	if len(pos) == 0 {
-		return errors.New("missing UID: give the stream UID printed by inbound-request")
-	}
-	if len(pos) > 2 {
-		return fmt.Errorf("unexpected argument %q", pos[2])
 	}
 	uid := pos[0]
 	if err := checkNumConn(*numConn); err != nil {
@@ -84,16 +70,16 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if sess.Outbound != nil {
 		return fmt.Errorf("stream %s already has an outbound side on %s; release it first", uid, sess.Outbound.S2CS)
 	}
-	out, err := gw.client(common.timeout)
+	out, err := gw.client(cl.timeout)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	ig := gatewayFlags{s2cs: sess.Inbound.S2CS, cert: sess.Inbound.ServerCert, tokenFile: sess.Inbound.TokenFile}
+	ig := endpointGateway(sess.Inbound)
 	if *inTokenFile != "" {
 		ig.tokenFile = *inTokenFile
 	}
-	in, err := ig.client(common.timeout)
+	in, err := ig.client(cl.timeout)
 	if err != nil {
 		return fmt.Errorf("inbound gateway %s: %w", sess.Inbound.S2CS, err)
 	}
@@ -109,7 +95,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := ss.Save(sess); err != nil {
 		fmt.Fprintf(stderr, "s2uc: warning: could not update the local record of %s: %v\n", uid, err)
 	}
-	if common.output == "json" {
+	if cl.output == "json" {
 		return printJSON(stdout, public(s))
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))

@@ -8,26 +8,16 @@ import (
 	"os"
 
 	"scistream/internal/api"
+	"scistream/internal/bytesize"
 	"scistream/internal/client"
 )
 
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("release", "UID [--s2cs HOST:PORT --server_cert FILE]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
-	var (
-		gw     gatewayFlags
-		common commonFlags
-	)
-	gw.register(fs, "", "gateway")
-	common.register(fs)
-	pos, err := parse(fs, args)
+	cl := newCmdline("release", "UID [--s2cs HOST:PORT --server_cert FILE]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
+	gw := cl.gateway("", "gateway")
+	pos, err := cl.parse(args, 1, 1, "give exactly one stream UID to release")
 	if err != nil {
 		return err
-	}
-	if err := common.check(); err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("give exactly one stream UID to release")
 	}
 	uid := pos[0]
 	ss, err := sessions()
@@ -44,17 +34,17 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var targets []target
 	if gw.s2cs != "" {
-		targets = append(targets, target{"", gw})
+		targets = append(targets, target{"", *gw})
 	} else {
 		if sess == nil {
 			return fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT (and --server_cert)", uid)
 		}
 		// Outbound first: stop accepting producers before the far side goes.
 		if e := sess.Outbound; e != nil {
-			targets = append(targets, target{"outbound", gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile}})
+			targets = append(targets, target{"outbound", endpointGateway(e)})
 		}
 		if e := sess.Inbound; e != nil {
-			targets = append(targets, target{"inbound", gatewayFlags{e.S2CS, e.ServerCert, e.TokenFile}})
+			targets = append(targets, target{"inbound", endpointGateway(e)})
 		}
 	}
 	var errs []error
@@ -63,7 +53,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if gw.tokenFile != "" {
 			t.gw.tokenFile = gw.tokenFile
 		}
-		c, err := t.gw.client(common.timeout)
+		c, err := t.gw.client(cl.timeout)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -83,10 +73,10 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		released = append(released, public(s))
 		dropSide(sess, t.gw.s2cs)
-		if common.output == "text" {
+		if cl.output == "text" {
 			line := fmt.Sprintf("released %s on %s (%s)", uid, t.gw.s2cs, s.Role)
 			if s.Stats != nil {
-				line += fmt.Sprintf(": %s to WAN, %s from WAN", fmtBytes(s.Stats.BytesToWAN), fmtBytes(s.Stats.BytesFromWAN))
+				line += fmt.Sprintf(": %s to WAN, %s from WAN", bytesize.Human(s.Stats.BytesToWAN), bytesize.Human(s.Stats.BytesFromWAN))
 			}
 			fmt.Fprintln(stdout, line)
 		}
@@ -100,7 +90,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			errs = append(errs, err)
 		}
 	}
-	if common.output == "json" {
+	if cl.output == "json" {
 		if err := printJSON(stdout, map[string]any{"uid": uid, "released": released}); err != nil {
 			return err
 		}

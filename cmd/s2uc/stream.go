@@ -12,30 +12,18 @@ import (
 )
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("stream", "--inbound_s2cs HOST:PORT --inbound_server_cert FILE --outbound_s2cs HOST:PORT --outbound_server_cert FILE --remote_ip IP --receiver_ports P[,...] [--num_conn N]", stderr)
-	var (
-		ig, og gatewayFlags
-		common commonFlags
-	)
-	ig.register(fs, "inbound_", "inbound gateway (in front of the listening application)")
-	og.register(fs, "outbound_", "outbound gateway (in front of the connecting application)")
-	common.register(fs)
-	tokenFile := fs.String("token_file", "", "token file for both gateways (default: $SCISTREAM_TOKEN)")
-	remoteIP := fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
-	recvPorts := fs.String("receiver_ports", "", "port(s) of the listening application")
-	numConn := fs.Int("num_conn", 1, "number of channels (listeners) on each gateway")
-	allow := fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect to the outbound listeners (default: the listener's own subnet)")
-	wanT := fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
-	engine := fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
-	peers := fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("unexpected argument %q", pos[0])
-	}
-	if err := common.check(); err != nil {
+	cl := newCmdline("stream", "--inbound_s2cs HOST:PORT --inbound_server_cert FILE --outbound_s2cs HOST:PORT --outbound_server_cert FILE --remote_ip IP --receiver_ports P[,...] [--num_conn N]", stderr)
+	ig := cl.gateway("inbound_", "inbound gateway (in front of the listening application)")
+	og := cl.gateway("outbound_", "outbound gateway (in front of the connecting application)")
+	tokenFile := cl.fs.String("token_file", "", "token file for both gateways (default: $SCISTREAM_TOKEN)")
+	remoteIP := cl.fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
+	recvPorts := cl.fs.String("receiver_ports", "", "port(s) of the listening application")
+	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners) on each gateway")
+	allow := cl.fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect to the outbound listeners (default: the listener's own subnet)")
+	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
+	engine := cl.fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
+	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
+	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
 	if *remoteIP == "" {
@@ -48,7 +36,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkNumConn(*numConn); err != nil {
 		return err
 	}
-	for _, g := range []*gatewayFlags{&ig, &og} {
+	for _, g := range []*gatewayFlags{ig, og} {
 		if g.tokenFile == "" {
 			g.tokenFile = *tokenFile
 		}
@@ -56,12 +44,12 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if ig.s2cs == "" || og.s2cs == "" {
 		return fmt.Errorf("give both --inbound_s2cs and --outbound_s2cs")
 	}
-	in, err := ig.client(common.timeout)
+	in, err := ig.client(cl.timeout)
 	if err != nil {
 		return fmt.Errorf("inbound gateway: %w", err)
 	}
 	defer in.Close()
-	out, err := og.client(common.timeout)
+	out, err := og.client(cl.timeout)
 	if err != nil {
 		return fmt.Errorf("outbound gateway: %w", err)
 	}
@@ -85,7 +73,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		fmt.Fprintf(stderr, "s2uc: warning: could not save the local record of %s (%v); release it on each gateway with --s2cs\n", inS.UID, err)
 	}
-	if common.output == "json" {
+	if cl.output == "json" {
 		return printJSON(stdout, map[string]any{
 			"uid":       inS.UID,
 			"listeners": outS.Listeners,

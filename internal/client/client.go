@@ -3,6 +3,12 @@
 // gateways (inbound, outbound, attach) and undoes it on failure.
 //
 // Workflow engines can use it directly instead of running s2uc.
+//
+// Errors say what the library knows and leave the remedy to the caller,
+// which knows how the user configured it: a request that fails before
+// the gateway answers wraps ErrUnreachable, ErrCertificate or ErrNotHTTPS
+// (test with errors.Is); a gateway's refusal is an *api.Error; a Config
+// that New cannot use is a *ConfigError.
 package client
 
 import (
@@ -17,17 +23,51 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
+	"syscall"
 	"time"
 
 	"scistream/internal/api"
 )
 
+// Errors of a request that got no answer from the gateway's API. Each
+// comes wrapped with the gateway's address and the cause.
+var (
+	// ErrUnreachable: no connection to the address could be opened
+	// (refused, no route, unknown name, dial timeout).
+	ErrUnreachable = errors.New("unreachable")
+	// ErrCertificate: the gateway's TLS certificate failed verification:
+	// it is neither the one in Config.ServerCert nor issued by it, or,
+	// without ServerCert, the system's roots do not trust it.
+	ErrCertificate = errors.New("TLS verification failed")
+	// ErrNotHTTPS: something answered in plain HTTP; the control API is
+	// HTTPS only.
+	ErrNotHTTPS = errors.New("answered plain HTTP; the control API is HTTPS only")
+)
+
+// A ConfigError is a Config field New cannot use. Field is the field's
+// name ("Addr", "ServerCert"), Value its value, Err what is wrong.
+type ConfigError struct {
+	Field string
+	Value string
+	Err   error
+}
+
+func (e *ConfigError) Error() string {
+	what := map[string]string{"Addr": "address", "ServerCert": "server certificate"}[e.Field]
+	if what == "" {
+		what = e.Field
+	}
+	return fmt.Sprintf("%s %q: %v", what, e.Value, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // Client talks to one s2cs.
 type Client struct {
-	addr  string
-	token string
-	hc    *http.Client
+	addr   string
+	token  string
+	pinned bool // Config.ServerCert was given
+	hc     *http.Client
 }
 
 // Config configures a Client.
@@ -43,21 +83,22 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// New returns a client for cfg.Addr.
+// New returns a client for cfg.Addr. It reads cfg.ServerCert but opens
+// no connection. Its errors are *ConfigError.
 func New(cfg Config) (*Client, error) {
 	host, _, err := net.SplitHostPort(cfg.Addr)
 	if err != nil || host == "" {
-		return nil, fmt.Errorf("--s2cs %q: want HOST:PORT of the gateway's control API, e.g. 10.0.0.5:5000", cfg.Addr)
+		return nil, &ConfigError{"Addr", cfg.Addr, errors.New("want host:port of the gateway's control API, e.g. 10.0.0.5:5000")}
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.ServerCert != "" {
 		pemBytes, err := os.ReadFile(cfg.ServerCert)
 		if err != nil {
-			return nil, fmt.Errorf("--server_cert: %w", err)
+			return nil, &ConfigError{"ServerCert", cfg.ServerCert, err}
 		}
 		verify, err := pinOrChain(pemBytes, host)
 		if err != nil {
-			return nil, fmt.Errorf("--server_cert %s: %w", cfg.ServerCert, err)
+			return nil, &ConfigError{"ServerCert", cfg.ServerCert, err}
 		}
 		// The certificate given is either the gateway's own (self-signed,
 		// pinned exactly) or a CA; VerifyConnection handles both, so the
@@ -75,7 +116,7 @@ func New(cfg Config) (*Client, error) {
 		MaxIdleConnsPerHost: 4,
 		ForceAttemptHTTP2:   true,
 	}
-	return &Client{addr: cfg.Addr, token: cfg.Token, hc: &http.Client{Transport: tr, Timeout: cfg.Timeout}}, nil
+	return &Client{addr: cfg.Addr, token: cfg.Token, pinned: cfg.ServerCert != "", hc: &http.Client{Transport: tr, Timeout: cfg.Timeout}}, nil
 }
 
 // Addr returns the gateway's control address.
@@ -84,8 +125,13 @@ func (c *Client) Addr() string { return c.addr }
 // Close releases idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-var errCertMismatch = errors.New("certificate mismatch")
+// errNoPeerCert: the gateway's handshake carried no certificate.
+var errNoPeerCert = errors.New("the gateway sent no certificate")
 
+// pinOrChain returns the TLS check for a ServerCert file: the gateway's
+// certificate is one of the file's, or chains to one of them for host.
+// Its errors are x509's (or errNoPeerCert), which transportError
+// recognises.
 func pinOrChain(pemBytes []byte, host string) (func(tls.ConnectionState) error, error) {
 	pool := x509.NewCertPool()
 	var certs []*x509.Certificate
@@ -107,7 +153,7 @@ func pinOrChain(pemBytes []byte, host string) (func(tls.ConnectionState) error, 
 	}
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
-			return errCertMismatch
+			return errNoPeerCert
 		}
 		leaf := cs.PeerCertificates[0]
 		for _, c := range certs {
@@ -119,15 +165,15 @@ func pinOrChain(pemBytes []byte, host string) (func(tls.ConnectionState) error, 
 		for _, c := range cs.PeerCertificates[1:] {
 			inter.AddCert(c)
 		}
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: host}); err != nil {
-			return fmt.Errorf("%w: %v", errCertMismatch, err)
-		}
-		return nil
+		_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: host})
+		return err
 	}, nil
 }
 
 // Do sends a request and decodes a JSON answer into out (if non-nil). API
-// errors come back as *api.Error; transport errors name the fix.
+// errors come back as *api.Error; a request the gateway's API did not
+// answer wraps ErrUnreachable, ErrCertificate or ErrNotHTTPS when it is
+// one of those.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
@@ -172,17 +218,38 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
+// transportError classifies a failed round trip by the errors' types,
+// never their text, and says what failed without naming how the caller
+// configured it.
 func (c *Client) transportError(err error) error {
-	s := err.Error()
+	var (
+		op            *net.OpError
+		recordErr     tls.RecordHeaderError
+		unknownCA     x509.UnknownAuthorityError
+		hostname      x509.HostnameError
+		invalid       x509.CertificateInvalidError
+		tlsVerify     *tls.CertificateVerificationError
+		inner         = unwrapURL(err)
+		looksLikeHTTP = errors.As(err, &recordErr) && string(recordErr.RecordHeader[:]) == "HTTP/"
+	)
 	switch {
-	case errors.Is(err, errCertMismatch) || strings.Contains(s, "certificate"):
-		return fmt.Errorf("s2cs %s: TLS verification failed (%v); pass the gateway's certificate with --server_cert (s2cs prints its path at start)", c.addr, unwrapURL(err))
-	case strings.Contains(s, "connection refused"):
-		return fmt.Errorf("s2cs %s: connection refused; check --s2cs and that s2cs runs there", c.addr)
-	case strings.Contains(s, "server gave HTTP response to HTTPS client"):
-		return fmt.Errorf("s2cs %s: answered plain HTTP; the control API is HTTPS only", c.addr)
+	case errors.Is(err, errNoPeerCert), errors.As(err, &unknownCA), errors.As(err, &hostname),
+		errors.As(err, &invalid), errors.As(err, &tlsVerify):
+		what := "the system's trusted roots do not vouch for the gateway's certificate, and none was given"
+		if c.pinned {
+			what = "the gateway's certificate does not match the one given"
+		}
+		return fmt.Errorf("s2cs %s: %w (%w): %s", c.addr, ErrCertificate, inner, what)
+	case errors.Is(err, http.ErrSchemeMismatch), looksLikeHTTP:
+		return fmt.Errorf("s2cs %s: %w", c.addr, ErrNotHTTPS)
+	case errors.As(err, &op) && op.Op == "dial", errors.Is(err, syscall.ECONNREFUSED):
+		cause := inner
+		if op != nil && op.Err != nil {
+			cause = op.Err
+		}
+		return fmt.Errorf("s2cs %s: %w: %w", c.addr, ErrUnreachable, cause)
 	}
-	return fmt.Errorf("s2cs %s: %v", c.addr, unwrapURL(err))
+	return fmt.Errorf("s2cs %s: %w", c.addr, inner)
 }
 
 func unwrapURL(err error) error {

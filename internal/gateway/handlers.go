@@ -10,6 +10,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/store"
+	"scistream/internal/version"
 )
 
 // One handler per route of routes.go. Each decodes its request, asks
@@ -30,7 +31,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		wans = append(wans, api.WANTCP)
 	}
 	return http.StatusOK, api.Info{
-		Version:       Version,
+		Version:       version.Version,
 		ListenerIP:    s.cfg.ListenerIP,
 		PortRange:     s.cfg.PortRange.String(),
 		Engines:       s.engines.Names(),

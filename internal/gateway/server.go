@@ -202,6 +202,3 @@ func (s *Server) Ready() bool {
 
 // maxHeaderBytes bounds the header block of a control request.
 const maxHeaderBytes = 64 << 10
-
-// Version is reported by GET /v1/info.
-const Version = "0.1.0"

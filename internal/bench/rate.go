@@ -2,77 +2,11 @@ package bench
 
 import (
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
+
+	"scistream/internal/bytesize"
 )
-
-var units = []struct {
-	name string
-	mult int64
-}{
-	{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-	{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3},
-	{"B", 1},
-}
-
-// ParseBytes parses a byte count: a non-negative number (decimals allowed
-// when the result is a whole number of bytes) with an optional unit B,
-// KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000),
-// case-insensitive, e.g. "64KiB", "1.5GiB", "1000000", "10 MB".
-func ParseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := 0
-	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
-		i++
-	}
-	num, unit := t[:i], strings.TrimSpace(t[i:])
-	bad := func(why string) error {
-		return fmt.Errorf("%q: %s; write a number with an optional unit B, KiB, MiB, GiB, KB, MB or GB, e.g. 64KiB", s, why)
-	}
-	if num == "" {
-		return 0, bad("no number")
-	}
-	mult := int64(-1)
-	if unit == "" {
-		mult = 1
-	}
-	for _, u := range units {
-		if strings.EqualFold(unit, u.name) {
-			mult = u.mult
-			break
-		}
-	}
-	if mult < 0 {
-		return 0, bad("unknown unit " + strconv.Quote(unit))
-	}
-	r, ok := new(big.Rat).SetString(num)
-	if !ok || strings.Count(num, ".") > 1 {
-		return 0, bad("not a number")
-	}
-	r.Mul(r, new(big.Rat).SetInt64(mult))
-	if !r.IsInt() {
-		return 0, bad("not a whole number of bytes")
-	}
-	if !r.Num().IsInt64() {
-		return 0, bad("too large")
-	}
-	return r.Num().Int64(), nil
-}
-
-// FormatBytes writes n with the unit that divides it exactly into the
-// smallest number: 65536 -> "64KiB", 1000000 -> "1MB", 1023 -> "1023B".
-func FormatBytes(n int64) string {
-	best, name := n, "B"
-	if n > 0 {
-		for _, u := range units {
-			if n%u.mult == 0 && n/u.mult < best {
-				best, name = n/u.mult, u.name
-			}
-		}
-	}
-	return strconv.FormatInt(best, 10) + name
-}
 
 // Rate is a target send rate: messages per second or bytes per second
 // (exactly one is positive), or neither (as fast as possible).
@@ -95,7 +29,7 @@ func (r Rate) String() string {
 	case r.MsgsPerSec > 0:
 		return strconv.FormatFloat(r.MsgsPerSec, 'f', -1, 64) + "msg/s"
 	case r.BytesPerSec > 0 && r.BytesPerSec == float64(int64(r.BytesPerSec)):
-		return FormatBytes(int64(r.BytesPerSec)) + "/s"
+		return bytesize.Format(int64(r.BytesPerSec)) + "/s"
 	case r.BytesPerSec > 0:
 		return strconv.FormatFloat(r.BytesPerSec, 'f', -1, 64) + "B/s"
 	}
@@ -104,7 +38,7 @@ func (r Rate) String() string {
 
 // ParseRate parses a target rate: "N msg/s" (messages per second, also
 // "msgs/s" or "/s") or a byte count per second ("100MB/s", "1GiB/s",
-// units as in ParseBytes). The "/s" may be left out after a unit.
+// units as in bytesize.Parse). The "/s" may be left out after a unit.
 func ParseRate(s string) (Rate, error) {
 	bad := func(why string) (Rate, error) {
 		return Rate{}, fmt.Errorf("%q: %s; write messages per second (e.g. 5000msg/s) or bytes per second (e.g. 100MB/s)", s, why)
@@ -132,7 +66,7 @@ func ParseRate(s string) (Rate, error) {
 		}
 		return Rate{MsgsPerSec: v}, nil
 	}
-	n, err := ParseBytes(t)
+	n, err := bytesize.Parse(t)
 	if err != nil {
 		return bad("not a byte count per second")
 	}

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+)
+
+func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl := newCmdline("info", "--s2cs HOST:PORT --server_cert FILE", stderr)
+	gw := cl.gateway("", "gateway")
+	if _, err := cl.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	c, err := gw.client(cl.timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	info, err := c.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if cl.output == "json" {
+		return printJSON(stdout, info)
+	}
+	fmt.Fprintf(stdout, "s2cs %s at %s as %s\n  listener_ip %s, ports %s\n  engines %s (default %s), wan %s\n  certificate sha256 %s\n",
+		info.Version, gw.s2cs, info.Identity, info.ListenerIP, info.PortRange,
+		strings.Join(info.Engines, ","), info.DefaultEngine, strings.Join(info.WAN, ","), info.WANCertSHA256)
+	return nil
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/certs"
+	"scistream/internal/subcmd"
+	"scistream/internal/version"
+)
+
+// s2uc runs s2uc in process as main does and returns stdout, stderr (with
+// main's error line) and the exit status.
+func s2uc(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, &stdout, &stderr)
+	subcmd.Report(&stderr, "s2uc", err)
+	return stdout.String(), stderr.String(), exitCode(err)
+}
+
+// isolate keeps s2uc away from the user's stream records and token.
+func isolate(t *testing.T) {
+	t.Setenv("SCISTREAM_HOME", t.TempDir())
+	t.Setenv("SCISTREAM_TOKEN", "")
+}
+
+// TestHelp: --help on the tool and on every command prints the usage
+// and exits 0.
+func TestHelp(t *testing.T) {
+	isolate(t)
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		_, stderr, code := s2uc(t, args...)
+		if code != 0 || !strings.HasPrefix(stderr, "usage: s2uc COMMAND") {
+			t.Errorf("%v: exit %d, stderr:\n%s", args, code, stderr)
+		}
+		for _, c := range tool().Commands {
+			if !strings.Contains(stderr, "\n  "+c.Name+" ") {
+				t.Errorf("%v: the listing lacks %s:\n%s", args, c.Name, stderr)
+			}
+		}
+	}
+	for _, c := range tool().Commands {
+		snake := strings.ReplaceAll(c.Name, "-", "_")
+		for _, args := range [][]string{{c.Name, "--help"}, {c.Name, "-h"}, {"help", c.Name}, {snake, "--help"}} {
+			stdout, stderr, code := s2uc(t, args...)
+			if code != 0 || stdout != "" || !strings.HasPrefix(stderr, "usage: s2uc "+c.Name+" ") {
+				t.Errorf("%v: exit %d, stdout %q, stderr:\n%s", args, code, stdout, stderr)
+			}
+			if c.Name != "hash-token" && !strings.Contains(stderr, "--timeout") {
+				t.Errorf("%v: the usage lacks the common flags:\n%s", args, stderr)
+			}
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	stdout, stderr, code := s2uc(t, "--version")
+	if want := "s2uc " + version.Version + " (commit "; code != 0 || !strings.HasPrefix(stdout, want) || stderr != "" {
+		t.Errorf("--version: exit %d, stdout %q (want %q...), stderr %q", code, stdout, want, stderr)
+	}
+}
+
+// TestBadCommandLine: a wrong command line is one "s2uc: " line on
+// stderr naming the problem, exit status 1, before any request is sent.
+func TestBadCommandLine(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty-token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.crt")
+	const gw = "127.0.0.1:1" // never dialled: every case fails first
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; run s2uc --help for the list`},
+		{[]string{"list", "--nope"}, "flag provided but not defined: -nope; run s2uc list --help for its flags"},
+		{[]string{"inbound-request", "--num_conn", "many"}, `invalid value "many" for flag -num_conn`},
+		{[]string{"list", "--output", "xml"}, `--output "xml": use text or json`},
+		{[]string{"list", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"list"}, "missing --s2cs HOST:PORT"},
+		{[]string{"list", "--s2cs", "no-port"}, `--s2cs "no-port": want HOST:PORT of the gateway's control API, e.g. 10.0.0.5:5000`},
+		{[]string{"list", "--s2cs", gw, "--server_cert", missing}, "--server_cert " + missing + ": open " + missing},
+		{[]string{"list", "--s2cs", gw, "--token_file", empty}, "--token_file " + empty + " is empty"},
+		{[]string{"list", "--s2cs", gw, "extra"}, `unexpected argument "extra"`},
+		{[]string{"info", "--s2cs", gw, "extra"}, `unexpected argument "extra"`},
+		{[]string{"status"}, "give exactly one stream UID"},
+		{[]string{"status", "a", "b"}, "give exactly one stream UID"},
+		{[]string{"status", "a", "--watch", "1ms"}, "--watch must be at least 100ms"},
+		{[]string{"release"}, "give exactly one stream UID to release"},
+		{[]string{"outbound-request"}, "missing UID: give the stream UID printed by inbound-request"},
+		{[]string{"outbound-request", "uid", "127.0.0.1:5100", "more"}, `unexpected argument "more"`},
+		{[]string{"outbound-request", "uid", "--num_conn", "0"}, "--num_conn 0 out of range"},
+		{[]string{"inbound-request", "--s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "0"}, `--receiver_ports: "0" is not a port 1-65535`},
+		{[]string{"inbound-request", "--s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80", "--num_conn", "10000"}, "--num_conn 10000 out of range"},
+		{[]string{"inbound-request", "--s2cs", gw, "--receiver_ports", "80"}, "missing --remote_ip"},
+		{[]string{"inbound_request", "--s2cs", gw, "--remote_ip", "127.0.0.1"}, "missing --receiver_ports"},
+		{[]string{"stream", "--inbound_s2cs", "no-port", "--outbound_s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80"}, `inbound gateway: --inbound_s2cs "no-port": want HOST:PORT`},
+		{[]string{"stream", "--inbound-s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80"}, "give both --inbound_s2cs and --outbound_s2cs"},
+		{[]string{"hash-token"}, "missing --identity NAME"},
+	} {
+		stdout, stderr, code := s2uc(t, c.args...)
+		checkOneLine(t, c.args, stdout, stderr, code, c.want)
+	}
+	// Without a command: the listing, then the message.
+	_, stderr, code := s2uc(t)
+	if code != 1 || !strings.HasPrefix(stderr, "usage: s2uc") || !strings.HasSuffix(stderr, "\ns2uc: no command given; see the list above\n") {
+		t.Errorf("no command: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// checkOneLine: exit status 1, nothing on stdout, and stderr exactly one
+// line "s2uc: ..." containing want.
+func checkOneLine(t *testing.T, args []string, stdout, stderr string, code int, want string) {
+	t.Helper()
+	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "s2uc: ") || !strings.Contains(stderr, want) {
+		t.Errorf("s2uc %s: exit %d, stdout %q, stderr %q; want exit 1 and one line containing %q",
+			strings.Join(args, " "), code, stdout, stderr, want)
+	}
+}
+
+// TestRequestErrors: a request that gets no answer from the gateway's
+// API says what failed (the client library's part) and which flag to
+// check (s2uc's part), in one line; a refusal by the gateway carries its
+// code. Real sockets on loopback.
+func TestRequestErrors(t *testing.T) {
+	isolate(t)
+	t.Setenv("SCISTREAM_TOKEN", "alice-token")
+	cert, certFile := selfSigned(t)
+	_, otherFile := selfSigned(t)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer alice-token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		json.NewEncoder(w).Encode(api.Info{Version: "0.1.0", Identity: "alice", ListenerIP: "127.0.0.1", PortRange: "5100-5199"})
+	})
+	mux.HandleFunc("GET /v1/streams", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		json.NewEncoder(w).Encode(api.ErrorBody{Error: api.Error{Code: api.CodePermissionDenied, Message: "alice may not list"}})
+	})
+	gw := httptest.NewUnstartedServer(mux)
+	gw.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are the point
+	gw.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	gw.StartTLS()
+	t.Cleanup(gw.Close)
+	plain := httptest.NewServer(mux)
+	t.Cleanup(plain.Close)
+	gwAddr, plainAddr := gw.Listener.Addr().String(), plain.Listener.Addr().String()
+
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"list", "--s2cs", refused, "--server_cert", certFile},
+			[]string{"s2uc: s2cs " + refused + ": unreachable: ", "connection refused; check --s2cs and that s2cs runs there"}},
+		{[]string{"status", "uid1", "--s2cs", refused, "--server_cert", certFile},
+			[]string{"s2uc: status on " + refused + ": s2cs " + refused + ": unreachable: ", "; check --s2cs"}},
+		{[]string{"info", "--s2cs", gwAddr, "--server_cert", otherFile},
+			[]string{"s2uc: s2cs " + gwAddr + ": TLS verification failed (x509: ", "the gateway's certificate does not match the one given; pass the gateway's certificate with --server_cert (s2cs prints its path at start)"}},
+		{[]string{"info", "--s2cs", gwAddr},
+			[]string{"TLS verification failed", "none was given; pass the gateway's certificate with --server_cert"}},
+		{[]string{"info", "--s2cs", plainAddr, "--server_cert", certFile},
+			[]string{"s2uc: s2cs " + plainAddr + ": answered plain HTTP; the control API is HTTPS only; check --s2cs"}},
+		{[]string{"list", "--s2cs", gwAddr, "--server_cert", certFile},
+			[]string{"s2uc: permission_denied: alice may not list"}},
+	} {
+		stdout, stderr, code := s2uc(t, c.args...)
+		t.Logf("s2uc %s: %s", c.args[0], stderr)
+		for _, want := range c.want {
+			checkOneLine(t, c.args, stdout, stderr, code, want)
+		}
+	}
+
+	stdout, stderr, code := s2uc(t, "info", "--s2cs", gwAddr, "--server_cert", certFile)
+	if want := "s2cs 0.1.0 at " + gwAddr + " as alice\n  listener_ip 127.0.0.1, ports 5100-5199\n"; code != 0 || !strings.HasPrefix(stdout, want) || stderr != "" {
+		t.Errorf("info: exit %d, stdout %q (want %q...), stderr %q", code, stdout, want, stderr)
+	}
+}
+
+// selfSigned returns a certificate for 127.0.0.1 and its PEM file.
+func selfSigned(t *testing.T) (tls.Certificate, string) {
+	t.Helper()
+	certPEM, keyPEM, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "s2cs.crt")
+	if err := os.WriteFile(file, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, file
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/bytesize"
+)
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl := newCmdline("status", "UID [--s2cs HOST:PORT --server_cert FILE] [--watch 1s]", stderr)
+	gw := cl.gateway("", "gateway (default: every gateway s2uc wired for UID)")
+	watch := cl.fs.Duration("watch", 0, "repeat every interval until interrupted (e.g. 1s)")
+	count := cl.fs.Int("count", 0, "with --watch, stop after this many reports (0: until interrupted)")
+	pos, err := cl.parse(args, 1, 1, "give exactly one stream UID")
+	if err != nil {
+		return err
+	}
+	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
+		return errors.New("--watch must be at least 100ms")
+	}
+	uid := pos[0]
+	gws := []gatewayFlags{*gw}
+	if gw.s2cs == "" {
+		ss, err := sessions()
+		if err != nil {
+			return err
+		}
+		sess, err := ss.Load(uid)
+		if err != nil {
+			return fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT", uid)
+		}
+		gws = nil
+		if e := sess.Inbound; e != nil {
+			gws = append(gws, endpointGateway(e))
+		}
+		if e := sess.Outbound; e != nil {
+			gws = append(gws, endpointGateway(e))
+		}
+	}
+	for n := 1; ; n++ {
+		var views []*api.Stream
+		for _, g := range gws {
+			c, err := g.client(cl.timeout)
+			if err != nil {
+				return err
+			}
+			s, err := c.Get(ctx, uid)
+			c.Close()
+			if err != nil {
+				return fmt.Errorf("status on %s: %w", g.s2cs, err)
+			}
+			views = append(views, public(s))
+		}
+		if cl.output == "json" {
+			var err error
+			if len(views) == 1 {
+				err = printJSON(stdout, views[0])
+			} else {
+				err = printJSON(stdout, map[string]any{"uid": uid, "gateways": views})
+			}
+			if err != nil {
+				return err
+			}
+		} else {
+			for i, s := range views {
+				printStatus(stdout, gws[i].s2cs, s)
+			}
+		}
+		if *watch == 0 || (*count > 0 && n >= *count) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*watch):
+		}
+	}
+}
+
+func printStatus(w io.Writer, addr string, s *api.Stream) {
+	st := s.Stats
+	if st == nil {
+		st = &api.Stats{}
+	}
+	fmt.Fprintf(w, "%s on %s: %s %s", s.UID, addr, s.Role, s.State)
+	if s.Reason != "" {
+		fmt.Fprintf(w, " (%s)", s.Reason)
+	}
+	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s\n", strings.Join(s.Listeners, ","), strings.Join(s.Targets, ","), s.WAN, s.Engine)
+	fmt.Fprintf(w, "  connections %d active, %d total, %d refused, %d errors\n", st.ActiveConns, st.TotalConns, st.RejectedConns, st.Errors)
+	fmt.Fprintf(w, "  bytes %s to WAN, %s from WAN; rate %s to WAN, %s from WAN\n",
+		bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN), fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
+}
