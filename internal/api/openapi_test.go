@@ -1,7 +1,7 @@
 package api_test
 
 // These tests keep openapi.yaml honest: the routes it documents are the
-// routes internal/gateway/http.go registers, its schemas have exactly the
+// routes internal/gateway/routes.go registers, its schemas have exactly the
 // JSON fields of the wire types in api.go, and its error codes and HTTP
 // statuses are those of api.Code.
 //
@@ -46,7 +46,7 @@ var routeRE = regexp.MustCompile(`mux\.Handle(?:Func)?\(\s*"([A-Z]+) +(/[^"]*)"\
 
 func gatewayRoutes(t *testing.T) []route {
 	t.Helper()
-	src, err := os.ReadFile("../gateway/http.go")
+	src, err := os.ReadFile("../gateway/routes.go")
 	if err != nil {
 		t.Fatalf("read the routes' source: %v", err)
 	}
@@ -55,7 +55,7 @@ func gatewayRoutes(t *testing.T) []route {
 		rs = append(rs, route{method: m[1], path: m[2], authed: m[3] != ""})
 	}
 	if len(rs) == 0 {
-		t.Fatalf("found no mux.Handle/mux.HandleFunc(\"METHOD /path\", ...) registrations in internal/gateway/http.go; update routeRE in this test")
+		t.Fatalf("found no mux.Handle/mux.HandleFunc(\"METHOD /path\", ...) registrations in internal/gateway/routes.go; update routeRE in this test")
 	}
 	return rs
 }
@@ -132,12 +132,12 @@ func TestOpenAPIRoutes(t *testing.T) {
 		registered[r.String()] = true
 		item, _ := paths[r.path].(map[string]any)
 		if item == nil {
-			t.Errorf("route %s (registered in internal/gateway/http.go routes()) is missing from openapi.yaml: no path %q", r, r.path)
+			t.Errorf("route %s (registered in internal/gateway/routes.go routes()) is missing from openapi.yaml: no path %q", r, r.path)
 			continue
 		}
 		op, _ := item[strings.ToLower(r.method)].(map[string]any)
 		if op == nil {
-			t.Errorf("route %s (registered in internal/gateway/http.go routes()) is missing from openapi.yaml: path %q has no %q operation", r, r.path, strings.ToLower(r.method))
+			t.Errorf("route %s (registered in internal/gateway/routes.go routes()) is missing from openapi.yaml: path %q has no %q operation", r, r.path, strings.ToLower(r.method))
 			continue
 		}
 		checkOperation(t, doc, r, item, op)
@@ -146,7 +146,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		item, _ := paths[p].(map[string]any)
 		for _, m := range httpMethods {
 			if _, ok := item[m]; ok && !registered[strings.ToUpper(m)+" "+p] {
-				t.Errorf("openapi.yaml documents %s %s, which internal/gateway/http.go routes() does not register", strings.ToUpper(m), p)
+				t.Errorf("openapi.yaml documents %s %s, which internal/gateway/routes.go routes() does not register", strings.ToUpper(m), p)
 			}
 		}
 	}
@@ -170,11 +170,11 @@ func checkOperation(t *testing.T, doc map[string]any, r route, item, op map[stri
 	responses, _ := op["responses"].(map[string]any)
 	switch {
 	case r.authed && open:
-		t.Errorf("route %s requires a bearer token (s.authed in http.go), but openapi.yaml sets security: [] on it", r)
+		t.Errorf("route %s requires a bearer token (s.authed in routes.go), but openapi.yaml sets security: [] on it", r)
 	case r.authed && hasSec:
 		t.Errorf("route %s: drop its security override; the global bearerAuth applies", r)
 	case !r.authed && !open:
-		t.Errorf("route %s needs no authentication in http.go; give it security: [] in openapi.yaml", r)
+		t.Errorf("route %s needs no authentication in routes.go; give it security: [] in openapi.yaml", r)
 	}
 	if r.authed {
 		// Every authenticated route can answer 401, and 503 while the
