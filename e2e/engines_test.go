@@ -209,8 +209,10 @@ func (e *engineEnv) stats(t *testing.T, uid string) (prod, cons api.Stats) {
 
 // settled waits until neither gateway relays a connection of the stream
 // any more, then checks each counted wantConns connections and aborted
-// exactly wantErrs of them: nothing else was disturbed.
-func (e *engineEnv) settled(t *testing.T, uid string, wantConns, wantErrs int64) {
+// exactly wantAborted of them, each by the consumer's reset (app_reset on
+// the consumer's gateway, peer_reset on the producer's) and none as an
+// error of the gateways: nothing else was disturbed.
+func (e *engineEnv) settled(t *testing.T, uid string, wantConns, wantAborted int64) {
 	t.Helper()
 	var prod, cons api.Stats
 	eventually(t, 10*time.Second, "both gateways to end the stream's connections", func() bool {
@@ -220,9 +222,17 @@ func (e *engineEnv) settled(t *testing.T, uid string, wantConns, wantErrs int64)
 	for _, g := range []struct {
 		side string
 		st   api.Stats
-	}{{"producer's", prod}, {"consumer's", cons}} {
-		if g.st.TotalConns != wantConns || g.st.Errors != wantErrs {
-			t.Errorf("%s gateway: %d connections, %d aborted; want %d, %d aborted", g.side, g.st.TotalConns, g.st.Errors, wantConns, wantErrs)
+		kind string
+	}{{"producer's", prod, api.EndPeerReset}, {"consumer's", cons, api.EndAppReset}} {
+		if g.st.TotalConns != wantConns || g.st.AbortedConns != wantAborted {
+			t.Errorf("%s gateway: %d connections, %d aborted; want %d, %d aborted", g.side, g.st.TotalConns, g.st.AbortedConns, wantConns, wantAborted)
+		}
+		if g.st.Errors != 0 || g.st.AbortedByKind[g.kind] != wantAborted {
+			t.Errorf("%s gateway counted %d errors and aborts by kind %v (last: %v); want the %d aborts as %s, no error",
+				g.side, g.st.Errors, g.st.AbortedByKind, g.st.LastErrors, wantAborted, g.kind)
+		}
+		if wantAborted > 0 && g.st.LastErrors[g.kind].Reason == "" {
+			t.Errorf("%s gateway gives no reason for its last %s: %v", g.side, g.kind, g.st.LastErrors)
 		}
 	}
 }

@@ -158,15 +158,69 @@ type Stream struct {
 // Stats are a stream's live counters on one gateway. "to_wan" is the
 // direction from this gateway's LAN application towards the peer gateway.
 type Stats struct {
-	ActiveConns   int64 `json:"active_conns"`
-	TotalConns    int64 `json:"total_conns"`
+	ActiveConns int64 `json:"active_conns"`
+	// TotalConns counts the connections relayed (both legs up).
+	TotalConns int64 `json:"total_conns"`
+	// RejectedConns counts the connections refused: sources outside the
+	// allow-list, WAN connections that failed authentication.
 	RejectedConns int64 `json:"rejected_conns"`
-	Errors        int64 `json:"errors"`
-	BytesToWAN    int64 `json:"bytes_to_wan"`
-	BytesFromWAN  int64 `json:"bytes_from_wan"`
+	// AbortedConns counts the connections that ended other than in order,
+	// whatever the reason (AbortedByKind has them by kind): the
+	// applications saw a reset.
+	AbortedConns int64 `json:"aborted_conns"`
+	// AbortedByKind counts the aborted connections by the kind of their
+	// end (the End* constants); kinds not seen are left out.
+	AbortedByKind map[string]int64 `json:"aborted_by_kind,omitempty"`
+	// Errors counts the aborted connections whose end is an error of the
+	// gateways or the WAN (IsErrorKind): not an application's or the peer
+	// gateway's deliberate reset.
+	Errors int64 `json:"errors"`
+	// LastErrors holds the most recent end of each kind seen.
+	LastErrors   map[string]LastError `json:"last_errors,omitempty"`
+	BytesToWAN   int64                `json:"bytes_to_wan"`
+	BytesFromWAN int64                `json:"bytes_from_wan"`
 	// Rates are bytes per second over the last full second.
 	RateToWAN   float64 `json:"rate_to_wan_Bps"`
 	RateFromWAN float64 `json:"rate_from_wan_Bps"`
+}
+
+// The kinds of end of a relayed connection other than the orderly one
+// (both directions finished), the keys of Stats.AbortedByKind and
+// Stats.LastErrors. Each is said from the gateway that counts it.
+const (
+	// EndAppReset: this gateway's application reset or broke its
+	// connection; the application's doing, not an error.
+	EndAppReset = "app_reset"
+	// EndPeerReset: the peer gateway reset the WAN leg, because its
+	// application reset or its side of the stream was released; not an
+	// error of this gateway.
+	EndPeerReset = "peer_reset"
+	// EndWANLost: the WAN leg ended with neither an orderly end nor a
+	// reset: the peer gateway died or restarted, or the path broke.
+	EndWANLost = "wan_lost"
+	// EndDialFailed: this gateway could not connect to its application
+	// (inbound side) or to the peer gateway (outbound side).
+	EndDialFailed = "dial_failed"
+	// EndTimeout: a dial, a handshake or a socket timed out.
+	EndTimeout = "timeout"
+	// EndGatewayFault: anything else, a fault of this gateway; its log
+	// says more.
+	EndGatewayFault = "gateway_fault"
+)
+
+// EndKinds lists the kinds of end, in the order a status shows them.
+func EndKinds() []string {
+	return []string{EndAppReset, EndPeerReset, EndWANLost, EndDialFailed, EndTimeout, EndGatewayFault}
+}
+
+// IsErrorKind reports whether an end of kind k is an error of the
+// gateways or the WAN, rather than an application's or the peer's reset.
+func IsErrorKind(k string) bool { return k != EndAppReset && k != EndPeerReset }
+
+// LastError is the most recent end of one kind on one stream.
+type LastError struct {
+	Reason string    `json:"reason"`
+	Time   time.Time `json:"time"`
 }
 
 // StreamList is the body of GET /v1/streams.

@@ -33,7 +33,8 @@ type stream struct {
 	env     *env
 	key     store.Key // owner and UID
 	uid     string
-	numConn int // channels, and so ports held
+	numConn int    // channels, and so ports held
+	wanT    string // WAN transport
 	role    api.Role
 	engine  relay.Engine
 	allow   []netip.Prefix
@@ -51,8 +52,9 @@ type stream struct {
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
-	active, total, rejected, errs atomic.Int64
-	toWAN, fromWAN                atomic.Int64
+	active, total, rejected atomic.Int64
+	toWAN, fromWAN          atomic.Int64
+	ends                    ends // aborted connections, by kind (ends.go)
 
 	rateMu           sync.Mutex // guards the following fields
 	lastSample       time.Time
@@ -80,6 +82,7 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		env:       e,
 		key:       rec.Key(),
 		numConn:   rec.NumConn,
+		wanT:      rec.WAN,
 		uid:       rec.UID,
 		role:      rec.Role,
 		engine:    eng,
@@ -203,6 +206,13 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			return
 		}
 		backoff = 0
+		if st.role == api.RoleOutbound || st.wanT == api.WANTCP {
+			// The application's socket, or a plaintext WAN leg (which
+			// has no close_notify to tell an end from a death): from
+			// now on only an orderly end of the relay may end it with
+			// FIN (relay.ResetOnClose).
+			relay.ResetOnClose(c)
+		}
 		if !st.track(c) {
 			continue
 		}
@@ -238,11 +248,14 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	leg := st.leg(rec, ch)
 	w, err := st.dialWAN(target, leg)
 	if err != nil {
-		st.errs.Add(1)
-		log.Warn("dial peer gateway", "target", target, "err", err)
+		st.dialFailed(log, true, target, err)
 		relay.Abort(app)
 		return
 	}
+	if leg.Transport == api.WANTCP {
+		relay.ResetOnClose(w)
+	}
+	st.wanUp(log)
 	if !st.track(w) {
 		relay.Abort(app)
 		return
@@ -264,6 +277,7 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 		log.Warn("WAN connection refused", "err", err)
 		return
 	}
+	st.wanUp(log)
 	if w != net.Conn(raw) {
 		if !st.track(w) {
 			return
@@ -280,11 +294,12 @@ func (st *stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.
 	d := net.Dialer{Timeout: 10 * time.Second}
 	app, err := d.DialContext(st.ctx, "tcp", target)
 	if err != nil {
-		st.errs.Add(1)
-		log.Warn("dial application", "target", target, "err", err)
+		st.dialFailed(log, false, target, err)
 		relay.Abort(w)
 		return
 	}
+	relay.ResetOnClose(app)
+	st.appUp(log)
 	if !st.track(app) {
 		relay.Abort(w)
 		return
@@ -294,24 +309,14 @@ func (st *stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.
 }
 
 // relay runs one application connection <-> WAN leg pair to its end.
-func (st *stream) relay(log interface {
-	Debug(string, ...any)
-	Info(string, ...any)
-}, app, w net.Conn) {
+func (st *stream) relay(log *slog.Logger, app, w net.Conn) {
 	st.active.Add(1)
 	st.total.Add(1)
 	defer st.active.Add(-1)
 	err := relay.Relay(st.engine, app, w,
 		func(n int64) { st.toWAN.Add(n) },
 		func(n int64) { st.fromWAN.Add(n) })
-	if err != nil && st.ctx.Err() == nil {
-		st.errs.Add(1)
-		if relay.IsRoutine(err) {
-			log.Debug("connection aborted", "err", err)
-		} else {
-			log.Info("connection aborted", "err", err)
-		}
-	}
+	st.ended(log, err)
 }
 
 func (st *stream) leg(rec *store.Record, ch int) *wan.Leg {
@@ -398,14 +403,15 @@ func (st *stream) stats() *api.Stats {
 	st.rateMu.Lock()
 	rt, rf := st.rateTo, st.rateFrom
 	st.rateMu.Unlock()
-	return &api.Stats{
+	s := &api.Stats{
 		ActiveConns:   st.active.Load(),
 		TotalConns:    st.total.Load(),
 		RejectedConns: st.rejected.Load(),
-		Errors:        st.errs.Load(),
 		BytesToWAN:    st.toWAN.Load(),
 		BytesFromWAN:  st.fromWAN.Load(),
 		RateToWAN:     rt,
 		RateFromWAN:   rf,
 	}
+	st.ends.fill(s)
+	return s
 }

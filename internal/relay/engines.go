@@ -86,7 +86,7 @@ func (e splice) Copy(dst, src net.Conn, count func(int64)) error {
 			if err == io.EOF {
 				return nil
 			}
-			return err
+			return readError(err)
 		}
 		// SpliceIn takes at most the pipe's size (<= maxChunk by
 		// default), so one count covers a bounded chunk.
@@ -95,7 +95,7 @@ func (e splice) Copy(dst, src net.Conn, count func(int64)) error {
 			count(int64(n))
 		}
 		if err != nil {
-			return err
+			return writeError(err)
 		}
 	}
 }
@@ -139,14 +139,14 @@ func copyLoop(dst, src net.Conn, count func(int64)) error {
 				count(int64(m))
 			}
 			if werr != nil {
-				return werr
+				return writeError(werr)
 			}
 		}
 		if rerr != nil {
 			if errors.Is(rerr, io.EOF) {
 				return nil
 			}
-			return rerr
+			return readError(rerr)
 		}
 	}
 }
@@ -264,13 +264,13 @@ func (rg *ring) drain(dst endpoint, count func(int64)) error {
 				if errors.Is(rg.rerr, io.EOF) {
 					return nil
 				}
-				return rg.rerr
+				return readError(rg.rerr)
 			}
 			<-rg.data
 			continue
 		}
 		if rg.finished.Load() && !errors.Is(rg.rerr, io.EOF) {
-			return rg.rerr // the source failed: the stream is broken anyway
+			return readError(rg.rerr) // the source failed: the stream is broken anyway
 		}
 		start := r % size
 		end := min(size, start+avail, start+maxChunk)
@@ -282,7 +282,7 @@ func (rg *ring) drain(dst endpoint, count func(int64)) error {
 			count(int64(n))
 		}
 		if err != nil {
-			return err
+			return writeError(err)
 		}
 	}
 }

@@ -7,7 +7,11 @@
 //     the opposite direction keeps flowing until it finishes too;
 //   - an error on either side (reset, broken pipe, a release) aborts both
 //     sides with a TCP reset, so an application never mistakes a broken
-//     stream for a complete one;
+//     stream for a complete one; Relay returns an *Error that says which
+//     connection failed and how;
+//   - a connection armed with ResetOnClose ends with a reset however it
+//     ends (closed early, or the process dies: the kernel closes its
+//     sockets), unless Relay finished both directions in order;
 //   - bytes are counted as they move, for live rates.
 package relay
 
@@ -31,7 +35,10 @@ type Engine interface {
 
 // Relay forwards a<->b until both directions finish, then closes both. It
 // blocks until both copying goroutines have returned. countAB and countBA
-// receive the bytes moved a->b and b->a.
+// receive the bytes moved a->b and b->a. It returns nil when both
+// directions ended in order (and then disarms ResetOnClose on both, so
+// their last bytes and FIN are delivered), or the first failure as an
+// *Error, having aborted both.
 func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
 	var (
 		wg       sync.WaitGroup
@@ -47,20 +54,24 @@ func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
 			Abort(b)
 		})
 	}
-	dir := func(dst, src net.Conn, count func(int64)) {
+	dir := func(dst, src net.Conn, dstSide, srcSide Side, count func(int64)) {
 		defer wg.Done()
 		if err := e.Copy(dst, src, count); err != nil {
-			fail(err)
+			fail(attribute(err, dst, src, dstSide, srcSide))
 			return
 		}
 		if err := closeWrite(dst); err != nil {
-			fail(fmt.Errorf("forward end of stream: %w", err))
+			fail(&Error{Conn: dstSide, Op: "write", Err: fmt.Errorf("forward end of stream: %w", err)})
 		}
 	}
 	wg.Add(2)
-	go dir(b, a, countAB)
-	go dir(a, b, countBA)
+	go dir(b, a, B, A, countAB)
+	go dir(a, b, A, B, countBA)
 	wg.Wait()
+	if firstErr == nil {
+		orderly(a)
+		orderly(b)
+	}
 	a.Close()
 	b.Close()
 	return firstErr
@@ -78,14 +89,7 @@ func closeWrite(c net.Conn) error {
 // Abort closes c with a TCP reset where possible (SO_LINGER 0), so the
 // peer sees an error rather than an orderly end of stream.
 func Abort(c net.Conn) {
-	raw := c
-	for {
-		u, ok := raw.(interface{ NetConn() net.Conn })
-		if !ok {
-			break
-		}
-		raw = u.NetConn()
-	}
+	raw := innermost(c)
 	if t, ok := raw.(*net.TCPConn); ok {
 		t.SetLinger(0)
 	}
@@ -94,6 +98,39 @@ func Abort(c net.Conn) {
 	raw.Close()
 	if raw != c {
 		c.Close()
+	}
+}
+
+// ResetOnClose arms c so that it ends with a TCP reset, not an orderly
+// FIN, however it is closed, and also when this process dies (the kernel
+// closes its sockets then, with FIN unless armed): a peer must never read
+// a broken stream as a complete one. Relay disarms it once both
+// directions have ended in order. Arm a connection as soon as it exists,
+// before anything can fail. A no-op where c has no TCP socket under its
+// NetConn wrappers (a QUIC stream ends with a reset on its own).
+func ResetOnClose(c net.Conn) {
+	if t, ok := innermost(c).(*net.TCPConn); ok {
+		t.SetLinger(0)
+	}
+}
+
+// orderly disarms ResetOnClose: closing c sends FIN after every byte
+// still queued, instead of a reset that discards them.
+func orderly(c net.Conn) {
+	if t, ok := innermost(c).(*net.TCPConn); ok {
+		t.SetLinger(-1)
+	}
+}
+
+// innermost returns the connection under c's NetConn wrappers (a TLS
+// leg's TCP socket).
+func innermost(c net.Conn) net.Conn {
+	for {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = u.NetConn()
 	}
 }
 

@@ -1,0 +1,126 @@
+package relay_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/relay"
+)
+
+// TestErrorSays: when one application resets its connection mid-transfer,
+// Relay's error names that application's connection, for every engine, and
+// the other application sees a reset too.
+func TestErrorSays(t *testing.T) {
+	for _, e := range engines {
+		for _, who := range []relay.Side{relay.A, relay.B} {
+			t.Run(e.Name()+"/"+who.String(), func(t *testing.T) {
+				noLeak(t)
+				s := startRelay(t, e)
+				deadline(s.A)
+				deadline(s.B)
+				chunk := make([]byte, 256<<10)
+				if _, err := s.A.Write(chunk); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(s.B, make([]byte, 1)); err != nil {
+					t.Fatal(err)
+				}
+				dead, other := s.A, s.B
+				if who == relay.B {
+					dead, other = s.B, s.A
+				}
+				dead.SetLinger(0)
+				dead.Close()
+				err := s.wait(t)
+				var re *relay.Error
+				if !errors.As(err, &re) || re.Conn != who || re.Op != "read" && re.Op != "write" {
+					t.Fatalf("Relay = %#v (%v); want a *relay.Error on %s, reading or writing", err, err, who)
+				}
+				if !relay.IsRoutine(err) {
+					t.Fatalf("an application's reset is not routine: %v", err)
+				}
+				if _, err := io.Copy(io.Discard, other); !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatalf("the other application read %v, want a reset", err)
+				}
+			})
+		}
+	}
+}
+
+// TestResetOnClose: an armed connection that is closed (as the kernel
+// closes it when the process dies) ends with a reset, also through NetConn
+// wrappers; an unarmed one with an orderly EOF.
+func TestResetOnClose(t *testing.T) {
+	c, peer := tcpPair(t)
+	deadline(peer)
+	relay.ResetOnClose(&wrapped{Conn: c})
+	c.Write([]byte("partial"))
+	c.Close()
+	if _, err := io.ReadAll(peer); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("peer of an armed connection read %v, want a reset", err)
+	}
+	c2, peer2 := tcpPair(t)
+	deadline(peer2)
+	c2.Write([]byte("whole"))
+	c2.Close()
+	if b, err := io.ReadAll(peer2); err != nil || string(b) != "whole" {
+		t.Fatalf("peer of an unarmed connection read %q, %v", b, err)
+	}
+	relay.ResetOnClose(noSocket{}) // no TCP socket: nothing to arm, no panic
+}
+
+type noSocket struct{ net.Conn }
+
+func (noSocket) NetConn() net.Conn { return nil }
+
+// TestOrderlyEndDelivers: when both directions end in order, Relay disarms
+// ResetOnClose before it closes, so bytes still queued in its sockets
+// reach the application, followed by EOF; an armed close would discard
+// them with a reset.
+func TestOrderlyEndDelivers(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.Name(), func(t *testing.T) {
+			noLeak(t)
+			A, ra := tcpPair(t)
+			rb, B := tcpPair(t)
+			deadline(A)
+			deadline(B)
+			relay.ResetOnClose(ra)
+			relay.ResetOnClose(rb)
+			// Room for the whole message in rb's send queue while B does
+			// not read: Relay finishes with bytes still queued there.
+			rb.SetWriteBuffer(4 << 20)
+			B.SetReadBuffer(32 << 10)
+			done := make(chan error, 1)
+			go func() { done <- relay.Relay(e, ra, rb, func(int64) {}, func(int64) {}) }()
+			msg := make([]byte, 1<<20)
+			rand.Read(msg)
+			B.CloseWrite()
+			if _, err := A.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			A.CloseWrite()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Relay = %v", err)
+				}
+			case <-time.After(testTimeout):
+				t.Fatal("Relay did not finish while the consumer waited")
+			}
+			got, err := io.ReadAll(B)
+			if err != nil || !bytes.Equal(got, msg) {
+				t.Fatalf("consumer read %d of %d bytes, then %v; want all, then EOF", len(got), len(msg), err)
+			}
+			if b, err := io.ReadAll(A); err != nil || len(b) != 0 {
+				t.Fatalf("producer read %q, %v; want a clean EOF", b, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,51 @@
+package wan
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/quic-go/quic-go"
+)
+
+// How a WAN leg ended, for the gateway's counters and logs. A leg that
+// fails does so in one of three ways, told apart here because each asks
+// something different of an operator:
+//
+//   - reset by the peer gateway: a TCP reset, or a QUIC stream or
+//     connection the peer ended on purpose (its application reset, its side
+//     was released). Nothing is wrong between the gateways.
+//   - lost: neither an orderly end nor a reset. A TLS leg whose TCP
+//     connection ended without close_notify (ErrTruncated: the peer process
+//     died, its kernel sent FIN), a QUIC connection that heard nothing for
+//     its idle timeout or got a stateless reset (the peer restarted), a TCP
+//     timeout or an unreachable network. The peer gateway or the path is
+//     gone.
+//   - anything else.
+//
+// A plaintext TCP leg has no close_notify: a gateway arms its socket to
+// reset on close (relay.ResetOnClose), so the death of the peer process
+// reads as a reset there, not as a loss.
+
+// ResetByPeer reports whether err means the peer gateway reset the leg
+// on purpose.
+func ResetByPeer(err error) bool {
+	var se *quic.StreamError
+	var ae *quic.ApplicationError
+	switch {
+	case errors.As(err, &se):
+		return se.Remote
+	case errors.As(err, &ae):
+		return ae.Remote
+	}
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// Lost reports whether err means the leg ended with neither an orderly end
+// nor a reset: the peer gateway died or restarted, or the path broke.
+func Lost(err error) bool {
+	var idle *quic.IdleTimeoutError
+	var sr *quic.StatelessResetError
+	return errors.Is(err, ErrTruncated) || errors.As(err, &idle) || errors.As(err, &sr) ||
+		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTDOWN)
+}
