@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"scistream/internal/api"
+	"scistream/internal/relay"
+	"scistream/internal/wan"
+)
+
+func TestEndKinds(t *testing.T) {
+	if numKinds != len(api.EndKinds()) {
+		t.Fatalf("numKinds = %d, api.EndKinds has %d", numKinds, len(api.EndKinds()))
+	}
+	for i, k := range api.EndKinds() {
+		if kindIndex(k) != i {
+			t.Fatalf("kindIndex(%s) = %d, want %d", k, kindIndex(k), i)
+		}
+	}
+}
+
+// TestRelayEnd: each way a relayed connection fails gets its kind; an
+// application's reset and the peer's are not errors, a lost peer is.
+func TestRelayEnd(t *testing.T) {
+	op := func(side relay.Side, err error) error {
+		return fmt.Errorf("wrapped: %w", &relay.Error{Conn: side, Op: "read", Err: err})
+	}
+	for _, c := range []struct {
+		err  error
+		kind string
+	}{
+		{op(relay.A, syscall.ECONNRESET), api.EndAppReset},
+		{op(relay.A, &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}), api.EndAppReset},
+		{op(relay.A, syscall.ETIMEDOUT), api.EndAppReset},
+		{op(relay.B, syscall.ECONNRESET), api.EndPeerReset},
+		{op(relay.B, &quic.StreamError{StreamID: 4, ErrorCode: 1, Remote: true}), api.EndPeerReset},
+		{op(relay.B, &quic.ApplicationError{ErrorCode: 0, Remote: true}), api.EndPeerReset},
+		{op(relay.B, wan.ErrTruncated), api.EndWANLost},
+		{op(relay.B, &quic.IdleTimeoutError{}), api.EndWANLost},
+		{op(relay.B, &quic.StatelessResetError{}), api.EndWANLost},
+		{op(relay.B, syscall.EHOSTUNREACH), api.EndWANLost},
+		{op(relay.B, os.ErrDeadlineExceeded), api.EndTimeout},
+		{op(relay.B, &quic.StreamError{StreamID: 4, ErrorCode: 1, Remote: false}), api.EndGatewayFault},
+		{op(relay.A, syscall.EMFILE), api.EndGatewayFault},
+		{op(relay.Unknown, syscall.ECONNRESET), api.EndGatewayFault},
+		{errors.New("not a relay error"), api.EndGatewayFault},
+	} {
+		if got := relayEnd(c.err); got != c.kind {
+			t.Errorf("relayEnd(%v) = %s, want %s", c.err, got, c.kind)
+		}
+	}
+	for _, k := range []string{api.EndAppReset, api.EndPeerReset} {
+		if api.IsErrorKind(k) {
+			t.Errorf("%s counts as an error", k)
+		}
+	}
+	for _, k := range []string{api.EndWANLost, api.EndDialFailed, api.EndTimeout, api.EndGatewayFault} {
+		if !api.IsErrorKind(k) {
+			t.Errorf("%s does not count as an error", k)
+		}
+	}
+}
+
+func TestDialEnd(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	_, timeout := (&net.Dialer{}).DialContext(ctx, "tcp", "192.0.2.1:9")
+	for _, c := range []struct {
+		err  error
+		kind string
+	}{
+		{refused, api.EndDialFailed},
+		{fmt.Errorf("tls handshake: %w", errors.New("remote error: tls: bad certificate")), api.EndDialFailed},
+		{timeout, api.EndTimeout},
+		{fmt.Errorf("dial quic: %w", context.DeadlineExceeded), api.EndTimeout},
+	} {
+		if got := dialEnd(c.err); got != c.kind {
+			t.Errorf("dialEnd(%v) = %s, want %s", c.err, got, c.kind)
+		}
+	}
+}
+
+// TestEndsCounters: counts add up by kind, errors leave the
+// applications' resets out, and the last reason of each kind is kept.
+func TestEndsCounters(t *testing.T) {
+	var e ends
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	e.count(api.EndAppReset, errors.New("first"), t0)
+	e.count(api.EndAppReset, errors.New("second"), t0.Add(time.Second))
+	e.count(api.EndWANLost, errors.New(string(make([]byte, 1000))), t0.Add(2*time.Second))
+	var s api.Stats
+	e.fill(&s)
+	if s.AbortedConns != 3 || s.Errors != 1 || s.AbortedByKind[api.EndAppReset] != 2 || s.AbortedByKind[api.EndWANLost] != 1 || len(s.AbortedByKind) != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	if l := s.LastErrors[api.EndAppReset]; l.Reason != "second" || !l.Time.Equal(t0.Add(time.Second)) {
+		t.Fatalf("last app_reset %+v", l)
+	}
+	if l := s.LastErrors[api.EndWANLost]; len(l.Reason) > 310 {
+		t.Fatalf("a long reason kept whole: %d bytes", len(l.Reason))
+	}
+}
