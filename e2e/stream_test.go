@@ -151,3 +151,46 @@ func TestBufferEngineRingSize(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamOutputFresh: what s2uc stream prints is both sides as they are
+// once wired, not as they were created: the inbound side connected and
+// pinned to the outbound gateway (workflow engines parse this), and the
+// applications named by what they do, not as producer and consumer.
+func TestStreamOutputFresh(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	app := newSink(t, "127.0.0.1", nil)
+	var out struct {
+		UID               string
+		Inbound, Outbound struct {
+			State          string `json:"state"`
+			PeerCertSHA256 string `json:"peer_cert_sha256"`
+			WANCertSHA256  string `json:"wan_cert_sha256"`
+			Secret         string `json:"secret"`
+		}
+	}
+	js := p.mustS2UC("alice", "stream", "--inbound_s2cs", p.cons.Addr, "--inbound_server_cert", p.cons.CertFile,
+		"--outbound_s2cs", p.prod.Addr, "--outbound_server_cert", p.prod.CertFile,
+		"--remote_ip", "127.0.0.1", "--receiver_ports", app.port(), "--output", "json")
+	if err := json.Unmarshal([]byte(js), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Inbound.State != "connected" || out.Outbound.State != "connected" ||
+		out.Inbound.PeerCertSHA256 != out.Outbound.WANCertSHA256 || out.Outbound.PeerCertSHA256 != out.Inbound.WANCertSHA256 ||
+		out.Inbound.PeerCertSHA256 == "" || out.Inbound.Secret != "" {
+		t.Fatalf("s2uc stream --output json is not both sides as wired:\n%s", js)
+	}
+	text := p.mustS2UC("alice", "stream", "--inbound_s2cs", p.cons.Addr, "--inbound_server_cert", p.cons.CertFile,
+		"--outbound_s2cs", p.prod.Addr, "--outbound_server_cert", p.prod.CertFile,
+		"--remote_ip", "127.0.0.1", "--receiver_ports", app.port())
+	for _, want := range []string{
+		"the application that connects: connect it to " + p.prod.Opts.ListenerIP + ":",
+		"the application that listens: listen on 127.0.0.1:" + app.port() + "; the inbound gateway connects to it",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("s2uc stream output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "producer") || strings.Contains(text, "consumer") {
+		t.Errorf("s2uc stream output names producer or consumer, which may be the wrong way round:\n%s", text)
+	}
+}

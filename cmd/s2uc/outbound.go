@@ -84,7 +84,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("inbound gateway %s: %w", sess.Inbound.S2CS, err)
 	}
 	defer in.Close()
-	s, err := client.Connect(ctx, in, out, &api.OutboundRequest{
+	_, s, err := client.Connect(ctx, in, out, &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
 		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
 	})

@@ -93,7 +93,47 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 		fmt.Fprintf(w, " (%s)", s.Reason)
 	}
 	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s\n", strings.Join(s.Listeners, ","), strings.Join(s.Targets, ","), s.WAN, s.Engine)
-	fmt.Fprintf(w, "  connections %d active, %d total, %d refused, %d errors\n", st.ActiveConns, st.TotalConns, st.RejectedConns, st.Errors)
+	fmt.Fprintf(w, "  connections %d active, %d total, %d refused, %d aborted%s, %d errors\n",
+		st.ActiveConns, st.TotalConns, st.RejectedConns, st.AbortedConns, byKind(st), st.Errors)
+	for _, k := range api.EndKinds() {
+		if l, ok := st.LastErrors[k]; ok {
+			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), l.Reason)
+		}
+	}
 	fmt.Fprintf(w, "  bytes %s to WAN, %s from WAN; rate %s to WAN, %s from WAN\n",
 		bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN), fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
+}
+
+// endName says a kind of aborted connection in words.
+func endName(kind string) string {
+	switch kind {
+	case api.EndAppReset:
+		return "application reset"
+	case api.EndPeerReset:
+		return "peer gateway reset"
+	case api.EndWANLost:
+		return "WAN leg lost"
+	case api.EndDialFailed:
+		return "failed dial"
+	case api.EndTimeout:
+		return "timeout"
+	case api.EndGatewayFault:
+		return "gateway fault"
+	}
+	return kind
+}
+
+// byKind writes the aborted connections by kind, " (2 application
+// reset, 1 WAN leg lost)", or nothing if none was aborted.
+func byKind(st *api.Stats) string {
+	var parts []string
+	for _, k := range api.EndKinds() {
+		if n := st.AbortedByKind[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, endName(k)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -83,7 +83,10 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\ninbound listeners: %s\n", inS.UID,
 		strings.Join(outS.Listeners, " "), strings.Join(inS.Listeners, " "))
-	fmt.Fprintf(stdout, "connect the producer to: %s\n", strings.Join(outS.Listeners, " "))
+	// Named by role, not as producer and consumer: with ZeroMQ PUB/SUB
+	// the producer is the one that listens.
+	fmt.Fprintf(stdout, "the application that connects: connect it to %s\n", strings.Join(outS.Listeners, " "))
+	fmt.Fprintf(stdout, "the application that listens: listen on %s; the inbound gateway connects to it\n", strings.Join(inS.Targets, " "))
 	return nil
 }
 

@@ -16,49 +16,57 @@ import (
 // outbound side (relaying the inbound gateway's certificate and the
 // stream secret) and then attaches the outbound gateway's certificate to
 // the inbound side. If attaching fails, the outbound side is released
-// again, so a failure leaves nothing half-wired.
-func Connect(ctx context.Context, in, out *Client, req *api.OutboundRequest) (*api.Stream, error) {
-	outS, err := out.Outbound(ctx, req)
+// again, so a failure leaves nothing half-wired. It returns both sides as
+// they are once wired: the inbound side as the attach left it
+// (connected, with the outbound gateway's pin), and the outbound side.
+func Connect(ctx context.Context, in, out *Client, req *api.OutboundRequest) (inS, outS *api.Stream, err error) {
+	outS, err = out.Outbound(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("outbound request to %s: %w", out.Addr(), err)
+		return nil, nil, fmt.Errorf("outbound request to %s: %w", out.Addr(), err)
 	}
-	if _, err := in.Attach(ctx, req.UID, &api.AttachRequest{PeerCert: outS.WANCert}); err != nil {
+	inS, err = in.Attach(ctx, req.UID, &api.AttachRequest{PeerCert: outS.WANCert})
+	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if _, rerr := out.Release(rctx, req.UID); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back outbound side on %s: %w", out.Addr(), rerr))
 		}
-		return nil, fmt.Errorf("attach outbound gateway to inbound side on %s: %w", in.Addr(), err)
+		return nil, nil, fmt.Errorf("attach outbound gateway to inbound side on %s: %w", in.Addr(), err)
 	}
-	return outS, nil
+	return inS, outS, nil
 }
 
 // Wire requests both sides of a stream for a third party that reaches
 // both gateways. peerListeners, if non-empty, overrides the inbound
 // listeners the outbound gateway dials (for NAT between the gateways).
-// On failure every side already created is released.
+// On failure every side already created is released. It returns both
+// sides as they are once wired (the inbound side connected, with the
+// pin of the outbound gateway), the inbound side with the stream secret
+// and its WAN certificate, which only its creation returns.
 func Wire(ctx context.Context, in, out *Client, inReq *api.InboundRequest, outReq api.OutboundRequest, peerListeners []string) (inS, outS *api.Stream, err error) {
-	inS, err = in.Inbound(ctx, inReq)
+	created, err := in.Inbound(ctx, inReq)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inbound request to %s: %w", in.Addr(), err)
 	}
-	outReq.UID = inS.UID
-	outReq.Secret = inS.Secret
-	outReq.PeerCert = inS.WANCert
-	outReq.WAN = inS.WAN
-	outReq.PeerListeners = inS.Listeners
+
+	outReq.UID = created.UID
+	outReq.Secret = created.Secret
+	outReq.PeerCert = created.WANCert
+	outReq.WAN = created.WAN
+	outReq.PeerListeners = created.Listeners
 	if len(peerListeners) > 0 {
 		outReq.PeerListeners = peerListeners
 	}
-	outS, err = Connect(ctx, in, out, &outReq)
+	inS, outS, err = Connect(ctx, in, out, &outReq)
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, rerr := in.Release(rctx, inS.UID); rerr != nil {
+		if _, rerr := in.Release(rctx, created.UID); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back inbound side on %s: %w", in.Addr(), rerr))
 		}
 		return nil, nil, err
 	}
+	inS.Secret, inS.WANCert = created.Secret, created.WANCert
 	return inS, outS, nil
 }
 

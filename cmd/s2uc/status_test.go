@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+)
+
+// TestPrintStatus: a status says how connections ended by kind, keeps an
+// application's resets apart from the errors, and gives the last reason
+// of each kind.
+func TestPrintStatus(t *testing.T) {
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.Local)
+	s := &api.Stream{
+		UID: "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c", Role: api.RoleInbound, State: api.StateConnected,
+		Listeners: []string{"127.0.0.3:5100"}, Targets: []string{"127.0.0.1:5672"}, WAN: "tls", Engine: "splice",
+		Stats: &api.Stats{
+			ActiveConns: 2, TotalConns: 370, AbortedConns: 369, Errors: 1,
+			AbortedByKind: map[string]int64{api.EndAppReset: 368, api.EndWANLost: 1},
+			LastErrors: map[string]api.LastError{
+				api.EndAppReset: {Reason: "read a: connection reset by peer", Time: at},
+				api.EndWANLost:  {Reason: "read b: WAN leg ended without TLS close_notify (truncated)", Time: at.Add(time.Minute)},
+			},
+			BytesToWAN: 3 << 20,
+		},
+	}
+	var b bytes.Buffer
+	printStatus(&b, "127.0.0.3:5000", s)
+	out := b.String()
+	for _, want := range []string{
+		"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c on 127.0.0.3:5000: inbound connected\n",
+		"connections 2 active, 370 total, 0 refused, 369 aborted (368 application reset, 1 WAN leg lost), 1 errors\n",
+		"last application reset 2026-11-24 12:00:00: read a: connection reset by peer\n",
+		"last WAN leg lost 2026-11-24 12:01:00: read b: WAN leg ended without TLS close_notify (truncated)\n",
+		"bytes 3.0 MiB to WAN",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "last application reset") > strings.Index(out, "last WAN leg lost") {
+		t.Errorf("last errors not in the order of api.EndKinds:\n%s", out)
+	}
+	b.Reset()
+	s.Stats = &api.Stats{TotalConns: 3}
+	printStatus(&b, "gw", s)
+	if !strings.Contains(b.String(), "3 total, 0 refused, 0 aborted, 0 errors\n") || strings.Contains(b.String(), "last ") {
+		t.Errorf("a stream without aborts:\n%s", b.String())
+	}
+}
