@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
 )
 
@@ -33,7 +35,7 @@ func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
 	el := move(b, dc, ac, int64(b.N)*op)
 	cpu := cpuTime(b) - cpu0
 	b.StopTimer()
-	x, y := tcpPair(b)
+	x, y := loopback.TCPPair(b)
 	cpu0 = cpuTime(b)
 	direct := move(b, x, y, int64(b.N)*op)
 	dcpu := cpuTime(b) - cpu0
@@ -90,10 +92,10 @@ func BenchmarkGatewayPath(b *testing.B) {
 			} else {
 				dc, ac = tlsLeg(b)
 			}
-			prodApp, prodGW := tcpPair(b)
-			consGW, consApp := tcpPair(b)
+			prodApp, prodGW := loopback.TCPPair(b)
+			consGW, consApp := loopback.TCPPair(b)
 			done := make(chan error, 2)
-			eng := relayEngine(b, "buffer")
+			eng := relaytest.Engine(b, "buffer", relay.Options{})
 			go func() { done <- relay.Relay(eng, prodGW, dc, func(int64) {}, func(int64) {}) }()
 			go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 			const op = 16 << 20
@@ -107,7 +109,7 @@ func BenchmarkGatewayPath(b *testing.B) {
 			consApp.Close()
 			<-done
 			<-done
-			x, y := tcpPair(b)
+			x, y := loopback.TCPPair(b)
 			direct := move(b, x, y, int64(b.N)*op)
 			mib := float64(b.N) * op / (1 << 20)
 			b.ReportMetric(direct.Seconds()/el.Seconds(), "x_direct")
