@@ -1,7 +1,6 @@
 package wan_test
 
 import (
-	"context"
 	"crypto/rand"
 	"net"
 	"testing"
@@ -90,7 +89,7 @@ func BenchmarkGatewayPath(b *testing.B) {
 			if tr == api.WANQUIC {
 				dc, ac, _, _, _ = quicPair(b, wan.QUICConfig{})
 			} else {
-				dc, ac = tlsLeg(b)
+				dc, ac = tlsPair(b)
 			}
 			prodApp, prodGW := loopback.TCPPair(b)
 			consGW, consApp := loopback.TCPPair(b)
@@ -116,38 +115,4 @@ func BenchmarkGatewayPath(b *testing.B) {
 			b.ReportMetric(cpu.Seconds()*1e3/mib, "cpu-ms/MiB")
 		})
 	}
-}
-
-// tlsLeg returns both ends of a TLS WAN leg on loopback.
-func tlsLeg(b *testing.B) (net.Conn, net.Conn) {
-	dl, al := legs(b, api.WANTLS)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		raw, err := ln.Accept()
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		c, err := wan.Accept(context.Background(), raw, al)
-		ch <- res{c, err}
-	}()
-	dc, err := wan.Dial(context.Background(), ln.Addr().String(), dl)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := <-ch
-	if r.err != nil {
-		b.Fatal(r.err)
-	}
-	b.Cleanup(func() { dc.Close(); r.c.Close() })
-	return dc, r.c
 }
