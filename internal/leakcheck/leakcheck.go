@@ -1,6 +1,7 @@
 // Package leakcheck fails tests that leave goroutines or open file
-// descriptors behind: Check around one test, Main around a package's
-// whole run (its TestMain).
+// descriptors behind: Check around one test (goroutines and
+// descriptors), Main around a package's whole run, in its TestMain
+// (goroutines).
 //
 // Both compare with a snapshot taken before. A goroutine is left behind
 // if it runs after the test and did not run before it: goroutines are
@@ -13,8 +14,8 @@
 // Timeout, before they fail; a failure shows what was left: every such
 // goroutine's stack, every such descriptor's target.
 //
-// Tests that run in parallel (t.Parallel) cannot be checked this way:
-// another test's goroutines and sockets would count as left behind.
+// Check cannot tell a test's goroutines and sockets from those of tests
+// running beside it (t.Parallel): use it only in tests that do not.
 package leakcheck
 
 import (
