@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/leakcheck"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 )
 
 // TestErrorSays: when one application resets its connection mid-transfer,
@@ -20,8 +23,8 @@ func TestErrorSays(t *testing.T) {
 	for _, e := range engines {
 		for _, who := range []relay.Side{relay.A, relay.B} {
 			t.Run(e.Name()+"/"+who.String(), func(t *testing.T) {
-				noLeak(t)
-				s := startRelay(t, e)
+				leakcheck.Check(t)
+				s := relaytest.Start(t, e)
 				deadline(s.A)
 				deadline(s.B)
 				chunk := make([]byte, 256<<10)
@@ -37,7 +40,7 @@ func TestErrorSays(t *testing.T) {
 				}
 				dead.SetLinger(0)
 				dead.Close()
-				err := s.wait(t)
+				err := s.Wait(t)
 				var re *relay.Error
 				if !errors.As(err, &re) || re.Conn != who || re.Op != "read" && re.Op != "write" {
 					t.Fatalf("Relay = %#v (%v); want a *relay.Error on %s, reading or writing", err, err, who)
@@ -57,7 +60,7 @@ func TestErrorSays(t *testing.T) {
 // closes it when the process dies) ends with a reset, also through NetConn
 // wrappers; an unarmed one with an orderly EOF.
 func TestResetOnClose(t *testing.T) {
-	c, peer := tcpPair(t)
+	c, peer := loopback.TCPPair(t)
 	deadline(peer)
 	relay.ResetOnClose(&wrapped{Conn: c})
 	c.Write([]byte("partial"))
@@ -65,7 +68,7 @@ func TestResetOnClose(t *testing.T) {
 	if _, err := io.ReadAll(peer); !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("peer of an armed connection read %v, want a reset", err)
 	}
-	c2, peer2 := tcpPair(t)
+	c2, peer2 := loopback.TCPPair(t)
 	deadline(peer2)
 	c2.Write([]byte("whole"))
 	c2.Close()
@@ -86,9 +89,9 @@ func (noSocket) NetConn() net.Conn { return nil }
 func TestOrderlyEndDelivers(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.Name(), func(t *testing.T) {
-			noLeak(t)
-			A, ra := tcpPair(t)
-			rb, B := tcpPair(t)
+			leakcheck.Check(t)
+			A, ra := loopback.TCPPair(t)
+			rb, B := loopback.TCPPair(t)
 			deadline(A)
 			deadline(B)
 			relay.ResetOnClose(ra)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/leakcheck"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/sockmap"
-	"scistream/internal/waitfor"
 )
 
 const testTimeout = 30 * time.Second
@@ -30,20 +31,6 @@ const testTimeout = 30 * time.Second
 // loaded when this process may load it (TestMain), so every engine passes
 // the same tests.
 var engines []relay.Engine
-
-// engine returns the engine called name built with default options.
-func engine(tb testing.TB, name string) relay.Engine {
-	tb.Helper()
-	set, err := relay.New(relay.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e, err := set.Get(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return e
-}
 
 // splicePipelined is splice with both sides seen as relay.Pipelined, as a
 // QUIC stream is: the suite also covers the ring splice copies through
@@ -78,7 +65,7 @@ func TestMain(m *testing.M) {
 	r, err := sockmap.New(sockmap.Config{})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relay tests: sockmap engine not loaded, the suite runs splice and buffer only: %v\n", err)
-		os.Exit(m.Run())
+		leakcheck.Main(m)
 	}
 	withProg, err := relay.New(relay.Options{Sockmap: r})
 	if err != nil {
@@ -86,103 +73,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	engines = append(engines, get(withProg, "sockmap"))
-	code := m.Run()
-	r.Close()
-	os.Exit(code)
-}
-
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(tb testing.TB) (client, server *net.TCPConn) {
-	tb.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	type res struct {
-		c   *net.TCPConn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := ln.AcceptTCP()
-		ch <- res{c, err}
-	}()
-	client, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { client.Close() })
-	r := <-ch
-	if r.err != nil {
-		tb.Fatal(r.err)
-	}
-	tb.Cleanup(func() { r.c.Close() })
-	return client, r.c
-}
-
-// session is application A <-> [a relay b] <-> application B.
-type session struct {
-	A, B   *net.TCPConn // the applications' ends
-	ab, ba atomic.Int64
-	maxAB  atomic.Int64 // largest single count(n) a->b
-	done   chan error
-}
-
-func startRelay(tb testing.TB, e relay.Engine) *session {
-	tb.Helper()
-	s := &session{done: make(chan error, 1)}
-	var ra, rb *net.TCPConn
-	s.A, ra = tcpPair(tb)
-	rb, s.B = tcpPair(tb)
-	go func() {
-		err := relay.Relay(e, ra, rb,
-			func(n int64) {
-				s.ab.Add(n)
-				for {
-					m := s.maxAB.Load()
-					if n <= m || s.maxAB.CompareAndSwap(m, n) {
-						break
-					}
-				}
-			},
-			func(n int64) { s.ba.Add(n) })
-		s.done <- err
-	}()
-	tb.Cleanup(func() {
-		// Make sure Relay ends even if a test failed midway.
-		s.A.SetLinger(0)
-		s.A.Close()
-		s.B.SetLinger(0)
-		s.B.Close()
-		select {
-		case <-s.done:
-		case <-time.After(testTimeout):
-			tb.Error("Relay did not return after both applications closed")
-		}
-	})
-	return s
-}
-
-// wait returns Relay's result.
-func (s *session) wait(t *testing.T) error {
-	t.Helper()
-	select {
-	case err := <-s.done:
-		s.done <- err // keep it for Cleanup
-		return err
-	case <-time.After(testTimeout):
-		t.Fatal("Relay did not return")
-		return nil
-	}
-}
-
-// noLeak records the goroutine count now and, after the test's other
-// cleanups (registered later, so run earlier), waits for it to come back.
-func noLeak(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() { waitfor.Goroutines(t, before, 5*time.Second) })
+	leakcheck.Main(m, func() { r.Close() })
 }
 
 func deadline(c net.Conn) { c.SetDeadline(time.Now().Add(testTimeout)) }
@@ -220,8 +111,8 @@ func TestBulkTransfer(t *testing.T) {
 	want := sha256.Sum256(data)
 	for _, e := range engines {
 		t.Run(e.Name(), func(t *testing.T) {
-			noLeak(t)
-			s := startRelay(t, e)
+			leakcheck.Check(t)
+			s := relaytest.Start(t, e)
 			deadline(s.A)
 			deadline(s.B)
 			werr := make(chan error, 1)
@@ -249,15 +140,15 @@ func TestBulkTransfer(t *testing.T) {
 			if err := s.B.CloseWrite(); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.wait(t); err != nil {
+			if err := s.Wait(t); err != nil {
 				t.Fatalf("Relay = %v, want nil", err)
 			}
-			if s.ab.Load() != size || s.ba.Load() != 0 {
-				t.Fatalf("counters a->b %d b->a %d, want %d, 0", s.ab.Load(), s.ba.Load(), size)
+			if s.AB() != size || s.BA() != 0 {
+				t.Fatalf("counters a->b %d b->a %d, want %d, 0", s.AB(), s.BA(), size)
 			}
 			// Counters advance in bounded chunks, so live rates move
 			// during a long transfer.
-			if m := s.maxAB.Load(); m > 1<<20 {
+			if m := s.MaxChunkAB(); m > 1<<20 {
 				t.Fatalf("largest counted chunk %d bytes", m)
 			}
 			// A sees B's end of stream.
@@ -271,8 +162,8 @@ func TestBulkTransfer(t *testing.T) {
 func TestHalfClose(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.Name(), func(t *testing.T) {
-			noLeak(t)
-			s := startRelay(t, e)
+			leakcheck.Check(t)
+			s := relaytest.Start(t, e)
 			deadline(s.A)
 			deadline(s.B)
 			request := []byte("request: all of it")
@@ -287,8 +178,8 @@ func TestHalfClose(t *testing.T) {
 				t.Fatalf("B read %q, %v", got, err)
 			}
 			select {
-			case err := <-s.done:
-				t.Fatalf("Relay returned %v while B->A was still open", err)
+			case <-s.Done():
+				t.Fatalf("Relay returned %v while B->A was still open", s.Wait(t))
 			default:
 			}
 			// The other direction keeps flowing after the half-close.
@@ -308,13 +199,13 @@ func TestHalfClose(t *testing.T) {
 			if err := <-werr; err != nil {
 				t.Fatal(err)
 			}
-			if err := s.wait(t); err != nil {
+			if err := s.Wait(t); err != nil {
 				t.Fatalf("Relay = %v, want nil", err)
 			}
 			s.A.Close()
 			s.B.Close()
-			if s.ab.Load() != int64(len(request)) || s.ba.Load() != int64(len(reply)) {
-				t.Fatalf("counters %d, %d; want %d, %d", s.ab.Load(), s.ba.Load(), len(request), len(reply))
+			if s.AB() != int64(len(request)) || s.BA() != int64(len(reply)) {
+				t.Fatalf("counters %d, %d; want %d, %d", s.AB(), s.BA(), len(request), len(reply))
 			}
 		})
 	}
@@ -330,8 +221,8 @@ func TestResetPropagates(t *testing.T) {
 	for _, e := range engines {
 		for _, side := range []string{"A", "B"} {
 			t.Run(e.Name()+"/reset "+side, func(t *testing.T) {
-				noLeak(t)
-				s := startRelay(t, e)
+				leakcheck.Check(t)
+				s := relaytest.Start(t, e)
 				deadline(s.A)
 				deadline(s.B)
 				resetter, other := s.A, s.B
@@ -349,7 +240,7 @@ func TestResetPropagates(t *testing.T) {
 				resetter.SetLinger(0)
 				resetter.Close()
 
-				err := s.wait(t)
+				err := s.Wait(t)
 				if err == nil {
 					t.Fatal("Relay returned nil after a reset")
 				}
@@ -372,8 +263,8 @@ func TestResetPropagates(t *testing.T) {
 func TestResetDuringTransfer(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.Name(), func(t *testing.T) {
-			noLeak(t)
-			s := startRelay(t, e)
+			leakcheck.Check(t)
+			s := relaytest.Start(t, e)
 			deadline(s.A)
 			deadline(s.B)
 			// A streams to B until it fails; B reads a little, then
@@ -393,7 +284,7 @@ func TestResetDuringTransfer(t *testing.T) {
 			}
 			s.B.SetLinger(0)
 			s.B.Close()
-			if err := s.wait(t); err == nil {
+			if err := s.Wait(t); err == nil {
 				t.Fatal("Relay returned nil after a reset")
 			}
 			select {
@@ -412,18 +303,18 @@ func TestResetDuringTransfer(t *testing.T) {
 func TestRelayReturnsAfterBothClose(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.Name(), func(t *testing.T) {
-			noLeak(t)
-			s := startRelay(t, e)
+			leakcheck.Check(t)
+			s := relaytest.Start(t, e)
 			if err := s.A.Close(); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.B.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.wait(t); err != nil && !relay.IsRoutine(err) {
+			if err := s.Wait(t); err != nil && !relay.IsRoutine(err) {
 				t.Fatalf("Relay = %v", err)
 			}
-			if s.ab.Load() != 0 || s.ba.Load() != 0 {
+			if s.AB() != 0 || s.BA() != 0 {
 				t.Fatal("bytes counted on an idle stream")
 			}
 		})
@@ -433,8 +324,8 @@ func TestRelayReturnsAfterBothClose(t *testing.T) {
 // Splice falls back to Buffer when a side is not a plain TCP socket, as a
 // TLS leg is not.
 func TestSpliceFallback(t *testing.T) {
-	noLeak(t)
-	src, srcPeer := tcpPair(t)
+	leakcheck.Check(t)
+	src, srcPeer := loopback.TCPPair(t)
 	p1, p2 := net.Pipe()
 	t.Cleanup(func() { p1.Close(); p2.Close() })
 	msg := []byte("through a pipe")
@@ -444,8 +335,9 @@ func TestSpliceFallback(t *testing.T) {
 	}()
 	var counted atomic.Int64
 	cerr := make(chan error, 1)
+	e := relaytest.Engine(t, "splice", relay.Options{})
 	go func() {
-		err := engine(t, "splice").Copy(p1, src, func(n int64) { counted.Add(n) })
+		err := e.Copy(p1, src, func(n int64) { counted.Add(n) })
 		p1.Close()
 		cerr <- err
 	}()
@@ -463,7 +355,7 @@ func TestSpliceFallback(t *testing.T) {
 }
 
 func TestAbort(t *testing.T) {
-	c, peer := tcpPair(t)
+	c, peer := loopback.TCPPair(t)
 	deadline(peer)
 	relay.Abort(c)
 	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
@@ -477,7 +369,7 @@ func TestAbort(t *testing.T) {
 		t.Fatal("Abort did not close a pipe")
 	}
 	// Abort digs through NetConn wrappers to reset the socket.
-	c2, peer2 := tcpPair(t)
+	c2, peer2 := loopback.TCPPair(t)
 	deadline(peer2)
 	relay.Abort(&wrapped{Conn: c2})
 	if _, err := peer2.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
@@ -505,12 +397,12 @@ func TestIsRoutine(t *testing.T) {
 
 // Many concurrent relays stay independent and leave nothing behind.
 func TestConcurrentRelays(t *testing.T) {
-	noLeak(t)
+	leakcheck.Check(t)
 	const n = 16
 	var wg sync.WaitGroup
 	for i := range n {
 		e := engines[i%2]
-		s := startRelay(t, e)
+		s := relaytest.Start(t, e)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -530,7 +422,7 @@ func TestConcurrentRelays(t *testing.T) {
 
 func benchRelay(b *testing.B, e relay.Engine) {
 	const op = 32 << 20 // bytes per iteration
-	s := startRelay(b, e)
+	s := relaytest.Start(b, e)
 	chunk := make([]byte, 1<<20)
 	rand.Read(chunk)
 	buf := make([]byte, 1<<20)
@@ -561,22 +453,16 @@ func benchRelay(b *testing.B, e relay.Engine) {
 	// after the reader got it: end the relay before checking.
 	s.A.CloseWrite()
 	s.B.CloseWrite()
-	select {
-	case err := <-s.done:
-		s.done <- err
-		if err != nil {
-			b.Fatalf("Relay = %v", err)
-		}
-	case <-time.After(testTimeout):
-		b.Fatal("Relay did not return")
+	if err := s.Wait(b); err != nil {
+		b.Fatalf("Relay = %v", err)
 	}
-	if s.ab.Load() != total {
-		b.Fatalf("counted %d of %d", s.ab.Load(), total)
+	if s.AB() != total {
+		b.Fatalf("counted %d of %d", s.AB(), total)
 	}
 }
 
-func BenchmarkSplice(b *testing.B) { benchRelay(b, engine(b, "splice")) }
-func BenchmarkBuffer(b *testing.B) { benchRelay(b, engine(b, "buffer")) }
+func BenchmarkSplice(b *testing.B) { benchRelay(b, relaytest.Engine(b, "splice", relay.Options{})) }
+func BenchmarkBuffer(b *testing.B) { benchRelay(b, relaytest.Engine(b, "buffer", relay.Options{})) }
 
 func TestBufferSize(t *testing.T) {
 	for _, c := range []struct {
@@ -613,16 +499,8 @@ func TestBufferSize(t *testing.T) {
 // odd sizes and the receiver reading slowly at first (the ring fills and
 // the reader must wait for room).
 func TestBufferRingWraps(t *testing.T) {
-	noLeak(t)
-	set, err := relay.New(relay.Options{BufferSize: relay.MinBufferSize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := set.Get("buffer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := startRelay(t, e)
+	leakcheck.Check(t)
+	s := relaytest.Start(t, relaytest.Engine(t, "buffer", relay.Options{BufferSize: relay.MinBufferSize}))
 	deadline(s.A)
 	deadline(s.B)
 	data := make([]byte, 40<<20+7)
@@ -654,11 +532,11 @@ func TestBufferRingWraps(t *testing.T) {
 		t.Fatalf("received %d bytes differing from the %d sent", len(got), len(data))
 	}
 	s.B.CloseWrite()
-	if err := s.wait(t); err != nil {
+	if err := s.Wait(t); err != nil {
 		t.Fatalf("Relay = %v", err)
 	}
-	if s.ab.Load() != int64(len(data)) {
-		t.Fatalf("counted %d of %d", s.ab.Load(), len(data))
+	if s.AB() != int64(len(data)) {
+		t.Fatalf("counted %d of %d", s.AB(), len(data))
 	}
 }
 
@@ -666,16 +544,16 @@ func TestBufferRingWraps(t *testing.T) {
 // source is idle, Copy returns at once (its reader goroutine must not
 // keep it waiting on the idle source) and leaks nothing.
 func TestBufferWriteErrorReturns(t *testing.T) {
-	noLeak(t)
-	srcPeer, src := tcpPair(t)
-	dst, dstPeer := tcpPair(t)
+	leakcheck.Check(t)
+	srcPeer, src := loopback.TCPPair(t)
+	dst, dstPeer := loopback.TCPPair(t)
 	// srcPeer stays open and silent after one message.
 	if _, err := srcPeer.Write(bytes.Repeat([]byte("x"), 100)); err != nil {
 		t.Fatal(err)
 	}
 	dstPeer.SetLinger(0)
 	dstPeer.Close() // writes to dst now fail (reset)
-	e := engine(t, "buffer")
+	e := relaytest.Engine(t, "buffer", relay.Options{})
 	cerr := make(chan error, 1)
 	go func() {
 		cerr <- e.Copy(dst, src, func(int64) {})
@@ -728,12 +606,12 @@ func BenchmarkRequestReply(b *testing.B) {
 		b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/1e3, "p99-us")
 	}
 	b.Run("direct", func(b *testing.B) {
-		c, s := tcpPair(b)
+		c, s := loopback.TCPPair(b)
 		run(b, c, s)
 	})
 	for _, e := range engines {
 		b.Run(e.Name(), func(b *testing.B) {
-			s := startRelay(b, e)
+			s := relaytest.Start(b, e)
 			run(b, s.A, s.B)
 		})
 	}

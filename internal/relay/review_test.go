@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/leakcheck"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/waitfor"
 )
 
@@ -30,16 +33,11 @@ func openFDs(t *testing.T) int {
 func TestNoDescriptorLeak(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.Name(), func(t *testing.T) {
-			noLeak(t)
+			leakcheck.Check(t)
 			before := openFDs(t)
 			for i := range 20 {
-				A, ra := tcpPair(t)
-				rb, B := tcpPair(t)
-				var ab atomic.Int64
-				done := make(chan error, 1)
-				go func() {
-					done <- relay.Relay(e, ra, rb, func(n int64) { ab.Add(n) }, func(int64) {})
-				}()
+				s := relaytest.Start(t, e)
+				A, B := s.A, s.B
 				deadline(A)
 				deadline(B)
 				if i%2 == 0 {
@@ -59,12 +57,12 @@ func TestNoDescriptorLeak(t *testing.T) {
 					// B never reads: the relay blocks writing to it with
 					// bytes in flight. Release it as a gateway does.
 					go A.Write(make([]byte, 8<<20))
-					waitfor.Must(t, testTimeout, "the relay to move bytes", func() bool { return ab.Load() > 0 })
-					relay.Abort(ra)
-					relay.Abort(rb)
+					waitfor.Must(t, testTimeout, "the relay to move bytes", func() bool { return s.AB() > 0 })
+					relay.Abort(s.RA)
+					relay.Abort(s.RB)
 				}
 				select {
-				case <-done:
+				case <-s.Done():
 				case <-time.After(5 * time.Second):
 					t.Fatalf("round %d: Relay did not return", i)
 				}
@@ -90,9 +88,9 @@ func TestTinyBuffersSlowConsumer(t *testing.T) {
 	want := sha256.Sum256(data)
 	for _, e := range engines {
 		t.Run(e.Name(), func(t *testing.T) {
-			noLeak(t)
-			A, ra := tcpPair(t)
-			rb, B := tcpPair(t)
+			leakcheck.Check(t)
+			A, ra := loopback.TCPPair(t)
+			rb, B := loopback.TCPPair(t)
 			for _, c := range []*net.TCPConn{A, ra, rb, B} {
 				c.SetReadBuffer(16 << 10)
 				c.SetWriteBuffer(16 << 10)

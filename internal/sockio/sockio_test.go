@@ -10,31 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/loopback"
 	"scistream/internal/sockio"
 )
 
 const testTimeout = 10 * time.Second
 
-func tcpPair(t testing.TB) (client, server *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
+// deadline gives each conn a deadline testTimeout from now, so a raw
+// call that never returns fails the test.
+func deadline(cs ...*net.TCPConn) {
+	for _, c := range cs {
+		c.SetDeadline(time.Now().Add(testTimeout))
 	}
-	defer ln.Close()
-	client, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	server, err = ln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { server.Close() })
-	client.SetDeadline(time.Now().Add(testTimeout))
-	server.SetDeadline(time.Now().Add(testTimeout))
-	return client, server
 }
 
 func raw(t testing.TB, c *net.TCPConn) *sockio.Conn {
@@ -49,7 +36,8 @@ func raw(t testing.TB, c *net.TCPConn) *sockio.Conn {
 // TestReadWrite moves more than a socket buffer holds through raw
 // writes and raw reads, then sees the end of stream.
 func TestReadWrite(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := loopback.TCPPair(t)
+	deadline(a, b)
 	ra, rb := raw(t, a), raw(t, b)
 	data := make([]byte, 8<<20)
 	rand.Read(data)
@@ -87,7 +75,8 @@ func TestReadWrite(t *testing.T) {
 // TestDeadlineAndClose: a raw Read honours the read deadline and returns
 // when another goroutine closes the connection, like net.Conn.Read.
 func TestDeadlineAndClose(t *testing.T) {
-	a, _ := tcpPair(t)
+	a, _ := loopback.TCPPair(t)
+	deadline(a)
 	ra := raw(t, a)
 	a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	if _, err := ra.Read(make([]byte, 10)); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -112,8 +101,9 @@ func TestDeadlineAndClose(t *testing.T) {
 
 // TestSplice moves a stream socket -> pipe -> socket and sees EOF.
 func TestSplice(t *testing.T) {
-	src, in := tcpPair(t)
-	out, dst := tcpPair(t)
+	src, in := loopback.TCPPair(t)
+	out, dst := loopback.TCPPair(t)
+	deadline(src, in, out, dst)
 	rin, rout := raw(t, in), raw(t, out)
 	p, err := sockio.NewPipe(1 << 20)
 	if err != nil {
@@ -160,7 +150,8 @@ func TestSplice(t *testing.T) {
 
 // TestNoAllocs: the hot-path calls allocate nothing.
 func TestNoAllocs(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := loopback.TCPPair(t)
+	deadline(a, b)
 	ra, rb := raw(t, a), raw(t, b)
 	buf := make([]byte, 4096)
 	allocs := testing.AllocsPerRun(200, func() {
@@ -180,9 +171,7 @@ func TestNoAllocs(t *testing.T) {
 func BenchmarkReadWrite(b *testing.B) {
 	for _, mode := range []string{"sockio", "net"} {
 		b.Run(mode, func(b *testing.B) {
-			x, y := tcpPair(b)
-			x.SetDeadline(time.Time{})
-			y.SetDeadline(time.Time{})
+			x, y := loopback.TCPPair(b)
 			var w io.Writer = x
 			var r io.Reader = y
 			if mode == "sockio" {
@@ -217,7 +206,8 @@ func BenchmarkReadWrite(b *testing.B) {
 // its send buffer is full (up to the write deadline), and returns once
 // the peer reads.
 func TestWaitWritable(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := loopback.TCPPair(t)
+	deadline(a, b)
 	ra := raw(t, a)
 	if err := ra.WaitWritable(); err != nil {
 		t.Fatalf("WaitWritable on an empty socket: %v", err)

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/sockmap"
 )
 
@@ -21,14 +23,14 @@ type path struct {
 func paths(b *testing.B) []path {
 	r := newRedirector(b, sockmap.Config{})
 	direct := path{name: "direct"}
-	direct.A, direct.B = tcpPair(b)
+	direct.A, direct.B = loopback.TCPPair(b)
 	ps := []path{direct}
-	for _, e := range []relay.Engine{spliceEngine(b), sockmapEngine(b, r)} {
+	for _, e := range []relay.Engine{relaytest.Engine(b, "splice", relay.Options{}), sockmapEngine(b, r)} {
 		p := path{name: e.Name()}
 		var ra, rb, ma, mb *net.TCPConn
-		p.A, ra = tcpPair(b)
-		rb, ma = tcpPair(b)
-		mb, p.B = tcpPair(b)
+		p.A, ra = loopback.TCPPair(b)
+		rb, ma = loopback.TCPPair(b)
+		mb, p.B = loopback.TCPPair(b)
 		for _, hop := range [][2]*net.TCPConn{{ra, rb}, {ma, mb}} {
 			done := make(chan struct{})
 			go func() {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
 )
@@ -29,9 +30,9 @@ func TestChainedRelays(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			A, ra := tcpPair(t)
-			rb, ma := tcpPair(t) // WAN leg
-			mb, B := tcpPair(t)
+			A, ra := loopback.TCPPair(t)
+			rb, ma := loopback.TCPPair(t) // WAN leg
+			mb, B := loopback.TCPPair(t)
 			deadline(A, B, ma, rb)
 			// A preface in user space on the middle hop, as a WAN leg has,
 			// written (as the gateway does) before the relay starts: the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
 )
@@ -85,9 +86,9 @@ func TestOrderAcrossPassAndRedirect(t *testing.T) {
 	if testing.Short() {
 		size = 64 << 20
 	}
-	A, ra := tcpPair(t)
-	rb, ma := tcpPair(t)
-	mb, B := tcpPair(t)
+	A, ra := loopback.TCPPair(t)
+	rb, ma := loopback.TCPPair(t)
+	mb, B := loopback.TCPPair(t)
 	deadline(A, B, ma, rb)
 	d1 := make(chan error, 1)
 	d2 := make(chan error, 1)

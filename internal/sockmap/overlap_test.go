@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/sockmap"
 	"scistream/internal/waitfor"
 )
@@ -123,14 +124,14 @@ func testOverlap(t *testing.T, stalled bool) {
 		first, cfg.Window = 256<<10, 64<<10
 	}
 	r := newRedirector(t, cfg)
-	s := startRelay(t, sockmapEngine(t, r))
+	s := relaytest.Start(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	if stalled {
 		// A small egress send buffer: with the consumer stalled, the
-		// 256 KiB below cannot all fit into rb and B's receive buffer,
+		// 256 KiB below cannot all fit into RB and B's receive buffer,
 		// so the program must pass some to user space (it redirects only
-		// what rb has room for).
-		if err := s.rb.SetWriteBuffer(16 << 10); err != nil {
+		// what RB has room for).
+		if err := s.RB.SetWriteBuffer(16 << 10); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,9 +162,9 @@ func testOverlap(t *testing.T, stalled bool) {
 	// Wait until the relay took every byte and A's send queue is empty,
 	// so the segment below is a pure retransmission from A's view.
 	if !waitfor.Cond(10*time.Second, func() bool {
-		return (stalled || s.ab.Load() == first) && ioctl(t, s.A, unix.SIOCOUTQ) == 0
+		return (stalled || s.AB() == first) && ioctl(t, s.A, unix.SIOCOUTQ) == 0
 	}) {
-		t.Fatalf("relay moved %d of %d bytes; A's send queue %d", s.ab.Load(), first, ioctl(t, s.A, unix.SIOCOUTQ))
+		t.Fatalf("relay moved %d of %d bytes; A's send queue %d", s.AB(), first, ioctl(t, s.A, unix.SIOCOUTQ))
 	}
 	if st := r.Stats(); st.Redirected != 2 {
 		t.Fatalf("the kernel path is not set up: %+v", st)
@@ -175,7 +176,7 @@ func testOverlap(t *testing.T, stalled bool) {
 		}
 	}
 	snd, rcv := tcpSeqs(t, s.A)
-	injectSegment(t, s.A.LocalAddr().(*net.TCPAddr), s.ra.LocalAddr().(*net.TCPAddr),
+	injectSegment(t, s.A.LocalAddr().(*net.TCPAddr), s.RA.LocalAddr().(*net.TCPAddr),
 		snd-old, rcv, pattern(first-old, old+ahead))
 	if stalled {
 		close(start)
@@ -192,7 +193,7 @@ func testOverlap(t *testing.T, stalled bool) {
 		t.Fatalf("consumer: %v (stats %+v)", err, r.Stats())
 	}
 	s.B.CloseWrite()
-	if err := s.wait(t); err != nil {
+	if err := s.Wait(t); err != nil {
 		t.Fatalf("Relay = %v", err)
 	}
 	st := r.Stats()

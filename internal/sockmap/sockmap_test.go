@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,12 +16,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"scistream/internal/leakcheck"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/sockmap"
 	"scistream/internal/waitfor"
 )
 
 const testTimeout = 60 * time.Second
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // newRedirector loads the program. Without the privileges to load it the
 // tests skip (saying why); as root on a kernel that refuses it they fail,
@@ -44,108 +48,7 @@ func newRedirector(tb testing.TB, cfg sockmap.Config) *sockmap.Redirector {
 // program is not loaded, so it copies as splice does).
 func sockmapEngine(tb testing.TB, r *sockmap.Redirector) relay.Engine {
 	tb.Helper()
-	set, err := relay.New(relay.Options{Sockmap: r})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e, err := set.Get("sockmap")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return e
-}
-
-// spliceEngine returns the relay's splice engine.
-func spliceEngine(tb testing.TB) relay.Engine {
-	tb.Helper()
-	set, err := relay.New(relay.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e, err := set.Get("splice")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return e
-}
-
-func tcpPair(tb testing.TB) (client, server *net.TCPConn) {
-	tb.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan *net.TCPConn, 1)
-	go func() {
-		c, _ := ln.AcceptTCP()
-		ch <- c
-	}()
-	client, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	server = <-ch
-	if server == nil {
-		tb.Fatal("accept failed")
-	}
-	tb.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
-// session is application A <-> [ra relay rb] <-> application B.
-type session struct {
-	A, B, ra, rb *net.TCPConn
-	ab, ba       atomic.Int64
-	maxChunk     atomic.Int64
-	done         chan error
-}
-
-func startRelay(tb testing.TB, e relay.Engine) *session {
-	tb.Helper()
-	s := &session{done: make(chan error, 1)}
-	s.A, s.ra = tcpPair(tb)
-	s.rb, s.B = tcpPair(tb)
-	go func() {
-		s.done <- relay.Relay(e, s.ra, s.rb,
-			func(n int64) {
-				s.ab.Add(n)
-				for m := s.maxChunk.Load(); n > m && !s.maxChunk.CompareAndSwap(m, n); m = s.maxChunk.Load() {
-				}
-			},
-			func(n int64) { s.ba.Add(n) })
-	}()
-	tb.Cleanup(func() {
-		s.A.SetLinger(0)
-		s.A.Close()
-		s.B.SetLinger(0)
-		s.B.Close()
-		select {
-		case err := <-s.done:
-			s.done <- err
-		case <-time.After(testTimeout):
-			tb.Error("Relay did not return after both applications closed")
-		}
-	})
-	return s
-}
-
-func (s *session) wait(tb testing.TB) error {
-	tb.Helper()
-	select {
-	case err := <-s.done:
-		s.done <- err
-		return err
-	case <-time.After(testTimeout):
-		tb.Fatal("Relay did not return")
-		return nil
-	}
-}
-
-func noLeak(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() { waitfor.Goroutines(t, before, 10*time.Second) })
+	return relaytest.Engine(tb, "sockmap", relay.Options{Sockmap: r})
 }
 
 func deadline(cs ...net.Conn) {
@@ -175,9 +78,9 @@ func TestBulkTransfer1GB(t *testing.T) {
 	if testing.Short() {
 		size = 64 << 20
 	}
-	noLeak(t)
+	leakcheck.Check(t)
 	r := newRedirector(t, sockmap.Config{})
-	s := startRelay(t, sockmapEngine(t, r))
+	s := relaytest.Start(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	sent := sha256.New()
 	werr := make(chan error, 1)
@@ -196,13 +99,13 @@ func TestBulkTransfer1GB(t *testing.T) {
 	if err := s.B.CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.wait(t); err != nil {
+	if err := s.Wait(t); err != nil {
 		t.Fatalf("Relay = %v", err)
 	}
-	if s.ab.Load() != size || s.ba.Load() != 0 {
-		t.Fatalf("counted %d, %d; want %d, 0", s.ab.Load(), s.ba.Load(), size)
+	if s.AB() != size || s.BA() != 0 {
+		t.Fatalf("counted %d, %d; want %d, 0", s.AB(), s.BA(), size)
 	}
-	if m := s.maxChunk.Load(); m > 1<<20 {
+	if m := s.MaxChunkAB(); m > 1<<20 {
 		t.Fatalf("largest counted chunk %d bytes: live rates would jump", m)
 	}
 	st := r.Stats()
@@ -219,12 +122,12 @@ func TestBulkTransfer1GB(t *testing.T) {
 // the end of every stream must come after its last byte (a naive "send
 // queue looks empty" check truncated 1 stream in 36).
 func TestManyHalfClosedStreams(t *testing.T) {
-	noLeak(t)
+	leakcheck.Check(t)
 	r := newRedirector(t, sockmap.Config{})
 	const n = 48
 	var wg sync.WaitGroup
 	for i := range n {
-		s := startRelay(t, sockmapEngine(t, r))
+		s := relaytest.Start(t, sockmapEngine(t, r))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -260,11 +163,11 @@ func TestManyHalfClosedStreams(t *testing.T) {
 				t.Errorf("stream %d: A read %d bytes, %v; want %d", i, len(back), err, len(reply))
 				return
 			}
-			if err := s.wait(t); err != nil {
+			if err := s.Wait(t); err != nil {
 				t.Errorf("stream %d: Relay = %v", i, err)
 			}
-			if s.ab.Load() != size+1 || s.ba.Load() != int64(len(reply)) {
-				t.Errorf("stream %d: counted %d, %d; want %d, %d", i, s.ab.Load(), s.ba.Load(), size+1, len(reply))
+			if s.AB() != size+1 || s.BA() != int64(len(reply)) {
+				t.Errorf("stream %d: counted %d, %d; want %d, %d", i, s.AB(), s.BA(), size+1, len(reply))
 			}
 		}()
 	}
@@ -303,11 +206,11 @@ func rcvbuf(tb testing.TB, c *net.TCPConn) int64 {
 // held between the relay's two sockets bounded (a naive redirect queues
 // the whole transfer in the kernel).
 func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
-	noLeak(t)
+	leakcheck.Check(t)
 	const window = 1 << 20
 	const total = 256 << 20
 	r := newRedirector(t, sockmap.Config{Window: window})
-	s := startRelay(t, sockmapEngine(t, r))
+	s := relaytest.Start(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	var produced atomic.Int64
 	sent := sha256.New()
@@ -345,9 +248,9 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 	p := produced.Load()
 	aq := ioctl(t, s.A, unix.SIOCOUTQ)  // in A's send queue
 	bq := ioctl(t, s.B, unix.SIOCINQ)   // in B's receive queue
-	oq := ioctl(t, s.rb, unix.SIOCOUTQ) // in rb's send queue
+	oq := ioctl(t, s.RB, unix.SIOCOUTQ) // in rb's send queue
 	held := p - aq - bq - oq            // taken from ra's TCP, not yet in rb
-	bound := int64(window) + rcvbuf(t, s.ra) + 256<<10 + 64<<10
+	bound := int64(window) + rcvbuf(t, s.RA) + 256<<10 + 64<<10
 	t.Logf("producer blocked after %d bytes; A sendq %d, rb sendq %d, B recvq %d; held in the relay %d (bound %d)", p, aq, oq, bq, held, bound)
 	if p >= total {
 		t.Fatal("the producer was never blocked")
@@ -375,7 +278,7 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 		t.Fatal("sha256 differs")
 	}
 	s.B.CloseWrite()
-	if err := s.wait(t); err != nil {
+	if err := s.Wait(t); err != nil {
 		t.Fatalf("Relay = %v", err)
 	}
 	t.Logf("stats %+v", r.Stats())
@@ -387,17 +290,17 @@ func TestMemoryBoundedWhenConsumerStalls(t *testing.T) {
 // A release aborts the relay's own sockets mid-transfer (as the gateway
 // does): both applications see an error, the Redirector is left clean.
 func TestReleaseMidTransfer(t *testing.T) {
-	noLeak(t)
+	leakcheck.Check(t)
 	r := newRedirector(t, sockmap.Config{})
-	s := startRelay(t, sockmapEngine(t, r))
+	s := relaytest.Start(t, sockmapEngine(t, r))
 	deadline(s.A, s.B)
 	go io.Copy(s.A, stream(3)) // until it fails
 	if _, err := io.ReadFull(s.B, make([]byte, 4<<20)); err != nil {
 		t.Fatal(err)
 	}
-	relay.Abort(s.ra)
-	relay.Abort(s.rb)
-	if err := s.wait(t); err == nil {
+	relay.Abort(s.RA)
+	relay.Abort(s.RB)
+	if err := s.Wait(t); err == nil {
 		t.Fatal("Relay returned nil after a release")
 	}
 	if _, err := io.Copy(io.Discard, s.B); err == nil {
@@ -416,10 +319,10 @@ func TestReleaseMidTransfer(t *testing.T) {
 // before the relay starts (as a WAN preface read is), must neither be
 // lost nor duplicated: the program takes whole skbs.
 func TestPartlyReadQueueBeforeStart(t *testing.T) {
-	noLeak(t)
+	leakcheck.Check(t)
 	r := newRedirector(t, sockmap.Config{})
-	A, ra := tcpPair(t)
-	rb, B := tcpPair(t)
+	A, ra := loopback.TCPPair(t)
+	rb, B := loopback.TCPPair(t)
 	deadline(A, B, ra)
 	msg := make([]byte, 200000)
 	io.ReadFull(stream(5), msg)
@@ -450,14 +353,14 @@ func TestUnavailableFallsBack(t *testing.T) {
 		t.Fatalf("New = %v, want ErrUnavailable", err)
 	}
 	// Without a Redirector the engine is Splice: still correct.
-	s := startRelay(t, sockmapEngine(t, nil))
+	s := relaytest.Start(t, sockmapEngine(t, nil))
 	deadline(s.A, s.B)
 	go func() { s.A.Write([]byte("plain")); s.A.CloseWrite() }()
 	if got, err := io.ReadAll(s.B); err != nil || string(got) != "plain" {
 		t.Fatalf("read %q, %v", got, err)
 	}
 	s.B.CloseWrite()
-	if err := s.wait(t); err != nil {
+	if err := s.Wait(t); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -465,7 +368,7 @@ func TestUnavailableFallsBack(t *testing.T) {
 // A side that is not a plain TCP socket (a TLS leg) is copied in user space.
 func TestNotTCPFallsBack(t *testing.T) {
 	r := newRedirector(t, sockmap.Config{})
-	src, peer := tcpPair(t)
+	src, peer := loopback.TCPPair(t)
 	p1, p2 := net.Pipe()
 	t.Cleanup(func() { p1.Close(); p2.Close() })
 	go func() { peer.Write([]byte("through a pipe")); peer.CloseWrite() }()

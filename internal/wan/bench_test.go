@@ -3,12 +3,13 @@ package wan_test
 import (
 	"crypto/rand"
 	"io"
-	"net"
 	"syscall"
 	"testing"
 	"time"
 
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 )
 
 // cpuTime is the CPU time (user+system) this process has used so far.
@@ -71,21 +72,7 @@ func BenchmarkTLSLeg(b *testing.B) {
 		benchStream(b, dc.Conn, ac.Conn, size)
 	})
 	b.Run("tcp", func(b *testing.B) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ln.Close()
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		s, err := ln.Accept()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
+		c, s := loopback.TCPPair(b)
 		benchStream(b, c, s, size)
 	})
 }
@@ -98,15 +85,15 @@ func BenchmarkTLSLeg(b *testing.B) {
 func BenchmarkTLSChain(b *testing.B) {
 	const size = 64 << 10
 	b.Run("direct", func(b *testing.B) {
-		p, c := tcpPair(b)
+		p, c := loopback.TCPPair(b)
 		benchStream(b, p, c, size)
 	})
 	b.Run("gateways", func(b *testing.B) {
-		p, outApp := tcpPair(b)
-		inApp, c := tcpPair(b)
+		p, outApp := loopback.TCPPair(b)
+		inApp, c := loopback.TCPPair(b)
 		dc, ac := tlsPair(b)
 		done := make(chan error, 2)
-		eng := relayEngine(b, "splice")
+		eng := relaytest.Engine(b, "splice", relay.Options{})
 		go func() { done <- relay.Relay(eng, outApp, dc, func(int64) {}, func(int64) {}) }()
 		go func() { done <- relay.Relay(eng, ac, inApp, func(int64) {}, func(int64) {}) }()
 		benchStream(b, p, c, size)

@@ -172,8 +172,7 @@ func (l *Leg) quicTLS(report func(error)) *tls.Config {
 }
 
 func quicBinding(c *quic.Conn) ([]byte, error) {
-	cs := c.ConnectionState().TLS
-	return cs.ExportKeyingMaterial(exportLabel, nil, nonceLen)
+	return exportBinding(c.ConnectionState().TLS)
 }
 
 // QUICListener accepts the QUIC legs of one channel of one stream on a UDP

@@ -1,14 +1,15 @@
 package wan_test
 
 import (
-	"context"
 	"crypto/rand"
 	"net"
 	"testing"
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
 )
 
@@ -33,7 +34,7 @@ func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
 	el := move(b, dc, ac, int64(b.N)*op)
 	cpu := cpuTime(b) - cpu0
 	b.StopTimer()
-	x, y := tcpPair(b)
+	x, y := loopback.TCPPair(b)
 	cpu0 = cpuTime(b)
 	direct := move(b, x, y, int64(b.N)*op)
 	dcpu := cpuTime(b) - cpu0
@@ -88,12 +89,12 @@ func BenchmarkGatewayPath(b *testing.B) {
 			if tr == api.WANQUIC {
 				dc, ac, _, _, _ = quicPair(b, wan.QUICConfig{})
 			} else {
-				dc, ac = tlsLeg(b)
+				dc, ac = tlsPair(b)
 			}
-			prodApp, prodGW := tcpPair(b)
-			consGW, consApp := tcpPair(b)
+			prodApp, prodGW := loopback.TCPPair(b)
+			consGW, consApp := loopback.TCPPair(b)
 			done := make(chan error, 2)
-			eng := relayEngine(b, "buffer")
+			eng := relaytest.Engine(b, "buffer", relay.Options{})
 			go func() { done <- relay.Relay(eng, prodGW, dc, func(int64) {}, func(int64) {}) }()
 			go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 			const op = 16 << 20
@@ -107,45 +108,11 @@ func BenchmarkGatewayPath(b *testing.B) {
 			consApp.Close()
 			<-done
 			<-done
-			x, y := tcpPair(b)
+			x, y := loopback.TCPPair(b)
 			direct := move(b, x, y, int64(b.N)*op)
 			mib := float64(b.N) * op / (1 << 20)
 			b.ReportMetric(direct.Seconds()/el.Seconds(), "x_direct")
 			b.ReportMetric(cpu.Seconds()*1e3/mib, "cpu-ms/MiB")
 		})
 	}
-}
-
-// tlsLeg returns both ends of a TLS WAN leg on loopback.
-func tlsLeg(b *testing.B) (net.Conn, net.Conn) {
-	dl, al := legs(b, api.WANTLS)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		raw, err := ln.Accept()
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		c, err := wan.Accept(context.Background(), raw, al)
-		ch <- res{c, err}
-	}()
-	dc, err := wan.Dial(context.Background(), ln.Addr().String(), dl)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := <-ch
-	if r.err != nil {
-		b.Fatal(r.err)
-	}
-	b.Cleanup(func() { dc.Close(); r.c.Close() })
-	return dc, r.c
 }

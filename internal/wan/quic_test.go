@@ -15,7 +15,9 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"scistream/internal/api"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
 )
 
@@ -494,10 +496,10 @@ func TestQUICListenerClose(t *testing.T) {
 func TestQUICRelay(t *testing.T) {
 	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
 	// producer <-> [relay] <-> dc ~quic~ ac <-> [relay] <-> consumer
-	prodApp, prodGW := tcpPair(t)
-	consGW, consApp := tcpPair(t)
+	prodApp, prodGW := loopback.TCPPair(t)
+	consGW, consApp := loopback.TCPPair(t)
 	done := make(chan error, 2)
-	eng := relayEngine(t, "buffer")
+	eng := relaytest.Engine(t, "buffer", relay.Options{})
 	go func() { done <- relay.Relay(eng, prodGW, dc, func(int64) {}, func(int64) {}) }()
 	go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 	prodApp.Write([]byte("request"))
@@ -528,10 +530,10 @@ func TestQUICRelay(t *testing.T) {
 // consumer sees a reset, not a clean end.
 func TestQUICRelayAbort(t *testing.T) {
 	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
-	prodApp, prodGW := tcpPair(t)
-	consGW, consApp := tcpPair(t)
+	prodApp, prodGW := loopback.TCPPair(t)
+	consGW, consApp := loopback.TCPPair(t)
 	done := make(chan error, 2)
-	eng := relayEngine(t, "buffer")
+	eng := relaytest.Engine(t, "buffer", relay.Options{})
 	go func() { done <- relay.Relay(eng, prodGW, dc, func(int64) {}, func(int64) {}) }()
 	go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 	prodApp.Write([]byte("partial"))
@@ -554,26 +556,6 @@ func TestQUICRelayAbort(t *testing.T) {
 			t.Fatal("relay did not finish after an abort")
 		}
 	}
-}
-
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	a, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
 }
 
 // TestQUICStreamLimit: a channel carries at most MaxStreams application

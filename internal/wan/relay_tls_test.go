@@ -2,13 +2,14 @@ package wan_test
 
 import (
 	"fmt"
-	"net"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"scistream/internal/leakcheck"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
 	"scistream/internal/waitfor"
 )
 
@@ -16,40 +17,18 @@ import (
 // reader does not read (bytes stuck in a batch flush) must end Relay
 // promptly and close every descriptor.
 func TestRelayTLSReleaseWithStuckReader(t *testing.T) {
-	for _, e := range []relay.Engine{relayEngine(t, "splice"), relayEngine(t, "buffer")} {
+	for _, e := range []relay.Engine{relaytest.Engine(t, "splice", relay.Options{}), relaytest.Engine(t, "buffer", relay.Options{})} {
 		t.Run(e.Name(), func(t *testing.T) {
-			ents, err := os.ReadDir("/proc/self/fd")
-			if err != nil {
-				t.Skip(err)
-			}
-			before := len(ents)
+			leakcheck.Check(t) // after the three rounds and their cleanups
 			for i := range 3 {
 				t.Run(fmt.Sprint(i), func(t *testing.T) { releaseStuck(t, e) })
-			}
-			ents, _ = os.ReadDir("/proc/self/fd")
-			if len(ents) > before {
-				t.Fatalf("open descriptors: %d before, %d after", before, len(ents))
 			}
 		})
 	}
 }
 
 func releaseStuck(t *testing.T, e relay.Engine) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	appc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		appc <- c
-	}()
-	A, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ra := <-appc
-	ln.Close()
+	A, ra := loopback.TCPPair(t)
 	dc, ac := tlsPair(t)
 	var moved atomic.Int64
 	done := make(chan error, 1)
@@ -74,19 +53,4 @@ func releaseStuck(t *testing.T, e relay.Engine) {
 	A.Close()
 	ac.Close()
 	dc.Close()
-}
-
-// relayEngine returns the relay engine called name, built with default
-// options.
-func relayEngine(tb testing.TB, name string) relay.Engine {
-	tb.Helper()
-	set, err := relay.New(relay.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e, err := set.Get(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return e
 }

@@ -209,19 +209,11 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 	var binding []byte
 	switch l.Transport {
 	case api.WANTLS:
-		ec := newLegConn(raw)
-		tc := tls.Client(ec, l.tlsConfig())
-		if err := tc.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			return nil, fmt.Errorf("tls handshake: %w", err)
-		}
-		cs := tc.ConnectionState()
-		binding, err = cs.ExportKeyingMaterial(exportLabel, nil, nonceLen)
+		tc, b, err := l.handshake(ctx, raw, tls.Client)
 		if err != nil {
-			raw.Close()
 			return nil, err
 		}
-		conn = newConn(tc, ec)
+		conn, binding = tc, b
 	case api.WANTCP:
 		var nonce [nonceLen]byte
 		if _, err := io.ReadFull(raw, nonce[:]); err != nil {
@@ -257,20 +249,11 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 	var binding []byte
 	switch l.Transport {
 	case api.WANTLS:
-		ec := newLegConn(raw)
-		tc := tls.Server(ec, l.tlsConfig())
-		if err := tc.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			return nil, fmt.Errorf("tls handshake: %w", err)
-		}
-		cs := tc.ConnectionState()
-		var err error
-		binding, err = cs.ExportKeyingMaterial(exportLabel, nil, nonceLen)
+		tc, b, err := l.handshake(ctx, raw, tls.Server)
 		if err != nil {
-			raw.Close()
 			return nil, err
 		}
-		conn = newConn(tc, ec)
+		conn, binding = tc, b
 	case api.WANTCP:
 		binding = make([]byte, nonceLen)
 		rand.Read(binding)
@@ -296,6 +279,32 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 	}
 	raw.SetDeadline(time.Time{})
 	return conn, nil
+}
+
+// handshake runs the TLS handshake of a leg on raw, as the dialer
+// (newTLS is tls.Client) or the acceptor (tls.Server), under ctx and
+// raw's deadline. It returns the leg's connection and the binding the
+// preface's MAC covers. On error raw is closed.
+func (l *Leg) handshake(ctx context.Context, raw net.Conn, newTLS func(net.Conn, *tls.Config) *tls.Conn) (*Conn, []byte, error) {
+	ec := newLegConn(raw)
+	tc := newTLS(ec, l.tlsConfig())
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, nil, fmt.Errorf("tls handshake: %w", err)
+	}
+	binding, err := exportBinding(tc.ConnectionState())
+	if err != nil {
+		raw.Close()
+		return nil, nil, err
+	}
+	return newConn(tc, ec), binding, nil
+}
+
+// exportBinding is the binding of a TLS session, TCP or QUIC: keying
+// material exported from it (RFC 8446 sec. 7.5), the same at both ends
+// and different on every other session.
+func exportBinding(cs tls.ConnectionState) ([]byte, error) {
+	return cs.ExportKeyingMaterial(exportLabel, nil, nonceLen)
 }
 
 func setNoDelay(c net.Conn) {

@@ -3,6 +3,8 @@ package wan
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -215,5 +217,73 @@ func TestTruncationMidRecord(t *testing.T) {
 	n, err := ac.Read(make([]byte, 64))
 	if n != 0 || err == nil || err == io.EOF {
 		t.Fatalf("Read = %d, %v; want an error other than io.EOF", n, err)
+	}
+}
+
+// What Dial sends on a TLS leg is the preface of the package doc, its MAC
+// over keying material exported under the literal label: computed here
+// from the format alone (not with computeMAC or AppendPreface), so a
+// change to either side of the binding shows.
+func TestTLSDialPrefaceWire(t *testing.T) {
+	dcert, _ := itCert(t)
+	acert, apin := itCert(t)
+	secret := NewSecret()
+	l := &Leg{Transport: api.WANTLS, UID: "stream-7", Channel: 0x0102, Secret: secret,
+		Cert: dcert, PeerSHA256: func() string { return apin }}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	type result struct {
+		got, want []byte
+		err       error
+	}
+	res := make(chan result, 1)
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		defer raw.Close()
+		raw.SetDeadline(time.Now().Add(itTimeout))
+		tc := tls.Server(raw, &tls.Config{MinVersion: tls.VersionTLS13,
+			Certificates: []tls.Certificate{*acert}, ClientAuth: tls.RequireAnyClientCert})
+		if err := tc.Handshake(); err != nil {
+			res <- result{err: err}
+			return
+		}
+		cs := tc.ConnectionState()
+		binding, err := cs.ExportKeyingMaterial("EXPORTER-scistream-wan-v1", nil, 32)
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte("scistream wan v1"))
+		m.Write(binding)
+		m.Write([]byte("stream-7"))
+		m.Write([]byte{0x01, 0x02})
+		want := append([]byte("S2W1\x08stream-7\x01\x02"), m.Sum(nil)...)
+		got, err := io.ReadAll(tc) // up to the dialer's close_notify
+		res <- result{got, want, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), itTimeout)
+	defer cancel()
+	c, err := Dial(ctx, ln.Addr().String(), l)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer c.Close()
+	if err := c.(*Conn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	r := wait(t, res)
+	if r.err != nil {
+		t.Fatalf("acceptor after %d bytes: %v", len(r.got), r.err)
+	}
+	if !bytes.Equal(r.got, r.want) {
+		t.Fatalf("Dial sent the preface\n%x\nwant\n%x", r.got, r.want)
 	}
 }

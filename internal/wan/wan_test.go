@@ -17,6 +17,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
+	"scistream/internal/leakcheck"
 	"scistream/internal/wan"
 )
 
@@ -25,6 +26,8 @@ import (
 const testTimeout = 5 * time.Second
 
 var transports = []string{api.WANTLS, api.WANTCP}
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // newCert returns a fresh self-signed certificate and its pin.
 func newCert(t testing.TB) (*tls.Certificate, string) {
