@@ -16,6 +16,7 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/client"
+	"scistream/internal/leakcheck"
 	"scistream/internal/localgw"
 	"scistream/internal/ports"
 	"scistream/internal/store"
@@ -141,3 +142,8 @@ func waitReady(t *testing.T, g *testGW) {
 	t.Helper()
 	waitfor.Must(t, 10*time.Second, "the gateway to be ready", g.srv.Ready)
 }
+
+// TestMain fails the package's run if any goroutine a test started (a
+// stream's accept loop, a relay, the janitor, an HTTP server) outlives
+// the tests.
+func TestMain(m *testing.M) { leakcheck.Main(m) }
