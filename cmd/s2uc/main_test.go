@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
@@ -206,17 +205,9 @@ func TestRequestErrors(t *testing.T) {
 // selfSigned returns a certificate for 127.0.0.1 and its PEM file.
 func selfSigned(t *testing.T) (tls.Certificate, string) {
 	t.Helper()
-	certPEM, keyPEM, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
+	id, file, _, err := certs.LoadOrGenerate(t.TempDir(), []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "s2cs.crt")
-	if err := os.WriteFile(file, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cert, file
+	return id.TLS, file
 }

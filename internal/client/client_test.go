@@ -30,19 +30,11 @@ type identity struct {
 
 func newIdentity(t *testing.T) identity {
 	t.Helper()
-	certPEM, keyPEM, err := certs.SelfSigned([]string{"127.0.0.1"}, time.Hour)
+	id, file, _, err := certs.LoadOrGenerate(t.TempDir(), []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "s2cs.crt")
-	if err := os.WriteFile(file, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return identity{cert, file}
+	return identity{id.TLS, file}
 }
 
 // tlsServer serves h over TLS with id's certificate on 127.0.0.1.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/base64"
 	"net"
 	"net/http"
@@ -43,40 +44,43 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleInbound(r *http.Request) (int, any, error) {
-	var req api.InboundRequest
-	if err := decode(r, &req); err != nil {
-		return 0, nil, err
-	}
-	rec, err := s.inboundRecord(r.Context(), &req, identity(r))
+	rec, v, err := createFrom(s, r, s.inboundRecord)
 	if err != nil {
 		return 0, nil, err
 	}
-	st, err := s.create(rec)
-	if err != nil {
-		return 0, nil, err
-	}
-	v := s.view(st.record(), st)
+	// The secret is returned here, once, to the owner only.
 	v.Secret = base64.StdEncoding.EncodeToString(rec.Secret)
-	v.WANCert = string(s.cfg.Identity.PEM)
 	return http.StatusCreated, v, nil
 }
 
 func (s *Server) handleOutbound(r *http.Request) (int, any, error) {
-	var req api.OutboundRequest
-	if err := decode(r, &req); err != nil {
-		return 0, nil, err
-	}
-	rec, err := s.outboundRecord(r.Context(), &req, identity(r))
+	_, v, err := createFrom(s, r, s.outboundRecord)
 	if err != nil {
 		return 0, nil, err
+	}
+	return http.StatusCreated, v, nil
+}
+
+// createFrom decodes a create request of type Req, turns it into a
+// record with toRecord, creates the stream, and returns the record and
+// the stream's view with this gateway's WAN certificate (for the peer to
+// pin).
+func createFrom[Req any](s *Server, r *http.Request, toRecord func(context.Context, *Req, string) (*store.Record, error)) (*store.Record, api.Stream, error) {
+	var req Req
+	if err := decode(r, &req); err != nil {
+		return nil, api.Stream{}, err
+	}
+	rec, err := toRecord(r.Context(), &req, identity(r))
+	if err != nil {
+		return nil, api.Stream{}, err
 	}
 	st, err := s.create(rec)
 	if err != nil {
-		return 0, nil, err
+		return nil, api.Stream{}, err
 	}
 	v := s.view(st.record(), st)
 	v.WANCert = string(s.cfg.Identity.PEM)
-	return http.StatusCreated, v, nil
+	return rec, v, nil
 }
 
 func (s *Server) handleAttach(r *http.Request) (int, any, error) {
