@@ -235,13 +235,25 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 // Accept completes the acceptor's side of a WAN leg on raw: the TLS
 // handshake (if any) and the preface check. On error raw is closed.
 func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
+	c, _, err := accept(ctx, raw, l, false)
+	return c, err
+}
+
+// AcceptLeg is Accept for the listener of channel 0, which also takes the
+// stream's watch leg (watch.go): it returns a data leg with watch false,
+// or the watch leg with watch true.
+func AcceptLeg(ctx context.Context, raw net.Conn, l *Leg) (c net.Conn, watch bool, err error) {
+	return accept(ctx, raw, l, l.Channel == 0)
+}
+
+func accept(ctx context.Context, raw net.Conn, l *Leg, watchToo bool) (net.Conn, bool, error) {
 	if err := l.validate(); err != nil {
 		raw.Close()
-		return nil, err
+		return nil, false, err
 	}
 	if l.Transport == api.WANQUIC {
 		raw.Close()
-		return nil, ErrQUICOnTCP
+		return nil, false, ErrQUICOnTCP
 	}
 	setNoDelay(raw)
 	raw.SetDeadline(time.Now().Add(HandshakeTimeout))
@@ -251,7 +263,7 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 	case api.WANTLS:
 		tc, b, err := l.handshake(ctx, raw, tls.Server)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		conn, binding = tc, b
 	case api.WANTCP:
@@ -259,26 +271,27 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 		rand.Read(binding)
 		if _, err := raw.Write(binding); err != nil {
 			raw.Close()
-			return nil, fmt.Errorf("send nonce: %w", err)
+			return nil, false, fmt.Errorf("send nonce: %w", err)
 		}
 		conn = raw
 	}
 	p, err := ReadPreface(conn)
 	if err != nil {
 		raw.Close()
-		return nil, err
+		return nil, false, err
 	}
-	if p.UID != l.UID || p.Channel != l.Channel {
+	watch := watchToo && p.Channel == WatchChannel
+	if p.UID != l.UID || p.Channel != l.Channel && !watch {
 		raw.Close()
-		return nil, fmt.Errorf("%w: got %.64q channel %d", ErrWrongStream, p.UID, p.Channel)
+		return nil, false, fmt.Errorf("%w: got %.64q channel %d", ErrWrongStream, p.UID, p.Channel)
 	}
-	want := computeMAC(l.Secret, binding, l.UID, l.Channel)
+	want := computeMAC(l.Secret, binding, l.UID, p.Channel)
 	if !hmac.Equal(want[:], p.MAC[:]) {
 		raw.Close()
-		return nil, ErrBadSecret
+		return nil, false, ErrBadSecret
 	}
 	raw.SetDeadline(time.Time{})
-	return conn, nil
+	return conn, watch, nil
 }
 
 // handshake runs the TLS handshake of a leg on raw, as the dialer
@@ -424,6 +437,11 @@ const (
 	batchSize = 256 << 10
 	// readBufSize is the read buffer under crypto/tls.
 	readBufSize = 256 << 10
+	// bulkAfter is how much a leg reads before it gets its read buffer:
+	// until then crypto/tls reads the socket into its own small buffer,
+	// so a stranger in its handshake, an idle leg and a watch leg cost
+	// no 256 KiB each.
+	bulkAfter = 1 << 20
 )
 
 // errWouldBlock is what legConn.Read reports in probe mode instead of
@@ -454,9 +472,10 @@ type legConn struct {
 	probe atomic.Bool
 
 	// Read side, used by one reader at a time (crypto/tls's input lock).
-	rbuf       []byte
+	rbuf       []byte // nil until the leg read bulkAfter bytes
 	rpos, rend int
 	rerr       error // sticky error of the socket once rbuf is drained
+	read       int64 // bytes read from the socket so far
 
 	mu       sync.Mutex // guards the following; writes come from crypto/tls under its own lock
 	batch    *[]byte    // non-nil between beginBatch and endBatch
@@ -481,8 +500,9 @@ func (c *legConn) Read(b []byte) (int, error) {
 		if c.probe.Load() {
 			return 0, errWouldBlock
 		}
-		if len(b) >= readBufSize {
+		if len(b) >= readBufSize || c.rbuf == nil && c.read < bulkAfter {
 			n, err := c.io.Read(b)
+			c.read += int64(n)
 			c.noteErr(err)
 			return n, err
 		}
@@ -490,6 +510,7 @@ func (c *legConn) Read(b []byte) (int, error) {
 			c.rbuf = make([]byte, readBufSize)
 		}
 		n, err := c.io.Read(c.rbuf)
+		c.read += int64(n)
 		c.rpos, c.rend = 0, n
 		c.noteErr(err)
 		if n == 0 {

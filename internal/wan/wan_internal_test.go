@@ -287,3 +287,46 @@ func TestTLSDialPrefaceWire(t *testing.T) {
 		t.Fatalf("Dial sent the preface\n%x\nwant\n%x", r.got, r.want)
 	}
 }
+
+// TestReadBufferAfterBulk: a TLS leg reads into crypto/tls's own small
+// buffer until it has carried bulkAfter bytes, and only then gets its
+// large read buffer, so a handshake in progress, an idle leg or a watch
+// leg holds none.
+func TestReadBufferAfterBulk(t *testing.T) {
+	certA, pinA := itCert(t)
+	certB, pinB := itCert(t)
+	secret := NewSecret()
+	al := &Leg{Transport: api.WANTLS, UID: "s", Channel: 0, Secret: secret, Cert: certB, PeerSHA256: func() string { return pinA }}
+	dl := &Leg{Transport: api.WANTLS, UID: "s", Channel: 0, Secret: secret, Cert: certA, PeerSHA256: func() string { return pinB }}
+	addr, errc, connc := acceptor(t, al)
+	ctx, cancel := context.WithTimeout(context.Background(), itTimeout)
+	defer cancel()
+	d, err := Dial(ctx, addr, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := wait(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	a := wait(t, connc).(*Conn)
+	a.SetDeadline(time.Now().Add(itTimeout))
+	d.SetDeadline(time.Now().Add(itTimeout))
+	if a.raw.rbuf != nil {
+		t.Fatal("the accepted leg got its read buffer in the handshake")
+	}
+	go d.Write(make([]byte, 4<<10))
+	if _, err := io.ReadFull(a, make([]byte, 4<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if a.raw.rbuf != nil {
+		t.Fatal("a leg that carried 4 KiB got its read buffer")
+	}
+	go d.Write(make([]byte, 2*bulkAfter))
+	if _, err := io.ReadFull(a, make([]byte, 2*bulkAfter)); err != nil {
+		t.Fatal(err)
+	}
+	if a.raw.rbuf == nil {
+		t.Fatalf("a leg that carried %d bytes has no read buffer", a.raw.read)
+	}
+}
