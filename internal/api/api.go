@@ -175,6 +175,11 @@ type Stats struct {
 	// gateways or the WAN (IsErrorKind): not an application's or the peer
 	// gateway's deliberate reset.
 	Errors int64 `json:"errors"`
+	// Peer is what this gateway knows of its peer gateway, from the
+	// stream's watch leg: PeerUp, PeerDown, PeerReleased, PeerStopping,
+	// or empty when it does not know (no data leg has worked yet, or a
+	// QUIC stream, whose QUIC connection says the same).
+	Peer string `json:"peer,omitempty"`
 	// LastErrors holds the most recent end of each kind seen.
 	LastErrors   map[string]LastError `json:"last_errors,omitempty"`
 	BytesToWAN   int64                `json:"bytes_to_wan"`
@@ -206,6 +211,14 @@ const (
 	// EndGatewayFault: anything else, a fault of this gateway; its log
 	// says more.
 	EndGatewayFault = "gateway_fault"
+)
+
+// What a gateway knows of its peer (Stats.Peer).
+const (
+	PeerUp       = "up"       // the watch leg is open
+	PeerDown     = "down"     // the peer was lost, or cannot be reached
+	PeerReleased = "released" // the peer released its side of the stream
+	PeerStopping = "stopping" // the peer shuts down; it restores the stream when it starts
 )
 
 // EndKinds lists the kinds of end, in the order a status shows them.

@@ -17,6 +17,7 @@ import (
 // end stops a live stream for good and records its terminal state.
 func (s *Server) end(st *stream, state api.State, reason string) *store.Record {
 	s.remove(st)
+	st.watchSt.ended.Store(true) // the watch leg says released, not stopping
 	st.stop()
 	rec := st.record()
 	s.finish(rec, state, reason)

@@ -48,13 +48,15 @@ type stream struct {
 	listeners []*net.TCPListener
 	conns     map[net.Conn]struct{}
 	stopped   bool
-	quic      quicLegs // WAN legs over QUIC (quic.go)
+	quic      quicLegs   // WAN legs over QUIC (quic.go)
+	watch     *wan.Watch // the watch leg, while open (watch.go)
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
 	active, total, rejected atomic.Int64
 	toWAN, fromWAN          atomic.Int64
-	ends                    ends // aborted connections, by kind (ends.go)
+	ends                    ends       // aborted connections, by kind (ends.go)
+	watchSt                 watchState // what the watch leg says of the peer (watch.go)
 
 	rateMu           sync.Mutex // guards the following fields
 	lastSample       time.Time
@@ -153,6 +155,7 @@ func (st *stream) stop() {
 	}
 	st.mu.Unlock()
 	st.cancel()
+	st.closeWatch()
 	st.stopQUIC()
 	for _, ln := range lns {
 		st.env.alloc.Release(ln)
@@ -256,6 +259,7 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 		relay.ResetOnClose(w)
 	}
 	st.wanUp(log)
+	st.startWatch(log)
 	if !st.track(w) {
 		relay.Abort(app)
 		return
@@ -271,10 +275,17 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 	defer st.untrack(raw)
 	log := st.env.log.With("uid", st.uid, "channel", ch, "peer", raw.RemoteAddr().String())
 	rec := st.record()
-	w, err := wan.Accept(st.ctx, raw, st.leg(rec, ch))
+	w, watch, err := wan.AcceptLeg(st.ctx, raw, st.leg(rec, ch))
 	if err != nil {
 		st.rejected.Add(1)
 		log.Warn("WAN connection refused", "err", err)
+		return
+	}
+	if watch {
+		if w != net.Conn(raw) && st.track(w) {
+			defer st.untrack(w)
+		}
+		st.serveWatch(log, w)
 		return
 	}
 	st.wanUp(log)
@@ -413,5 +424,6 @@ func (st *stream) stats() *api.Stats {
 		RateFromWAN:   rf,
 	}
 	st.ends.fill(s)
+	s.Peer = peerName(st.watchSt.peer.Load())
 	return s
 }

@@ -14,6 +14,8 @@ import (
 	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
+	"scistream/internal/sockio"
+	"scistream/internal/waitfor"
 )
 
 // TestErrorSays: when one application resets its connection mid-transfer,
@@ -123,6 +125,36 @@ func TestOrderlyEndDelivers(t *testing.T) {
 			}
 			if b, err := io.ReadAll(A); err != nil || len(b) != 0 {
 				t.Fatalf("producer read %q, %v; want a clean EOF", b, err)
+			}
+		})
+	}
+}
+
+// TestResetTakenByAWrite: when a reset's error has already been taken by
+// a write (the kernel reports it to one call only, and reads then return
+// a plain end of stream), Relay still forwards a reset, never an orderly
+// end that would make the broken stream look complete.
+func TestResetTakenByAWrite(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.Name(), func(t *testing.T) {
+			leakcheck.Check(t)
+			A, ra := loopback.TCPPair(t)
+			rb, B := loopback.TCPPair(t)
+			deadline(B)
+			A.SetLinger(0)
+			A.Close()
+			waitfor.Must(t, testTimeout, "the reset to arrive", func() bool { return sockio.Reset(ra) })
+			if _, err := ra.Write([]byte("x")); err == nil {
+				t.Fatal("a write to a reset socket succeeded")
+			}
+			done := make(chan error, 1)
+			go func() { done <- relay.Relay(e, ra, rb, func(int64) {}, func(int64) {}) }()
+			if _, err := io.ReadAll(B); !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("B read %v, want a reset: the producer's reset became an orderly end", err)
+			}
+			var re *relay.Error
+			if err := <-done; !errors.As(err, &re) || re.Conn != relay.A {
+				t.Fatalf("Relay = %v, want a *relay.Error on a", err)
 			}
 		})
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 
-	"golang.org/x/sys/unix"
+	"scistream/internal/sockio"
 )
 
 // Side names one of the two connections Relay was given.
@@ -77,24 +77,9 @@ func attribute(err error, dst, src net.Conn, dstSide, srcSide Side) *Error {
 	return &Error{Conn: Unknown, Op: "copy", Err: err}
 }
 
-// closedByReset reports whether c's TCP socket is closed (TCP_CLOSE)
-// though this process has not closed it: a reset, or a timeout, ended it.
+// closedByReset reports whether c's TCP socket is closed though this
+// process has not closed it: a reset, or a timeout, ended it.
 func closedByReset(c net.Conn) bool {
 	t, ok := innermost(c).(*net.TCPConn)
-	if !ok {
-		return false
-	}
-	rc, err := t.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var closed bool
-	rc.Control(func(fd uintptr) {
-		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		closed = err == nil && info.State == tcpClose
-	})
-	return closed
+	return ok && sockio.Reset(t)
 }
-
-// tcpClose is TCP_CLOSE of the kernel's enum of TCP states.
-const tcpClose = 7

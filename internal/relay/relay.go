@@ -21,6 +21,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 )
 
 // Engine copies one direction of a connection.
@@ -54,12 +56,24 @@ func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
 			Abort(b)
 		})
 	}
+	// ended[s] is set once Relay shut down the write half of side s:
+	// only then may s's socket be closed (TCP state CLOSE) in order.
+	var ended [3]atomic.Bool
 	dir := func(dst, src net.Conn, dstSide, srcSide Side, count func(int64)) {
 		defer wg.Done()
-		if err := e.Copy(dst, src, count); err != nil {
+		err := e.Copy(dst, src, count)
+		if err == nil && !ended[srcSide].Load() && closedByReset(src) {
+			// The end of stream read from src was a reset whose
+			// error the other direction's write took first (the
+			// kernel reports it to one call only): forwarding it as
+			// an orderly end would make a broken stream look whole.
+			err = readError(fmt.Errorf("end of stream after a reset: %w", syscall.ECONNRESET))
+		}
+		if err != nil {
 			fail(attribute(err, dst, src, dstSide, srcSide))
 			return
 		}
+		ended[dstSide].Store(true)
 		if err := closeWrite(dst); err != nil {
 			fail(&Error{Conn: dstSide, Op: "write", Err: fmt.Errorf("forward end of stream: %w", err)})
 		}

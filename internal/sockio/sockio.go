@@ -32,6 +32,8 @@ import (
 	"os"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Conn is the raw view of one TCP socket.
@@ -140,6 +142,33 @@ func (s *Conn) Read(b []byte) (int, error) {
 	}
 	return o.n, nil
 }
+
+// Reset reports whether the kernel has closed c's socket while this
+// process still holds it (TCP state CLOSE) before this side sent its own
+// FIN: then a reset (or a timeout) ended it. Call it only while this side
+// has not shut down its writes: an orderly close in which this side sent
+// its FIN last also ends in CLOSE (after the peer's FIN alone the state is
+// CLOSE_WAIT).
+//
+// The kernel reports a reset's error to one call only: a write racing a
+// read takes it, and the read then returns 0, which reads as an orderly
+// end of stream. A reader that may meet such a race asks Reset before it
+// takes an end of stream for orderly.
+func Reset(c *net.TCPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var closed bool
+	rc.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		closed = err == nil && info.State == tcpClose
+	})
+	return closed
+}
+
+// tcpClose is TCP_CLOSE of the kernel's enum of TCP states.
+const tcpClose = 7
 
 // Write writes all of b, waiting for room in the socket as needed.
 func (s *Conn) Write(b []byte) (int, error) {

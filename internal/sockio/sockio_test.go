@@ -7,11 +7,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	"scistream/internal/loopback"
 	"scistream/internal/sockio"
+	"scistream/internal/waitfor"
 )
 
 const testTimeout = 10 * time.Second
@@ -242,4 +244,38 @@ func TestWaitWritable(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("WaitWritable did not return after the peer read")
 	}
+}
+
+// TestReset: a socket the peer reset reads as reset even after a write
+// took the reset's error (the read then returns a plain end of stream);
+// one after the peer's FIN does not; one whose orderly close ended with
+// this side's FIN does (Reset's documented limit).
+func TestReset(t *testing.T) {
+	c, peer := loopback.TCPPair(t)
+	deadline(c, peer)
+	s := raw(t, c)
+	peer.SetLinger(0)
+	peer.Close()
+	waitfor.Must(t, testTimeout, "the reset to arrive", func() bool { return sockio.Reset(c) })
+	if _, err := s.Write([]byte("x")); !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("write after the reset: %v", err)
+	}
+	if _, err := s.Read(make([]byte, 16)); err != io.EOF {
+		t.Fatalf("read after the reset's error was taken: %v; the kernel now says io.EOF (the race Reset is for)", err)
+	}
+
+	c2, peer2 := loopback.TCPPair(t)
+	deadline(c2, peer2)
+	peer2.CloseWrite()
+	if _, err := raw(t, c2).Read(make([]byte, 16)); err != io.EOF {
+		t.Fatalf("read after FIN: %v, want io.EOF", err)
+	}
+	if sockio.Reset(c2) {
+		t.Fatal("a socket after the peer's FIN reads as reset")
+	}
+	c2.CloseWrite()
+	if _, err := io.ReadAll(peer2); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Must(t, testTimeout, "the orderly close to end in CLOSE", func() bool { return sockio.Reset(c2) })
 }

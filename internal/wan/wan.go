@@ -31,8 +31,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"scistream/internal/api"
@@ -379,7 +381,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 			break
 		}
 	}
-	if err == io.EOF && c.raw.eof.Load() {
+	if (err == io.EOF || err == io.ErrUnexpectedEOF) && c.raw.eof.Load() {
+		// The TCP connection ended without close_notify, between
+		// records (EOF) or inside one (unexpected EOF).
 		err = ErrTruncated
 	}
 	return n, err
@@ -502,6 +506,7 @@ func (c *legConn) Read(b []byte) (int, error) {
 		}
 		if len(b) >= readBufSize || c.rbuf == nil && c.read < bulkAfter {
 			n, err := c.io.Read(b)
+			err = c.resetOrEOF(err)
 			c.read += int64(n)
 			c.noteErr(err)
 			return n, err
@@ -510,6 +515,7 @@ func (c *legConn) Read(b []byte) (int, error) {
 			c.rbuf = make([]byte, readBufSize)
 		}
 		n, err := c.io.Read(c.rbuf)
+		err = c.resetOrEOF(err)
 		c.read += int64(n)
 		c.rpos, c.rend = 0, n
 		c.noteErr(err)
@@ -520,6 +526,18 @@ func (c *legConn) Read(b []byte) (int, error) {
 	n := copy(b, c.rbuf[c.rpos:c.rend])
 	c.rpos += n
 	return n, nil
+}
+
+// resetOrEOF returns err, unless it is the end of stream of a socket the
+// kernel closed: a reset whose error a write took first (the kernel
+// reports it to one call only). A TLS leg never shuts down its TCP writes
+// while it is used, so its socket cannot have closed in order: that end is
+// the reset it was (sockio.Reset).
+func (c *legConn) resetOrEOF(err error) error {
+	if t, ok := c.Conn.(*net.TCPConn); ok && err == io.EOF && sockio.Reset(t) {
+		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	return err
 }
 
 // noteErr keeps a socket error to report once the buffer is drained;

@@ -215,8 +215,8 @@ func TestTruncationMidRecord(t *testing.T) {
 	}
 	ac.SetReadDeadline(time.Now().Add(itTimeout))
 	n, err := ac.Read(make([]byte, 64))
-	if n != 0 || err == nil || err == io.EOF {
-		t.Fatalf("Read = %d, %v; want an error other than io.EOF", n, err)
+	if n != 0 || !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Read = %d, %v; want ErrTruncated (not io.EOF)", n, err)
 	}
 }
 

@@ -1,0 +1,230 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+	"scistream/internal/localgw"
+)
+
+// Fault tests: what a facility will do to the gateways. Each is bounded
+// in count and time.
+
+// TestGatewayKill kills either gateway with SIGKILL while 20 streams carry
+// data (two connections each): every application connection, on both
+// sides, ends with an error, never a clean end short of what was sent;
+// the surviving gateway says it lost its peer once per stream (the
+// stream's watch leg ends without a word), and reports the peer down; and
+// once the gateway is started again, every stream carries data again and
+// the survivor sees its peer up.
+func TestGatewayKill(t *testing.T) {
+	for _, wan := range []string{"tls", "tcp"} {
+		for _, victim := range []string{"consumer", "producer"} {
+			t.Run(wan+"/"+victim, func(t *testing.T) { gatewayKill(t, wan, victim) })
+		}
+	}
+}
+
+func gatewayKill(t *testing.T, wan, victim string) {
+	const streams, perStream = 20, 2
+	p := newPair(t, pairOpts{args: []string{"--insecure_tcp_wan"}})
+	app := newSink(t, "127.0.0.1", nil)
+	var sos []streamOut
+	for range streams {
+		sos = append(sos, p.wire("alice", app.host(), app.port(), 1, "--wan", wan))
+	}
+
+	// Producers that never stop writing: whatever a consumer reads, a
+	// clean end of stream is always short of what was sent.
+	type producer struct {
+		c    *net.TCPConn
+		sent atomic.Int64
+		err  chan error
+	}
+	var prods []*producer
+	for _, so := range sos {
+		for range perStream {
+			c, err := dialFrom("", so.Listeners[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+			pr := &producer{c: c, err: make(chan error, 1)}
+			prods = append(prods, pr)
+			go func() {
+				chunk := make([]byte, 32<<10)
+				for {
+					n, err := c.Write(chunk)
+					pr.sent.Add(int64(n))
+					if err != nil {
+						pr.err <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	eventually(t, time.Minute, "every connection to carry 1 MiB", func() bool {
+		for _, pr := range prods {
+			if pr.sent.Load() < 1<<20 {
+				return false
+			}
+		}
+		return app.accepted.Load() == streams*perStream
+	})
+
+	// Each gateway knows its peer is there (the stream's watch leg is
+	// up) before one of them dies.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients := map[string]*client.Client{}
+	for name, g := range map[string]*localgw.Gateway{"producer": p.prod, "consumer": p.cons} {
+		c, err := g.Client(p.tokens["alice"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients[name] = c
+	}
+	eventually(t, time.Minute, "both gateways to see their peer up on every stream", func() bool {
+		for _, so := range sos {
+			for _, c := range clients {
+				st, err := c.Get(ctx, so.UID)
+				if err != nil || st.Stats == nil || st.Stats.Peer != api.PeerUp {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	dead, survivor := &p.cons, p.prod
+	c := clients["producer"]
+	if victim == "producer" {
+		dead, survivor = &p.prod, p.cons
+		c = clients["consumer"]
+	}
+	(*dead).Kill()
+
+	// Both sides: every consumer read ends with an error, every
+	// producer's write fails.
+	for i := range prods {
+		r := app.next(t, time.Minute)
+		if r.err == nil {
+			t.Errorf("a consumer read a clean end of stream after %d bytes, while its producer kept writing (consumer %d)", r.n, i)
+		}
+	}
+	for i, pr := range prods {
+		select {
+		case err := <-pr.err:
+			if os.IsTimeout(err) {
+				t.Errorf("producer %d: writes hung after %d bytes: %v", i, pr.sent.Load(), err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("producer %d: writes never failed after the %s gateway died", i, victim)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The survivor counted the loss, and said it once per stream.
+	for _, so := range sos {
+		var st *api.Stream
+		var err error
+		eventually(t, 30*time.Second, "the surviving gateway to end the connections and see its peer down", func() bool {
+			st, err = c.Get(ctx, so.UID)
+			return err == nil && st.Stats != nil && st.Stats.ActiveConns == 0 && st.Stats.Peer == api.PeerDown
+		})
+		// A data leg of a dead peer ends with a reset when the dead
+		// process had bytes unread, or without close_notify: either
+		// way an abort, never an orderly end.
+		lost, reset := st.Stats.AbortedByKind[api.EndWANLost], st.Stats.AbortedByKind[api.EndPeerReset]
+		if lost+reset != perStream || st.Stats.AbortedConns != perStream {
+			t.Errorf("survivor's counts for stream %s: %v; want its %d connections aborted as wan_lost or peer_reset", so.UID, st.Stats.AbortedByKind, perStream)
+		}
+	}
+	if n := strings.Count(survivor.Log(), "lost the peer gateway"); n != streams {
+		t.Errorf("the surviving gateway said it lost its peer %d times, want once per stream (%d):\n%s", n, streams, survivor.Log())
+	}
+
+	// Started again, the gateway restores every stream: each carries a
+	// fresh connection end to end.
+	p.restart(dead, false)
+	for i, so := range sos {
+		conn, err := dialFrom("", so.Listeners[0])
+		if err != nil {
+			t.Fatalf("stream %d after the restart: %v", i, err)
+		}
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		sum := sendRandom(t, conn, 256<<10, uint64(i))
+		conn.CloseWrite()
+		if r := app.next(t, time.Minute); r.err != nil || r.n != 256<<10 || r.sum != sum {
+			t.Fatalf("stream %d after the restart: consumer got %d bytes, %v, checksum match %v", i, r.n, r.err, r.sum == sum)
+		}
+		conn.Close()
+	}
+	eventually(t, 30*time.Second, "the survivor to see its peer up again", func() bool {
+		st, err := c.Get(ctx, sos[0].UID)
+		return err == nil && st.Stats != nil && st.Stats.Peer == api.PeerUp
+	})
+	if !strings.Contains(survivor.Log(), "the peer gateway answers again") {
+		t.Errorf("the survivor never said its peer answers again:\n%s", survivor.Log())
+	}
+}
+
+// TestPeerDownSaidOnce: a dead peer gateway that fails every fresh
+// connection is said once per stream, not once per connection, and each
+// connection counts as a failed dial.
+func TestPeerDownSaidOnce(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	app := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", app.host(), app.port(), 1)
+	p.cons.Kill()
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := dialFrom("", so.Listeners[0])
+			if err != nil {
+				// The gateway may reset it before the connect returns.
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Error(err)
+				}
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(time.Minute))
+			c.Write([]byte(fmt.Sprint("connection ", i)))
+			if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("connection %d through a gateway whose peer is dead read %v, want a reset", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	out := p.mustS2UC("alice", "status", so.UID, "--s2cs", p.prod.Addr, "--server_cert", p.prod.CertFile, "--output", "json")
+	var st api.Stream
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Stats.AbortedByKind[api.EndDialFailed] != 10 || st.Stats.Errors != 10 {
+		t.Fatalf("outbound side after 10 connections to a dead peer: %+v", st.Stats)
+	}
+	if n := strings.Count(p.prod.Log(), "cannot reach the peer gateway"); n != 1 {
+		t.Fatalf("said %d times that the peer cannot be reached, want once:\n%s", n, p.prod.Log())
+	}
+}
