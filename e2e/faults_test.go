@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,4 +228,96 @@ func TestPeerDownSaidOnce(t *testing.T) {
 	if n := strings.Count(p.prod.Log(), "cannot reach the peer gateway"); n != 1 {
 		t.Fatalf("said %d times that the peer cannot be reached, want once:\n%s", n, p.prod.Log())
 	}
+}
+
+// TestStrangerFlood: 3,000 stranger connections from two addresses hit
+// the inbound gateway's WAN listener while a stream carries 64 MiB: the
+// stream arrives intact, the gateway's memory stays bounded, and its log
+// gets no line per refused connection.
+func TestStrangerFlood(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	app := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", app.host(), app.port(), 1)
+	c, err := p.cons.Client(p.tokens["alice"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in, err := c.Get(context.Background(), so.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rssBefore := rssOf(p.cons.PID())
+
+	var wg sync.WaitGroup
+	var opened, peak atomic.Int64
+	stopFlood := make(chan struct{})
+	for src := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 3, byte(10+src))}}
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for range 1500 {
+				c, err := d.Dial("tcp", in.Listeners[0])
+				if err == nil {
+					opened.Add(1)
+					held = append(held, c)
+				}
+				if r := rssOf(p.cons.PID()); r > peak.Load() {
+					peak.Store(r)
+				}
+			}
+			<-stopFlood
+		}()
+	}
+	conn, err := dialFrom("", so.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	sum := sendRandom(t, conn, 64<<20, 11)
+	conn.CloseWrite()
+	r := app.next(t, 2*time.Minute)
+	close(stopFlood)
+	wg.Wait()
+	if r.err != nil || r.n != 64<<20 || r.sum != sum {
+		t.Fatalf("under the flood the consumer got %d bytes, %v, checksum match %v", r.n, r.err, r.sum == sum)
+	}
+	if opened.Load() < 1000 {
+		t.Fatalf("only %d stranger connections opened: the flood did not happen", opened.Load())
+	}
+	if grew := peak.Load() - rssBefore; grew > 32<<20 {
+		t.Errorf("the inbound gateway grew by %.1f MB under %d stranger connections", float64(grew)/1e6, opened.Load())
+	}
+	if n := strings.Count(p.cons.Log(), "WAN connection refused"); n != 0 {
+		t.Errorf("%d log lines for single refused connections, want only summaries:\n%s", n, p.cons.Log())
+	}
+	var st api.Stream
+	if err := json.Unmarshal([]byte(p.mustS2UC("alice", "status", so.UID, "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile, "--output", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Stats.RejectedConns < 1000 {
+		t.Errorf("the inbound side counted %d refused connections of the flood", st.Stats.RejectedConns)
+	}
+}
+
+// rssOf returns a process's resident memory in bytes, 0 if unknown.
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

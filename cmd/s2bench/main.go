@@ -67,6 +67,7 @@ func tool() *subcmd.Tool {
 			{Name: "producer", Summary: "send a verified workload to an s2bench consumer, directly or through gateways", Run: runProducer},
 			{Name: "run", Summary: "drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", Run: runDriver},
 			{Name: "testbed", Summary: "two facilities in network namespaces with an emulated WAN: up, run, down (root)", Run: runTestbed},
+			{Name: "flood", Summary: "a stream's goodput and the inbound gateway's memory under a flood of stranger connections", Run: runFlood},
 			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
 		},
 	}

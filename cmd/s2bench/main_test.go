@@ -291,3 +291,32 @@ func TestCompareSockmapReport(t *testing.T) {
 		}
 	}
 }
+
+// TestFlood runs s2bench flood small: the stream is measured alone and
+// under a flood, both verified, and the report says how the inbound
+// gateway's memory went; everything it started is stopped.
+func TestFlood(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"flood", "--conns", "2000", "--sources", "2", "--duration", "1s",
+		"--settle", "20s", "--s2cs", s2csBin}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("stdout:\n%s\nstderr:\n%s", out, stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`(?m)^  alone +[0-9.]+ MB/s, every message verified$`,
+		`(?m)^  under flood +[0-9.]+ MB/s, every message verified$`,
+		`(?m)^goodput under the flood: [0-9.]+ of alone`,
+		`(?m)^flood: [0-9]+ connections opened, [0-9]+ reset or closed by the gateway, [0-9]+ still open`,
+		`(?m)^inbound gateway memory \(VmRSS\): [0-9.]+ MB at start`,
+		`(?m)^memory back within 10% \(or 5 MB\) of the quiet level [0-9.]+ s after the flood ended$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("output lacks %s", re)
+		}
+	}
+	checkGone(t, gatewayPIDs(t, out), tmp)
+}

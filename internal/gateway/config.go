@@ -63,6 +63,9 @@ type Config struct {
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on Quota.
 	Quota Quota
+	// Strangers caps the WAN connections still in their handshake. Its
+	// zero value is the defaults documented on Limits.
+	Strangers Limits
 	// LookupHost resolves the host names a request gives (remote_ip,
 	// peer_listeners) when it arrives, so that a name that does not
 	// resolve is refused then, not when data flows. If nil,
@@ -156,6 +159,8 @@ func (c Config) Validate() error {
 		return fieldError("Quota.Ports", "%d is negative: give the most data ports one identity may hold", c.Quota.Ports)
 	case c.Quota.Pending < 0:
 		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
+	case c.Strangers.PerListener < 0 || c.Strangers.PerSource < 0 || c.Strangers.Total < 0:
+		return fieldError("Strangers", "%+v has a negative limit", c.Strangers)
 	}
 	_, err := c.engines()
 	return err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"scistream/internal/api"
@@ -101,11 +102,18 @@ func (s *Server) janitor() {
 // sweep is one round of the janitor at time now: it samples every live
 // stream's rates, expires inbound streams that waited longer than
 // Config.PendingTimeout for their peer, stores the ends of streams the
-// store refused before, and, if a minute has passed since
+// store refused before, says the connections refused in the last
+// interval (strangers.go), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
 // Config.Retention ago. It returns the time of the last prune.
 func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 	s.saveUnsaved()
+	if s.strange.summarize(now) {
+		// A flood of strangers ended: give its memory (goroutine
+		// stacks, TLS state) back to the system now rather than in
+		// minutes.
+		debug.FreeOSMemory()
+	}
 	for _, st := range s.live() {
 		st.sample(now)
 		if st.pendingSince(now) > s.cfg.PendingTimeout {

@@ -32,11 +32,12 @@ func (st *stream) quicConfig() wan.QUICConfig {
 	cfg.Logger = st.env.log.With("uid", st.uid)
 	cfg.OnReject = func(remote net.Addr, err error) {
 		st.rejected.Add(1)
+		st.env.strange.refuse(refusedQUIC, remote)
 		peer := ""
 		if remote != nil {
 			peer = remote.String()
 		}
-		st.env.log.Warn("WAN connection refused", "uid", st.uid, "wan", api.WANQUIC, "peer", peer, "err", err)
+		st.env.log.Debug("WAN connection refused", "uid", st.uid, "wan", api.WANQUIC, "peer", peer, "err", err)
 	}
 	return cfg
 }

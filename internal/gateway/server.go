@@ -47,6 +47,7 @@ type Server struct {
 	alloc   *ports.Allocator
 	engines *relay.Engines
 	env     *env // what every stream gets
+	strange *strangers
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -84,17 +85,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
+	strange := newStrangers(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		alloc:   alloc,
 		engines: engines,
+		strange: strange,
 		env: &env{
-			log:   cfg.Logger,
-			alloc: alloc,
-			cert:  &cfg.Identity.TLS,
-			quic:  cfg.QUIC,
+			log:     cfg.Logger,
+			alloc:   alloc,
+			cert:    &cfg.Identity.TLS,
+			quic:    cfg.QUIC,
+			strange: strange,
 		},
 		ctx:     ctx,
 		cancel:  cancel,

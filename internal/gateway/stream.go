@@ -14,6 +14,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/sockio"
 	"scistream/internal/store"
 	"scistream/internal/wan"
 )
@@ -21,10 +22,11 @@ import (
 // env is what a running stream needs from its gateway, shared by every
 // stream of one Server and never changed.
 type env struct {
-	log   *slog.Logger
-	alloc *ports.Allocator // where its listeners return when it stops
-	cert  *tls.Certificate // the gateway's certificate, for WAN legs
-	quic  wan.QUICConfig   // settings of QUIC WAN legs
+	log     *slog.Logger
+	alloc   *ports.Allocator // where its listeners return when it stops
+	cert    *tls.Certificate // the gateway's certificate, for WAN legs
+	quic    wan.QUICConfig   // settings of QUIC WAN legs
+	strange *strangers       // caps and refusals of unauthenticated connections
 }
 
 // stream is the running proxy of one stream: one listener per channel and
@@ -46,6 +48,8 @@ type stream struct {
 	mu        sync.Mutex // guards the following fields
 	rec       *store.Record
 	listeners []*net.TCPListener
+	slots     []listenerSlots // per listener: connections in their handshake
+	trusted   trust           // sources the peer authenticated from lately
 	conns     map[net.Conn]struct{}
 	stopped   bool
 	quic      quicLegs   // WAN legs over QUIC (quic.go)
@@ -93,6 +97,7 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		cancel:    cancel,
 		rec:       rec,
 		listeners: lns,
+		slots:     make([]listenerSlots, len(lns)),
 		conns:     map[net.Conn]struct{}{},
 	}
 	pin := rec.PeerCertSHA256
@@ -209,6 +214,15 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			return
 		}
 		backoff = 0
+		if st.role == api.RoleInbound && !st.env.strange.admit(&st.slots[ch], c.RemoteAddr(), st.trusted.has(c.RemoteAddr(), time.Now())) {
+			// Over a cap of connections in their handshake: reset
+			// at once, before any TLS state exists.
+			st.rejected.Add(1)
+			st.env.strange.refuse(refusedCap, c.RemoteAddr())
+			st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", c.RemoteAddr().String(), "reason", refusedCap)
+			relay.Abort(c)
+			continue
+		}
 		if st.role == api.RoleOutbound || st.wanT == api.WANTCP {
 			// The application's socket, or a plaintext WAN leg (which
 			// has no close_notify to tell an end from a death): from
@@ -242,7 +256,8 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	log := st.env.log.With("uid", st.uid, "channel", ch, "app", app.RemoteAddr().String())
 	if !st.admits(app.RemoteAddr()) {
 		st.rejected.Add(1)
-		log.Warn("connection refused: source not in the stream's allow-list", "allow", st.record().Allow)
+		st.env.strange.refuse(refusedAllow, app.RemoteAddr())
+		log.Debug("connection refused: source not in the stream's allow-list", "allow", st.record().Allow)
 		relay.Abort(app)
 		return
 	}
@@ -273,14 +288,28 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
+	if st.wanT == api.WANTLS {
+		// The dialer speaks first (its ClientHello): until it does,
+		// this connection costs this goroutine's small stack and
+		// nothing else; a stranger that says nothing costs no more.
+		// (On a plaintext leg the acceptor speaks first, its nonce.)
+		raw.SetReadDeadline(time.Now().Add(wan.HandshakeTimeout))
+		if err := sockio.WaitReadable(raw); err != nil {
+			st.env.strange.release(&st.slots[ch], raw.RemoteAddr())
+			raw.Close()
+			st.refuseWAN(ch, raw.RemoteAddr(), fmt.Errorf("%w: %w", wan.ErrBadPreface, err))
+			return
+		}
+	}
 	log := st.env.log.With("uid", st.uid, "channel", ch, "peer", raw.RemoteAddr().String())
 	rec := st.record()
 	w, watch, err := wan.AcceptLeg(st.ctx, raw, st.leg(rec, ch))
+	st.env.strange.release(&st.slots[ch], raw.RemoteAddr())
 	if err != nil {
-		st.rejected.Add(1)
-		log.Warn("WAN connection refused", "err", err)
+		st.refuseWAN(ch, raw.RemoteAddr(), err)
 		return
 	}
+	st.trusted.add(raw.RemoteAddr(), time.Now())
 	if watch {
 		if w != net.Conn(raw) && st.track(w) {
 			defer st.untrack(w)
@@ -296,6 +325,18 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 		defer st.untrack(w)
 	}
 	st.relayToApp(log, rec, ch, w)
+}
+
+// refuseWAN counts a WAN connection from remote on channel ch that did
+// not authenticate (unless the stream stopped meanwhile): in the stream's
+// counters and the gateway's refusal summary, and at debug in the log.
+func (st *stream) refuseWAN(ch int, remote net.Addr, err error) {
+	if st.ctx.Err() != nil {
+		return // released or shut down meanwhile
+	}
+	st.rejected.Add(1)
+	st.env.strange.refuse(refusalReason(err), remote)
+	st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "err", err)
 }
 
 // relayToApp dials the application's port for channel ch and relays the

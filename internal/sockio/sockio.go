@@ -143,6 +143,35 @@ func (s *Conn) Read(b []byte) (int, error) {
 	return o.n, nil
 }
 
+// WaitReadable waits until c has a byte to read, or its end or an error,
+// without reading it, under c's read deadline. A goroutine waiting here
+// has a shallow stack and holds nothing else: a server can keep a
+// connection that has said nothing yet for next to nothing, and start its
+// handshake (with its buffers and state) only once the peer speaks.
+func WaitReadable(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var errno syscall.Errno
+	var n uintptr
+	var b [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, errno = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		return errno != syscall.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return err
+	case errno != 0:
+		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvfrom", errno)}
+	case n == 0:
+		return io.EOF
+	}
+	return nil
+}
+
 // Reset reports whether the kernel has closed c's socket while this
 // process still holds it (TCP state CLOSE) before this side sent its own
 // FIN: then a reset (or a timeout) ended it. Call it only while this side

@@ -279,3 +279,27 @@ func TestReset(t *testing.T) {
 	}
 	waitfor.Must(t, testTimeout, "the orderly close to end in CLOSE", func() bool { return sockio.Reset(c2) })
 }
+
+// TestWaitReadable: it returns once a byte is there, leaving it to be
+// read; at the peer's end it says EOF; a silent peer keeps it waiting
+// until the read deadline.
+func TestWaitReadable(t *testing.T) {
+	c, peer := loopback.TCPPair(t)
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := sockio.WaitReadable(c); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("silent peer: %v, want the deadline", err)
+	}
+	deadline(c, peer)
+	peer.Write([]byte("hi"))
+	if err := sockio.WaitReadable(c); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 2)
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != "hi" {
+		t.Fatalf("read after WaitReadable: %q, %v", b, err)
+	}
+	peer.CloseWrite()
+	if err := sockio.WaitReadable(c); err != io.EOF {
+		t.Fatalf("after the peer's FIN: %v, want io.EOF", err)
+	}
+}

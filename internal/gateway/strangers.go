@@ -1,0 +1,278 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"scistream/internal/wan"
+)
+
+// Strangers: connections that have not proven who they are. A WAN
+// listener must accept anyone's TCP connection to learn whether it is the
+// pinned peer, and a flood of such connections must cost the gateway next
+// to nothing and never disturb a running stream:
+//
+//   - connections still in their handshake are capped per listener, per
+//     source address and in all (Limits); one over a cap is reset at
+//     once, before any TLS state exists. A source the stream's peer has
+//     authenticated from lately (trust) is not capped: strangers cannot
+//     take the peer's slots (they cannot complete TCP from its address),
+//     so a flood does not keep the peer's next connection out;
+//   - a connection costs no read buffer until it has proven the stream
+//     secret (wan: a leg gets its large buffer once it carried bulk), and
+//     a silent one only a small goroutine until its first byte;
+//   - each refusal is counted by reason, and the log gets one summary line
+//     per interval with the counts, never a line per connection.
+
+// Limits bound the connections that have not yet authenticated. Zero
+// fields are the defaults given.
+type Limits struct {
+	// PerListener caps the connections in their handshake on one WAN
+	// listener. If zero, 128: above the 64 application connections a
+	// peer may open at once on one channel in the tests, with room.
+	PerListener int
+	// PerSource caps the connections in their handshake from one source
+	// address, across every listener. If zero, 128.
+	PerSource int
+	// Total caps the connections in their handshake on the whole
+	// gateway. If zero, 1024.
+	Total int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.PerListener == 0 {
+		l.PerListener = 128
+	}
+	if l.PerSource == 0 {
+		l.PerSource = 128
+	}
+	if l.Total == 0 {
+		l.Total = 1024
+	}
+	return l
+}
+
+// Why a connection was refused, the keys of the summary line.
+const (
+	refusedCap      = "over the cap of connections in their handshake"
+	refusedAllow    = "source not in the allow-list"
+	refusedTLS      = "TLS handshake failed (not the pinned certificate, or not TLS)"
+	refusedTimeout  = "handshake or preface too slow"
+	refusedPreface  = "malformed preface"
+	refusedWrong    = "preface names another stream or channel"
+	refusedSecret   = "preface does not prove the stream secret"
+	refusedClosed   = "closed before its preface"
+	refusedQUIC     = "QUIC peer or stream refused"
+	summaryInterval = 10 * time.Second
+)
+
+// strangers counts the gateway's unauthenticated connections and its
+// refusals, and says them in one line per interval.
+type strangers struct {
+	limits Limits
+	log    *slog.Logger
+
+	mu       sync.Mutex // guards the following fields
+	total    int
+	bySource map[netip.Addr]int
+	peak     int                // most in their handshake at once since the last free
+	refused  map[string]int     // by reason, since the last summary
+	sources  map[netip.Addr]int // refusals by source, since the last summary
+	since    time.Time          // start of the current summary interval
+}
+
+func newStrangers(l Limits, log *slog.Logger, now time.Time) *strangers {
+	return &strangers{
+		limits:   l.withDefaults(),
+		log:      log,
+		bySource: map[netip.Addr]int{},
+		refused:  map[string]int{},
+		sources:  map[netip.Addr]int{},
+		since:    now,
+	}
+}
+
+// listenerSlots is the count of one listener's connections in their
+// handshake.
+type listenerSlots struct {
+	mu sync.Mutex // guards n
+	n  int
+}
+
+// admit reserves a handshake slot for a connection from remote on the
+// listener whose slots are ls, or reports false if a cap is reached; a
+// trusted source is counted but never refused. The caller must call
+// release once the connection authenticated or failed.
+func (s *strangers) admit(ls *listenerSlots, remote net.Addr, trusted bool) bool {
+	src := sourceOf(remote)
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.n >= s.limits.PerListener && !trusted {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if (s.total >= s.limits.Total || s.bySource[src] >= s.limits.PerSource) && !trusted {
+		return false
+	}
+	ls.n++
+	s.total++
+	s.bySource[src]++
+	s.peak = max(s.peak, s.total)
+	return true
+}
+
+// release frees the slot admit reserved.
+func (s *strangers) release(ls *listenerSlots, remote net.Addr) {
+	src := sourceOf(remote)
+	ls.mu.Lock()
+	ls.n--
+	ls.mu.Unlock()
+	s.mu.Lock()
+	s.total--
+	if s.bySource[src]--; s.bySource[src] <= 0 {
+		delete(s.bySource, src)
+	}
+	s.mu.Unlock()
+}
+
+// trust remembers the sources a stream's peer authenticated from lately.
+type trust struct {
+	mu   sync.Mutex // guards seen
+	seen map[netip.Addr]time.Time
+}
+
+// trustFor is how long a source stays trusted after its last
+// authenticated connection.
+const trustFor = 10 * time.Minute
+
+// add notes that remote authenticated at now.
+func (t *trust) add(remote net.Addr, now time.Time) {
+	src := sourceOf(remote)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen == nil {
+		t.seen = map[netip.Addr]time.Time{}
+	}
+	t.seen[src] = now
+	for a, at := range t.seen { // a peer has one or a few addresses
+		if now.Sub(at) > trustFor {
+			delete(t.seen, a)
+		}
+	}
+}
+
+// has reports whether remote authenticated within trustFor of now.
+func (t *trust) has(remote net.Addr, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.seen[sourceOf(remote)]
+	return ok && now.Sub(at) <= trustFor
+}
+
+// refuse counts a refused connection from remote (nil if unknown).
+func (s *strangers) refuse(reason string, remote net.Addr) {
+	s.mu.Lock()
+	s.refused[reason]++
+	if remote != nil {
+		s.sources[sourceOf(remote)]++
+	}
+	s.mu.Unlock()
+}
+
+// summarize logs, once the interval since the last summary has passed,
+// one line with the refusals counted in it, if any. It also reports
+// whether a flood of strangers (a peak of more than floodPeak in their
+// handshake at once) has ended, so the caller can return its memory.
+func (s *strangers) summarize(now time.Time) (floodOver bool) {
+	const floodPeak = 256
+	s.mu.Lock()
+	if s.total == 0 && s.peak > floodPeak {
+		floodOver = true
+		s.peak = 0
+	}
+	if now.Sub(s.since) < summaryInterval {
+		s.mu.Unlock()
+		return floodOver
+	}
+	refused, sources, since := s.refused, s.sources, s.since
+	s.refused, s.sources, s.since = map[string]int{}, map[netip.Addr]int{}, now
+	inHandshake := s.total
+	s.mu.Unlock()
+	if len(refused) == 0 {
+		return floodOver
+	}
+	var n int
+	var reasons []string
+	for r, c := range refused {
+		n += c
+		reasons = append(reasons, fmt.Sprintf("%d %s", c, r))
+	}
+	sort.Strings(reasons)
+	s.log.Warn(fmt.Sprintf("refused %d connections in the last %s", n, now.Sub(since).Round(time.Second)),
+		"reasons", strings.Join(reasons, "; "), "top_sources", topSources(sources, 3), "in_handshake_now", inHandshake)
+	return floodOver
+}
+
+// topSources lists the k sources with the most refusals.
+func topSources(m map[netip.Addr]int, k int) string {
+	type sc struct {
+		a netip.Addr
+		n int
+	}
+	var all []sc
+	for a, n := range m {
+		all = append(all, sc{a, n})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].a.Less(all[j].a) })
+	var parts []string
+	for _, x := range all[:min(k, len(all))] {
+		parts = append(parts, fmt.Sprintf("%s (%d)", x.a, x.n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sourceOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	if ua, ok := a.(*net.UDPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ua.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// refusalReason says why wan.Accept refused a connection.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, wan.ErrBadSecret):
+		return refusedSecret
+	case errors.Is(err, wan.ErrWrongStream):
+		return refusedWrong
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return refusedTimeout
+	case errors.Is(err, wan.ErrBadPreface) && isClosed(err):
+		return refusedClosed
+	case errors.Is(err, wan.ErrBadPreface):
+		return refusedPreface
+	}
+	return refusedTLS
+}
+
+// isClosed reports an error that means the connection ended.
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || isBroken(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/store"
+	"scistream/internal/waitfor"
+)
+
+// TestSilentStrangerCost: a WAN connection that opens and says nothing
+// costs the gateway at most 16 KiB (heap and goroutine stack) while it
+// waits for its handshake deadline.
+func TestSilentStrangerCost(t *testing.T) {
+	const n = 2000
+	s := newTestServer(t, func(c *Config) {
+		c.Strangers = Limits{PerListener: 2 * n, PerSource: 2 * n, Total: 2 * n}
+	})
+	var st api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &st)
+	in := func() int {
+		s.strange.mu.Lock()
+		defer s.strange.mu.Unlock()
+		return s.strange.total
+	}
+	measure := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse + m.StackInuse
+	}
+	before := measure()
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", st.Listeners[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	waitfor.Must(t, 30*time.Second, "every stranger to be in its handshake", func() bool { return in() == n })
+	// The test's own connections count too (a net.Conn each, about
+	// 0.5 KiB): the bound holds with them.
+	per := float64(measure()-before) / n
+	t.Logf("%d silent strangers: %.1f KiB each (heap and stacks of both ends)", n, per/1024)
+	if per > 16<<10 {
+		t.Errorf("a silent stranger costs %.1f KiB, want at most 16", per/1024)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	waitfor.Must(t, 30*time.Second, "the strangers to be gone", func() bool { return in() == 0 })
+}
+
+// TestStrangerCaps: a flood from strangers is refused over the caps, and
+// counted by reason in one summary line per interval, never a line per
+// connection; a source the peer authenticated from is not capped.
+func TestStrangerCaps(t *testing.T) {
+	var logs logLines
+	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	s := newTestServer(t, func(c *Config) {
+		c.Strangers = Limits{PerListener: 8, PerSource: 4, Total: 100}
+		c.Now = clk.Now
+		c.Logger = logs.logger()
+	})
+	var st api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &st)
+	// refused opens k connections from one source and returns how many
+	// the gateway reset (during the connect, or at once after it).
+	refused := func(from string, k int) int {
+		n := 0
+		for range k {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+			c, err := d.Dial("tcp", st.Listeners[0])
+			if err != nil {
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatal(err)
+				}
+				n++
+				continue
+			}
+			t.Cleanup(func() { c.Close() })
+			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeoutErr(err) {
+				n++
+			}
+		}
+		return n
+	}
+	if got := refused("127.0.0.61", 10); got != 6 { // per source: 4 held, 6 refused
+		t.Fatalf("10 strangers from one source, a cap of 4: %d refused, want 6", got)
+	}
+	if got := refused("127.0.0.62", 10); got != 6 { // per listener: 8 in all, so 4 more held
+		t.Fatalf("10 more from another source, a listener cap of 8: %d refused, want 6", got)
+	}
+	// The peer's address, once it authenticated, is not capped.
+	peer := &net.TCPAddr{IP: net.ParseIP("127.0.0.63")}
+	s.mu.Lock()
+	s.streams[store.Key{Owner: "alice", UID: st.UID}].trusted.add(peer, time.Now())
+	s.mu.Unlock()
+	if got := refused("127.0.0.63", 3); got != 0 {
+		t.Fatalf("the peer's address was refused %d times over the strangers' caps", got)
+	}
+	s.sweep(clk.Add(summaryInterval), clk.Now())
+	if n := logs.count("refused "); n != 1 {
+		t.Fatalf("%d refusal lines, want one summary:\n%s", n, logs.String())
+	}
+	if !logs.has("refused 12 connections in the last 10s") || !logs.has("12 " + refusedCap) {
+		t.Fatalf("summary line does not count the 12 refusals by reason:\n%s", logs.String())
+	}
+	if logs.count("level=WARN") != 1 {
+		t.Fatalf("refusals logged at warn one by one:\n%s", logs.String())
+	}
+}
+
+func isTimeoutErr(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// logLines collects a server's log lines.
+type logLines struct {
+	mu sync.Mutex // guards b
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// logger returns a logger at info level that writes to l.
+func (l *logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+func (l *logLines) count(s string) int { return strings.Count(l.String(), s) }
+func (l *logLines) has(s string) bool  { return strings.Contains(l.String(), s) }
