@@ -30,8 +30,9 @@ type testGW struct {
 	done chan error
 }
 
-// startGW runs an in-process gateway on a fresh loopback address.
-func startGW(t *testing.T, tokens *auth.Tokens) *testGW {
+// startGW runs an in-process gateway on a fresh loopback address; mods
+// may change its config first.
+func startGW(t *testing.T, tokens *auth.Tokens, mods ...func(*Config)) *testGW {
 	t.Helper()
 	dir := t.TempDir()
 	ip := localgw.RandomLoopback()
@@ -43,10 +44,14 @@ func startGW(t *testing.T, tokens *auth.Tokens) *testGW {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{
+	cfg := Config{
 		ListenerIP: ip, PortRange: ports.Range{Lo: 5100, Hi: 5120}, Identity: id, Auth: tokens, Store: st,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
