@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -320,4 +325,123 @@ func rssOf(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// TestDiskFull: the consumer gateway's state directory (a small tmpfs)
+// fills up while a stream carries data. New requests fail with
+// unavailable, never internal or a crash; a release still ends its
+// stream and reports it ended; the running stream carries every byte; and
+// once space is free again, requests work and the release is on disk
+// (a restart does not bring the released stream back).
+func TestDiskFull(t *testing.T) {
+	mnt := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root and CAP_SYS_ADMIN): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	p := newPair(t, pairOpts{consState: mnt})
+	app := newSink(t, "127.0.0.1", nil)
+	running := p.wire("alice", app.host(), app.port(), 1)
+	doomed := p.wire("alice", app.host(), app.port(), 1)
+	in, err := p.cons.Client(p.tokens["alice"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	ctx := context.Background()
+
+	// The running stream: 64 MiB, half before the disk fills, half after.
+	conn, err := dialFrom("", running.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	h := sha256.New()
+	send := func(seed uint64) {
+		if err := writeRandom(io.MultiWriter(conn, h), 32<<20, seed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(1)
+
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 64<<10)); err != nil {
+			break // ENOSPC: full
+		}
+	}
+	f.Close()
+
+	// Requests while full: each either works (the database had free
+	// pages) or fails with unavailable; within 50, one fails.
+	var unavailable int
+	for i := 0; i < 50 && unavailable == 0; i++ {
+		s, err := in.Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{9}, NumConn: 1})
+		var ae *api.Error
+		switch {
+		case err == nil:
+			in.Release(ctx, s.UID)
+		case errors.As(err, &ae) && ae.Code == api.CodeUnavailable:
+			unavailable++
+			if !strings.Contains(ae.Message, "retry") {
+				t.Errorf("unavailable without a hint: %q", ae.Message)
+			}
+		default:
+			t.Fatalf("request %d on a full disk: %v, want success or unavailable", i, err)
+		}
+	}
+	if unavailable == 0 {
+		t.Fatal("50 requests on a full disk all succeeded: the disk never filled for the gateway")
+	}
+	rel, err := in.Release(ctx, doomed.UID)
+	if err != nil || rel.State != api.StateReleased {
+		t.Fatalf("release on a full disk: %+v, %v; want the stream released", rel, err)
+	}
+	if st, err := in.Get(ctx, doomed.UID); err != nil || st.State != api.StateReleased {
+		t.Fatalf("status of the stream released on a full disk: %+v, %v", st, err)
+	}
+
+	send(2)
+	conn.CloseWrite()
+	if r := app.next(t, time.Minute); r.err != nil || r.n != 64<<20 || !bytes.Equal(r.sum[:], h.Sum(nil)) {
+		t.Fatalf("the running stream across the full disk: consumer got %d bytes, %v, checksum match %v", r.n, r.err, bytes.Equal(r.sum[:], h.Sum(nil)))
+	}
+
+	// Space again: requests work, and the release reaches the disk.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a request to work once space is free", func() bool {
+		s, err := in.Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{9}, NumConn: 1})
+		if err == nil {
+			in.Release(ctx, s.UID)
+		}
+		return err == nil
+	})
+	if strings.Contains(p.cons.Log(), "could not store the end of a stream") {
+		// The release's write did not fit (it may, in the database's
+		// free pages): the janitor stores it once there is room.
+		eventually(t, 30*time.Second, "the gateway to store the release it could not store", func() bool {
+			return strings.Contains(p.cons.Log(), "stored the end of a stream after all")
+		})
+	}
+	p.restart(&p.cons, true)
+	in2, err := p.cons.Client(p.tokens["alice"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in2.Close()
+	if st, err := in2.Get(ctx, doomed.UID); err != nil || st.State != api.StateReleased {
+		t.Fatalf("after a restart the stream released on a full disk is %+v, %v; want released", st, err)
+	}
+	if st, err := in2.Get(ctx, running.UID); err != nil || st.State != api.StateConnected {
+		t.Fatalf("after a restart the running stream is %+v, %v; want connected", st, err)
+	}
 }

@@ -61,6 +61,7 @@ type pair struct {
 type pairOpts struct {
 	portRange string
 	args      []string // extra s2cs flags for both
+	consState string   // the consumer gateway's --state_dir, if not under the test's directory
 }
 
 func newPair(t *testing.T, o pairOpts) *pair {
@@ -78,27 +79,35 @@ func newPair(t *testing.T, o pairOpts) *pair {
 		t.Fatal(err)
 	}
 	p.prod = p.start("prod", localgw.RandomLoopback(), o)
-	p.cons = p.start("cons", localgw.RandomLoopback(), o)
+	consName := "cons"
+	if o.consState != "" {
+		consName = o.consState
+	}
+	p.cons = p.start(consName, localgw.RandomLoopback(), o)
 	return p
 }
 
 func (p *pair) start(name, ip string, o pairOpts) *localgw.Gateway {
 	p.t.Helper()
+	stateDir := name
+	if !filepath.IsAbs(name) {
+		stateDir = filepath.Join(p.dir, name)
+	}
 	g, err := localgw.Start(context.Background(), localgw.Options{
 		S2CS:       bins.s2cs,
 		ListenerIP: ip,
 		PortRange:  o.portRange,
-		StateDir:   filepath.Join(p.dir, name),
+		StateDir:   stateDir,
 		TokensFile: p.tokensFile,
 		Args:       o.args,
 	})
 	if err != nil {
-		p.t.Fatalf("start %s gateway: %v", name, err)
+		p.t.Fatalf("start %s gateway: %v", filepath.Base(name), err)
 	}
 	p.t.Cleanup(func() {
 		g.Stop()
 		if p.t.Failed() {
-			p.t.Logf("%s gateway log:\n%s", name, g.Log())
+			p.t.Logf("%s gateway log:\n%s", filepath.Base(name), g.Log())
 		}
 	})
 	return g
@@ -116,8 +125,7 @@ func (p *pair) restart(g **localgw.Gateway, graceful bool) {
 	} else {
 		old.Kill()
 	}
-	name := filepath.Base(old.Opts.StateDir)
-	*g = p.start(name, old.Opts.ListenerIP, pairOpts{portRange: old.Opts.PortRange, args: old.Opts.Args})
+	*g = p.start(old.Opts.StateDir, old.Opts.ListenerIP, pairOpts{portRange: old.Opts.PortRange, args: old.Opts.Args})
 }
 
 // on returns p as seen by test t (a subtest of the one that made p), so

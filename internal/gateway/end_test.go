@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/store"
 )
 
 // TestPendingExpiry drives the janitor's round with an injected clock: an
@@ -75,5 +78,74 @@ func TestPrune(t *testing.T) {
 	callErr(t, s, "GET", "/v1/streams/"+st.UID, aliceToken, "", 404, api.CodeNotFound, st.UID)
 	if clk.Now().Sub(released) <= time.Hour {
 		t.Fatal("test clock arithmetic is off")
+	}
+}
+
+// failingStore is a store whose writes fail while fail is set, as a full
+// disk makes them.
+type failingStore struct {
+	store.Store
+	fail atomic.Bool
+}
+
+var errDiskFull = errors.New("write state.db: no space left on device")
+
+func (f *failingStore) Put(r *store.Record) error {
+	if f.fail.Load() {
+		return errDiskFull
+	}
+	return f.Store.Put(r)
+}
+
+// TestEndWhileStoreFails: while the store refuses writes, creating a
+// stream is unavailable, and a release still ends the stream and reports
+// it ended everywhere (status, list); the janitor stores the end once the
+// store takes writes again.
+func TestEndWhileStoreFails(t *testing.T) {
+	var fs *failingStore
+	var logs logLines
+	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	s := newTestServer(t, func(c *Config) {
+		fs = &failingStore{Store: c.Store}
+		c.Store = fs
+		c.Now = clk.Now
+		c.Logger = logs.logger()
+	})
+	var st api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &st)
+	fs.fail.Store(true)
+	callErr(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 503, api.CodeUnavailable, "retry later")
+	if n := s.alloc.InUse(); n != 1 {
+		t.Fatalf("%d ports in use after a create the store refused, want the first stream's 1", n)
+	}
+	var rel api.Stream
+	callOK(t, s, "DELETE", "/v1/streams/"+st.UID, aliceToken, "", 200, &rel)
+	if rel.State != api.StateReleased || s.alloc.InUse() != 0 {
+		t.Fatalf("release while the store fails: %s, %d ports in use", rel.State, s.alloc.InUse())
+	}
+	var got api.Stream
+	callOK(t, s, "GET", "/v1/streams/"+st.UID, aliceToken, "", 200, &got)
+	if got.State != api.StateReleased {
+		t.Fatalf("status after the release is %s: the stale stored record shows through", got.State)
+	}
+	var list api.StreamList
+	callOK(t, s, "GET", "/v1/streams?all=true", aliceToken, "", 200, &list)
+	if len(list.Streams) != 1 || list.Streams[0].State != api.StateReleased {
+		t.Fatalf("list --all after the release: %+v", list.Streams)
+	}
+	if rec, _ := fs.Get(store.Key{Owner: "alice", UID: st.UID}); rec.State.Terminal() {
+		t.Fatal("the failing store took the release")
+	}
+	if !logs.has("could not store the end of a stream") {
+		t.Fatalf("no error logged for the end the store refused:\n%s", logs.String())
+	}
+	s.sweep(clk.Add(time.Second), clk.Now()) // still failing: kept
+	fs.fail.Store(false)
+	s.sweep(clk.Add(time.Second), clk.Now())
+	if rec, err := fs.Get(store.Key{Owner: "alice", UID: st.UID}); err != nil || rec.State != api.StateReleased || rec.Secret != nil {
+		t.Fatalf("stored record once the store works again: %+v, %v", rec, err)
+	}
+	if !logs.has("stored the end of a stream after all") {
+		t.Fatalf("the late store is not logged:\n%s", logs.String())
 	}
 }

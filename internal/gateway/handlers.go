@@ -128,8 +128,18 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 		if err != nil {
 			return 0, nil, storeError("read state", err)
 		}
-		for _, rec := range recs {
-			if rec.Owner == id && !live[rec.Key()] && rec.State.Terminal() {
+		s.mu.Lock()
+		for _, r := range s.unsaved { // ended; the store has not taken it yet
+			if r.Owner == id {
+				recs = append(recs, r)
+			}
+		}
+		s.mu.Unlock()
+		seen := map[store.Key]bool{}
+		for i := len(recs) - 1; i >= 0; i-- { // unsaved ones last: they win
+			rec := recs[i]
+			if rec.Owner == id && !live[rec.Key()] && !seen[rec.Key()] && rec.State.Terminal() {
+				seen[rec.Key()] = true
 				out.Streams = append(out.Streams, s.view(rec, nil))
 			}
 		}

@@ -119,9 +119,14 @@ func (s *Server) owned(uid, caller string) (*stream, *store.Record, error) {
 	k := store.Key{Owner: caller, UID: uid}
 	s.mu.Lock()
 	st := s.streams[k]
+	unsaved := s.unsaved[k]
 	s.mu.Unlock()
 	if st != nil {
 		return st, st.record(), nil
+	}
+	if unsaved != nil { // ended; the store has not taken its end yet
+		r := *unsaved
+		return nil, &r, nil
 	}
 	rec, err := s.cfg.Store.Get(k)
 	if errors.Is(err, store.ErrNotFound) {
