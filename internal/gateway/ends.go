@@ -148,6 +148,9 @@ func (st *stream) ended(log *slog.Logger, err error) {
 		return // released or shut down: not the connection's doing
 	}
 	kind := relayEnd(err)
+	if st.watchSt.lost.Load() && errors.Is(err, net.ErrClosed) {
+		kind = api.EndWANLost // aborted because the watch leg was lost
+	}
 	st.ends.count(kind, err, time.Now())
 	switch kind {
 	case api.EndAppReset, api.EndPeerReset:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/relay"
 	"scistream/internal/wan"
 )
 
@@ -52,6 +53,10 @@ type watchState struct {
 	// failed dial of the leg is expected (the peer restarts) and said at
 	// debug only.
 	quietUntil atomic.Int64
+	// lost is set when the watch leg was lost and the stream aborted its
+	// relays for it (their ends count as wan_lost), until a leg is up
+	// again.
+	lost atomic.Bool
 }
 
 // watchBackoff bounds the pause between two dials of a watch leg.
@@ -152,6 +157,7 @@ func (st *stream) holdWatch(w *wan.Watch) bool {
 		old.Close(wan.PeerLost)
 	}
 	st.watchSt.peer.Store(peerUp)
+	st.watchSt.lost.Store(false)
 	st.wanUp(st.env.log.With("uid", st.uid))
 	return true
 }
@@ -199,6 +205,26 @@ func (st *stream) peerEnded(log *slog.Logger, end wan.PeerEnd, err error) wan.Pe
 	default:
 		st.watchSt.peer.Store(peerDown)
 		st.wanDown(log, "lost the peer gateway: its watch leg ended without a word (its process died or restarted, or the path broke); application connections through it are reset", err)
+		st.abortRelays()
 	}
 	return end
+}
+
+// abortRelays resets every connection the stream relays now: they lead
+// through a peer or a path that is gone, and would otherwise hang on TCP
+// retransmissions for many minutes before either application heard of it.
+// Their ends count as wan_lost.
+func (st *stream) abortRelays() {
+	st.watchSt.lost.Store(true)
+	st.mu.Lock()
+	conns := make([]net.Conn, 0, len(st.conns))
+	for c := range st.conns {
+		if st.watch == nil || c != st.watch.Conn() {
+			conns = append(conns, c)
+		}
+	}
+	st.mu.Unlock()
+	for _, c := range conns {
+		relay.Abort(c)
+	}
 }

@@ -92,6 +92,9 @@ func NewWatch(c net.Conn) *Watch {
 	return &Watch{c: c}
 }
 
+// Conn is the watch leg's connection.
+func (w *Watch) Conn() net.Conn { return w.c }
+
 // Wait blocks until the leg ends and says how. It returns PeerLost with
 // the cause when the leg ended without a word, or when Close was called on
 // this side.

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+	"scistream/internal/netbed"
+	"scistream/internal/waitfor"
+)
+
+// TestTestbedLinkCut cuts the WAN link of the namespace testbed (the WAN
+// router's link to the consumer gateway goes down) while one stream
+// carries two connections and another stream is idle. Within the watch
+// leg's keepalive bound both applications of every affected connection
+// see a reset (not an end of stream, not a hang); once the link is up
+// again both streams, still wired, carry new connections intact.
+func TestTestbedLinkCut(t *testing.T) {
+	bin := needTestbed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tb, err := netbed.Up(ctx, netbed.Config{Name: testbedName(), Preset: netbed.Preset{Name: "ci", RTT: 2 * time.Millisecond, RateBps: 1_000_000_000},
+		DelayLine: []string{bin, "testbed", "delayline"}, StateRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Down()
+
+	// The consumer, in its namespace: every connection it accepts is
+	// read to its end; the end (an error, or io.EOF) is reported.
+	var ln *net.TCPListener
+	if err := netbed.Do(tb.NS(netbed.Consumer), func() (err error) {
+		ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(tb.ConsumerLAN())})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type end struct {
+		n   int64
+		sum [32]byte
+		err error
+	}
+	ends := make(chan end, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				h := sha256.New()
+				n, err := io.Copy(h, c)
+				var e end
+				e.n, e.err = n, err
+				copy(e.sum[:], h.Sum(nil))
+				ends <- e
+			}()
+		}
+	}()
+
+	lp, err := startLocalPair(ctx, localPairConfig{
+		s2cs: s2csBin, engine: "splice", wan: api.WANTLS, consumer: ln.Addr().(*net.TCPAddr),
+		netns: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
+		ips:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
+		allow: tb.LANASubnet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lp.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	_, idle, err := client.Wire(ctx, lp.inC, lp.outC,
+		&api.InboundRequest{RemoteIP: tb.ConsumerLAN(), ReceiverPorts: []int{port}, NumConn: 1},
+		api.OutboundRequest{NumConn: 1, Allow: []string{tb.LANASubnet()}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(addr string) *net.TCPConn {
+		t.Helper()
+		var c net.Conn
+		if err := netbed.Do(tb.NS(netbed.Producer), func() (err error) {
+			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.TCPConn)
+	}
+	// sendAndCheck carries 1 MiB over a fresh connection to addr and
+	// checks the consumer got it whole.
+	sendAndCheck := func(what, addr string) {
+		t.Helper()
+		c := dial(addr)
+		c.SetDeadline(time.Now().Add(time.Minute))
+		msg := make([]byte, 1<<20)
+		for i := range msg {
+			msg[i] = byte(i * 7)
+		}
+		if _, err := c.Write(msg); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		c.CloseWrite()
+		select {
+		case e := <-ends:
+			if e.err != nil || e.n != int64(len(msg)) || e.sum != sha256.Sum256(msg) {
+				t.Fatalf("%s: the consumer got %d bytes, %v, checksum match %v", what, e.n, e.err, e.sum == sha256.Sum256(msg))
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: the consumer got nothing", what)
+		}
+	}
+	sendAndCheck("the busy stream before the cut", lp.target())
+	sendAndCheck("the idle stream before the cut", idle.Listeners[0])
+	peerUp := func(want string) func() bool {
+		return func() bool {
+			for _, uid := range []string{lp.outS.UID, idle.UID} {
+				for _, c := range []*client.Client{lp.inC, lp.outC} {
+					s, err := c.Get(ctx, uid)
+					if err != nil || s.Stats == nil || s.Stats.Peer != want {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	waitfor.Must(t, time.Minute, "both gateways to see their peer up on both streams", peerUp(api.PeerUp))
+
+	// Two connections that never stop writing.
+	var wg sync.WaitGroup
+	var sent [2]atomic.Int64
+	werrs := make(chan error, 2)
+	for i := range 2 {
+		c := dial(lp.target())
+		c.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chunk := make([]byte, 64<<10)
+			for {
+				n, err := c.Write(chunk)
+				sent[i].Add(int64(n))
+				if err != nil {
+					werrs <- err
+					return
+				}
+			}
+		}()
+	}
+	waitfor.Must(t, time.Minute, "both connections to carry data", func() bool {
+		return sent[0].Load() > 4<<20 && sent[1].Load() > 4<<20
+	})
+
+	cut := time.Now()
+	if out, err := exec.Command("ip", "-n", tb.NS(netbed.WANRouter), "link", "set", "east", "down").CombinedOutput(); err != nil {
+		t.Fatalf("cut the link: %v: %s", err, out)
+	}
+	const bound = 45 * time.Second // the watch leg's keepalive (about 20 s), with room
+	for i := range 2 {
+		select {
+		case e := <-ends:
+			if e.err == nil {
+				t.Errorf("consumer %d read a clean end of stream after %d bytes while its producer kept writing", i, e.n)
+			}
+		case <-time.After(bound - time.Since(cut)):
+			t.Fatalf("consumer %d heard nothing %s after the link was cut", i, bound)
+		}
+		select {
+		case err := <-werrs:
+			if os.IsTimeout(err) {
+				t.Errorf("producer %d: writes hung: %v", i, err)
+			}
+		case <-time.After(bound - time.Since(cut)):
+			t.Fatalf("producer %d: writes never failed %s after the link was cut", i, bound)
+		}
+	}
+	wg.Wait()
+	t.Logf("both ends of both connections saw an error %.1f s after the cut", time.Since(cut).Seconds())
+	waitfor.Must(t, 10*time.Second, "both gateways to see their peer down", peerUp(api.PeerDown))
+
+	if out, err := exec.Command("ip", "-n", tb.NS(netbed.WANRouter), "link", "set", "east", "up").CombinedOutput(); err != nil {
+		t.Fatalf("restore the link: %v: %s", err, out)
+	}
+	sendAndCheck("the idle stream after the cut", idle.Listeners[0])
+	sendAndCheck("the busy stream after the cut", lp.target())
+	waitfor.Must(t, time.Minute, "both gateways to see their peer up again", peerUp(api.PeerUp))
+	for _, uid := range []string{lp.outS.UID, idle.UID} {
+		for _, c := range []*client.Client{lp.inC, lp.outC} {
+			if s, err := c.Get(ctx, uid); err != nil || s.State != api.StateConnected {
+				t.Errorf("stream %s on %s after the cut: %+v, %v; want it still connected", uid, c.Addr(), s, err)
+			}
+		}
+	}
+}
