@@ -3,11 +3,13 @@ package e2e
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"scistream/internal/api"
 	"strconv"
 	"testing"
 	"time"
@@ -201,6 +203,20 @@ func TestRabbitMQ(t *testing.T) {
 					dr.RTTMedian, dr.RTTP90, dr.RTTP99)
 			}
 			t.Log(line)
+		}
+	}
+	// A healthy stream reports no error: the broker resets each AMQP
+	// connection it closes, which is the application's doing (it used
+	// to show as one gateway error per connection).
+	for _, g := range []*localgw.Gateway{p.prod, p.cons} {
+		var st api.Stream
+		out := p.mustS2UC("alice", "status", so.UID, "--s2cs", g.Addr, "--server_cert", g.CertFile, "--output", "json")
+		if err := json.Unmarshal([]byte(out), &st); err != nil || st.Stats == nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		t.Logf("%s: %d connections, aborted by kind %v", g.Addr, st.Stats.TotalConns, st.Stats.AbortedByKind)
+		if st.Stats.Errors != 0 {
+			t.Errorf("a healthy RabbitMQ stream shows %d errors on %s: %v (last: %v)", st.Stats.Errors, g.Addr, st.Stats.AbortedByKind, st.Stats.LastErrors)
 		}
 	}
 }

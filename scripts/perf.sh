@@ -50,6 +50,16 @@ run small-each-tcp  --workload 512B --bytes 64MiB --writes each --reps 5 --wan t
 run small-each-tls  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tls
 run small-slow-tcp  --workload 512B --mode rr --rate 1000msg/s --messages 2000 --reps 3 --wan tcp --baseline
 
+# Issue 18: what a flood of strangers costs. A stream's verified goodput
+# alone, then while 20,000 stranger TCP connections hit the inbound
+# gateway's WAN listener, and that gateway's memory through and after it.
+for w in tls tcp; do
+  mkdir -p "$out/flood-$w"
+  echo "== s2bench flood --wan $w"
+  echo "\$ s2bench flood --wan $w" > "$out/flood-$w/output.txt"
+  bin/s2bench flood --wan "$w" | tee -a "$out/flood-$w/output.txt"
+done
+
 # Issue 6's emulated WAN (root: network namespaces, a TUN delay line, tc
 # tbf at 200 Mbit/s): the sweep directly and through the gateways on the
 # LAN, short WAN and long WAN presets of seed 000 (about 12 minutes).

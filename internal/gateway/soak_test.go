@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,42 +88,62 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}
-	settled := func() (goroutines, fds int, heap uint64) {
+	settled := func() (goroutines, fds int, heap, rss uint64) {
 		in.Close()
 		out.Close()
 		waitfor.Cond(10*time.Second, func() bool { return prod.srv.alloc.InUse() == 0 && cons.srv.alloc.InUse() == 0 })
-		runtime.GC()
+		debug.FreeOSMemory() // a GC, and freed memory back to the system
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		ents, _ := os.ReadDir("/proc/self/fd")
-		return runtime.NumGoroutine(), len(ents), m.HeapInuse + m.StackInuse
+		return runtime.NumGoroutine(), len(ents), m.HeapInuse + m.StackInuse, selfRSS()
 	}
 	for i := range 20 { // warm up: pools, caches, the clients' connections
 		one(i)
 	}
-	g0, fd0, mem0 := settled()
+	g0, fd0, mem0, rss0 := settled()
 	start := time.Now()
 	for i := range n {
 		one(i)
 	}
 	took := time.Since(start)
 	var g1, fd1 int
-	var mem1 uint64
+	var mem1, rss1 uint64
 	waitfor.Cond(30*time.Second, func() bool {
-		g1, fd1, mem1 = settled()
+		g1, fd1, mem1, rss1 = settled()
 		return g1 <= g0 && fd1 <= fd0
 	})
-	t.Logf("%d streams in %s (%.1f ms each); goroutines %d -> %d, descriptors %d -> %d, heap and stacks %.1f -> %.1f MB",
-		n, took.Round(time.Millisecond), took.Seconds()*1000/float64(n), g0, g1, fd0, fd1, float64(mem0)/1e6, float64(mem1)/1e6)
+	t.Logf("%d streams in %s (%.1f ms each); goroutines %d -> %d, descriptors %d -> %d, heap and stacks %.1f -> %.1f MB, RSS %.1f -> %.1f MB",
+		n, took.Round(time.Millisecond), took.Seconds()*1000/float64(n), g0, g1, fd0, fd1, float64(mem0)/1e6, float64(mem1)/1e6, float64(rss0)/1e6, float64(rss1)/1e6)
 	if g1 > g0 || fd1 > fd0 {
 		t.Errorf("after %d streams: goroutines %d -> %d, descriptors %d -> %d", n, g0, g1, fd0, fd1)
 	}
 	if mem1 > mem0+8<<20 {
 		t.Errorf("after %d streams the heap and stacks grew from %.1f to %.1f MB", n, float64(mem0)/1e6, float64(mem1)/1e6)
 	}
+	// Both gateways and the test's clients live in this process; the
+	// runtime keeps some memory mapped, so RSS gets a wider margin.
+	if rss1 > rss0+16<<20 {
+		t.Errorf("after %d streams the process's RSS grew from %.1f to %.1f MB", n, float64(rss0)/1e6, float64(rss1)/1e6)
+	}
 	for _, g := range []*testGW{prod, cons} {
 		if live := len(g.srv.live()); live != 0 {
 			t.Errorf("%d streams still live", live)
 		}
 	}
+}
+
+// selfRSS returns this process's resident memory (VmRSS) in bytes.
+func selfRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -142,11 +142,19 @@ func goroutines() map[int]string {
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		// Each starts "goroutine 42 [chan receive]:".
 		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
-		if n, err := strconv.Atoi(id); err == nil {
+		if n, err := strconv.Atoi(id); err == nil && !forever(g) {
 			stacks[n] = g
 		}
 	}
 	return stacks
+}
+
+// forever reports a goroutine that the standard library starts once and
+// keeps for the life of the process by design, so it outlives any test
+// that happened to start it: os/signal's loop, which the first
+// signal.Notify starts (go test -fuzz calls it).
+func forever(stack string) bool {
+	return strings.Contains(stack, "\nos/signal.loop()")
 }
 
 // descriptors returns the process's open file descriptors and what each

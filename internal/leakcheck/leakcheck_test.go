@@ -217,3 +217,14 @@ func TestMainCheck(t *testing.T) {
 		t.Fatalf("a passing run whose teardown ends the goroutine: code %d, output %q; want 0 and nothing", code, out.String())
 	}
 }
+
+// TestForever: the goroutine os/signal keeps for the life of the process
+// (started by the first signal.Notify, which go test -fuzz calls) is not
+// a leak; any other goroutine is.
+func TestForever(t *testing.T) {
+	sig := "goroutine 5 [syscall]:\nos/signal.signal_recv()\n\t/usr/local/go/src/runtime/sigqueue.go:152 +0x98\nos/signal.loop()\n\t/usr/local/go/src/os/signal/signal_unix.go:23 +0x13"
+	other := "goroutine 9 [chan receive]:\nexample.com/leaky.loop()\n\t/src/leaky.go:7 +0x1"
+	if !forever(sig) || forever(other) {
+		t.Fatalf("forever(os/signal loop) = %v, forever(another) = %v", forever(sig), forever(other))
+	}
+}
