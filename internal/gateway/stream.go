@@ -230,7 +230,10 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			// FIN (relay.ResetOnClose).
 			relay.ResetOnClose(c)
 		}
-		if !st.track(c) {
+		if !st.track(c) { // stopping: c is reset
+			if st.role == api.RoleInbound {
+				st.env.strange.release(&st.slots[ch], c.RemoteAddr())
+			}
 			continue
 		}
 		st.wg.Add(1)

@@ -12,8 +12,9 @@ import (
 )
 
 // A stream's watch leg (wan/watch.go): how each gateway knows whether its
-// peer is there. The outbound gateway dials it once a data leg has worked
-// (so the inbound side is attached and will accept it) and dials it again
+// peer is there. The outbound gateway dials it a second after a data leg
+// has worked (so the inbound side is attached and will accept it, and a
+// stream released at once never dials it) and dials it again
 // while the stream lives whenever it ends without the peer's word; the
 // inbound gateway takes it on the listener of channel 0. Its end says what
 // became of the peer: released its side, stopping (it restores the stream
@@ -66,6 +67,9 @@ const (
 	// watchQuiet is how long a peer that said it is stopping may take to
 	// come back before failing to reach it is worth a warning.
 	watchQuiet = time.Minute
+	// watchDelay is the pause between the first data leg that worked and
+	// the first dial of the watch leg.
+	watchDelay = time.Second
 )
 
 // startWatch starts the outbound dial loop of the watch leg, once. Called
@@ -90,6 +94,11 @@ func (st *stream) startWatch(log *slog.Logger) {
 // every end but the peer's release, until the stream stops.
 func (st *stream) watchLoop(log *slog.Logger, target string, leg *wan.Leg) {
 	defer st.wg.Done()
+	select {
+	case <-st.ctx.Done():
+		return
+	case <-time.After(watchDelay):
+	}
 	backoff := watchBackoffMin
 	for {
 		w, err := wan.DialWatch(st.ctx, target, leg)
@@ -142,12 +151,13 @@ func (st *stream) serveWatch(log *slog.Logger, c net.Conn) {
 
 // holdWatch makes w the stream's watch leg, closing (without a word) the
 // one it replaces, and notes that the peer is there. It reports false,
-// closing w, if the stream has stopped.
+// closing w with the word the stream's end calls for, if the stream has
+// stopped meanwhile.
 func (st *stream) holdWatch(w *wan.Watch) bool {
 	st.mu.Lock()
 	if st.stopped {
 		st.mu.Unlock()
-		w.Close(wan.PeerLost)
+		w.Close(st.endWord())
 		return false
 	}
 	old := st.watch
@@ -185,11 +195,17 @@ func (st *stream) closeWatch() {
 	if w == nil {
 		return
 	}
-	end := wan.PeerStopping
+	w.Close(st.endWord())
+}
+
+// endWord is what the watch leg says when the stream stops: released if
+// it ended for good, stopping if the gateway shuts down and will restore
+// it.
+func (st *stream) endWord() wan.PeerEnd {
 	if st.watchSt.ended.Load() {
-		end = wan.PeerReleased
+		return wan.PeerReleased
 	}
-	w.Close(end)
+	return wan.PeerStopping
 }
 
 // peerEnded records and says how the peer ended the watch leg.
