@@ -489,7 +489,9 @@ func (e *engineEnv) releaseMidTransfer(t *testing.T) {
 	// The baseline: no stream of this pair relays anything.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	eventually(t, 10*time.Second, "earlier checks' connections to end on both gateways", func() bool {
+	// A stream that carried data keeps a watch leg (dialed a second
+	// after its first data leg, on tls and tcp): wait for those too.
+	eventually(t, 10*time.Second, "earlier checks' connections to end, and their watch legs to be up, on both gateways", func() bool {
 		for _, c := range []*client.Client{e.prod, e.cons} {
 			ss, err := c.List(ctx, false)
 			if err != nil {
@@ -497,6 +499,9 @@ func (e *engineEnv) releaseMidTransfer(t *testing.T) {
 			}
 			for _, s := range ss {
 				if s.Stats != nil && s.Stats.ActiveConns != 0 {
+					return false
+				}
+				if e.cfg.wan != "quic" && s.Stats != nil && s.Stats.TotalConns > 0 && s.Stats.Peer != api.PeerUp {
 					return false
 				}
 			}
