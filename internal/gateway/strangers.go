@@ -85,6 +85,7 @@ type strangers struct {
 	total    int
 	bySource map[netip.Addr]int
 	peak     int                // most in their handshake at once since the last free
+	churn    int                // refusals since the last free
 	refused  map[string]int     // by reason, since the last summary
 	sources  map[netip.Addr]int // refusals by source, since the last summary
 	since    time.Time          // start of the current summary interval
@@ -182,6 +183,7 @@ func (t *trust) has(remote net.Addr, now time.Time) bool {
 // refuse counts a refused connection from remote (nil if unknown).
 func (s *strangers) refuse(reason string, remote net.Addr) {
 	s.mu.Lock()
+	s.churn++
 	s.refused[reason]++
 	if remote != nil {
 		s.sources[sourceOf(remote)]++
@@ -191,14 +193,15 @@ func (s *strangers) refuse(reason string, remote net.Addr) {
 
 // summarize logs, once the interval since the last summary has passed,
 // one line with the refusals counted in it, if any. It also reports
-// whether a flood of strangers (a peak of more than floodPeak in their
-// handshake at once) has ended, so the caller can return its memory.
+// whether a flood of strangers (more than floodPeak in their handshake at
+// once, or more than floodChurn refused) has ended, so the caller can
+// return the memory it churned through.
 func (s *strangers) summarize(now time.Time) (floodOver bool) {
-	const floodPeak = 256
+	const floodPeak, floodChurn, calm = 256, 1000, 16
 	s.mu.Lock()
-	if s.total == 0 && s.peak > floodPeak {
+	if s.total < calm && (s.peak > floodPeak || s.churn > floodChurn) {
 		floodOver = true
-		s.peak = 0
+		s.peak, s.churn = s.total, 0
 	}
 	if now.Sub(s.since) < summaryInterval {
 		s.mu.Unlock()

@@ -154,3 +154,37 @@ func (l *logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l
 
 func (l *logLines) count(s string) int { return strings.Count(l.String(), s) }
 func (l *logLines) has(s string) bool  { return strings.Contains(l.String(), s) }
+
+// TestFloodOver: the end of a flood (many in their handshake at once, or
+// many refused) is reported once, when the handshakes are back to a few,
+// so the gateway gives the memory back; ordinary traffic never is.
+func TestFloodOver(t *testing.T) {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	s := newStrangers(Limits{}, slog.New(slog.DiscardHandler), now)
+	remote := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}
+	for range 100 {
+		s.refuse(refusedCap, remote)
+	}
+	if s.summarize(now) {
+		t.Fatal("100 refusals reported as a flood")
+	}
+	for range 1000 {
+		s.refuse(refusedCap, remote)
+	}
+	var ls listenerSlots
+	for range 20 { // still in the flood: 20 in their handshake
+		s.admit(&ls, remote, true)
+	}
+	if s.summarize(now) {
+		t.Fatal("a flood reported over while 20 connections are in their handshake")
+	}
+	for range 20 {
+		s.release(&ls, remote)
+	}
+	if !s.summarize(now) {
+		t.Fatal("the end of 1,100 refusals not reported")
+	}
+	if s.summarize(now) {
+		t.Fatal("the end of one flood reported twice")
+	}
+}
