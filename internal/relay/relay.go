@@ -62,7 +62,10 @@ func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
 	dir := func(dst, src net.Conn, dstSide, srcSide Side, count func(int64)) {
 		defer wg.Done()
 		err := e.Copy(dst, src, count)
-		if err == nil && !ended[srcSide].Load() && closedByReset(src) {
+		// The state first, then ended: ended is set before the FIN
+		// that an orderly close needs, so a socket seen closed in order
+		// always finds ended set; the other order races with that close.
+		if err == nil && closedByReset(src) && !ended[srcSide].Load() {
 			// The end of stream read from src was a reset whose
 			// error the other direction's write took first (the
 			// kernel reports it to one call only): forwarding it as
