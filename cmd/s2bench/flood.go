@@ -210,7 +210,7 @@ type flooder struct {
 	opened  atomic.Int64
 	refused atomic.Int64
 	failed  atomic.Int64 // dials that failed other than by the gateway's reset
-	mu      sync.Mutex // guards conns
+	mu      sync.Mutex   // guards conns
 	conns   []net.Conn
 }
 

@@ -1,5 +1,6 @@
-// Command s2cs is the SciStream control server: run one on each gateway
-// node. It serves the control API over HTTPS and runs the stream proxies.
+// Package main is the s2cs command, the SciStream control server: run one
+// on each gateway node. It serves the control API over HTTPS and runs the
+// stream proxies.
 package main
 
 import (

@@ -1,6 +1,6 @@
-// Command s2uc is the SciStream user client: it asks the control servers
-// (s2cs) of two gateways to wire a stream between a producer and a
-// consumer, and lists, watches and releases streams.
+// Package main is the s2uc command, the SciStream user client: it asks the
+// control servers (s2cs) of two gateways to wire a stream between a
+// producer and a consumer, and lists, watches and releases streams.
 package main
 
 import (
