@@ -118,7 +118,7 @@ func TestStrangerCaps(t *testing.T) {
 	if n := logs.count("refused "); n != 1 {
 		t.Fatalf("%d refusal lines, want one summary:\n%s", n, logs.String())
 	}
-	if !logs.has("refused 12 connections in the last 10s") || !logs.has("12 " + refusedCap) {
+	if !logs.has("refused 12 connections in the last 10s") || !logs.has("12 "+refusedCap) {
 		t.Fatalf("summary line does not count the 12 refusals by reason:\n%s", logs.String())
 	}
 	if logs.count("level=WARN") != 1 {
