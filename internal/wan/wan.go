@@ -534,7 +534,10 @@ func (c *legConn) Read(b []byte) (int, error) {
 // while it is used, so its socket cannot have closed in order: that end is
 // the reset it was (sockio.Reset).
 func (c *legConn) resetOrEOF(err error) error {
-	if t, ok := c.Conn.(*net.TCPConn); ok && err == io.EOF && sockio.Reset(t) {
+	if err != io.EOF {
+		return err // the hot path: one comparison per read
+	}
+	if t, ok := c.Conn.(*net.TCPConn); ok && sockio.Reset(t) {
 		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 	}
 	return err
