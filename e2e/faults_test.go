@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/bench"
 	"scistream/internal/client"
 	"scistream/internal/localgw"
 )
@@ -318,17 +318,8 @@ func TestStrangerFlood(t *testing.T) {
 
 // rssOf returns a process's resident memory in bytes, 0 if unknown.
 func rssOf(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	rss, _ := bench.ProcessRSS(pid)
+	return rss
 }
 
 // TestDiskFull: the consumer gateway's state directory (a small tmpfs)

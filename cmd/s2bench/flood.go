@@ -8,8 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -321,27 +319,19 @@ func newRSSWatch(pid int) *rssWatch {
 	return w
 }
 
-// now returns the process's VmRSS in bytes (0 if unknown) and keeps the
-// peak.
+// now returns the process's resident memory in bytes (0 if unknown) and
+// keeps the peak.
 func (w *rssWatch) now() int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(w.pid) + "/status")
+	v, err := bench.ProcessRSS(w.pid)
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			v := kb << 10
-			for {
-				m := w.max.Load()
-				if v <= m || w.max.CompareAndSwap(m, v) {
-					break
-				}
-			}
+	for {
+		m := w.max.Load()
+		if v <= m || w.max.CompareAndSwap(m, v) {
 			return v
 		}
 	}
-	return 0
 }
 
 // peak returns the highest VmRSS seen, and starts over.

@@ -109,7 +109,9 @@ func (o *options) config() (gateway.Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("--buffer_size %w", err)
 	}
-	cfg.BufferSize = int(min(size, 1<<40)) // beyond any range: refused by Validate, not wrapped
+	// Clamped, so that on a 32-bit build a size past int's range cannot
+	// wrap into the valid one; Validate refuses anything past 1GiB.
+	cfg.BufferSize = int(min(size, 1<<40))
 	if err := cfg.Validate(); err != nil {
 		return cfg, flagError(err)
 	}

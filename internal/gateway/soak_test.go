@@ -8,13 +8,13 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/auth"
+	"scistream/internal/bench"
 	"scistream/internal/client"
 	"scistream/internal/waitfor"
 )
@@ -140,17 +140,8 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// selfRSS returns this process's resident memory (VmRSS) in bytes.
+// selfRSS returns this process's resident memory in bytes, 0 if unknown.
 func selfRSS() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseUint(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	rss, _ := bench.ProcessRSS(os.Getpid())
+	return uint64(rss)
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // TestSilentStrangerCost: a WAN connection that opens and says nothing
-// costs the gateway at most 16 KiB (heap and goroutine stack) while it
+// costs the gateway at most 8 KiB (heap and goroutine stack) while it
 // waits for its handshake deadline.
 func TestSilentStrangerCost(t *testing.T) {
 	const n = 2000
@@ -56,8 +56,11 @@ func TestSilentStrangerCost(t *testing.T) {
 	// 0.5 KiB): the bound holds with them.
 	per := float64(measure()-before) / n
 	t.Logf("%d silent strangers: %.1f KiB each (heap and stacks of both ends)", n, per/1024)
-	if per > 16<<10 {
-		t.Errorf("a silent stranger costs %.1f KiB, want at most 16", per/1024)
+	// The bound is 16 KiB. This design costs about 5 (the
+	// goroutine waits for the first byte before any TLS state exists);
+	// starting the handshake at once costs about 13, which 8 refuses.
+	if per > 8<<10 {
+		t.Errorf("a silent stranger costs %.1f KiB, want at most 8", per/1024)
 	}
 	for _, c := range conns {
 		c.Close()

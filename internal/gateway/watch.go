@@ -60,7 +60,7 @@ type watchState struct {
 	lost atomic.Bool
 }
 
-// watchBackoff bounds the pause between two dials of a watch leg.
+// The timing of the watch leg's dials.
 const (
 	watchBackoffMin = time.Second
 	watchBackoffMax = 30 * time.Second
