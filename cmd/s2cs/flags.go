@@ -24,6 +24,9 @@ type options struct {
 	quota              gateway.Quota
 	tcpWAN             bool
 	port               int
+	wanPort            int
+	wanDomain          string
+	wanAdvertise       string
 	certFile, keyFile  string
 	tokensFile         string
 	noAuth             bool
@@ -46,6 +49,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.bindIP, "bind", "", "IP address data listeners and the control API bind (default: --listener_ip; 0.0.0.0 binds every interface and logs a warning)")
 	fs.IntVar(&o.port, "port", 5000, "control API port (0 picks a free one)")
 	fs.StringVar(&o.portRange, "port_range", "5100-5199", "data listener ports, LO-HI inclusive")
+	fs.IntVar(&o.wanPort, "wan_port", 0, "shared WAN port (443 behind an SNI router): one TCP listener and one UDP socket for the inbound WAN legs of every tls and quic stream, told apart by TLS server name; 0: each stream listens on ports of its own from --port_range")
+	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+gateway.DefaultWANDomain+")")
+	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
 	fs.BoolVar(&o.noSockmap, "no_sockmap", false, "with --type sockmap: do not load the eBPF program, use splice (as when the kernel refuses it)")
@@ -100,6 +106,9 @@ func (o *options) config() (gateway.Config, error) {
 		AllowTCPWAN:    o.tcpWAN,
 		PendingTimeout: o.pending,
 		Quota:          o.quota,
+		WANPort:        o.wanPort,
+		WANDomain:      o.wanDomain,
+		WANAdvertise:   o.wanAdvertise,
 	}
 	var err error
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
@@ -124,6 +133,9 @@ func (o *options) config() (gateway.Config, error) {
 	if o.port >= cfg.PortRange.Lo && o.port <= cfg.PortRange.Hi {
 		return cfg, fmt.Errorf("--port %d lies inside --port_range %s; choose a control port outside the data range", o.port, cfg.PortRange)
 	}
+	if o.port != 0 && o.port == o.wanPort {
+		return cfg, fmt.Errorf("--port %d is also --wan_port; the control API and the shared WAN port need a port each", o.port)
+	}
 	if (o.certFile == "") != (o.keyFile == "") {
 		return cfg, errors.New("give both --server_crt and --server_key, or neither (a self-signed pair is then generated)")
 	}
@@ -147,6 +159,9 @@ func flagError(err error) error {
 		"Quota.Streams":  "--quota_streams",
 		"Quota.Ports":    "--quota_ports",
 		"Quota.Pending":  "--quota_pending",
+		"WANPort":        "--wan_port",
+		"WANDomain":      "--wan_domain",
+		"WANAdvertise":   "--wan_advertise",
 	}[ce.Field]
 	if name == "" {
 		return err

@@ -18,6 +18,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners)")
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
+	wanListener := cl.fs.String("wan_listener", "", "where the gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
 	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -42,14 +43,14 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
-		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine,
+		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener,
 	})
 	if err != nil {
 		return err
 	}
 	err = ss.Save(&client.Session{
 		UID: s.UID, WAN: s.WAN, Secret: s.Secret,
-		Inbound: &client.Endpoint{S2CS: gw.s2cs, ServerCert: absOrEmpty(gw.cert), TokenFile: absOrEmpty(gw.tokenFile), Listeners: s.Listeners, WANCert: s.WANCert},
+		Inbound: &client.Endpoint{S2CS: gw.s2cs, ServerCert: absOrEmpty(gw.cert), TokenFile: absOrEmpty(gw.tokenFile), Listeners: s.Listeners, WANCert: s.WANCert, ServerName: s.WANServerName},
 	})
 	if err != nil {
 		return fmt.Errorf("stream %s was created but its local record could not be saved (%v); release it with s2uc release %s --s2cs %s", s.UID, err, s.UID, gw.s2cs)
@@ -58,6 +59,9 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printJSON(stdout, public(s))
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
+	if s.WANServerName != "" {
+		fmt.Fprintf(stdout, "server name: %s (on the shared WAN port; outbound-request sends it)\n", s.WANServerName)
+	}
 	fmt.Fprintf(stdout, "next: s2uc outbound-request --s2cs PRODUCER_GATEWAY:PORT --server_cert FILE --remote_ip %s --receiver_ports %s --num_conn %d %s %s\n",
 		hostOf(s.Listeners[0]), portsOf(s.Listeners), s.NumConn, s.UID, s.Listeners[0])
 	return nil

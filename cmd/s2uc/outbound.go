@@ -87,6 +87,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	_, s, err := client.Connect(ctx, in, out, &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
 		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
+		PeerServerName: sess.Inbound.ServerName,
 	})
 	if err != nil {
 		return err

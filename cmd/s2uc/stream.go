@@ -22,6 +22,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	allow := cl.fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect to the outbound listeners (default: the listener's own subnet)")
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
+	wanListener := cl.fs.String("wan_listener", "", "where the inbound gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -59,7 +60,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine},
+		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener},
 		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine},
 		splitList(*peers))
 	if err != nil {
@@ -67,7 +68,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	err = ss.Save(&client.Session{
 		UID: inS.UID, WAN: inS.WAN, Secret: inS.Secret,
-		Inbound:  &client.Endpoint{S2CS: ig.s2cs, ServerCert: absOrEmpty(ig.cert), TokenFile: absOrEmpty(ig.tokenFile), Listeners: inS.Listeners, WANCert: inS.WANCert},
+		Inbound:  &client.Endpoint{S2CS: ig.s2cs, ServerCert: absOrEmpty(ig.cert), TokenFile: absOrEmpty(ig.tokenFile), Listeners: inS.Listeners, WANCert: inS.WANCert, ServerName: inS.WANServerName},
 		Outbound: &client.Endpoint{S2CS: og.s2cs, ServerCert: absOrEmpty(og.cert), TokenFile: absOrEmpty(og.tokenFile), Listeners: outS.Listeners},
 	})
 	if err != nil {

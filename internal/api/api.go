@@ -68,6 +68,16 @@ const (
 	WANQUIC = "quic"
 )
 
+// Where an inbound stream's WAN legs arrive (InboundRequest.WANListener).
+const (
+	// WANListenerShared: the gateway's shared WAN port (s2cs --wan_port),
+	// the stream told apart by its TLS server name; tls and quic only.
+	WANListenerShared = "shared"
+	// WANListenerPorts: num_conn ports of the stream's own from the
+	// gateway's port range.
+	WANListenerPorts = "ports"
+)
+
 // WANPinned reports whether WAN transport w authenticates the peer gateway
 // by its pinned certificate (so requests must carry peer_cert).
 func WANPinned(w string) bool { return w == WANTLS || w == WANQUIC }
@@ -91,6 +101,10 @@ type InboundRequest struct {
 	WAN string `json:"wan,omitempty"`
 	// Engine selects the data-plane engine; empty means the gateway's default.
 	Engine string `json:"engine,omitempty"`
+	// WANListener says where the WAN legs arrive: WANListenerShared or
+	// WANListenerPorts. Empty means the shared port when the gateway has
+	// one and the transport is tls or quic, else ports of the stream's own.
+	WANListener string `json:"wan_listener,omitempty"`
 }
 
 // OutboundRequest asks the gateway in front of the connecting application
@@ -112,6 +126,10 @@ type OutboundRequest struct {
 	// Secret binds WAN connections to the stream (base64, 32 bytes), as
 	// returned by the inbound request.
 	Secret string `json:"secret"`
+	// PeerServerName is the TLS server name to send to the peer
+	// listeners: the inbound side's wan_server_name when it listens on a
+	// shared WAN port (tls and quic only). Empty for a stream's own ports.
+	PeerServerName string `json:"peer_server_name,omitempty"`
 	// Allow lists the CIDRs (or single addresses) whose applications may
 	// connect to the LAN listeners. Empty means the listener's own subnet.
 	Allow []string `json:"allow,omitempty"`
@@ -144,6 +162,12 @@ type Stream struct {
 	Updated   time.Time `json:"updated"`
 	// Reason says why a stream reached a terminal state.
 	Reason string `json:"reason,omitempty"`
+	// WANServerName is the TLS server name that names an inbound stream on
+	// the gateway's shared WAN port (Listeners then holds that port's
+	// address, once); the outbound side sends it (peer_server_name).
+	WANServerName string `json:"wan_server_name,omitempty"`
+	// PeerServerName is the server name an outbound stream sends.
+	PeerServerName string `json:"peer_server_name,omitempty"`
 	// WANCert is this gateway's WAN certificate (PEM), for the peer to pin.
 	WANCert string `json:"wan_cert,omitempty"`
 	// WANCertSHA256 is the hex SHA-256 fingerprint of WANCert.
@@ -250,7 +274,11 @@ type Info struct {
 	DefaultEngine string   `json:"default_engine"`
 	WAN           []string `json:"wan"`
 	WANCertSHA256 string   `json:"wan_cert_sha256"`
-	Identity      string   `json:"identity"`
+	// WANPort is the shared WAN port's advertised address, if the gateway
+	// has one, and WANDomain the domain of its streams' server names.
+	WANPort   string `json:"wan_port,omitempty"`
+	WANDomain string `json:"wan_domain,omitempty"`
+	Identity  string `json:"identity"`
 }
 
 // Limits enforced on requests.

@@ -54,6 +54,7 @@ func Wire(ctx context.Context, in, out *Client, inReq *api.InboundRequest, outRe
 	outReq.PeerCert = created.WANCert
 	outReq.WAN = created.WAN
 	outReq.PeerListeners = created.Listeners
+	outReq.PeerServerName = created.WANServerName
 	if len(peerListeners) > 0 {
 		outReq.PeerListeners = peerListeners
 	}
@@ -77,6 +78,8 @@ type Endpoint struct {
 	TokenFile  string   `json:"token_file,omitempty"`
 	Listeners  []string `json:"listeners"`
 	WANCert    string   `json:"wan_cert,omitempty"`
+	// ServerName names an inbound side on its gateway's shared WAN port.
+	ServerName string `json:"server_name,omitempty"`
 }
 
 // Session is s2uc's local memory of a stream it requested, so that the

@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +62,23 @@ type Config struct {
 	// outbound peer before it expires and frees its ports. If zero,
 	// DefaultPendingTimeout.
 	PendingTimeout time.Duration
+	// WANPort, if not zero, is the shared WAN port: one TCP listener and
+	// one UDP socket on BindIP that carry the inbound WAN legs of every
+	// tls and quic stream that does not ask for ports of its own, told
+	// apart by the TLS server name (wan/shared.go), so that a firewall
+	// that admits one port, or a TLS-passthrough router that routes by
+	// server name (SNI), can stand in front. It must lie outside
+	// PortRange. If zero, every stream listens on ports of its own.
+	WANPort int
+	// WANDomain is the DNS domain under which the shared port's streams
+	// are named: a stream's server name is a random label under it, and
+	// an SNI router routes the domain's names to this gateway. If empty,
+	// DefaultWANDomain.
+	WANDomain string
+	// WANAdvertise is the "host:port" peers dial to reach the shared WAN
+	// port (the SNI router's address, say). If empty, ListenerIP and
+	// WANPort.
+	WANAdvertise string
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on Quota.
 	Quota Quota
@@ -79,6 +98,11 @@ type Config struct {
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
 }
+
+// DefaultWANDomain is the domain of the shared WAN port's server names
+// when Config.WANDomain is empty; ".invalid" (RFC 6761) is never a real
+// domain, so such names resolve nowhere and mean nothing outside.
+const DefaultWANDomain = "scistream.invalid"
 
 // DefaultPendingTimeout is how long an inbound stream waits for its
 // outbound peer when Config.PendingTimeout is zero: long enough for a
@@ -161,6 +185,19 @@ func (c Config) Validate() error {
 		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
 	case c.Strangers.PerListener < 0 || c.Strangers.PerSource < 0 || c.Strangers.Total < 0:
 		return fieldError("Strangers", "%+v has a negative limit", c.Strangers)
+	case c.WANPort < 0 || c.WANPort > 65535:
+		return fieldError("WANPort", "%d is not a port: give 1-65535 (443 behind an SNI router), or 0 for none", c.WANPort)
+	case c.WANPort != 0 && c.WANPort >= c.PortRange.Lo && c.WANPort <= c.PortRange.Hi:
+		return fieldError("WANPort", "%d lies inside the port range %s: give a port outside it", c.WANPort, c.PortRange)
+	case c.WANDomain != "" && (!wan.ValidServerName(c.WANDomain) || len(c.WANDomain) > maxWANDomain):
+		return fieldError("WANDomain", "%.80q is not a lower-case DNS domain of at most %d bytes, e.g. wan.gw1.example.org", c.WANDomain, maxWANDomain)
+	case (c.WANDomain != "" || c.WANAdvertise != "") && c.WANPort == 0:
+		return fieldError("WANPort", "is needed by the shared port's domain and advertised address: give the port too")
+	case c.WANAdvertise != "":
+		if _, err := checkAdvertise(c.WANAdvertise); err != nil {
+			return &ConfigError{Field: "WANAdvertise", Err: err,
+				Problem: fmt.Sprintf("%.80q is not host:port (%v), e.g. wan.gw1.example.org:443", c.WANAdvertise, err)}
+		}
 	}
 	_, err := c.engines()
 	return err
@@ -196,6 +233,14 @@ func (c Config) withDefaults() Config {
 		c.PendingTimeout = DefaultPendingTimeout
 	}
 	c.Quota = c.Quota.withDefaults()
+	if c.WANPort != 0 {
+		if c.WANDomain == "" {
+			c.WANDomain = DefaultWANDomain
+		}
+		if c.WANAdvertise == "" {
+			c.WANAdvertise = net.JoinHostPort(c.ListenerIP, strconv.Itoa(c.WANPort))
+		}
+	}
 	if c.LookupHost == nil {
 		c.LookupHost = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
@@ -211,4 +256,24 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	return c
+}
+
+// maxWANDomain leaves room under the 253 bytes of a DNS name for a
+// stream's label (nameLabelLen) and its dot.
+const maxWANDomain = 253 - nameLabelLen - 1
+
+// checkAdvertise checks an advertised "host:port" and returns its port.
+func checkAdvertise(hp string) (int, error) {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return 0, err
+	}
+	if host == "" {
+		return 0, errors.New("no host")
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("port %q out of range", port)
+	}
+	return p, nil
 }

@@ -129,6 +129,9 @@ func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*stream, erro
 // listen binds a new stream's listeners: TCP, plus UDP on the same ports
 // for an inbound QUIC stream.
 func (s *Server) listen(rec *store.Record) ([]*net.TCPListener, error) {
+	if rec.Shared() {
+		return nil, nil // the shared WAN port serves it
+	}
 	if usesUDP(rec) {
 		return s.alloc.ListenWithUDP(rec.NumConn)
 	}
@@ -137,6 +140,9 @@ func (s *Server) listen(rec *store.Record) ([]*net.TCPListener, error) {
 
 // listenPorts binds a restored stream's listeners again, on its ports.
 func (s *Server) listenPorts(rec *store.Record) ([]*net.TCPListener, error) {
+	if rec.Shared() {
+		return nil, nil
+	}
 	if usesUDP(rec) {
 		return s.alloc.ListenPortsWithUDP(rec.Ports)
 	}

@@ -39,6 +39,8 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		DefaultEngine: s.cfg.Engine,
 		WAN:           wans,
 		WANCertSHA256: s.cfg.Identity.SHA256,
+		WANPort:       s.cfg.WANAdvertise,
+		WANDomain:     s.cfg.WANDomain,
 		Identity:      identity(r),
 	}, nil
 }
@@ -197,6 +199,11 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 	for _, p := range rec.Ports {
 		v.Listeners = append(v.Listeners, net.JoinHostPort(s.cfg.ListenerIP, strconv.Itoa(p)))
 	}
+	if rec.Shared() {
+		v.Listeners = []string{s.cfg.WANAdvertise}
+		v.WANServerName = rec.ServerName
+	}
+	v.PeerServerName = rec.PeerServerName
 	if st != nil {
 		v.Stats = st.stats()
 	}

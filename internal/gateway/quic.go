@@ -51,6 +51,9 @@ func (st *stream) startQUIC() {
 		st.quic.dialer = wan.NewQUICDialer(st.quicConfig())
 		return
 	}
+	if st.shared != nil {
+		return // the shared WAN port's QUIC listener serves it (wanport.go)
+	}
 	for ch, ln := range st.listeners {
 		udp := st.env.alloc.UDP(ln)
 		if udp == nil {
@@ -76,6 +79,9 @@ func (st *stream) stopQUIC() {
 	st.mu.Unlock()
 	for _, ql := range q.listeners {
 		ql.Close()
+	}
+	if st.shared != nil && st.wanT == api.WANQUIC {
+		st.env.port.quic.CloseLeg(st.shared)
 	}
 	if q.dialer != nil {
 		q.dialer.Close()

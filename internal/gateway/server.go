@@ -22,6 +22,7 @@
 //	end.go       a stream ended (released, expired, failed) and the janitor
 //	stream.go    a running stream: listeners, accept loops, relays, counters
 //	quic.go      the QUIC side of a running stream
+//	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
 package gateway
 
 import (
@@ -54,6 +55,7 @@ type Server struct {
 
 	mu      sync.Mutex // guards the following fields
 	streams map[store.Key]*stream
+	names   map[string]*stream          // the streams on the shared WAN port, by server name
 	pending map[store.Key]*store.Record // being created, for reserve
 	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
@@ -94,15 +96,17 @@ func New(cfg Config) (*Server, error) {
 		engines: engines,
 		strange: strange,
 		env: &env{
-			log:     cfg.Logger,
-			alloc:   alloc,
-			cert:    &cfg.Identity.TLS,
-			quic:    cfg.QUIC,
-			strange: strange,
+			log:       cfg.Logger,
+			alloc:     alloc,
+			cert:      &cfg.Identity.TLS,
+			quic:      cfg.QUIC,
+			strange:   strange,
+			advertise: cfg.WANAdvertise,
 		},
 		ctx:     ctx,
 		cancel:  cancel,
 		streams: map[store.Key]*stream{},
+		names:   map[string]*stream{},
 		pending: map[store.Key]*store.Record{},
 		unsaved: map[store.Key]*store.Record{},
 		done:    make(chan struct{}),
@@ -134,6 +138,26 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.mu.Unlock()
 
+	if s.cfg.WANPort != 0 {
+		wp, err := openWANPort(s.cfg.BindIP, s.cfg.WANPort, s.env, s.cfg.QUIC, s.byName)
+		if err != nil {
+			ln.Close()
+			s.Shutdown(context.Background())
+			return err
+		}
+		s.mu.Lock()
+		closed := s.closed
+		if !closed {
+			s.env.port = wp
+		}
+		s.mu.Unlock()
+		if closed {
+			wp.close()
+			ln.Close()
+			return http.ErrServerClosed
+		}
+		s.log.Info("shared WAN port open", "bind", wp.ln.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain)
+	}
 	if err := s.restore(); err != nil {
 		ln.Close()
 		s.Shutdown(context.Background())
@@ -176,12 +200,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closed = true
 		s.ready = false
 		hs := s.httpSrv
+		port := s.env.port
 		s.mu.Unlock()
 		close(s.done)
 		if hs != nil {
 			if e := hs.Shutdown(ctx); e != nil {
 				hs.Close()
 			}
+		}
+		if port != nil {
+			port.close() // no new legs; the streams' own end below
 		}
 		for _, st := range s.live() {
 			st.stop()

@@ -72,6 +72,7 @@ const (
 	refusedSecret   = "preface does not prove the stream secret"
 	refusedClosed   = "closed before its preface"
 	refusedQUIC     = "QUIC peer or stream refused"
+	refusedName     = "server name of no stream on the shared WAN port"
 	summaryInterval = 10 * time.Second
 )
 
@@ -105,6 +106,10 @@ func newStrangers(l Limits, log *slog.Logger, now time.Time) *strangers {
 // listenerSlots is the count of one listener's connections in their
 // handshake.
 type listenerSlots struct {
+	// shared marks the shared WAN port's listener, which serves every
+	// stream: only the per-source and total caps apply to it.
+	shared bool
+
 	mu sync.Mutex // guards n
 	n  int
 }
@@ -117,7 +122,7 @@ func (s *strangers) admit(ls *listenerSlots, remote net.Addr, trusted bool) bool
 	src := sourceOf(remote)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.n >= s.limits.PerListener && !trusted {
+	if ls.n >= s.limits.PerListener && !ls.shared && !trusted {
 		return false
 	}
 	s.mu.Lock()
@@ -261,6 +266,8 @@ func sourceOf(a net.Addr) netip.Addr {
 // refusalReason says why wan.Accept refused a connection.
 func refusalReason(err error) string {
 	switch {
+	case errors.Is(err, wan.ErrUnknownName):
+		return refusedName
 	case errors.Is(err, wan.ErrBadSecret):
 		return refusedSecret
 	case errors.Is(err, wan.ErrWrongStream):

@@ -27,23 +27,31 @@ type env struct {
 	cert    *tls.Certificate // the gateway's certificate, for WAN legs
 	quic    wan.QUICConfig   // settings of QUIC WAN legs
 	strange *strangers       // caps and refusals of unauthenticated connections
+	// port is the shared WAN port and advertise its address for peers,
+	// if the gateway has one (wanport.go).
+	port      *wanPort
+	advertise string
 }
 
 // stream is the running proxy of one stream: one listener per channel and
 // every connection accepted on them.
 type stream struct {
-	env     *env
-	key     store.Key // owner and UID
-	uid     string
-	numConn int    // channels, and so ports held
-	wanT    string // WAN transport
-	role    api.Role
-	engine  relay.Engine
-	allow   []netip.Prefix
-	ctx     context.Context
-	cancel  context.CancelFunc
+	env       *env
+	key       store.Key // owner and UID
+	uid       string
+	portsHeld int    // ports of the gateway's range held (quotas)
+	wanT      string // WAN transport
+	role      api.Role
+	engine    relay.Engine
+	allow     []netip.Prefix
+	ctx       context.Context
+	cancel    context.CancelFunc
 
 	peerPin atomic.Pointer[string]
+	// shared is the leg of an inbound stream on the shared WAN port (its
+	// Channels admits every channel), which the port's router returns
+	// for the stream's server name; nil for a stream with its own ports.
+	shared *wan.Leg
 
 	mu        sync.Mutex // guards the following fields
 	rec       *store.Record
@@ -72,8 +80,11 @@ type stream struct {
 // channel, relaying with engine eng. parent is the context whose end
 // stops it. It starts nothing: see start.
 func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*stream, error) {
-	if len(lns) != rec.NumConn || len(rec.Targets) == 0 {
+	if len(lns) != rec.PortsHeld() || len(rec.Targets) == 0 {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
+	}
+	if rec.Shared() && (e.port == nil || rec.Role != api.RoleInbound) {
+		return nil, fmt.Errorf("record names a stream on the shared WAN port (%s), which this gateway does not have; start s2cs with --wan_port", rec.ServerName)
 	}
 	var allow []netip.Prefix
 	for _, a := range rec.Allow {
@@ -87,7 +98,7 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 	st := &stream{
 		env:       e,
 		key:       rec.Key(),
-		numConn:   rec.NumConn,
+		portsHeld: rec.PortsHeld(),
 		wanT:      rec.WAN,
 		uid:       rec.UID,
 		role:      rec.Role,
@@ -102,6 +113,11 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 	}
 	pin := rec.PeerCertSHA256
 	st.peerPin.Store(&pin)
+	if rec.Shared() {
+		st.shared = st.leg(rec, 0)
+		st.shared.Channels = rec.NumConn
+		st.shared.ServerName = rec.ServerName // the router's key (wanPort.acceptQUIC)
+	}
 	return st, nil
 }
 
@@ -119,6 +135,9 @@ func (st *stream) setRecord(r *store.Record) {
 }
 
 func (st *stream) listenerAddrs() []string {
+	if st.shared != nil {
+		return []string{st.env.advertise}
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var out []string
@@ -182,6 +201,43 @@ func (st *stream) track(c net.Conn) bool {
 	}
 	st.conns[c] = struct{}{}
 	return true
+}
+
+// adopt registers conns, a leg accepted on the shared WAN port, so stop
+// can abort them, and counts the goroutine that will serve them in the
+// stream's WaitGroup; it reports false (and aborts them) if the stream is
+// already stopping.
+func (st *stream) adopt(conns ...net.Conn) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.stopped {
+		for _, c := range conns {
+			relay.Abort(c)
+		}
+		return false
+	}
+	for _, c := range conns {
+		st.conns[c] = struct{}{}
+	}
+	st.wg.Add(1)
+	return true
+}
+
+// serveRouted serves a TLS leg of this stream that the shared WAN port
+// authenticated (raw its TCP connection), as serveInbound serves one
+// accepted on the stream's own port; adopt registered both.
+func (st *stream) serveRouted(raw net.Conn, r *wan.Routed) {
+	defer st.wg.Done()
+	defer st.untrack(raw)
+	defer st.untrack(r.Conn)
+	st.trusted.add(raw.RemoteAddr(), time.Now())
+	log := st.env.log.With("uid", st.uid, "channel", r.Channel, "peer", raw.RemoteAddr().String())
+	if r.Watch() {
+		st.serveWatch(log, r.Conn)
+		return
+	}
+	st.wanUp(log)
+	st.relayToApp(log, st.record(), r.Channel, r.Conn)
 }
 
 func (st *stream) untrack(c net.Conn) {
@@ -382,6 +438,7 @@ func (st *stream) leg(rec *store.Record, ch int) *wan.Leg {
 		Secret:     rec.Secret,
 		Cert:       st.env.cert,
 		PeerSHA256: func() string { return *st.peerPin.Load() },
+		ServerName: rec.PeerServerName,
 	}
 }
 

@@ -41,21 +41,21 @@ func (s *Server) reserve(rec *store.Record) error {
 // than Config.Quota allows. s.mu must be held.
 func (s *Server) checkQuotaLocked(rec *store.Record) error {
 	var streams, ports, waiting int
-	count := func(numConn int, wait bool) {
+	count := func(held int, wait bool) {
 		streams++
-		ports += numConn
+		ports += held
 		if wait {
 			waiting++
 		}
 	}
 	for k, st := range s.streams {
 		if k.Owner == rec.Owner {
-			count(st.numConn, st.waiting())
+			count(st.portsHeld, st.waiting())
 		}
 	}
 	for k, r := range s.pending {
 		if k.Owner == rec.Owner {
-			count(r.NumConn, r.Role == api.RoleInbound)
+			count(r.PortsHeld(), r.Role == api.RoleInbound)
 		}
 	}
 	q := s.cfg.Quota
@@ -63,8 +63,8 @@ func (s *Server) checkQuotaLocked(rec *store.Record) error {
 	switch {
 	case streams+1 > q.Streams:
 		return api.Errorf(api.CodeNoResources, "%s already holds %d live streams on this gateway, the limit per identity (s2cs --quota_streams); %s", rec.Owner, streams, fix)
-	case ports+rec.NumConn > q.Ports:
-		return api.Errorf(api.CodeNoResources, "%s holds %d data ports on this gateway and asks for %d more; the limit per identity is %d (s2cs --quota_ports); %s", rec.Owner, ports, rec.NumConn, q.Ports, fix)
+	case ports+rec.PortsHeld() > q.Ports:
+		return api.Errorf(api.CodeNoResources, "%s holds %d data ports on this gateway and asks for %d more; the limit per identity is %d (s2cs --quota_ports); %s", rec.Owner, ports, rec.PortsHeld(), q.Ports, fix)
 	case rec.Role == api.RoleInbound && waiting+1 > q.Pending:
 		return api.Errorf(api.CodeNoResources, "%s already has %d inbound streams waiting for their outbound peer, the limit per identity (s2cs --quota_pending); attach or release them first", rec.Owner, waiting)
 	}
@@ -86,7 +86,18 @@ func (s *Server) add(st *stream) bool {
 		return false
 	}
 	s.streams[st.key] = st
+	if st.shared != nil {
+		s.names[st.shared.ServerName] = st
+	}
 	return true
+}
+
+// byName returns the live stream on the shared WAN port whose server
+// name is name, or nil.
+func (s *Server) byName(name string) *stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
 }
 
 // remove takes st out of the table if it is still there.
@@ -94,6 +105,9 @@ func (s *Server) remove(st *stream) {
 	s.mu.Lock()
 	if s.streams[st.key] == st {
 		delete(s.streams, st.key)
+	}
+	if st.shared != nil && s.names[st.shared.ServerName] == st {
+		delete(s.names, st.shared.ServerName)
 	}
 	s.mu.Unlock()
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base32"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -32,7 +33,11 @@ const lookupTimeout = 5 * time.Second
 // inboundRecord checks an inbound request and returns the record of the
 // new stream it asks for, owned by owner, with a fresh stream secret.
 func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, owner string) (*store.Record, error) {
-	if err := s.checkCommon(req.NumConn, &req.WAN, &req.Engine); err != nil {
+	shared, err := s.checkListener(req.WANListener, req.WAN)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkCommon(req.NumConn, !shared, &req.WAN, &req.Engine); err != nil {
 		return nil, err
 	}
 	if err := s.checkTarget(ctx, "remote_ip", req.RemoteIP); err != nil {
@@ -54,7 +59,7 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	} else if err := checkUID(uid); err != nil {
 		return nil, err
 	}
-	return &store.Record{
+	rec := &store.Record{
 		UID:     uid,
 		Role:    api.RoleInbound,
 		State:   api.StateListening,
@@ -64,7 +69,47 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 		WAN:     req.WAN,
 		Engine:  req.Engine,
 		Secret:  wan.NewSecret(),
-	}, nil
+	}
+	if shared {
+		rec.ServerName = newServerName(s.cfg.WANDomain)
+	}
+	return rec, nil
+}
+
+// checkListener checks an inbound request's wan_listener for transport
+// wanT (not yet defaulted) and reports whether the stream uses the
+// gateway's shared WAN port.
+func (s *Server) checkListener(listener, wanT string) (bool, error) {
+	pinned := wanT == "" || api.WANPinned(wanT)
+	switch listener {
+	case "":
+		return s.cfg.WANPort != 0 && pinned, nil
+	case api.WANListenerPorts:
+		return false, nil
+	case api.WANListenerShared:
+		if s.cfg.WANPort == 0 {
+			return false, api.Errorf(api.CodeInvalidArgument, "wan_listener \"shared\": this gateway has no shared WAN port (s2cs --wan_port); omit wan_listener or use \"ports\"")
+		}
+		if !pinned {
+			return false, api.Errorf(api.CodeInvalidArgument, "wan_listener \"shared\" needs wan \"tls\" or \"quic\": the shared port tells streams apart by their TLS server name, which a plaintext leg does not carry; use \"ports\"")
+		}
+		return true, nil
+	}
+	return false, api.Errorf(api.CodeInvalidArgument, "wan_listener %.40q unknown: use \"shared\" or \"ports\", or omit it", listener)
+}
+
+// nameLabelLen is the length of a shared-port stream's label: 16 random
+// bytes in unpadded base32.
+const nameLabelLen = 26
+
+// newServerName returns a fresh server name for a stream on the shared
+// WAN port: a random label under domain. It is unique on the gateway (128
+// random bits) and says nothing of the stream's owner or UID.
+func newServerName(domain string) string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	label := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+	return label + "." + domain
 }
 
 // outboundRecord checks an outbound request and returns the record of the
@@ -73,8 +118,16 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	if err := checkUID(req.UID); err != nil {
 		return nil, err
 	}
-	if err := s.checkCommon(req.NumConn, &req.WAN, &req.Engine); err != nil {
+	if err := s.checkCommon(req.NumConn, true, &req.WAN, &req.Engine); err != nil {
 		return nil, err
+	}
+	if req.PeerServerName != "" {
+		if !api.WANPinned(req.WAN) {
+			return nil, api.Errorf(api.CodeInvalidArgument, "peer_server_name: a %q stream sends no TLS server name; omit it", req.WAN)
+		}
+		if !wan.ValidServerName(req.PeerServerName) {
+			return nil, api.Errorf(api.CodeInvalidArgument, "peer_server_name %.80q is not a lower-case DNS name: pass the inbound side's wan_server_name", req.PeerServerName)
+		}
 	}
 	if len(req.PeerListeners) == 0 || len(req.PeerListeners) > api.MaxReceiverPorts {
 		return nil, api.Errorf(api.CodeInvalidArgument, "peer_listeners: give 1 to %d host:port addresses of the inbound gateway's listeners", api.MaxReceiverPorts)
@@ -116,6 +169,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		Allow:          allow,
 		Secret:         secret,
 		PeerCertSHA256: pin,
+		PeerServerName: req.PeerServerName,
 	}, nil
 }
 
@@ -147,12 +201,13 @@ func parsePin(wanT, peerCert, peer string) (string, error) {
 }
 
 // checkCommon checks the fields both requests share and fills in the
-// defaults of wanT and engine.
-func (s *Server) checkCommon(numConn int, wanT, engine *string) error {
+// defaults of wanT and engine. ports says whether the stream needs
+// num_conn ports of the gateway's range.
+func (s *Server) checkCommon(numConn int, ports bool, wanT, engine *string) error {
 	if numConn < 1 || numConn > api.MaxChannels {
 		return api.Errorf(api.CodeInvalidArgument, "num_conn %d out of range: give 1 to %d channels", numConn, api.MaxChannels)
 	}
-	if numConn > s.cfg.PortRange.Size() {
+	if ports && numConn > s.cfg.PortRange.Size() {
 		return api.Errorf(api.CodeInvalidArgument, "num_conn %d exceeds this gateway's port range %s (%d ports)", numConn, s.cfg.PortRange, s.cfg.PortRange.Size())
 	}
 	switch *wanT {

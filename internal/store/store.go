@@ -43,6 +43,23 @@ type Record struct {
 	Secret []byte `json:"secret"`
 	// PeerCertSHA256 pins the peer gateway's WAN certificate.
 	PeerCertSHA256 string `json:"peer_cert_sha256,omitempty"`
+	// ServerName names an inbound stream on the gateway's shared WAN port
+	// (it then holds no ports of its own); empty for one with its own.
+	ServerName string `json:"server_name,omitempty"`
+	// PeerServerName is the TLS server name an outbound stream sends.
+	PeerServerName string `json:"peer_server_name,omitempty"`
+}
+
+// Shared reports whether r is an inbound stream on the shared WAN port.
+func (r *Record) Shared() bool { return r.ServerName != "" }
+
+// PortsHeld is how many ports of the gateway's range r holds, or will
+// hold once created.
+func (r *Record) PortsHeld() int {
+	if r.Shared() {
+		return 0
+	}
+	return r.NumConn
 }
 
 // ErrNotFound is returned by Get for an unknown key.

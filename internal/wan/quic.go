@@ -28,7 +28,6 @@ package wan
 import (
 	"context"
 	"crypto/hkdf"
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -176,19 +175,21 @@ func quicBinding(c *quic.Conn) ([]byte, error) {
 }
 
 // QUICListener accepts the QUIC legs of one channel of one stream on a UDP
-// socket and hands out their authenticated streams.
+// socket (ListenQUIC), or of every stream of a shared WAN port
+// (ListenQUICRouted), and hands out their authenticated streams.
 type QUICListener struct {
-	leg *Leg
-	cfg QUICConfig
-	tr  *quic.Transport
-	ln  *quic.Listener
+	leg   *Leg   // the one leg (ListenQUIC), or nil
+	route Router // the legs by server name (ListenQUICRouted), or nil
+	cfg   QUICConfig
+	tr    *quic.Transport
+	ln    *quic.Listener
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	ready  chan net.Conn // authenticated streams, for Accept
+	ready  chan *Routed // authenticated streams, for Accept
 
 	mu     sync.Mutex // guards the following fields
-	conns  map[*quic.Conn]struct{}
+	conns  map[*quic.Conn]*Leg
 	closed bool
 
 	wg sync.WaitGroup // accept loop, one per connection, one per stream being checked
@@ -203,27 +204,64 @@ func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error)
 	if l.Transport != api.WANQUIC {
 		return nil, fmt.Errorf("ListenQUIC on a %q leg", l.Transport)
 	}
+	return listenQUIC(udp, l.Cert, l, nil, cfg)
+}
+
+// ListenQUICRouted starts accepting the QUIC connections of a shared WAN
+// port on udp: each connection belongs to the stream whose leg route
+// returns for its TLS server name (as AcceptRouted for TLS), and its QUIC
+// streams' prefaces name that stream's channels. cert is the gateway's
+// certificate. The caller keeps ownership of udp.
+func ListenQUICRouted(udp *net.UDPConn, cert *tls.Certificate, route Router, cfg QUICConfig) (*QUICListener, error) {
+	if cert == nil || route == nil {
+		return nil, errors.New("ListenQUICRouted without certificate or router")
+	}
+	return listenQUIC(udp, cert, nil, route, cfg)
+}
+
+func listenQUIC(udp *net.UDPConn, cert *tls.Certificate, fixed *Leg, route Router, cfg QUICConfig) (*QUICListener, error) {
 	cfg = cfg.withDefaults()
 	setUDPBuffers(udp, cfg.Logger)
 	budget := &handshakeBudget{tokens: handshakeBurst}
 	tr := &quic.Transport{
 		Conn:                cfg.packetConn(udp),
-		StatelessResetKey:   resetKey(l.Cert, udp.LocalAddr()),
+		StatelessResetKey:   resetKey(cert, udp.LocalAddr()),
 		VerifySourceAddress: budget.retry,
 	}
-	ln, err := tr.Listen(l.quicTLS(func(err error) {
+	report := func(err error) {
 		cfg.OnReject(nil, fmt.Errorf("tls handshake: %w", err))
-	}), cfg.quicConfig(true))
+	}
+	var tc *tls.Config
+	if fixed != nil {
+		tc = fixed.quicTLS(report)
+	} else {
+		refuse := refusingLeg(cert)
+		refuse.Transport = api.WANQUIC
+		tc = &tls.Config{
+			MinVersion:   tls.VersionTLS13,
+			Certificates: []tls.Certificate{*cert},
+			NextProtos:   []string{ALPN},
+			GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				if l := routeTLS(route, hello.ServerName, api.WANQUIC); l != nil {
+					return l.quicTLS(report), nil
+				}
+				return refuse.quicTLS(func(error) {
+					report(ErrUnknownName)
+				}), nil
+			},
+		}
+	}
+	ln, err := tr.Listen(tc, cfg.quicConfig(true))
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("listen quic on %s: %w", udp.LocalAddr(), err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ql := &QUICListener{
-		leg: l, cfg: cfg, tr: tr, ln: ln,
+		leg: fixed, route: route, cfg: cfg, tr: tr, ln: ln,
 		ctx: ctx, cancel: cancel,
-		ready: make(chan net.Conn),
-		conns: map[*quic.Conn]struct{}{},
+		ready: make(chan *Routed),
+		conns: map[*quic.Conn]*Leg{},
 	}
 	ql.wg.Add(1)
 	go ql.acceptConns()
@@ -275,6 +313,17 @@ func (ql *QUICListener) Addr() net.Addr { return ql.ln.Addr() }
 // secret, as a net.Conn that carries application bytes only. It blocks
 // until one arrives, ctx ends, or the listener is closed (net.ErrClosed).
 func (ql *QUICListener) Accept(ctx context.Context) (net.Conn, error) {
+	r, err := ql.AcceptRouted(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Conn, nil
+}
+
+// AcceptRouted is Accept that also says which stream (the leg) and
+// channel the QUIC stream's preface named: on a shared WAN port's
+// listener (ListenQUICRouted), the way to tell streams apart.
+func (ql *QUICListener) AcceptRouted(ctx context.Context) (*Routed, error) {
 	select {
 	case c := <-ql.ready:
 		return c, nil
@@ -311,6 +360,24 @@ func (ql *QUICListener) Close() error {
 	return nil
 }
 
+// CloseLeg closes the QUIC connections of the stream whose leg is l (as
+// the Router returned it), failing every QUIC stream on them at both
+// ends: a stream released on a shared WAN port. Other streams' connections
+// are not touched.
+func (ql *QUICListener) CloseLeg(l *Leg) {
+	ql.mu.Lock()
+	var conns []*quic.Conn
+	for c, cl := range ql.conns {
+		if cl == l {
+			conns = append(conns, c)
+		}
+	}
+	ql.mu.Unlock()
+	for _, c := range conns {
+		c.CloseWithError(codeClosed, "stream released")
+	}
+}
+
 func (ql *QUICListener) acceptConns() {
 	defer ql.wg.Done()
 	for {
@@ -324,14 +391,24 @@ func (ql *QUICListener) acceptConns() {
 			c.CloseWithError(codeClosed, "stream released")
 			return
 		}
-		ql.conns[c] = struct{}{}
+		leg := ql.leg
+		if leg == nil {
+			leg = routeTLS(ql.route, c.ConnectionState().TLS.ServerName, api.WANQUIC)
+			if leg == nil { // released since its handshake
+				ql.mu.Unlock()
+				ql.cfg.OnReject(c.RemoteAddr(), errNoRoute)
+				c.CloseWithError(codeClosed, "stream released")
+				continue
+			}
+		}
+		ql.conns[c] = leg
 		ql.wg.Add(1)
 		ql.mu.Unlock()
-		go ql.serveConn(c)
+		go ql.serveConn(c, leg)
 	}
 }
 
-func (ql *QUICListener) serveConn(c *quic.Conn) {
+func (ql *QUICListener) serveConn(c *quic.Conn, leg *Leg) {
 	defer ql.wg.Done()
 	defer func() {
 		ql.mu.Lock()
@@ -351,15 +428,15 @@ func (ql *QUICListener) serveConn(c *quic.Conn) {
 			return
 		}
 		ql.wg.Add(1)
-		go ql.serveStream(c, s, binding)
+		go ql.serveStream(c, leg, s, binding)
 	}
 }
 
 // serveStream checks the preface of s and hands it to Accept.
-func (ql *QUICListener) serveStream(c *quic.Conn, s *quic.Stream, binding []byte) {
+func (ql *QUICListener) serveStream(c *quic.Conn, leg *Leg, s *quic.Stream, binding []byte) {
 	defer ql.wg.Done()
 	s.SetReadDeadline(time.Now().Add(HandshakeTimeout))
-	err := ql.leg.checkPreface(s, binding)
+	p, err := leg.checkPreface(s, binding)
 	if err != nil {
 		s.CancelRead(codeRefused)
 		s.CancelWrite(codeRefused)
@@ -391,7 +468,7 @@ func (ql *QUICListener) serveStream(c *quic.Conn, s *quic.Stream, binding []byte
 	s.SetReadDeadline(time.Time{})
 	sc := newStreamConn(c, s)
 	select {
-	case ql.ready <- sc:
+	case ql.ready <- &Routed{Conn: sc, Leg: leg, Channel: p.Channel}:
 	case <-ql.ctx.Done():
 		sc.abort()
 	}
@@ -399,19 +476,12 @@ func (ql *QUICListener) serveStream(c *quic.Conn, s *quic.Stream, binding []byte
 
 // checkPreface reads a dialer's preface from r and checks it against the
 // leg and binding.
-func (l *Leg) checkPreface(r interface{ Read([]byte) (int, error) }, binding []byte) error {
+func (l *Leg) checkPreface(r interface{ Read([]byte) (int, error) }, binding []byte) (*Preface, error) {
 	p, err := ReadPreface(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if p.UID != l.UID || p.Channel != l.Channel {
-		return fmt.Errorf("%w: got %.64q channel %d", ErrWrongStream, p.UID, p.Channel)
-	}
-	want := computeMAC(l.Secret, binding, l.UID, l.Channel)
-	if !hmac.Equal(want[:], p.MAC[:]) {
-		return ErrBadSecret
-	}
-	return nil
+	return p, l.admit(p, binding, false)
 }
 
 // QUICDialer opens the QUIC legs of one stream: one QUIC connection per

@@ -62,6 +62,10 @@ var (
 	ErrWrongStream = errors.New("WAN preface names another stream or channel")
 	ErrBadSecret   = errors.New("WAN preface does not prove the stream secret")
 	ErrTruncated   = errors.New("WAN leg ended without TLS close_notify (truncated)")
+	// ErrUnknownName: a connection to a shared WAN port named no stream
+	// of this gateway (AcceptRouted). The dialer saw only a failed
+	// handshake, as for a certificate that is not pinned.
+	ErrUnknownName = errors.New("WAN connection names no stream served on this port")
 )
 
 // NewSecret returns a fresh random stream secret.
@@ -145,7 +149,19 @@ type Leg struct {
 	// PeerSHA256 returns the pinned peer certificate fingerprint (tls
 	// only). An empty pin refuses every peer.
 	PeerSHA256 func() string
+	// ServerName is the TLS server name the dialer sends (tls and quic
+	// only): what a shared WAN port, and an SNI router in front of it,
+	// route by. If empty, DefaultServerName (a stream's own ports need
+	// none).
+	ServerName string
+	// Channels, on the acceptor's side of a shared WAN port, admits a
+	// preface naming any channel below it (or the watch channel), in
+	// place of Channel alone. Zero on every other leg.
+	Channels int
 }
+
+// DefaultServerName is the TLS server name of a leg that sets none.
+const DefaultServerName = "scistream-wan"
 
 func (l *Leg) validate() error {
 	if len(l.UID) == 0 || len(l.UID) > maxUID {
@@ -153,6 +169,9 @@ func (l *Leg) validate() error {
 	}
 	if l.Channel < 0 || l.Channel > 0xffff {
 		return fmt.Errorf("channel %d out of range", l.Channel)
+	}
+	if l.Channels < 0 || l.Channels > WatchChannel {
+		return fmt.Errorf("channels %d out of range", l.Channels)
 	}
 	if len(l.Secret) != SecretLen {
 		return errors.New("stream secret missing")
@@ -178,6 +197,10 @@ func (l *Leg) verifyPin(raw [][]byte, _ [][]*x509.Certificate) error {
 }
 
 func (l *Leg) tlsConfig() *tls.Config {
+	name := l.ServerName
+	if name == "" {
+		name = DefaultServerName
+	}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{*l.Cert},
@@ -186,7 +209,7 @@ func (l *Leg) tlsConfig() *tls.Config {
 		InsecureSkipVerify:    true,
 		ClientAuth:            tls.RequireAnyClientCert,
 		VerifyPeerCertificate: l.verifyPin,
-		ServerName:            "scistream-wan",
+		ServerName:            name,
 	}
 }
 
@@ -282,18 +305,31 @@ func accept(ctx context.Context, raw net.Conn, l *Leg, watchToo bool) (net.Conn,
 		raw.Close()
 		return nil, false, err
 	}
-	watch := watchToo && p.Channel == WatchChannel
-	if p.UID != l.UID || p.Channel != l.Channel && !watch {
+	if err := l.admit(p, binding, watchToo); err != nil {
 		raw.Close()
-		return nil, false, fmt.Errorf("%w: got %.64q channel %d", ErrWrongStream, p.UID, p.Channel)
+		return nil, false, err
+	}
+	raw.SetDeadline(time.Time{})
+	return conn, watchToo && p.Channel == WatchChannel, nil
+}
+
+// admit checks a preface p received on a session whose binding is
+// binding: the leg's stream, one of its channels (Channel, or any below
+// Channels) or, if watchOK, its watch channel, and the MAC.
+func (l *Leg) admit(p *Preface, binding []byte, watchOK bool) error {
+	ok := p.Channel == l.Channel
+	if l.Channels > 0 {
+		ok = p.Channel < l.Channels
+	}
+	ok = ok || watchOK && p.Channel == WatchChannel
+	if p.UID != l.UID || !ok {
+		return fmt.Errorf("%w: got %.64q channel %d", ErrWrongStream, p.UID, p.Channel)
 	}
 	want := computeMAC(l.Secret, binding, l.UID, p.Channel)
 	if !hmac.Equal(want[:], p.MAC[:]) {
-		raw.Close()
-		return nil, false, ErrBadSecret
+		return ErrBadSecret
 	}
-	raw.SetDeadline(time.Time{})
-	return conn, watch, nil
+	return nil
 }
 
 // handshake runs the TLS handshake of a leg on raw, as the dialer

@@ -1,0 +1,262 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/relay"
+	"scistream/internal/sockio"
+	"scistream/internal/wan"
+)
+
+// The shared WAN port (Config.WANPort): one TCP listener and one UDP
+// socket that carry the inbound WAN legs of every stream created on it
+// (store.Record.ServerName). A leg names its stream by the TLS server
+// name (wan/shared.go); the server's table of names (Server.names) is
+// the router, so creating or ending a stream changes one map entry and
+// never touches another stream's connections. Everything after the
+// routing is a stream's own: its pin, its secret, its channels, its
+// connections and counters (serveRouted). The strangers' caps apply per
+// source and in all; the per-listener cap does not (the port serves
+// every stream).
+
+// wanPort is a running shared WAN port.
+type wanPort struct {
+	log     *slog.Logger
+	strange *strangers
+	cert    *tls.Certificate
+	lookup  func(name string) *stream // a live stream by server name, or nil
+
+	ln   *net.TCPListener
+	udp  *net.UDPConn
+	quic *wan.QUICListener
+
+	slots   listenerSlots // connections in their handshake
+	trusted trust         // sources some stream's peer authenticated from lately
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex // guards the following fields
+	hs     map[net.Conn]struct{}
+	closed bool
+
+	wg sync.WaitGroup // accept loops, connections in their handshake
+}
+
+// openWANPort binds the shared WAN port on bind (TCP and UDP) and starts
+// serving it. lookup finds a live stream by its server name.
+func openWANPort(bind string, port int, e *env, quicCfg wan.QUICConfig, lookup func(string) *stream) (*wanPort, error) {
+	addr := net.JoinHostPort(bind, strconv.Itoa(port))
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenTCP("tcp", ta)
+	if err != nil {
+		return nil, fmt.Errorf("bind the shared WAN port: %w", err)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ta.IP, Port: ta.Port, Zone: ta.Zone})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("bind the shared WAN port for QUIC (UDP): %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wp := &wanPort{
+		log:     e.log,
+		strange: e.strange,
+		cert:    e.cert,
+		lookup:  lookup,
+		ln:      ln,
+		udp:     udp,
+		slots:   listenerSlots{shared: true},
+		ctx:     ctx,
+		cancel:  cancel,
+		hs:      map[net.Conn]struct{}{},
+	}
+	quicCfg.Logger = e.log.With("wan_port", addr)
+	quicCfg.OnReject = func(remote net.Addr, err error) {
+		wp.strange.refuse(refusalReason(err), remote)
+		wp.log.Debug("WAN connection refused", "wan", api.WANQUIC, "peer", addrString(remote), "err", err)
+	}
+	wp.quic, err = wan.ListenQUICRouted(udp, e.cert, wp.route, quicCfg)
+	if err != nil {
+		cancel()
+		ln.Close()
+		udp.Close()
+		return nil, err
+	}
+	wp.wg.Add(2)
+	go wp.acceptTCP()
+	go wp.acceptQUIC()
+	return wp, nil
+}
+
+// route is the wan.Router of the port: the shared leg of the live stream
+// that owns name.
+func (wp *wanPort) route(name string) *wan.Leg {
+	if st := wp.lookup(name); st != nil {
+		return st.shared
+	}
+	return nil
+}
+
+// close stops accepting, ends the connections still in their handshake
+// and the QUIC listener (every QUIC connection on it), and waits for the
+// port's goroutines. Legs already handed to streams are theirs. It
+// closes the sockets. Idempotent.
+func (wp *wanPort) close() {
+	wp.mu.Lock()
+	if wp.closed {
+		wp.mu.Unlock()
+		wp.wg.Wait()
+		return
+	}
+	wp.closed = true
+	hs := make([]net.Conn, 0, len(wp.hs))
+	for c := range wp.hs {
+		hs = append(hs, c)
+	}
+	wp.mu.Unlock()
+	wp.cancel()
+	wp.ln.Close()
+	for _, c := range hs {
+		relay.Abort(c)
+	}
+	wp.quic.Close()
+	wp.udp.Close()
+	wp.wg.Wait()
+}
+
+func (wp *wanPort) acceptTCP() {
+	defer wp.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := wp.ln.AcceptTCP()
+		if err != nil {
+			if wp.ctx.Err() != nil {
+				return
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
+				// e.g. EMFILE: back off instead of spinning.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				wp.log.Warn("accept on the shared WAN port", "err", err, "retry_in", backoff)
+				select {
+				case <-time.After(backoff):
+					continue
+				case <-wp.ctx.Done():
+					return
+				}
+			}
+			wp.log.Error("the shared WAN port stopped accepting", "err", err)
+			return
+		}
+		backoff = 0
+		remote := c.RemoteAddr()
+		if !wp.strange.admit(&wp.slots, remote, wp.trusted.has(remote, time.Now())) {
+			wp.strange.refuse(refusedCap, remote)
+			relay.Abort(c)
+			continue
+		}
+		wp.mu.Lock()
+		if wp.closed {
+			wp.mu.Unlock()
+			wp.strange.release(&wp.slots, remote)
+			relay.Abort(c)
+			return
+		}
+		wp.hs[c] = struct{}{}
+		wp.wg.Add(1)
+		wp.mu.Unlock()
+		go wp.serve(c)
+	}
+}
+
+// serve authenticates a connection to the shared port and hands it to
+// its stream.
+func (wp *wanPort) serve(raw *net.TCPConn) {
+	defer wp.wg.Done()
+	remote := raw.RemoteAddr()
+	done := func() {
+		wp.strange.release(&wp.slots, remote)
+		wp.mu.Lock()
+		delete(wp.hs, raw)
+		wp.mu.Unlock()
+	}
+	// As on a stream's own port: nothing but this goroutine's small
+	// stack until the dialer's first byte (stream.serveInbound).
+	raw.SetReadDeadline(time.Now().Add(wan.HandshakeTimeout))
+	if err := sockio.WaitReadable(raw); err != nil {
+		done()
+		raw.Close()
+		wp.refuse(nil, remote, fmt.Errorf("%w: %w", wan.ErrBadPreface, err))
+		return
+	}
+	var st *stream
+	r, err := wan.AcceptRouted(wp.ctx, raw, wp.cert, func(name string) *wan.Leg {
+		st = wp.lookup(name)
+		if st == nil {
+			return nil
+		}
+		return st.shared
+	})
+	done()
+	if err != nil {
+		if errors.Is(err, wan.ErrUnknownName) {
+			st = nil // a stream of another transport
+		}
+		wp.refuse(st, remote, err)
+		return
+	}
+	wp.trusted.add(remote, time.Now())
+	if !st.adopt(raw, r.Conn) {
+		return // the stream stopped meanwhile: both are reset
+	}
+	go st.serveRouted(raw, r)
+}
+
+// refuse counts a connection to the shared port that did not
+// authenticate: against its stream if it named one, else only in the
+// gateway's summary of strangers.
+func (wp *wanPort) refuse(st *stream, remote net.Addr, err error) {
+	if wp.ctx.Err() != nil {
+		return
+	}
+	if st != nil {
+		st.refuseWAN(-1, remote, err)
+		return
+	}
+	wp.strange.refuse(refusalReason(err), remote)
+	wp.log.Debug("WAN connection refused", "wan_port", wp.ln.Addr().String(), "peer", remote.String(), "err", err)
+}
+
+func (wp *wanPort) acceptQUIC() {
+	defer wp.wg.Done()
+	for {
+		r, err := wp.quic.AcceptRouted(wp.ctx)
+		if err != nil {
+			return // closed
+		}
+		st := wp.lookup(r.Leg.ServerName)
+		if st == nil || st.shared != r.Leg || !st.adopt(r.Conn) {
+			relay.Abort(r.Conn) // released since its handshake
+			continue
+		}
+		go st.serveInboundQUIC(r.Channel, r.Conn)
+	}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}

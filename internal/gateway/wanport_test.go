@@ -1,0 +1,296 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/auth"
+	"scistream/internal/certs"
+	"scistream/internal/client"
+	"scistream/internal/localgw"
+	"scistream/internal/wan"
+	"scistream/internal/waitfor"
+)
+
+// sharedPort is the shared WAN port of the consumer gateways in these
+// tests (each gateway has its own loopback address).
+const sharedPort = 5443
+
+// echoApp is a consumer application that echoes every connection.
+func echoApp(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// roundTrip sends n random bytes through the outbound listener addr,
+// half-closes, and checks the echo comes back whole and in order,
+// followed by a clean end.
+func roundTrip(t *testing.T, addr string, n int) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	want := make([]byte, n)
+	rand.Read(want)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(want)
+		if err == nil {
+			err = c.(*net.TCPConn).CloseWrite()
+		}
+		errc <- err
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read the echo through %s: %v", addr, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("echo through %s: %d bytes back of %d, or not the same", addr, len(got), n)
+	}
+}
+
+// TestSharedWANPort: streams of two identities, over tls and over quic,
+// share the consumer gateway's one WAN port; none takes a port of the
+// range; each carries its bytes both ways; releasing one leaves the
+// other's open connection working.
+func TestSharedWANPort(t *testing.T) {
+	alice, bob := localgw.NewToken(), localgw.NewToken()
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(alice) + " alice\n" + auth.HashToken(bob) + " bob\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := startGW(t, tokens, func(c *Config) { c.WANPort = sharedPort; c.WANDomain = "wan.cons.test" })
+	prod := startGW(t, tokens)
+	waitReady(t, cons)
+	waitReady(t, prod)
+	echo := echoApp(t)
+	ctx := context.Background()
+	clients := func(tok string) (in, out *client.Client) {
+		in, _ = client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: tok})
+		out, _ = client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: tok})
+		t.Cleanup(func() { in.Close(); out.Close() })
+		return in, out
+	}
+	type wired struct {
+		in, out *client.Client
+		inS     *api.Stream
+		outS    *api.Stream
+	}
+	var streams []wired
+	names := map[string]bool{}
+	for _, c := range []struct{ tok, wan string }{{alice, api.WANTLS}, {bob, api.WANTLS}, {alice, api.WANQUIC}} {
+		in, out := clients(c.tok)
+		inS, outS, err := client.Wire(ctx, in, out,
+			&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echo}, NumConn: 3, WAN: c.wan},
+			api.OutboundRequest{NumConn: 3, Allow: []string{"127.0.0.0/8"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		advertised := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
+		if len(inS.Listeners) != 1 || inS.Listeners[0] != advertised {
+			t.Fatalf("inbound listeners %v, want the shared port %s once", inS.Listeners, advertised)
+		}
+		if !strings.HasSuffix(inS.WANServerName, ".wan.cons.test") || names[inS.WANServerName] {
+			t.Fatalf("server name %q: not under the domain, or not unique", inS.WANServerName)
+		}
+		names[inS.WANServerName] = true
+		if outS.PeerServerName != inS.WANServerName {
+			t.Fatalf("outbound side sends %q, inbound side is %q", outS.PeerServerName, inS.WANServerName)
+		}
+		streams = append(streams, wired{in, out, inS, outS})
+	}
+	if n := cons.srv.alloc.InUse(); n != 0 {
+		t.Fatalf("streams on the shared port hold %d ports of the range", n)
+	}
+	for _, w := range streams {
+		for ch := range 3 {
+			roundTrip(t, w.outS.Listeners[ch], 256<<10)
+		}
+	}
+
+	// A connection of stream 1 stays open while stream 0 is released.
+	c, err := net.Dial("tcp", streams[1].outS.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	echoOnce := func(msg string) {
+		t.Helper()
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != msg {
+			t.Fatalf("echo %q: got %q, %v", msg, b, err)
+		}
+	}
+	echoOnce("before")
+	for _, cl := range []*client.Client{streams[0].out, streams[0].in} {
+		if _, err := cl.Release(ctx, streams[0].inS.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	echoOnce("after another stream's release")
+	if _, err := net.Dial("tcp", streams[0].outS.Listeners[0]); err == nil {
+		t.Fatal("a released stream's outbound listener still accepts")
+	}
+	roundTrip(t, streams[2].outS.Listeners[1], 64<<10) // quic still serves
+}
+
+// TestSharedWANPortRefusals: on the shared port, a name that no stream
+// has, a malformed one and none at all fail the handshake exactly as a
+// certificate that is not pinned does, so a caller learns nothing of
+// which streams exist; the right name with the right certificate still
+// needs the stream secret and one of the stream's channels.
+func TestSharedWANPortRefusals(t *testing.T) {
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := startGW(t, tokens, func(c *Config) { c.WANPort = sharedPort })
+	prod := startGW(t, tokens)
+	waitReady(t, cons)
+	waitReady(t, prod)
+	ctx := context.Background()
+	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
+	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
+	defer in.Close()
+	defer out.Close()
+	inS, _, err := client.Wire(ctx, in, out,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 2},
+		api.OutboundRequest{NumConn: 2, Allow: []string{"127.0.0.0/8"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := inS.Listeners[0]
+	pin := cons.srv.cfg.Identity.SHA256
+	stranger, _, _, err := certs.LoadOrGenerate(t.TempDir(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake := func(cert *tls.Certificate, name string) error {
+		raw, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		raw.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := tls.Client(raw, &tls.Config{
+			MinVersion: tls.VersionTLS13, ServerName: name, Certificates: []tls.Certificate{*cert},
+			InsecureSkipVerify:    true,
+			VerifyPeerCertificate: certs.VerifyPin(pin),
+		})
+		if err := tc.Handshake(); err != nil {
+			return err
+		}
+		// TLS 1.3: the server's verdict on the client's certificate
+		// arrives after the client's handshake completed.
+		_, err = tc.Read(make([]byte, 1))
+		return err
+	}
+	wrongCert := handshake(&stranger.TLS, inS.WANServerName)
+	if wrongCert == nil || !strings.Contains(wrongCert.Error(), "bad certificate") {
+		t.Fatalf("a certificate that is not pinned: %v, want a bad certificate alert", wrongCert)
+	}
+	prodCert := &prod.srv.cfg.Identity.TLS
+	for _, name := range []string{
+		"aaaaaaaaaaaaaaaaaaaaaaaaaa." + DefaultWANDomain, // well formed, nobody's
+		"not a name!",
+		"",
+		"x." + inS.WANServerName, // a name under the stream's
+	} {
+		err := handshake(prodCert, name)
+		if err == nil || err.Error() != wrongCert.Error() {
+			t.Errorf("server name %q: %v; want exactly what a wrong certificate gets (%v)", name, err, wrongCert)
+		}
+	}
+
+	// The right name and certificate, but not the secret, or not a
+	// channel of the stream.
+	secret := wan.NewSecret()
+	bad := []struct {
+		what    string
+		channel int
+		secret  []byte
+	}{
+		{"wrong secret", 0, secret},
+		{"channel beyond num_conn", 2, nil},
+	}
+	sessSecret := streamSecret(t, cons, inS.UID)
+	for _, b := range bad {
+		s := b.secret
+		if s == nil {
+			s = sessSecret
+		}
+		leg := &wan.Leg{Transport: api.WANTLS, UID: inS.UID, Channel: b.channel, Secret: s, Cert: prodCert,
+			PeerSHA256: func() string { return pin }, ServerName: inS.WANServerName}
+		c, err := wan.Dial(ctx, addr, leg)
+		if err != nil {
+			t.Fatalf("%s: dial: %v", b.what, err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+		if err == nil || os.IsTimeout(err) {
+			t.Fatalf("%s: the leg was not refused: %v", b.what, err)
+		}
+	}
+	// The wrong certificate, the wrong secret and the wrong channel named
+	// the stream; the unknown names did not.
+	waitfor.Must(t, 10*time.Second, "three refusals counted on the stream", func() bool {
+		st, err := in.Get(ctx, inS.UID)
+		return err == nil && st.Stats.RejectedConns == 3
+	})
+}
+
+// streamSecret reads the secret of inbound stream uid from gw's table.
+func streamSecret(t *testing.T, gw *testGW, uid string) []byte {
+	t.Helper()
+	for _, st := range gw.srv.live() {
+		if st.uid == uid {
+			return st.record().Secret
+		}
+	}
+	t.Fatalf("no live stream %s", uid)
+	return nil
+}
