@@ -13,6 +13,9 @@ command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 # RabbitMQ broker the tests start themselves on loopback ports they choose.
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
+# The SNI router in front of a shared WAN port (e2e/sni_test.go): HAProxy
+# in TCP mode, started by the test on loopback with its own config.
+command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-pip)
 elif ! python3 -m pip --version >/dev/null 2>&1; then

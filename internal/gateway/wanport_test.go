@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,8 +20,8 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/client"
 	"scistream/internal/localgw"
-	"scistream/internal/wan"
 	"scistream/internal/waitfor"
+	"scistream/internal/wan"
 )
 
 // sharedPort is the shared WAN port of the consumer gateways in these
@@ -293,4 +295,46 @@ func streamSecret(t *testing.T, gw *testGW, uid string) []byte {
 	}
 	t.Fatalf("no live stream %s", uid)
 	return nil
+}
+
+// TestSharedWANPortStrangerCaps: the shared port serves every stream, so
+// the per-listener cap does not apply to it; the per-source and total
+// caps do, before any TLS state exists.
+func TestSharedWANPortStrangerCaps(t *testing.T) {
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := startGW(t, tokens, func(c *Config) {
+		c.WANPort = sharedPort
+		c.Strangers = Limits{PerListener: 2, PerSource: 4, Total: 6}
+	})
+	waitReady(t, cons)
+	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
+	refused := func(from string, k int) int {
+		n := 0
+		for range k {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatal(err)
+				}
+				n++
+				continue
+			}
+			t.Cleanup(func() { c.Close() })
+			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeoutErr(err) {
+				n++
+			}
+		}
+		return n
+	}
+	if got := refused("127.0.0.71", 10); got != 6 {
+		t.Fatalf("10 strangers from one source, a cap of 4 per source: %d refused, want 6 (the per-listener cap of 2 must not apply)", got)
+	}
+	if got := refused("127.0.0.72", 10); got != 8 {
+		t.Fatalf("10 more from another source, a total cap of 6: %d refused, want 8", got)
+	}
 }
