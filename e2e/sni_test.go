@@ -228,6 +228,10 @@ func TestSNIRouter(t *testing.T) {
 	if wrongCert == nil || !strings.Contains(wrongCert.Error(), "bad certificate") || unknown == nil || unknown.Error() != wrongCert.Error() {
 		t.Errorf("behind the router, a name of no stream got %v, a wrong certificate %v; want the same bad certificate alert", unknown, wrongCert)
 	}
+
+	// Gateway B killed and restarted: bob's stream is back under its name.
+	p.restart(&consB, false)
+	send(bob.Listeners[1], 4<<20, 7)
 }
 
 // bobServerName returns the server name of bob's stream uid, from his
