@@ -34,7 +34,8 @@ type sniRouter struct {
 }
 
 // startSNIRouter starts HAProxy on a fresh loopback address, port 443,
-// routing names under each domain of routes to its backend "host:port".
+// routing names under each domain of routes to its backend: "host:port"
+// and any HAProxy server options (send-proxy-v2).
 func startSNIRouter(t *testing.T, routes map[string]string) *sniRouter {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
@@ -109,7 +110,8 @@ frontend wan
 }
 
 // TestSNIRouter: two consumer gateways sit behind one HAProxy on port
-// 443, each with its shared WAN port and its own domain. Streams of two
+// 443, each with its shared WAN port and its own domain; the router tells
+// one of them each connection's source with the PROXY protocol. Streams of two
 // identities, wired step by step and in one call, carry their bytes
 // through the router; releasing one leaves another's open connection
 // alone; names routed nowhere, names of no stream and the wrong secret
@@ -118,13 +120,14 @@ func TestSNIRouter(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	ipA, ipB := localgw.RandomLoopback(), localgw.RandomLoopback()
 	router := startSNIRouter(t, map[string]string{
-		"a.wan.test": net.JoinHostPort(ipA, "8443"),
+		"a.wan.test": net.JoinHostPort(ipA, "8443") + " send-proxy-v2",
 		"b.wan.test": net.JoinHostPort(ipB, "8443"),
 	})
 	gwArgs := func(domain string) []string {
 		return []string{"--wan_port", "8443", "--wan_domain", domain, "--wan_advertise", router.addr}
 	}
-	consA := p.start("consA", ipA, pairOpts{args: gwArgs("a.wan.test")})
+	// A hears from the router who each peer is (the PROXY protocol).
+	consA := p.start("consA", ipA, pairOpts{args: append(gwArgs("a.wan.test"), "--wan_proxy_protocol")})
 	consB := p.start("consB", ipB, pairOpts{args: gwArgs("b.wan.test")})
 	app := newSink(t, "127.0.0.1", nil)
 

@@ -27,6 +27,7 @@ type options struct {
 	wanPort            int
 	wanDomain          string
 	wanAdvertise       string
+	wanProxy           bool
 	certFile, keyFile  string
 	tokensFile         string
 	noAuth             bool
@@ -51,6 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.portRange, "port_range", "5100-5199", "data listener ports, LO-HI inclusive")
 	fs.IntVar(&o.wanPort, "wan_port", 0, "shared WAN port (443 behind an SNI router): one TCP listener and one UDP socket for the inbound WAN legs of every tls and quic stream, told apart by TLS server name; 0: each stream listens on ports of its own from --port_range")
 	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+gateway.DefaultWANDomain+")")
+	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
 	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
@@ -100,15 +102,16 @@ func (o *options) config() (gateway.Config, error) {
 		}
 	}
 	cfg := gateway.Config{
-		ListenerIP:     o.listenerIP,
-		BindIP:         o.bindIP,
-		Engine:         o.engine,
-		AllowTCPWAN:    o.tcpWAN,
-		PendingTimeout: o.pending,
-		Quota:          o.quota,
-		WANPort:        o.wanPort,
-		WANDomain:      o.wanDomain,
-		WANAdvertise:   o.wanAdvertise,
+		ListenerIP:       o.listenerIP,
+		BindIP:           o.bindIP,
+		Engine:           o.engine,
+		AllowTCPWAN:      o.tcpWAN,
+		PendingTimeout:   o.pending,
+		Quota:            o.quota,
+		WANPort:          o.wanPort,
+		WANDomain:        o.wanDomain,
+		WANAdvertise:     o.wanAdvertise,
+		WANProxyProtocol: o.wanProxy,
 	}
 	var err error
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {

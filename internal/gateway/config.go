@@ -79,6 +79,13 @@ type Config struct {
 	// port (the SNI router's address, say). If empty, ListenerIP and
 	// WANPort.
 	WANAdvertise string
+	// WANProxyProtocol says the shared WAN port sits behind a router that
+	// starts every connection with a PROXY protocol v2 header (HAProxy's
+	// send-proxy-v2): the gateway reads it and caps, trusts and logs the
+	// source it names, and refuses a connection without one. Only for a
+	// port that nothing but the router can reach: anyone else could name
+	// any source. If false, a connection's own address is its source.
+	WANProxyProtocol bool
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on Quota.
 	Quota Quota
@@ -191,8 +198,8 @@ func (c Config) Validate() error {
 		return fieldError("WANPort", "%d lies inside the port range %s: give a port outside it", c.WANPort, c.PortRange)
 	case c.WANDomain != "" && (!wan.ValidServerName(c.WANDomain) || len(c.WANDomain) > maxWANDomain):
 		return fieldError("WANDomain", "%.80q is not a lower-case DNS domain of at most %d bytes, e.g. wan.gw1.example.org", c.WANDomain, maxWANDomain)
-	case (c.WANDomain != "" || c.WANAdvertise != "") && c.WANPort == 0:
-		return fieldError("WANPort", "is needed by the shared port's domain and advertised address: give the port too")
+	case (c.WANDomain != "" || c.WANAdvertise != "" || c.WANProxyProtocol) && c.WANPort == 0:
+		return fieldError("WANPort", "is needed by the shared port's domain, advertised address and PROXY protocol: give the port too")
 	case c.WANAdvertise != "":
 		if _, err := checkAdvertise(c.WANAdvertise); err != nil {
 			return &ConfigError{Field: "WANAdvertise", Err: err,

@@ -139,7 +139,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Unlock()
 
 	if s.cfg.WANPort != 0 {
-		wp, err := openWANPort(s.cfg.BindIP, s.cfg.WANPort, s.env, s.cfg.QUIC, s.byName)
+		wp, err := openWANPort(s.cfg.BindIP, s.cfg.WANPort, s.cfg.WANProxyProtocol, s.env, s.cfg.QUIC, s.byName)
 		if err != nil {
 			ln.Close()
 			s.Shutdown(context.Background())
@@ -156,7 +156,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			ln.Close()
 			return http.ErrServerClosed
 		}
-		s.log.Info("shared WAN port open", "bind", wp.ln.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain)
+		s.log.Info("shared WAN port open", "bind", wp.ln.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol)
 	}
 	if err := s.restore(); err != nil {
 		ln.Close()

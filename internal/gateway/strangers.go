@@ -73,6 +73,7 @@ const (
 	refusedClosed   = "closed before its preface"
 	refusedQUIC     = "QUIC peer or stream refused"
 	refusedName     = "server name of no stream on the shared WAN port"
+	refusedProxy    = "no PROXY protocol header from the router"
 	summaryInterval = 10 * time.Second
 )
 
@@ -268,6 +269,10 @@ func refusalReason(err error) string {
 	switch {
 	case errors.Is(err, wan.ErrUnknownName):
 		return refusedName
+	case errors.Is(err, errProxyHeader):
+		return refusedProxy
+	case errors.Is(err, errOverCap):
+		return refusedCap
 	case errors.Is(err, wan.ErrBadSecret):
 		return refusedSecret
 	case errors.Is(err, wan.ErrWrongStream):

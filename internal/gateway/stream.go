@@ -224,14 +224,15 @@ func (st *stream) adopt(conns ...net.Conn) bool {
 }
 
 // serveRouted serves a TLS leg of this stream that the shared WAN port
-// authenticated (raw its TCP connection), as serveInbound serves one
-// accepted on the stream's own port; adopt registered both.
-func (st *stream) serveRouted(raw net.Conn, r *wan.Routed) {
+// authenticated (raw its TCP connection, from the peer address from), as
+// serveInbound serves one accepted on the stream's own port; adopt
+// registered both.
+func (st *stream) serveRouted(raw net.Conn, from net.Addr, r *wan.Routed) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
 	defer st.untrack(r.Conn)
-	st.trusted.add(raw.RemoteAddr(), time.Now())
-	log := st.env.log.With("uid", st.uid, "channel", r.Channel, "peer", raw.RemoteAddr().String())
+	st.trusted.add(from, time.Now())
+	log := st.env.log.With("uid", st.uid, "channel", r.Channel, "peer", from.String())
 	if r.Watch() {
 		st.serveWatch(log, r.Conn)
 		return

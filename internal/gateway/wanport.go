@@ -9,9 +9,11 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/proxyproto"
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
 	"scistream/internal/wan"
@@ -26,7 +28,8 @@ import (
 // routing is a stream's own: its pin, its secret, its channels, its
 // connections and counters (serveRouted). The strangers' caps apply per
 // source and in all; the per-listener cap does not (the port serves
-// every stream).
+// every stream). Behind a router that sends the PROXY protocol
+// (Config.WANProxyProtocol), the source is the one its header names.
 
 // wanPort is a running shared WAN port.
 type wanPort struct {
@@ -34,6 +37,10 @@ type wanPort struct {
 	strange *strangers
 	cert    *tls.Certificate
 	lookup  func(name string) *stream // a live stream by server name, or nil
+	// proxy: every connection starts with a PROXY protocol v2 header
+	// from the router in front (Config.WANProxyProtocol).
+	proxy   bool
+	unheard atomic.Int64 // proxy: connections whose header has not come yet
 
 	ln   *net.TCPListener
 	udp  *net.UDPConn
@@ -54,7 +61,7 @@ type wanPort struct {
 
 // openWANPort binds the shared WAN port on bind (TCP and UDP) and starts
 // serving it. lookup finds a live stream by its server name.
-func openWANPort(bind string, port int, e *env, quicCfg wan.QUICConfig, lookup func(string) *stream) (*wanPort, error) {
+func openWANPort(bind string, port int, proxy bool, e *env, quicCfg wan.QUICConfig, lookup func(string) *stream) (*wanPort, error) {
 	addr := net.JoinHostPort(bind, strconv.Itoa(port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
@@ -75,6 +82,7 @@ func openWANPort(bind string, port int, e *env, quicCfg wan.QUICConfig, lookup f
 		strange: e.strange,
 		cert:    e.cert,
 		lookup:  lookup,
+		proxy:   proxy,
 		ln:      ln,
 		udp:     udp,
 		slots:   listenerSlots{shared: true},
@@ -160,16 +168,13 @@ func (wp *wanPort) acceptTCP() {
 			return
 		}
 		backoff = 0
-		remote := c.RemoteAddr()
-		if !wp.strange.admit(&wp.slots, remote, wp.trusted.has(remote, time.Now())) {
-			wp.strange.refuse(refusedCap, remote)
-			relay.Abort(c)
+		if !wp.admit(c) {
 			continue
 		}
 		wp.mu.Lock()
 		if wp.closed {
 			wp.mu.Unlock()
-			wp.strange.release(&wp.slots, remote)
+			wp.release(!wp.proxy, c.RemoteAddr())
 			relay.Abort(c)
 			return
 		}
@@ -180,16 +185,79 @@ func (wp *wanPort) acceptTCP() {
 	}
 }
 
+// admit takes a handshake slot for c (strangers.admit), or resets c if a
+// cap is reached. Behind a router that speaks the PROXY protocol, c's
+// own address is the router's: c then counts only against the total cap
+// until its header names its source (serve), and takes its slot then.
+func (wp *wanPort) admit(c *net.TCPConn) bool {
+	remote := c.RemoteAddr()
+	if wp.proxy {
+		if wp.unheard.Add(1) > int64(wp.strange.limits.Total) {
+			wp.unheard.Add(-1)
+			wp.strange.refuse(refusedCap, remote)
+			relay.Abort(c)
+			return false
+		}
+		return true
+	}
+	if !wp.strange.admit(&wp.slots, remote, wp.trusted.has(remote, time.Now())) {
+		wp.strange.refuse(refusedCap, remote)
+		relay.Abort(c)
+		return false
+	}
+	return true
+}
+
+// release frees what admit (or, behind a PROXY router, source) took for
+// a connection: its handshake slot for source remote if held, else its
+// place among the unheard.
+func (wp *wanPort) release(held bool, remote net.Addr) {
+	if held {
+		wp.strange.release(&wp.slots, remote)
+	} else if wp.proxy {
+		wp.unheard.Add(-1)
+	}
+}
+
+// source reads the PROXY header of raw (behind a router) and takes the
+// handshake slot of the source it names, swapping the unheard count for
+// it. It returns the source, or an error (raw is then closed and counted
+// as refused) with the address to blame.
+func (wp *wanPort) source(raw *net.TCPConn) (net.Addr, error) {
+	h, err := proxyproto.Read(raw)
+	wp.unheard.Add(-1)
+	if err != nil {
+		return raw.RemoteAddr(), fmt.Errorf("%w: %w", errProxyHeader, err)
+	}
+	from := raw.RemoteAddr()
+	if !h.Local && h.Source.IsValid() {
+		from = net.TCPAddrFromAddrPort(h.Source)
+	}
+	if !wp.strange.admit(&wp.slots, from, wp.trusted.has(from, time.Now())) {
+		return from, errOverCap
+	}
+	return from, nil
+}
+
+var (
+	errProxyHeader = errors.New("no valid PROXY protocol v2 header from the router")
+	errOverCap     = errors.New("over the cap of connections in their handshake")
+)
+
 // serve authenticates a connection to the shared port and hands it to
 // its stream.
 func (wp *wanPort) serve(raw *net.TCPConn) {
 	defer wp.wg.Done()
 	remote := raw.RemoteAddr()
-	done := func() {
-		wp.strange.release(&wp.slots, remote)
+	held := !wp.proxy // a handshake slot for remote; else unheard
+	untrack := func() {
 		wp.mu.Lock()
 		delete(wp.hs, raw)
 		wp.mu.Unlock()
+	}
+	done := func() {
+		wp.release(held, remote)
+		untrack()
 	}
 	// As on a stream's own port: nothing but this goroutine's small
 	// stack until the dialer's first byte (stream.serveInbound).
@@ -199,6 +267,16 @@ func (wp *wanPort) serve(raw *net.TCPConn) {
 		raw.Close()
 		wp.refuse(nil, remote, fmt.Errorf("%w: %w", wan.ErrBadPreface, err))
 		return
+	}
+	if wp.proxy {
+		from, err := wp.source(raw)
+		if err != nil {
+			untrack()
+			relay.Abort(raw)
+			wp.refuse(nil, from, err)
+			return
+		}
+		remote, held = from, true
 	}
 	var st *stream
 	r, err := wan.AcceptRouted(wp.ctx, raw, wp.cert, func(name string) *wan.Leg {
@@ -220,7 +298,7 @@ func (wp *wanPort) serve(raw *net.TCPConn) {
 	if !st.adopt(raw, r.Conn) {
 		return // the stream stopped meanwhile: both are reset
 	}
-	go st.serveRouted(raw, r)
+	go st.serveRouted(raw, remote, r)
 }
 
 // refuse counts a connection to the shared port that did not

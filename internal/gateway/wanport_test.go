@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/client"
 	"scistream/internal/localgw"
+	"scistream/internal/proxyproto"
 	"scistream/internal/waitfor"
 	"scistream/internal/wan"
 )
@@ -336,5 +339,62 @@ func TestSharedWANPortStrangerCaps(t *testing.T) {
 	}
 	if got := refused("127.0.0.72", 10); got != 8 {
 		t.Fatalf("10 more from another source, a total cap of 6: %d refused, want 8", got)
+	}
+}
+
+// TestSharedWANPortProxyProtocol: behind a router that sends the PROXY
+// protocol, the caps count the source each header names, not the
+// router's address, and a connection without a header is refused.
+func TestSharedWANPortProxyProtocol(t *testing.T) {
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := startGW(t, tokens, func(c *Config) {
+		c.WANPort = sharedPort
+		c.WANProxyProtocol = true
+		c.Strangers = Limits{PerSource: 2, Total: 100}
+	})
+	waitReady(t, cons)
+	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
+	dst := netip.MustParseAddrPort(addr)
+	// open connects from the router's address (the test's) and sends
+	// first (a header, or anything), then reports whether the gateway
+	// refused the connection within a moment.
+	refused := func(first []byte) bool {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write(first); err != nil {
+			return true
+		}
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err = c.Read(make([]byte, 1))
+		return err != nil && !isTimeoutErr(err)
+	}
+	from := func(src string) []byte {
+		return proxyproto.Append(nil, netip.MustParseAddrPort(src), dst)
+	}
+	for i, want := range []bool{false, false, true} {
+		if got := refused(from("198.51.100.7:4000" + fmt.Sprint(i))); got != want {
+			t.Fatalf("connection %d from 198.51.100.7 (a cap of 2 per source): refused %v, want %v", i+1, got, want)
+		}
+	}
+	if refused(from("198.51.100.8:40000")) {
+		t.Fatal("a second source behind the same router was refused: the cap counted the router")
+	}
+	// A peer that reaches the port directly, past the router, starts
+	// with its ClientHello.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	err = tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "x." + DefaultWANDomain}).Handshake()
+	if err == nil || isTimeoutErr(err) {
+		t.Fatalf("a connection without a PROXY header: handshake %v, want it refused at once", err)
 	}
 }
