@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -231,14 +233,7 @@ func (st *stream) serveRouted(raw net.Conn, from net.Addr, r *wan.Routed) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
 	defer st.untrack(r.Conn)
-	st.trusted.add(from, time.Now())
-	log := st.env.log.With("uid", st.uid, "channel", r.Channel, "peer", from.String())
-	if r.Watch() {
-		st.serveWatch(log, r.Conn)
-		return
-	}
-	st.wanUp(log)
-	st.relayToApp(log, st.record(), r.Channel, r.Conn)
+	st.serveLeg(from, r)
 }
 
 func (st *stream) untrack(c net.Conn) {
@@ -361,30 +356,56 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 			return
 		}
 	}
-	log := st.env.log.With("uid", st.uid, "channel", ch, "peer", raw.RemoteAddr().String())
-	rec := st.record()
-	w, watch, err := wan.AcceptLeg(st.ctx, raw, st.leg(rec, ch))
+	r, err := wan.AcceptLeg(st.ctx, raw, st.leg(st.record(), ch))
 	st.env.strange.release(&st.slots[ch], raw.RemoteAddr())
 	if err != nil {
 		st.refuseWAN(ch, raw.RemoteAddr(), err)
 		return
 	}
-	st.trusted.add(raw.RemoteAddr(), time.Now())
-	if watch {
-		if w != net.Conn(raw) && st.track(w) {
-			defer st.untrack(w)
+	if r.Conn != net.Conn(raw) {
+		if !st.track(r.Conn) {
+			return
 		}
-		st.serveWatch(log, w)
+		defer st.untrack(r.Conn)
+	}
+	st.serveLeg(raw.RemoteAddr(), r)
+}
+
+// serveLeg serves an authenticated leg r from the peer address from, on
+// the stream's own port or the shared one: the watch leg, a pooled leg
+// (one session after another), or a leg of one application connection.
+// The caller tracks r.Conn.
+func (st *stream) serveLeg(from net.Addr, r *wan.Routed) {
+	st.trusted.add(from, time.Now())
+	log := st.env.log.With("uid", st.uid, "channel", r.Channel, "peer", from.String())
+	if r.Watch() {
+		st.serveWatch(log, r.Conn)
 		return
 	}
 	st.wanUp(log)
-	if w != net.Conn(raw) {
-		if !st.track(w) {
+	if !r.Pooled {
+		st.relayToApp(log, st.record(), r.Channel, r.Conn)
+		return
+	}
+	p, err := wan.NewPooledAcceptor(r.Conn)
+	if err != nil {
+		log.Debug("pooled leg refused", "err", err)
+		relay.Abort(r.Conn)
+		return
+	}
+	for {
+		s, err := p.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && st.ctx.Err() == nil {
+				log.Debug("pooled leg ends", "err", err)
+			}
 			return
 		}
-		defer st.untrack(w)
+		st.relayToApp(log, st.record(), r.Channel, s)
+		if !s.Clean() {
+			return // reset with its session
+		}
 	}
-	st.relayToApp(log, rec, ch, w)
 }
 
 // refuseWAN counts a WAN connection from remote on channel ch that did

@@ -481,7 +481,7 @@ func (l *Leg) checkPreface(r interface{ Read([]byte) (int, error) }, binding []b
 	if err != nil {
 		return nil, err
 	}
-	return p, l.admit(p, binding, false)
+	return p, l.admit(p, binding, false, false)
 }
 
 // QUICDialer opens the QUIC legs of one stream: one QUIC connection per

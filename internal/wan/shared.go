@@ -35,6 +35,7 @@ type Routed struct {
 	Conn    net.Conn // carries application bytes only
 	Leg     *Leg     // the leg the Router chose
 	Channel int      // the channel its preface named (WatchChannel for the watch leg)
+	Pooled  bool     // a pooled leg of Channel (pooled.go)
 }
 
 // Watch reports whether the leg is its stream's watch leg.
@@ -82,12 +83,12 @@ func AcceptRouted(ctx context.Context, raw net.Conn, cert *tls.Certificate, rout
 		raw.Close()
 		return nil, err
 	}
-	if err := chosen.admit(p, binding, true); err != nil {
+	if err := chosen.admit(p, binding, true, true); err != nil {
 		raw.Close()
 		return nil, err
 	}
 	raw.SetDeadline(time.Time{})
-	return &Routed{Conn: conn, Leg: chosen, Channel: p.Channel}, nil
+	return routed(conn, chosen, p), nil
 }
 
 // routeTLS returns the leg route gives the server name name, or nil if

@@ -260,25 +260,28 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 // Accept completes the acceptor's side of a WAN leg on raw: the TLS
 // handshake (if any) and the preface check. On error raw is closed.
 func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
-	c, _, err := accept(ctx, raw, l, false)
-	return c, err
+	r, err := accept(ctx, raw, l, false)
+	if err != nil {
+		return nil, err
+	}
+	return r.Conn, nil
 }
 
-// AcceptLeg is Accept for the listener of channel 0, which also takes the
-// stream's watch leg (watch.go): it returns a data leg with watch false,
-// or the watch leg with watch true.
-func AcceptLeg(ctx context.Context, raw net.Conn, l *Leg) (c net.Conn, watch bool, err error) {
-	return accept(ctx, raw, l, l.Channel == 0)
+// AcceptLeg is Accept for a stream's own listener of channel l.Channel:
+// it also takes pooled legs of that channel (pooled.go) and, on channel
+// 0, the stream's watch leg (watch.go), and says which it got.
+func AcceptLeg(ctx context.Context, raw net.Conn, l *Leg) (*Routed, error) {
+	return accept(ctx, raw, l, true)
 }
 
-func accept(ctx context.Context, raw net.Conn, l *Leg, watchToo bool) (net.Conn, bool, error) {
+func accept(ctx context.Context, raw net.Conn, l *Leg, more bool) (*Routed, error) {
 	if err := l.validate(); err != nil {
 		raw.Close()
-		return nil, false, err
+		return nil, err
 	}
 	if l.Transport == api.WANQUIC {
 		raw.Close()
-		return nil, false, ErrQUICOnTCP
+		return nil, ErrQUICOnTCP
 	}
 	setNoDelay(raw)
 	raw.SetDeadline(time.Now().Add(HandshakeTimeout))
@@ -288,7 +291,7 @@ func accept(ctx context.Context, raw net.Conn, l *Leg, watchToo bool) (net.Conn,
 	case api.WANTLS:
 		tc, b, err := l.handshake(ctx, raw, tls.Server)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		conn, binding = tc, b
 	case api.WANTCP:
@@ -296,32 +299,49 @@ func accept(ctx context.Context, raw net.Conn, l *Leg, watchToo bool) (net.Conn,
 		rand.Read(binding)
 		if _, err := raw.Write(binding); err != nil {
 			raw.Close()
-			return nil, false, fmt.Errorf("send nonce: %w", err)
+			return nil, fmt.Errorf("send nonce: %w", err)
 		}
 		conn = raw
 	}
 	p, err := ReadPreface(conn)
 	if err != nil {
 		raw.Close()
-		return nil, false, err
+		return nil, err
 	}
-	if err := l.admit(p, binding, watchToo); err != nil {
+	watchOK := more && l.Channel == 0
+	pooledOK := more && l.Transport == api.WANTLS
+	if err := l.admit(p, binding, watchOK, pooledOK); err != nil {
 		raw.Close()
-		return nil, false, err
+		return nil, err
 	}
 	raw.SetDeadline(time.Time{})
-	return conn, watchToo && p.Channel == WatchChannel, nil
+	return routed(conn, l, p), nil
+}
+
+// routed is the Routed of a leg whose preface p the leg l admitted.
+func routed(c net.Conn, l *Leg, p *Preface) *Routed {
+	r := &Routed{Conn: c, Leg: l, Channel: p.Channel}
+	if p.Channel != WatchChannel && p.Channel&PooledFlag != 0 {
+		r.Channel &^= PooledFlag
+		r.Pooled = true
+	}
+	return r
 }
 
 // admit checks a preface p received on a session whose binding is
 // binding: the leg's stream, one of its channels (Channel, or any below
-// Channels) or, if watchOK, its watch channel, and the MAC.
-func (l *Leg) admit(p *Preface, binding []byte, watchOK bool) error {
-	ok := p.Channel == l.Channel
-	if l.Channels > 0 {
-		ok = p.Channel < l.Channels
+// Channels; with PooledFlag if pooledOK) or, if watchOK, its watch
+// channel, and the MAC.
+func (l *Leg) admit(p *Preface, binding []byte, watchOK, pooledOK bool) error {
+	ch := p.Channel
+	if ch != WatchChannel && ch&PooledFlag != 0 && pooledOK {
+		ch &^= PooledFlag
 	}
-	ok = ok || watchOK && p.Channel == WatchChannel
+	ok := ch == l.Channel
+	if l.Channels > 0 {
+		ok = ch < l.Channels
+	}
+	ok = ok || watchOK && ch == WatchChannel
 	if p.UID != l.UID || !ok {
 		return fmt.Errorf("%w: got %.64q channel %d", ErrWrongStream, p.UID, p.Channel)
 	}
@@ -440,6 +460,27 @@ func (c *Conn) Write(b []byte) (int, error) {
 		// then counts records that sat in the lost batch. What reached
 		// the socket is unknown; the stream is broken.
 		n = 0
+		if err == nil {
+			err = ferr
+		}
+	}
+	return n, err
+}
+
+// writeFrame writes hdr and then b (a pooled leg's frame) with both in
+// the same socket write: hdr is its own small record, b's records follow
+// in the batch.
+func (c *Conn) writeFrame(hdr, b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.raw.beginBatch()
+	_, err := c.Conn.Write(hdr)
+	n := 0
+	if err == nil && len(b) > 0 {
+		n, err = c.Conn.Write(b)
+	}
+	if ferr := c.raw.endBatch(); ferr != nil {
+		n = 0 // as in Write: what reached the socket is unknown
 		if err == nil {
 			err = ferr
 		}

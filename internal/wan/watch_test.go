@@ -27,11 +27,13 @@ func acceptLeg(t *testing.T, l *wan.Leg) (string, <-chan legResult) {
 			if err != nil {
 				return
 			}
-			c, watch, err := wan.AcceptLeg(context.Background(), raw, l)
-			if c != nil {
-				t.Cleanup(func() { c.Close() })
+			r, err := wan.AcceptLeg(context.Background(), raw, l)
+			if err != nil {
+				ch <- legResult{err: err}
+				continue
 			}
-			ch <- legResult{c, watch, err}
+			t.Cleanup(func() { r.Conn.Close() })
+			ch <- legResult{r.Conn, r.Watch(), nil}
 		}
 	}()
 	return ln.Addr().String(), ch

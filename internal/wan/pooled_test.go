@@ -1,0 +1,221 @@
+package wan_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/loopback"
+	"scistream/internal/relay"
+	"scistream/internal/relay/relaytest"
+	"scistream/internal/wan"
+)
+
+// pooledPair dials a pooled leg of channel 1 and returns both ends.
+func pooledPair(t *testing.T) (d, a *wan.Pooled) {
+	t.Helper()
+	dl, al := legs(t, api.WANTLS)
+	dl.Channel, al.Channel = 1, 1
+	addr, ch := acceptLeg(t, al)
+	d, err := wan.DialPooled(context.Background(), addr, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Abort)
+	r := nextLeg(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	a, err = wan.NewPooledAcceptor(r.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Abort)
+	return d, a
+}
+
+// TestPooledSessions: one pooled leg carries sessions one after another,
+// each with its bytes both ways and its half-closes, and is clean at
+// both ends after each.
+func TestPooledSessions(t *testing.T) {
+	d, a := pooledPair(t)
+	for i := range 3 {
+		up, down := make([]byte, 3<<20+i), make([]byte, 100_000*i)
+		rand.Read(up)
+		rand.Read(down)
+		ds, err := d.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			as, err := a.Next()
+			if err != nil {
+				done <- err
+				return
+			}
+			got, err := io.ReadAll(as)
+			if err == nil && !bytes.Equal(got, up) {
+				err = errors.New("acceptor read other bytes")
+			}
+			if err == nil {
+				_, err = as.Write(down)
+			}
+			if err == nil {
+				err = as.CloseWrite()
+			}
+			as.Close()
+			if err == nil && !as.Clean() {
+				err = errors.New("acceptor's session not clean")
+			}
+			done <- err
+		}()
+		if _, err := ds.Write(up); err != nil {
+			t.Fatal(err)
+		}
+		ds.CloseWrite()
+		got, err := io.ReadAll(ds)
+		if err != nil || !bytes.Equal(got, down) {
+			t.Fatalf("session %d: dialer read %d bytes (%v), want %d", i, len(got), err, len(down))
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		ds.Close()
+		if !ds.Clean() || !d.Idle() {
+			t.Fatalf("session %d: dialer's leg not idle after a clean session", i)
+		}
+	}
+	// Quit: the acceptor sees an orderly end.
+	if !d.Quit() {
+		t.Fatal("Quit on an idle leg refused")
+	}
+	if _, err := a.Next(); err != io.EOF {
+		t.Fatalf("acceptor after Quit: %v, want io.EOF", err)
+	}
+}
+
+// TestPooledAbort: a session closed before both sides ended resets the
+// whole leg: the peer's session fails, and neither leg serves again.
+func TestPooledAbort(t *testing.T) {
+	d, a := pooledPair(t)
+	ds, err := d.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds.Write([]byte("partial"))
+	as, err := a.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 7)
+	if _, err := io.ReadFull(as, b); err != nil {
+		t.Fatal(err)
+	}
+	ds.Close() // neither direction ended: the leg is reset
+	if ds.Clean() {
+		t.Fatal("a session closed mid-stream reported clean")
+	}
+	as.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := as.Read(b); err == nil || err == io.EOF {
+		t.Fatalf("acceptor read %v after the dialer's abort, want a reset", err)
+	}
+	as.Close()
+	if as.Clean() {
+		t.Fatal("the acceptor's broken session reported clean")
+	}
+	if _, err := d.Open(); err == nil {
+		t.Fatal("a reset leg opened another session")
+	}
+	if _, err := a.Next(); err == nil {
+		t.Fatal("a reset leg accepted another session")
+	}
+}
+
+// TestPooledGarbage: an acceptor that reads a frame out of place resets
+// the leg rather than guess.
+func TestPooledGarbage(t *testing.T) {
+	d, a := pooledPair(t)
+	// A data frame on an idle leg, written under the leg's TLS.
+	d.Conn().Write([]byte{'D', 0, 0, 1, 'x'})
+	if _, err := a.Next(); !errors.Is(err, wan.ErrFrame) {
+		t.Fatalf("data on an idle leg: %v, want ErrFrame", err)
+	}
+	if _, err := d.Conn().Read(make([]byte, 1)); err == nil || err == io.EOF {
+		t.Fatalf("dialer after the acceptor refused a frame: %v, want a reset", err)
+	}
+}
+
+// TestPooledRelay: relay.Relay moves a session as any leg, half-closes
+// and all, and the leg comes back clean; an application's reset aborts
+// the leg and reaches the other application as a reset.
+func TestPooledRelay(t *testing.T) {
+	d, a := pooledPair(t)
+	eng := relaytest.Engine(t, "splice", relay.Options{})
+	for round := range 2 {
+		ds, err := d.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The acceptor relays its session to a consumer that echoes.
+		appA, appB := loopback.TCPPair(t)
+		go func() {
+			io.Copy(appB, appB)
+			appB.CloseWrite()
+		}()
+		errc := make(chan error, 1)
+		go func() {
+			as, err := a.Next()
+			if err != nil {
+				errc <- err
+				return
+			}
+			errc <- relay.Relay(eng, appA, as, func(int64) {}, func(int64) {})
+			if !as.Clean() {
+				errc <- errors.New("acceptor's session not clean after an orderly relay")
+			}
+			close(errc)
+		}()
+		msg := bytes.Repeat([]byte{byte(round)}, 1<<20)
+		go func() { ds.Write(msg); ds.CloseWrite() }()
+		got, err := io.ReadAll(ds)
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("round %d: echo through the relay: %d bytes, %v", round, len(got), err)
+		}
+		ds.Close()
+		for err := range errc {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	// An application reset mid-session resets the leg.
+	ds, _ := d.Open()
+	appA, appB := loopback.TCPPair(t)
+	errc := make(chan error, 1)
+	go func() {
+		as, err := a.Next()
+		if err != nil {
+			errc <- err
+			return
+		}
+		errc <- relay.Relay(eng, appA, as, func(int64) {}, func(int64) {})
+	}()
+	ds.Write([]byte("x"))
+	appB.SetLinger(0)
+	io.ReadFull(appB, make([]byte, 1))
+	appB.Close()
+	if err := <-errc; err == nil {
+		t.Fatal("relay ended in order after the application's reset")
+	}
+	ds.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := ds.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, wan.ErrTruncated) {
+		t.Fatalf("dialer's session after the far application's reset: %v, want a reset", err)
+	}
+}
