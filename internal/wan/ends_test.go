@@ -9,8 +9,8 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/relay"
-	"scistream/internal/wan"
 	"scistream/internal/waitfor"
+	"scistream/internal/wan"
 )
 
 // TestEndedUnread: a leg held unread is not over while the peer's bytes
