@@ -99,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 			cert:    &cfg.Identity.TLS,
 			quic:    cfg.QUIC,
 			strange: strange,
+			appWait: cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
 		},
 		ctx:     ctx,
 		cancel:  cancel,
