@@ -19,6 +19,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
 	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
+	appWait := cl.fs.String("app_wait", "", appWaitUsage)
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
@@ -32,6 +33,10 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkNumConn(*numConn); err != nil {
 		return err
 	}
+	wait, err := parseAppWait(*appWait)
+	if err != nil {
+		return err
+	}
 	c, err := gw.client(cl.timeout)
 	if err != nil {
 		return err
@@ -42,7 +47,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
-		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine,
+		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, AppWaitS: wait,
 	})
 	if err != nil {
 		return err
