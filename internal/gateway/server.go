@@ -22,6 +22,7 @@
 //	end.go       a stream ended (released, expired, failed) and the janitor
 //	stream.go    a running stream: listeners, accept loops, relays, counters
 //	quic.go      the QUIC side of a running stream
+//	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
 package gateway
 
 import (
