@@ -65,16 +65,12 @@ func Lost(err error) bool {
 // It is for a leg held unread on purpose (the inbound gateway holds the
 // leg while its application cannot be reached): the peer's bytes wait in
 // the socket, or in the QUIC stream's flow-control window, and a caller
-// asks now and then whether the peer gave up. A leg of another type
-// reads as open.
+// asks now and then whether the peer gave up. A leg with no TCP socket
+// or QUIC stream under its NetConn wrappers reads as open.
 func Ended(c net.Conn) error {
 	switch c := c.(type) {
 	case *net.TCPConn: // a plaintext leg
 		return sockio.Ended(c)
-	case *Conn:
-		if t, ok := c.raw.Conn.(*net.TCPConn); ok {
-			return sockio.Ended(t)
-		}
 	case *streamConn:
 		// The stream's context ends with its send side: when the peer
 		// asks it to stop sending (its abort), when this side resets it,
@@ -90,6 +86,8 @@ func Ended(c net.Conn) error {
 			return net.ErrClosed // this side reset it
 		}
 		return err
+	case interface{ NetConn() net.Conn }: // a TLS leg: its TCP socket decides
+		return Ended(c.NetConn())
 	}
 	return nil
 }
