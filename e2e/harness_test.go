@@ -224,7 +224,13 @@ var errSinkReset = errors.New("the sink reset this connection, as armed by reset
 
 func newSink(t *testing.T, ip string, reply []byte) *sink {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	return newSinkAt(t, net.JoinHostPort(ip, "0"), reply)
+}
+
+// newSinkAt is newSink listening on addr ("host:port").
+func newSinkAt(t *testing.T, addr string, reply []byte) *sink {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ type options struct {
 	portRange          string
 	engine, bufferSize string
 	pending            time.Duration
+	appWait, appMax    time.Duration
 	quota              gateway.Quota
 	tcpWAN             bool
 	port               int
@@ -63,6 +64,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.noAuth, "insecure_no_auth", false, "accept control requests without authentication (INSECURE; for isolated testing only)")
 	fs.BoolVar(&o.tcpWAN, "insecure_tcp_wan", false, "allow streams whose WAN legs are plaintext TCP (for trusted circuits only)")
 	fs.DurationVar(&o.pending, "pending_timeout", gateway.DefaultPendingTimeout, "how long an inbound stream waits for its outbound peer before it expires and frees its ports")
+	fs.DurationVar(&o.appWait, "app_wait_default", gateway.DefaultAppWait, "how long an inbound stream holds a WAN connection whose application cannot be reached (dialing it again with backoff) before it resets it, when the request gives no app_wait_s; whole seconds, 0 to not wait")
+	fs.DurationVar(&o.appMax, "app_wait_max", gateway.DefaultAppWaitMax, "the longest app_wait_s a request may ask for; whole seconds, at most 24h, 0 to let no stream wait")
 	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
 	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
@@ -93,6 +96,14 @@ func (o *options) config() (gateway.Config, error) {
 	if o.pending <= 0 {
 		return gateway.Config{}, errors.New("--pending_timeout must be positive, e.g. 5m")
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--app_wait_default", o.appWait}, {"--app_wait_max", o.appMax}} {
+		if d.v < 0 {
+			return gateway.Config{}, fmt.Errorf("%s %s is negative: give a duration such as 30s, or 0s not to wait", d.name, d.v)
+		}
+	}
 	for _, q := range []struct {
 		name string
 		v    int
@@ -112,6 +123,8 @@ func (o *options) config() (gateway.Config, error) {
 		WANDomain:        o.wanDomain,
 		WANAdvertise:     o.wanAdvertise,
 		WANProxyProtocol: o.wanProxy,
+		AppWaitDefault:   noWait(o.appWait),
+		AppWaitMax:       noWait(o.appMax),
 	}
 	var err error
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
@@ -145,6 +158,16 @@ func (o *options) config() (gateway.Config, error) {
 	return cfg, nil
 }
 
+// noWait turns a wait given on the command line into the gateway's
+// terms: there a zero is "the default", here it is "do not wait", which
+// the gateway spells negative.
+func noWait(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // flagError says a gateway.ConfigError in terms of the flag that set
 // the field; other errors pass unchanged.
 func flagError(err error) error {
@@ -159,6 +182,8 @@ func flagError(err error) error {
 		"Engine":         "--type",
 		"BufferSize":     "--buffer_size",
 		"PendingTimeout": "--pending_timeout",
+		"AppWaitDefault": "--app_wait_default",
+		"AppWaitMax":     "--app_wait_max",
 		"Quota.Streams":  "--quota_streams",
 		"Quota.Ports":    "--quota_ports",
 		"Quota.Pending":  "--quota_pending",

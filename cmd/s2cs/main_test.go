@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/gateway"
 	"scistream/internal/localgw"
 	"scistream/internal/version"
 	"scistream/internal/waitfor"
@@ -41,6 +42,11 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--buffer_size", "lots"}, `--buffer_size "lots"`},
 		{[]string{"--listener_ip", "127.0.0.1", "--port_range", "9-8"}, "--port_range"},
 		{[]string{"--listener_ip", "127.0.0.1", "--pending_timeout", "0s"}, "--pending_timeout must be positive"},
+		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_default", "-1s"}, "--app_wait_default -1s is negative"},
+		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_default", "1500ms"}, "--app_wait_default 1.5s is not a whole number of seconds"},
+		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_max", "48h"}, "--app_wait_max 48h0m0s is longer than a day"},
+		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_default", "1h"}, "--app_wait_default 1h0m0s exceeds the longest wait a stream may have (10m0s)"},
+		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_max", "0s"}, "--app_wait_default 30s exceeds the longest wait a stream may have (0s)"},
 		{[]string{"--listener_ip", "127.0.0.1", "--quota_ports", "0"}, "--quota_ports 0: give at least 1"},
 		{[]string{"--listener_ip", "127.0.0.1", "--quota_streams", "-3"}, "--quota_streams -3: give at least 1"},
 		{[]string{"--listener_ip", "127.0.0.1", "--port", "5150"}, "--port 5150 lies inside --port_range"},
@@ -69,6 +75,29 @@ func TestBadFlags(t *testing.T) {
 				t.Errorf("a refused command line created the state directory (stat: %v)", err)
 			}
 		})
+	}
+}
+
+// TestAppWaitFlags: on the command line 0s means "do not wait", which
+// the gateway's Config spells negative (its zero is the default).
+func TestAppWaitFlags(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		def, most time.Duration
+	}{
+		{nil, gateway.DefaultAppWait, gateway.DefaultAppWaitMax},
+		{[]string{"--app_wait_default", "0s"}, -1, gateway.DefaultAppWaitMax},
+		{[]string{"--app-wait-default", "0s", "--app_wait_max", "0"}, -1, -1},
+		{[]string{"--app_wait_default", "2m", "--app_wait_max", "1h"}, 2 * time.Minute, time.Hour},
+	} {
+		o, err := parseFlags(append([]string{"--listener_ip", "127.0.0.1"}, c.args...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config()
+		if err != nil || cfg.AppWaitDefault != c.def || cfg.AppWaitMax != c.most {
+			t.Errorf("%v: AppWaitDefault %s, AppWaitMax %s, %v; want %s, %s", c.args, cfg.AppWaitDefault, cfg.AppWaitMax, err, c.def, c.most)
+		}
 	}
 }
 

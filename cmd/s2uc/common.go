@@ -134,6 +134,29 @@ func splitList(s string) []string {
 	return out
 }
 
+// appWaitUsage is the help of --app_wait, on the commands that create an
+// inbound stream.
+const appWaitUsage = "how long the inbound gateway holds a producer's connection, unread, while the listening application cannot be reached, before it resets it, e.g. 30s or 10m; 0 not to wait (default: the gateway's, see s2uc info)"
+
+// parseAppWait reads --app_wait: empty means the gateway's default (nil),
+// otherwise whole seconds as the request's app_wait_s.
+func parseAppWait(s string) (*int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("--app_wait %q: give a duration such as 30s or 10m, or 0 not to wait", s)
+	case d < 0 || d%time.Second != 0:
+		return nil, fmt.Errorf("--app_wait %s: give a whole number of seconds, 0 or more, e.g. 30s", d)
+	case d > api.MaxAppWaitS*time.Second:
+		return nil, fmt.Errorf("--app_wait %s is longer than any gateway allows (24h); see s2uc info for the gateway's maximum", d)
+	}
+	n := int(d / time.Second)
+	return &n, nil
+}
+
 func checkNumConn(n int) error {
 	if n < 1 || n > api.MaxChannels {
 		return fmt.Errorf("--num_conn %d out of range: give 1 to %d", n, api.MaxChannels)

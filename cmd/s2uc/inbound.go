@@ -20,6 +20,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
 	wanListener := cl.fs.String("wan_listener", "", "where the gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
 	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
+	appWait := cl.fs.String("app_wait", "", appWaitUsage)
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
@@ -33,6 +34,10 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkNumConn(*numConn); err != nil {
 		return err
 	}
+	wait, err := parseAppWait(*appWait)
+	if err != nil {
+		return err
+	}
 	c, err := gw.client(cl.timeout)
 	if err != nil {
 		return err
@@ -43,7 +48,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
-		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener,
+		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait,
 	})
 	if err != nil {
 		return err

@@ -92,9 +92,16 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	if s.Reason != "" {
 		fmt.Fprintf(w, " (%s)", s.Reason)
 	}
-	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s\n", strings.Join(s.Listeners, ","), strings.Join(s.Targets, ","), s.WAN, s.Engine)
-	fmt.Fprintf(w, "  connections %d active, %d total, %d refused, %d aborted%s, %d errors\n",
-		st.ActiveConns, st.TotalConns, st.RejectedConns, st.AbortedConns, byKind(st), st.Errors)
+	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s", strings.Join(s.Listeners, ","), strings.Join(s.Targets, ","), s.WAN, s.Engine)
+	if s.AppWaitS != nil {
+		fmt.Fprintf(w, ", app wait %s", time.Duration(*s.AppWaitS)*time.Second)
+	}
+	var waiting string
+	if st.WaitingConns > 0 {
+		waiting = fmt.Sprintf(", %d waiting for the application", st.WaitingConns)
+	}
+	fmt.Fprintf(w, "\n  connections %d active%s, %d total, %d refused, %d aborted%s, %d errors\n",
+		st.ActiveConns, waiting, st.TotalConns, st.RejectedConns, st.AbortedConns, byKind(st), st.Errors)
 	for _, k := range api.EndKinds() {
 		if l, ok := st.LastErrors[k]; ok {
 			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), l.Reason)

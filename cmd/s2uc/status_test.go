@@ -14,11 +14,12 @@ import (
 // of each kind.
 func TestPrintStatus(t *testing.T) {
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.Local)
+	wait := 90
 	s := &api.Stream{
 		UID: "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c", Role: api.RoleInbound, State: api.StateConnected,
-		Listeners: []string{"127.0.0.3:5100"}, Targets: []string{"127.0.0.1:5672"}, WAN: "tls", Engine: "splice",
+		Listeners: []string{"127.0.0.3:5100"}, Targets: []string{"127.0.0.1:5672"}, WAN: "tls", Engine: "splice", AppWaitS: &wait,
 		Stats: &api.Stats{
-			ActiveConns: 2, TotalConns: 370, AbortedConns: 369, Errors: 1,
+			ActiveConns: 2, WaitingConns: 5, TotalConns: 370, AbortedConns: 369, Errors: 1,
 			AbortedByKind: map[string]int64{api.EndAppReset: 368, api.EndWANLost: 1},
 			LastErrors: map[string]api.LastError{
 				api.EndAppReset: {Reason: "read a: connection reset by peer", Time: at},
@@ -32,7 +33,8 @@ func TestPrintStatus(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c on 127.0.0.3:5000: inbound connected\n",
-		"connections 2 active, 370 total, 0 refused, 369 aborted (368 application reset, 1 WAN leg lost), 1 errors\n",
+		"wan tls, engine splice, app wait 1m30s\n",
+		"connections 2 active, 5 waiting for the application, 370 total, 0 refused, 369 aborted (368 application reset, 1 WAN leg lost), 1 errors\n",
 		"last application reset 2026-11-24 12:00:00: read a: connection reset by peer\n",
 		"last WAN leg lost 2026-11-24 12:01:00: read b: WAN leg ended without TLS close_notify (truncated)\n",
 		"bytes 3.0 MiB to WAN",

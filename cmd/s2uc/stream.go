@@ -23,6 +23,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
 	wanListener := cl.fs.String("wan_listener", "", "where the inbound gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
+	appWait := cl.fs.String("app_wait", "", appWaitUsage)
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -35,6 +36,10 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if err := checkNumConn(*numConn); err != nil {
+		return err
+	}
+	wait, err := parseAppWait(*appWait)
+	if err != nil {
 		return err
 	}
 	for _, g := range []*gatewayFlags{ig, og} {
@@ -60,7 +65,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener},
+		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait},
 		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine},
 		splitList(*peers))
 	if err != nil {

@@ -105,6 +105,14 @@ type InboundRequest struct {
 	// WANListenerPorts. Empty means the shared port when the gateway has
 	// one and the transport is tls or quic, else ports of the stream's own.
 	WANListener string `json:"wan_listener,omitempty"`
+	// AppWaitS is how long, in whole seconds, the gateway holds a WAN
+	// connection whose application it cannot reach (refused, unreachable,
+	// timed out), dialing it again with backoff, before it resets the
+	// connection: an application that starts listening late loses no
+	// byte. nil (absent) means the gateway's default (Info.AppWaitDefaultS);
+	// 0 means do not wait: one dial, and a failure resets the connection
+	// at once. At most the gateway's maximum, Info.AppWaitMaxS.
+	AppWaitS *int `json:"app_wait_s,omitempty"`
 }
 
 // OutboundRequest asks the gateway in front of the connecting application
@@ -174,6 +182,10 @@ type Stream struct {
 	WANCertSHA256 string `json:"wan_cert_sha256,omitempty"`
 	// PeerCertSHA256 is the fingerprint of the pinned peer certificate.
 	PeerCertSHA256 string `json:"peer_cert_sha256,omitempty"`
+	// AppWaitS is how long, in seconds, an inbound stream holds a WAN
+	// connection whose application cannot be reached (InboundRequest),
+	// as it applies now; absent on an outbound stream.
+	AppWaitS *int `json:"app_wait_s,omitempty"`
 	// Secret is returned once, by the inbound request, to its owner only.
 	Secret string `json:"secret,omitempty"`
 	Stats  *Stats `json:"stats,omitempty"`
@@ -182,7 +194,13 @@ type Stream struct {
 // Stats are a stream's live counters on one gateway. "to_wan" is the
 // direction from this gateway's LAN application towards the peer gateway.
 type Stats struct {
+	// ActiveConns counts the connections being relayed now (both legs
+	// up).
 	ActiveConns int64 `json:"active_conns"`
+	// WaitingConns counts the WAN connections an inbound gateway holds,
+	// unread, while it cannot reach the application (Stream.AppWaitS);
+	// they are not in ActiveConns until the application answers.
+	WaitingConns int64 `json:"waiting_conns"`
 	// TotalConns counts the connections relayed (both legs up).
 	TotalConns int64 `json:"total_conns"`
 	// RejectedConns counts the connections refused: sources outside the
@@ -228,7 +246,8 @@ const (
 	// reset: the peer gateway died or restarted, or the path broke.
 	EndWANLost = "wan_lost"
 	// EndDialFailed: this gateway could not connect to its application
-	// (inbound side) or to the peer gateway (outbound side).
+	// (inbound side: within the stream's wait, InboundRequest.AppWaitS)
+	// or to the peer gateway (outbound side).
 	EndDialFailed = "dial_failed"
 	// EndTimeout: a dial, a handshake or a socket timed out.
 	EndTimeout = "timeout"
@@ -279,6 +298,10 @@ type Info struct {
 	WANPort   string `json:"wan_port,omitempty"`
 	WANDomain string `json:"wan_domain,omitempty"`
 	Identity  string `json:"identity"`
+	// AppWaitDefaultS is the app_wait_s of an inbound request that gives
+	// none, and AppWaitMaxS the most one may give, in seconds.
+	AppWaitDefaultS int `json:"app_wait_default_s"`
+	AppWaitMaxS     int `json:"app_wait_max_s"`
 }
 
 // Limits enforced on requests.
@@ -287,6 +310,9 @@ const (
 	MaxReceiverPorts = 64  // receiver_ports / peer_listeners length bound
 	MaxAllow         = 64  // allow-list length bound
 	MaxBodyBytes     = 1 << 20
+	// MaxAppWaitS bounds a gateway's maximum app_wait_s (one day): a
+	// connection held longer is better reset and dialed again.
+	MaxAppWaitS = 24 * 60 * 60
 )
 
 // Code is a stable, machine-readable error code.

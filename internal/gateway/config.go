@@ -86,6 +86,17 @@ type Config struct {
 	// port that nothing but the router can reach: anyone else could name
 	// any source. If false, a connection's own address is its source.
 	WANProxyProtocol bool
+	// AppWaitDefault is how long an inbound stream whose request gives no
+	// app_wait_s holds a WAN connection whose application cannot be
+	// reached, dialing it again with backoff, before it resets the
+	// connection (see api.InboundRequest.AppWaitS). Whole seconds. If
+	// zero, DefaultAppWait; if negative, such streams do not wait.
+	AppWaitDefault time.Duration
+	// AppWaitMax is the longest app_wait_s a request may ask for, and
+	// caps that of a restored stream. Whole seconds, at most
+	// api.MaxAppWaitS. If zero, DefaultAppWaitMax; if negative, no
+	// stream waits (a request may ask for 0 only).
+	AppWaitMax time.Duration
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on Quota.
 	Quota Quota
@@ -116,6 +127,18 @@ const DefaultWANDomain = "scistream.invalid"
 // person to run the outbound request by hand, short enough that an
 // abandoned request does not hold ports for long.
 const DefaultPendingTimeout = 5 * time.Minute
+
+// DefaultAppWait is how long an inbound stream waits for its
+// application when neither the request nor Config.AppWaitDefault says:
+// long enough for a consumer started by hand or by a job script just
+// after the producer, short enough that a producer pointed at a consumer
+// that never comes hears of it (a reset) within a minute.
+const DefaultAppWait = 30 * time.Second
+
+// DefaultAppWaitMax is the longest wait a request may ask for when
+// Config.AppWaitMax is zero: a consumer that is a batch job may start
+// minutes after its producer.
+const DefaultAppWaitMax = 10 * time.Minute
 
 // Quota limits what one identity may hold on the gateway at once; a
 // request beyond a limit is refused with no_resources naming it. Zero
@@ -200,11 +223,20 @@ func (c Config) Validate() error {
 		return fieldError("WANDomain", "%.80q is not a lower-case DNS domain of at most %d bytes, e.g. wan.gw1.example.org", c.WANDomain, maxWANDomain)
 	case (c.WANDomain != "" || c.WANAdvertise != "" || c.WANProxyProtocol) && c.WANPort == 0:
 		return fieldError("WANPort", "is needed by the shared port's domain, advertised address and PROXY protocol: give the port too")
+	case c.AppWaitDefault > 0 && c.AppWaitDefault%time.Second != 0:
+		return fieldError("AppWaitDefault", "%s is not a whole number of seconds: give e.g. 30s", c.AppWaitDefault)
+	case c.AppWaitMax > 0 && c.AppWaitMax%time.Second != 0:
+		return fieldError("AppWaitMax", "%s is not a whole number of seconds: give e.g. 10m", c.AppWaitMax)
+	case c.AppWaitMax > api.MaxAppWaitS*time.Second:
+		return fieldError("AppWaitMax", "%s is longer than a day: give at most 24h", c.AppWaitMax)
 	case c.WANAdvertise != "":
 		if _, err := checkAdvertise(c.WANAdvertise); err != nil {
 			return &ConfigError{Field: "WANAdvertise", Err: err,
 				Problem: fmt.Sprintf("%.80q is not host:port (%v), e.g. wan.gw1.example.org:443", c.WANAdvertise, err)}
 		}
+	}
+	if d, m := c.appWaits(); d > m {
+		return fieldError("AppWaitDefault", "%s exceeds the longest wait a stream may have (%s): lower it, or raise the maximum", d, m)
 	}
 	_, err := c.engines()
 	return err
@@ -239,6 +271,7 @@ func (c Config) withDefaults() Config {
 	if c.PendingTimeout == 0 {
 		c.PendingTimeout = DefaultPendingTimeout
 	}
+	c.AppWaitDefault, c.AppWaitMax = c.appWaits()
 	c.Quota = c.Quota.withDefaults()
 	if c.WANPort != 0 {
 		if c.WANDomain == "" {
@@ -283,4 +316,19 @@ func checkAdvertise(hp string) (int, error) {
 		return 0, fmt.Errorf("port %q out of range", port)
 	}
 	return p, nil
+}
+
+// appWaits returns the default and the longest wait for an application
+// that c gives, its zeros (defaults) and negatives (no wait) resolved.
+func (c Config) appWaits() (def, most time.Duration) {
+	resolve := func(d, zero time.Duration) time.Duration {
+		switch {
+		case d == 0:
+			return zero
+		case d < 0:
+			return 0
+		}
+		return d
+	}
+	return resolve(c.AppWaitDefault, DefaultAppWait), resolve(c.AppWaitMax, DefaultAppWaitMax)
 }

@@ -120,6 +120,12 @@ func relayEnd(err error) string {
 // the peer gateway, handshake included) is: a refused connection, an
 // unreachable host and a refused handshake alike fail the dial.
 func dialEnd(err error) string {
+	var we *appWaitError
+	if errors.As(err, &we) {
+		// However its last dial failed, the application did not
+		// answer for as long as the stream waits for it.
+		return api.EndDialFailed
+	}
 	if isTimeout(err) {
 		return api.EndTimeout
 	}
@@ -179,6 +185,16 @@ func (st *stream) dialFailed(log *slog.Logger, toPeer bool, target string, err e
 		log.Warn("cannot reach the application: WAN connections are reset until it answers (said once until it does)", "target", target, "kind", kind, "err", err)
 	} else {
 		log.Debug("dial application", "target", target, "kind", kind, "err", err)
+	}
+}
+
+// appAway notes that a connection waits for the application to answer
+// (appwait.go): said at warn once until it answers, as dialFailed does.
+func (st *stream) appAway(log *slog.Logger, target string, wait time.Duration, err error) {
+	if st.ends.appDown.CompareAndSwap(false, true) {
+		log.Warn("cannot reach the application: WAN connections wait for it, unread, then are reset (said once until it answers)", "target", target, "wait", wait, "err", err)
+	} else {
+		log.Debug("the application does not answer: the connection waits", "target", target, "wait", wait, "err", err)
 	}
 }
 

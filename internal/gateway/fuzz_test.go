@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/store"
@@ -24,6 +25,8 @@ func FuzzRequest(f *testing.F) {
 		`{"uid":"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c","remote_ip":"host.example","receiver_ports":[1,65535],"num_conn":2,"wan":"quic","engine":"buffer"}`,
 		`{"uid":"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c","peer_listeners":["127.0.0.1:5100"],"num_conn":1,"secret":"` + strings.Repeat("A", 43) + `=","wan":"tcp","allow":["10.0.0.0/8","::1"]}`,
 		`{"peer_cert":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}`,
+		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"app_wait_s":0}`,
+		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"app_wait_s":-9223372036854775808}`,
 		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1} {}`,
 		`{"num_conn":1e400}`, `{"receiver_ports":"80"}`, `null`, `[]`, ``, "\x00", `{"uid":"\u0000"}`,
 	} {
@@ -93,6 +96,10 @@ func checkRecord(t *testing.T, s *Server, rec *store.Record) {
 	}
 	if _, err := s.engines.Get(rec.Engine); err != nil {
 		t.Fatalf("record with engine %q: %v", rec.Engine, err)
+	}
+	if (rec.Role == api.RoleInbound) != (rec.AppWaitS != nil) ||
+		rec.AppWaitS != nil && (*rec.AppWaitS < 0 || time.Duration(*rec.AppWaitS)*time.Second > s.cfg.AppWaitMax) {
+		t.Fatalf("%s record with app_wait_s %v (maximum %s)", rec.Role, rec.AppWaitS, s.cfg.AppWaitMax)
 	}
 	wantPin := rec.Role == api.RoleOutbound && api.WANPinned(rec.WAN)
 	if wantPin != (rec.PeerCertSHA256 != "") {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/store"
@@ -32,16 +33,18 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		wans = append(wans, api.WANTCP)
 	}
 	return http.StatusOK, api.Info{
-		Version:       version.Version,
-		ListenerIP:    s.cfg.ListenerIP,
-		PortRange:     s.cfg.PortRange.String(),
-		Engines:       s.engines.Names(),
-		DefaultEngine: s.cfg.Engine,
-		WAN:           wans,
-		WANCertSHA256: s.cfg.Identity.SHA256,
-		WANPort:       s.cfg.WANAdvertise,
-		WANDomain:     s.cfg.WANDomain,
-		Identity:      identity(r),
+		Version:         version.Version,
+		ListenerIP:      s.cfg.ListenerIP,
+		PortRange:       s.cfg.PortRange.String(),
+		Engines:         s.engines.Names(),
+		DefaultEngine:   s.cfg.Engine,
+		WAN:             wans,
+		WANCertSHA256:   s.cfg.Identity.SHA256,
+		WANPort:         s.cfg.WANAdvertise,
+		WANDomain:       s.cfg.WANDomain,
+		Identity:        identity(r),
+		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
+		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
 	}, nil
 }
 
@@ -195,6 +198,10 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 		Reason:         rec.Reason,
 		WANCertSHA256:  s.cfg.Identity.SHA256,
 		PeerCertSHA256: rec.PeerCertSHA256,
+	}
+	if rec.Role == api.RoleInbound {
+		w := int(s.env.appWaitFor(rec) / time.Second)
+		v.AppWaitS = &w
 	}
 	for _, p := range rec.Ports {
 		v.Listeners = append(v.Listeners, net.JoinHostPort(s.cfg.ListenerIP, strconv.Itoa(p)))

@@ -23,6 +23,7 @@
 //	stream.go    a running stream: listeners, accept loops, relays, counters
 //	quic.go      the QUIC side of a running stream
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
+//	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
 package gateway
 
 import (
@@ -102,6 +103,7 @@ func New(cfg Config) (*Server, error) {
 			quic:      cfg.QUIC,
 			strange:   strange,
 			advertise: cfg.WANAdvertise,
+			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
 		},
 		ctx:     ctx,
 		cancel:  cancel,

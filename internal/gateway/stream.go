@@ -33,6 +33,9 @@ type env struct {
 	// if the gateway has one (wanport.go).
 	port      *wanPort
 	advertise string
+	// appWait is Config.AppWaitDefault, appWaitMax Config.AppWaitMax,
+	// resolved (0: no wait).
+	appWait, appWaitMax time.Duration
 }
 
 // stream is the running proxy of one stream: one listener per channel and
@@ -68,6 +71,7 @@ type stream struct {
 	wg sync.WaitGroup // accept loops and connection handlers
 
 	active, total, rejected atomic.Int64
+	waitingApp              atomic.Int64 // WAN legs waiting for the application (appwait.go)
 	toWAN, fromWAN          atomic.Int64
 	ends                    ends       // aborted connections, by kind (ends.go)
 	watchSt                 watchState // what the watch leg says of the peer (watch.go)
@@ -420,14 +424,19 @@ func (st *stream) refuseWAN(ch int, remote net.Addr, err error) {
 	st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "err", err)
 }
 
-// relayToApp dials the application's port for channel ch and relays the
-// authenticated WAN leg w to it; w is aborted if that fails.
+// relayToApp dials the application's port for channel ch, waiting for it
+// as the stream says (appwait.go), and relays the authenticated WAN leg
+// w to it; w is aborted if that fails.
 func (st *stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.Conn) {
 	target := rec.Targets[ch%len(rec.Targets)]
-	d := net.Dialer{Timeout: 10 * time.Second}
-	app, err := d.DialContext(st.ctx, "tcp", target)
+	app, err := st.dialApp(log, w, target, st.env.appWaitFor(rec))
 	if err != nil {
-		st.dialFailed(log, false, target, err)
+		var re *relay.Error
+		if errors.As(err, &re) {
+			st.ended(log, err) // the leg ended while it waited
+		} else {
+			st.dialFailed(log, false, target, err)
+		}
 		relay.Abort(w)
 		return
 	}
@@ -539,6 +548,7 @@ func (st *stream) stats() *api.Stats {
 	st.rateMu.Unlock()
 	s := &api.Stats{
 		ActiveConns:   st.active.Load(),
+		WaitingConns:  st.waitingApp.Load(),
 		TotalConns:    st.total.Load(),
 		RejectedConns: st.rejected.Load(),
 		BytesToWAN:    st.toWAN.Load(),

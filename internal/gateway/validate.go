@@ -59,6 +59,10 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	} else if err := checkUID(uid); err != nil {
 		return nil, err
 	}
+	wait, err := s.appWaitS(req.AppWaitS)
+	if err != nil {
+		return nil, err
+	}
 	rec := &store.Record{
 		UID:     uid,
 		Role:    api.RoleInbound,
@@ -67,8 +71,9 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 		Targets: targets,
 		NumConn: req.NumConn,
 		WAN:     req.WAN,
-		Engine:  req.Engine,
-		Secret:  wan.NewSecret(),
+		Engine:   req.Engine,
+		AppWaitS: &wait,
+		Secret:   wan.NewSecret(),
 	}
 	if shared {
 		rec.ServerName = newServerName(s.cfg.WANDomain)
@@ -110,6 +115,21 @@ func newServerName(domain string) string {
 	rand.Read(b)
 	label := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
 	return label + "." + domain
+}
+
+// appWaitS checks the app_wait_s of an inbound request (nil: absent) and
+// returns the stream's wait for its application, in seconds.
+func (s *Server) appWaitS(req *int) (int, error) {
+	most := int(s.cfg.AppWaitMax / time.Second)
+	switch {
+	case req == nil:
+		return int(s.cfg.AppWaitDefault / time.Second), nil
+	case *req < 0:
+		return 0, api.Errorf(api.CodeInvalidArgument, "app_wait_s %d is negative: give the seconds to wait for the application, 0 to %d (0: do not wait)", *req, most)
+	case *req > most:
+		return 0, api.Errorf(api.CodeInvalidArgument, "app_wait_s %d exceeds this gateway's maximum of %d seconds: give 0 to %d, or ask the operator to raise s2cs --app_wait_max", *req, most, most)
+	}
+	return *req, nil
 }
 
 // outboundRecord checks an outbound request and returns the record of the

@@ -199,6 +199,44 @@ func Reset(c *net.TCPConn) bool {
 // tcpClose is TCP_CLOSE of the kernel's enum of TCP states.
 const tcpClose = 7
 
+// Ended reports, without reading c, whether c's connection is over
+// although this side never ended it: nil while it is open, also after the
+// peer's FIN (CLOSE_WAIT: what came before it is still there to read);
+// the error the kernel holds for the socket once it closed it (ECONNRESET
+// after a reset, ETIMEDOUT when keepalive or retransmission gave up;
+// ECONNRESET if a call already took the error); net.ErrClosed if this
+// process closed c. It takes the socket's pending error, as a read
+// would. Call it only while this side has not shut down its writes (see
+// Reset).
+//
+// It is for a connection held unread on purpose: a gateway that keeps
+// a peer's bytes waiting in the socket asks it now and then whether the
+// peer is still there.
+func Ended(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return net.ErrClosed
+	}
+	var ended syscall.Errno
+	err = rc.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil || info.State != tcpClose {
+			return
+		}
+		ended = syscall.ECONNRESET
+		if e, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+			ended = syscall.Errno(e)
+		}
+	})
+	switch {
+	case err != nil:
+		return net.ErrClosed
+	case ended != 0:
+		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", ended)}
+	}
+	return nil
+}
+
 // Write writes all of b, waiting for room in the socket as needed.
 func (s *Conn) Write(b []byte) (int, error) {
 	o := &s.wr

@@ -303,3 +303,45 @@ func TestWaitReadable(t *testing.T) {
 		t.Fatalf("after the peer's FIN: %v, want io.EOF", err)
 	}
 }
+
+// TestEnded: an open connection, with bytes and then the peer's FIN
+// unread, has not ended; a reset says ECONNRESET without a read, and the
+// bytes before it are not what decides; a closed socket says so.
+func TestEnded(t *testing.T) {
+	c, peer := loopback.TCPPair(t)
+	deadline(c, peer)
+	if err := sockio.Ended(c); err != nil {
+		t.Fatalf("open connection: %v", err)
+	}
+	if _, err := peer.Write([]byte("unread")); err != nil {
+		t.Fatal(err)
+	}
+	peer.CloseWrite()
+	if err := sockio.WaitReadable(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := sockio.Ended(c); err != nil {
+		t.Fatalf("bytes and the peer's FIN unread: %v, want nil (they are still to be read)", err)
+	}
+	b := make([]byte, 6)
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != "unread" {
+		t.Fatalf("the bytes after Ended: %q, %v", b, err)
+	}
+
+	c2, peer2 := loopback.TCPPair(t)
+	deadline(c2, peer2)
+	peer2.Write([]byte("unread"))
+	peer2.SetLinger(0)
+	peer2.Close()
+	var err error
+	waitfor.Must(t, testTimeout, "the reset to be seen", func() bool { err = sockio.Ended(c2); return err != nil })
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after a reset: %v, want ECONNRESET", err)
+	}
+
+	c3, _ := loopback.TCPPair(t)
+	c3.Close()
+	if err := sockio.Ended(c3); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("closed socket: %v, want net.ErrClosed", err)
+	}
+}

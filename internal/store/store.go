@@ -38,6 +38,12 @@ type Record struct {
 	WAN     string   `json:"wan"`
 	Engine  string   `json:"engine"`
 	Allow   []string `json:"allow,omitempty"`
+	// AppWaitS is how long, in seconds, an inbound stream holds a WAN
+	// connection whose application cannot be reached
+	// (api.InboundRequest.AppWaitS), resolved when the stream was
+	// created. nil on an outbound stream, and in records written before
+	// the field existed: those take the gateway's default.
+	AppWaitS *int `json:"app_wait_s,omitempty"`
 
 	// Secret is the per-stream WAN binding secret (32 random bytes).
 	Secret []byte `json:"secret"`

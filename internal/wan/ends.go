@@ -1,10 +1,14 @@
 package wan
 
 import (
+	"context"
 	"errors"
+	"net"
 	"syscall"
 
 	"github.com/quic-go/quic-go"
+
+	"scistream/internal/sockio"
 )
 
 // How a WAN leg ended, for the gateway's counters and logs. A leg that
@@ -48,4 +52,42 @@ func Lost(err error) bool {
 	return errors.Is(err, ErrTruncated) || errors.As(err, &idle) || errors.As(err, &sr) ||
 		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
 		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTDOWN)
+}
+
+// Ended reports, without reading it, whether the accepted leg c is over
+// before this side read its end: nil while it is open, also after the
+// peer's orderly end of its writes (a FIN, a close_notify, a QUIC FIN
+// queued behind its bytes, which are still there to read); otherwise the
+// error a read would have met (ResetByPeer and Lost classify it), or
+// net.ErrClosed if this side closed c. Call it only while this side has
+// not ended its writes on c.
+//
+// It is for a leg held unread on purpose (the inbound gateway holds the
+// leg while its application cannot be reached): the peer's bytes wait in
+// the socket, or in the QUIC stream's flow-control window, and a caller
+// asks now and then whether the peer gave up. A leg with no TCP socket
+// or QUIC stream under its NetConn wrappers reads as open.
+func Ended(c net.Conn) error {
+	switch c := c.(type) {
+	case *net.TCPConn: // a plaintext leg
+		return sockio.Ended(c)
+	case *streamConn:
+		// The stream's context ends with its send side: when the peer
+		// asks it to stop sending (its abort), when this side resets it,
+		// and when the QUIC connection closes (release, idle timeout,
+		// stateless reset); the cause is the error a read would get.
+		ctx := c.s.Context()
+		if ctx.Err() == nil {
+			return nil
+		}
+		err := context.Cause(ctx)
+		var se *quic.StreamError
+		if err == nil || errors.As(err, &se) && !se.Remote {
+			return net.ErrClosed // this side reset it
+		}
+		return err
+	case interface{ NetConn() net.Conn }: // a TLS leg: its TCP socket decides
+		return Ended(c.NetConn())
+	}
+	return nil
 }
