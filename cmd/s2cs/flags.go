@@ -29,6 +29,7 @@ type options struct {
 	wanDomain          string
 	wanAdvertise       string
 	wanProxy           bool
+	pool               gateway.PoolConfig
 	certFile, keyFile  string
 	tokensFile         string
 	noAuth             bool
@@ -54,6 +55,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.wanPort, "wan_port", 0, "shared WAN port (443 behind an SNI router): one TCP listener and one UDP socket for the inbound WAN legs of every tls and quic stream, told apart by TLS server name; 0: each stream listens on ports of its own from --port_range")
 	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+gateway.DefaultWANDomain+")")
 	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
+	fs.IntVar(&o.pool.MaxPerPeer, "pool_max_per_peer", 64, "most pooled WAN legs (idle and busy) to one peer gateway; at the cap an idle one is torn down by --pool_policy")
+	fs.StringVar(&o.pool.Policy, "pool_policy", gateway.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
+	fs.IntVar(&o.pool.MaxWarm, "pool_max_warm", 16, "largest wan_pool (idle pooled legs per channel) a stream may ask for")
 	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
@@ -107,7 +111,8 @@ func (o *options) config() (gateway.Config, error) {
 	for _, q := range []struct {
 		name string
 		v    int
-	}{{"--quota_streams", o.quota.Streams}, {"--quota_ports", o.quota.Ports}, {"--quota_pending", o.quota.Pending}} {
+	}{{"--quota_streams", o.quota.Streams}, {"--quota_ports", o.quota.Ports}, {"--quota_pending", o.quota.Pending},
+		{"--pool_max_per_peer", o.pool.MaxPerPeer}, {"--pool_max_warm", o.pool.MaxWarm}} {
 		if q.v < 1 {
 			return gateway.Config{}, fmt.Errorf("%s %d: give at least 1", q.name, q.v)
 		}
@@ -123,6 +128,7 @@ func (o *options) config() (gateway.Config, error) {
 		WANDomain:        o.wanDomain,
 		WANAdvertise:     o.wanAdvertise,
 		WANProxyProtocol: o.wanProxy,
+		Pool:             o.pool,
 		AppWaitDefault:   noWait(o.appWait),
 		AppWaitMax:       noWait(o.appMax),
 	}
@@ -176,20 +182,23 @@ func flagError(err error) error {
 		return err
 	}
 	name := map[string]string{
-		"ListenerIP":     "--listener_ip",
-		"BindIP":         "--bind",
-		"PortRange":      "--port_range",
-		"Engine":         "--type",
-		"BufferSize":     "--buffer_size",
-		"PendingTimeout": "--pending_timeout",
-		"AppWaitDefault": "--app_wait_default",
-		"AppWaitMax":     "--app_wait_max",
-		"Quota.Streams":  "--quota_streams",
-		"Quota.Ports":    "--quota_ports",
-		"Quota.Pending":  "--quota_pending",
-		"WANPort":        "--wan_port",
-		"WANDomain":      "--wan_domain",
-		"WANAdvertise":   "--wan_advertise",
+		"ListenerIP":      "--listener_ip",
+		"BindIP":          "--bind",
+		"PortRange":       "--port_range",
+		"Engine":          "--type",
+		"BufferSize":      "--buffer_size",
+		"PendingTimeout":  "--pending_timeout",
+		"AppWaitDefault":  "--app_wait_default",
+		"AppWaitMax":      "--app_wait_max",
+		"Quota.Streams":   "--quota_streams",
+		"Quota.Ports":     "--quota_ports",
+		"Quota.Pending":   "--quota_pending",
+		"WANPort":         "--wan_port",
+		"WANDomain":       "--wan_domain",
+		"WANAdvertise":    "--wan_advertise",
+		"Pool.MaxPerPeer": "--pool_max_per_peer",
+		"Pool.Policy":     "--pool_policy",
+		"Pool.MaxWarm":    "--pool_max_warm",
 	}[ce.Field]
 	if name == "" {
 		return err

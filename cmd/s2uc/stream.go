@@ -22,6 +22,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	allow := cl.fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect to the outbound listeners (default: the listener's own subnet)")
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
+	wanPool := cl.fs.Int("wan_pool", 0, "pooled WAN legs: keep this many idle legs per channel dialed ahead of need, so a connection starts without a handshake and a cleanly ended one leaves its leg for the next (tls only; default 0: a leg per connection)")
 	wanListener := cl.fs.String("wan_listener", "", "where the inbound gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
@@ -66,7 +67,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	inS, outS, err := client.Wire(ctx, in, out,
 		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait},
-		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine},
+		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool},
 		splitList(*peers))
 	if err != nil {
 		return err

@@ -134,6 +134,12 @@ type OutboundRequest struct {
 	// Secret binds WAN connections to the stream (base64, 32 bytes), as
 	// returned by the inbound request.
 	Secret string `json:"secret"`
+	// WANPool asks for pooled WAN legs (tls only): this many idle legs per
+	// channel are kept dialed ahead of need, so an application
+	// connection starts without a handshake, and a leg whose connection
+	// ended cleanly carries the next one. 0 (absent): a leg per
+	// application connection. At most the gateway's maximum.
+	WANPool int `json:"wan_pool,omitempty"`
 	// PeerServerName is the TLS server name to send to the peer
 	// listeners: the inbound side's wan_server_name when it listens on a
 	// shared WAN port (tls and quic only). Empty for a stream's own ports.
@@ -174,6 +180,8 @@ type Stream struct {
 	// the gateway's shared WAN port (Listeners then holds that port's
 	// address, once); the outbound side sends it (peer_server_name).
 	WANServerName string `json:"wan_server_name,omitempty"`
+	// WANPool is an outbound stream's idle pooled legs per channel.
+	WANPool int `json:"wan_pool,omitempty"`
 	// PeerServerName is the server name an outbound stream sends.
 	PeerServerName string `json:"peer_server_name,omitempty"`
 	// WANCert is this gateway's WAN certificate (PEM), for the peer to pin.
@@ -217,6 +225,13 @@ type Stats struct {
 	// gateways or the WAN (IsErrorKind): not an application's or the peer
 	// gateway's deliberate reset.
 	Errors int64 `json:"errors"`
+	// LegsCreated, LegsReused and LegsTornDown count an outbound stream's
+	// pooled WAN legs (wan_pool): dialed, taken from the pool for an
+	// application connection, and torn down at the gateway's cap of legs
+	// per peer to make room (by its policy, Info.PoolPolicy).
+	LegsCreated  int64 `json:"legs_created,omitempty"`
+	LegsReused   int64 `json:"legs_reused,omitempty"`
+	LegsTornDown int64 `json:"legs_torn_down,omitempty"`
 	// Peer is what this gateway knows of its peer gateway, from the
 	// stream's watch leg: PeerUp, PeerDown, PeerReleased, PeerStopping,
 	// or empty when it does not know (no data leg has worked yet, or a
@@ -297,7 +312,12 @@ type Info struct {
 	// has one, and WANDomain the domain of its streams' server names.
 	WANPort   string `json:"wan_port,omitempty"`
 	WANDomain string `json:"wan_domain,omitempty"`
-	Identity  string `json:"identity"`
+	// PoolPolicy picks the idle pooled leg torn down at PoolMaxPerPeer
+	// ("lru" or "lrum"); PoolMaxWarm bounds a request's wan_pool.
+	PoolPolicy     string `json:"pool_policy"`
+	PoolMaxPerPeer int    `json:"pool_max_per_peer"`
+	PoolMaxWarm    int    `json:"pool_max_warm"`
+	Identity       string `json:"identity"`
 	// AppWaitDefaultS is the app_wait_s of an inbound request that gives
 	// none, and AppWaitMaxS the most one may give, in seconds.
 	AppWaitDefaultS int `json:"app_wait_default_s"`

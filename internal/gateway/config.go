@@ -97,6 +97,9 @@ type Config struct {
 	// api.MaxAppWaitS. If zero, DefaultAppWaitMax; if negative, no
 	// stream waits (a request may ask for 0 only).
 	AppWaitMax time.Duration
+	// Pool manages the pooled WAN legs of outbound streams (pool.go). Its
+	// zero value is the defaults documented on PoolConfig.
+	Pool PoolConfig
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on Quota.
 	Quota Quota
@@ -238,6 +241,9 @@ func (c Config) Validate() error {
 	if d, m := c.appWaits(); d > m {
 		return fieldError("AppWaitDefault", "%s exceeds the longest wait a stream may have (%s): lower it, or raise the maximum", d, m)
 	}
+	if err := c.Pool.validate(); err != nil {
+		return err
+	}
 	_, err := c.engines()
 	return err
 }
@@ -273,6 +279,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.AppWaitDefault, c.AppWaitMax = c.appWaits()
 	c.Quota = c.Quota.withDefaults()
+	c.Pool = c.Pool.withDefaults()
 	if c.WANPort != 0 {
 		if c.WANDomain == "" {
 			c.WANDomain = DefaultWANDomain

@@ -42,6 +42,9 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		WANCertSHA256:   s.cfg.Identity.SHA256,
 		WANPort:         s.cfg.WANAdvertise,
 		WANDomain:       s.cfg.WANDomain,
+		PoolPolicy:      s.cfg.Pool.Policy,
+		PoolMaxPerPeer:  s.cfg.Pool.MaxPerPeer,
+		PoolMaxWarm:     s.cfg.Pool.MaxWarm,
 		Identity:        identity(r),
 		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
 		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
@@ -211,6 +214,7 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 		v.WANServerName = rec.ServerName
 	}
 	v.PeerServerName = rec.PeerServerName
+	v.WANPool = rec.WANPool
 	if st != nil {
 		v.Stats = st.stats()
 	}

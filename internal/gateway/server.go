@@ -104,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 			strange:   strange,
 			advertise: cfg.WANAdvertise,
 			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
+			legs: newLegManager(cfg.Pool, cfg.Logger),
 		},
 		ctx:     ctx,
 		cancel:  cancel,

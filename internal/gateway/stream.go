@@ -33,6 +33,7 @@ type env struct {
 	// if the gateway has one (wanport.go).
 	port      *wanPort
 	advertise string
+	legs      *legManager // pooled WAN legs of outbound streams (pool.go)
 	// appWait is Config.AppWaitDefault, appWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
 	appWait, appWaitMax time.Duration
@@ -71,10 +72,12 @@ type stream struct {
 	wg sync.WaitGroup // accept loops and connection handlers
 
 	active, total, rejected atomic.Int64
-	waitingApp              atomic.Int64 // WAN legs waiting for the application (appwait.go)
-	toWAN, fromWAN          atomic.Int64
-	ends                    ends       // aborted connections, by kind (ends.go)
-	watchSt                 watchState // what the watch leg says of the peer (watch.go)
+	// pooled legs (pool.go): dialed, taken from the pool, torn down at the cap
+	legsCreated, legsReused, legsTornDown atomic.Int64
+	waitingApp                            atomic.Int64 // WAN legs waiting for the application (appwait.go)
+	toWAN, fromWAN                        atomic.Int64
+	ends                                  ends       // aborted connections, by kind (ends.go)
+	watchSt                               watchState // what the watch leg says of the peer (watch.go)
 
 	rateMu           sync.Mutex // guards the following fields
 	lastSample       time.Time
@@ -166,6 +169,10 @@ func (st *stream) start() {
 		go st.acceptLoop(i, ln)
 	}
 	st.startQUIC()
+	if st.role == api.RoleOutbound && st.rec.WANPool > 0 {
+		st.wg.Add(1)
+		go st.env.legs.warmer(st, st.rec.WANPool)
+	}
 }
 
 // stop closes the listeners (freeing their ports), aborts every
@@ -185,6 +192,7 @@ func (st *stream) stop() {
 	}
 	st.mu.Unlock()
 	st.cancel()
+	st.env.legs.drop(st)
 	st.closeWatch()
 	st.stopQUIC()
 	for _, ln := range lns {
@@ -323,6 +331,10 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	rec := st.record()
 	target := rec.Targets[ch%len(rec.Targets)]
 	leg := st.leg(rec, ch)
+	if rec.WANPool > 0 {
+		st.relayPooled(log, app, ch, target, leg)
+		return
+	}
 	w, err := st.dialWAN(target, leg)
 	if err != nil {
 		st.dialFailed(log, true, target, err)
@@ -558,5 +570,6 @@ func (st *stream) stats() *api.Stats {
 	}
 	st.ends.fill(s)
 	s.Peer = peerName(st.watchSt.peer.Load())
+	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
 	return s
 }

@@ -64,13 +64,13 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 		return nil, err
 	}
 	rec := &store.Record{
-		UID:     uid,
-		Role:    api.RoleInbound,
-		State:   api.StateListening,
-		Owner:   owner,
-		Targets: targets,
-		NumConn: req.NumConn,
-		WAN:     req.WAN,
+		UID:      uid,
+		Role:     api.RoleInbound,
+		State:    api.StateListening,
+		Owner:    owner,
+		Targets:  targets,
+		NumConn:  req.NumConn,
+		WAN:      req.WAN,
 		Engine:   req.Engine,
 		AppWaitS: &wait,
 		Secret:   wan.NewSecret(),
@@ -149,6 +149,12 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 			return nil, api.Errorf(api.CodeInvalidArgument, "peer_server_name %.80q is not a lower-case DNS name: pass the inbound side's wan_server_name", req.PeerServerName)
 		}
 	}
+	switch {
+	case req.WANPool < 0 || req.WANPool > s.cfg.Pool.MaxWarm:
+		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool %d out of range: give 0 to %d idle legs per channel (s2cs --pool_max_warm)", req.WANPool, s.cfg.Pool.MaxWarm)
+	case req.WANPool > 0 && req.WAN != api.WANTLS:
+		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool needs wan \"tls\": a quic stream's application connections already share one QUIC connection per channel, and a tcp leg would lose its splice; omit wan_pool")
+	}
 	if len(req.PeerListeners) == 0 || len(req.PeerListeners) > api.MaxReceiverPorts {
 		return nil, api.Errorf(api.CodeInvalidArgument, "peer_listeners: give 1 to %d host:port addresses of the inbound gateway's listeners", api.MaxReceiverPorts)
 	}
@@ -190,6 +196,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		Secret:         secret,
 		PeerCertSHA256: pin,
 		PeerServerName: req.PeerServerName,
+		WANPool:        req.WANPool,
 	}, nil
 }
 

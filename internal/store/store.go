@@ -52,6 +52,8 @@ type Record struct {
 	// ServerName names an inbound stream on the gateway's shared WAN port
 	// (it then holds no ports of its own); empty for one with its own.
 	ServerName string `json:"server_name,omitempty"`
+	// WANPool is an outbound stream's idle pooled legs per channel.
+	WANPool int `json:"wan_pool,omitempty"`
 	// PeerServerName is the TLS server name an outbound stream sends.
 	PeerServerName string `json:"peer_server_name,omitempty"`
 }

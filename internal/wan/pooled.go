@@ -33,6 +33,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"scistream/internal/api"
@@ -180,6 +181,30 @@ func (p *Pooled) Idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return !p.broken && p.session == nil
+}
+
+// Stale reports whether an idle leg (dialer) has anything to read: its
+// peer never sends on an idle leg, so bytes, an end or an error there
+// mean the peer closed or reset it (its stream ended, it restarted) and
+// a session on it would fail. It does not read.
+func (p *Pooled) Stale() bool {
+	t, ok := p.c.raw.Conn.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	rc, err := t.SyscallConn()
+	if err != nil {
+		return true
+	}
+	stale := false
+	err = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		_ = n
+		stale = err != syscall.EAGAIN // bytes (n > 0), an end (n == 0) or an error
+		return true
+	})
+	return stale || err != nil
 }
 
 // Conn is the leg's TLS connection.

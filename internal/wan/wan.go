@@ -210,6 +210,10 @@ func (l *Leg) tlsConfig() *tls.Config {
 		ClientAuth:            tls.RequireAnyClientCert,
 		VerifyPeerCertificate: l.verifyPin,
 		ServerName:            name,
+		// No session tickets: nothing resumes a leg's session (a
+		// resumption would skip the pin check), and an idle pooled leg
+		// must have nothing to read (Pooled.Stale).
+		SessionTicketsDisabled: true,
 	}
 }
 

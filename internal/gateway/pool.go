@@ -1,0 +1,399 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"scistream/internal/relay"
+	"scistream/internal/wan"
+)
+
+// Pooled WAN legs of outbound streams (seed 002, wan/pooled.go). A stream
+// whose outbound request asks for wan_pool N keeps N idle legs per
+// channel dialed ahead of need, so an application connection starts
+// without a TCP and TLS handshake; a leg whose session ended cleanly at
+// both ends goes back to idle for the next one. The gateway caps the
+// pooled legs to each peer gateway (PoolConfig.MaxPerPeer): when a stream
+// needs a new leg at the cap, an idle one (of any stream to that peer) is
+// torn down, in order ('Q' then close_notify: an idle leg carries no
+// byte), chosen by the gateway's policy:
+//
+//   - lru: the least recently used idle leg;
+//   - lrum (LRU-M, seed 002): flows are queued by how often their legs
+//     were torn down before, and the victim is the least recently used
+//     leg of the least-torn-down queue, so a flow whose legs keep being
+//     torn down (and so re-dialed) is spared.
+//
+// A flow is one channel of one stream: its legs all lead to the same
+// application port. When no idle leg is left to tear down, the
+// application connection that needed one is reset and counted
+// (dial_failed). Warm legs are dialed only below the cap: warming never
+// tears down another stream's leg.
+
+// PoolConfig tunes the pooled WAN legs. Zero fields are the defaults
+// given.
+type PoolConfig struct {
+	// MaxPerPeer caps the pooled legs, idle and busy, this gateway holds
+	// to one peer gateway (one host, whatever its ports). If zero, 64.
+	MaxPerPeer int
+	// Policy picks the idle leg torn down at the cap: PolicyLRU or
+	// PolicyLRUM. If empty, PolicyLRUM.
+	Policy string
+	// MaxWarm caps a stream's wan_pool (idle legs kept warm per
+	// channel). If zero, 16.
+	MaxWarm int
+}
+
+// Pool policies (PoolConfig.Policy).
+const (
+	PolicyLRU  = "lru"
+	PolicyLRUM = "lrum"
+)
+
+func (c PoolConfig) withDefaults() PoolConfig {
+	if c.MaxPerPeer == 0 {
+		c.MaxPerPeer = 64
+	}
+	if c.Policy == "" {
+		c.Policy = PolicyLRUM
+	}
+	if c.MaxWarm == 0 {
+		c.MaxWarm = 16
+	}
+	return c
+}
+
+func (c PoolConfig) validate() error {
+	switch {
+	case c.MaxPerPeer < 0:
+		return fieldError("Pool.MaxPerPeer", "%d is negative: give the most pooled WAN legs to one peer gateway, e.g. 64", c.MaxPerPeer)
+	case c.MaxWarm < 0:
+		return fieldError("Pool.MaxWarm", "%d is negative: give the most warm legs a stream may keep per channel, e.g. 16", c.MaxWarm)
+	case c.Policy != "" && c.Policy != PolicyLRU && c.Policy != PolicyLRUM:
+		return fieldError("Pool.Policy", "%.20q unknown: use %q or %q", c.Policy, PolicyLRU, PolicyLRUM)
+	}
+	return nil
+}
+
+// flow is one channel of one stream, the unit LRU-M queues by.
+type flow struct {
+	st *stream
+	ch int
+}
+
+// pooledLeg is one pooled leg on the outbound side.
+type pooledLeg struct {
+	p    *wan.Pooled
+	flow flow
+	peer string
+	used uint64 // the manager's tick when it last went idle (LRU order)
+}
+
+// legManager holds every pooled leg of the gateway's outbound streams.
+type legManager struct {
+	cfg PoolConfig
+	log *slog.Logger
+
+	mu        sync.Mutex // guards the following fields
+	tick      uint64
+	open      map[string]int                 // by peer: legs open (idle, busy, being dialed)
+	idle      map[string]map[*pooledLeg]bool // by peer: idle legs
+	byFlow    map[flow][]*pooledLeg          // idle legs of each flow, most recently used last
+	teardowns map[flow]int                   // legs of each flow torn down at the cap
+	waiters   map[*stream]chan struct{}      // warmers to wake when a flow's idle leg was taken
+}
+
+func newLegManager(cfg PoolConfig, log *slog.Logger) *legManager {
+	return &legManager{
+		cfg:       cfg.withDefaults(),
+		log:       log,
+		open:      map[string]int{},
+		idle:      map[string]map[*pooledLeg]bool{},
+		byFlow:    map[flow][]*pooledLeg{},
+		teardowns: map[flow]int{},
+		waiters:   map[*stream]chan struct{}{},
+	}
+}
+
+// errPoolFull: every pooled leg to the peer is busy at the cap.
+var errPoolFull = errors.New("every pooled WAN leg to the peer gateway is busy")
+
+// acquire returns an idle leg of the flow, or dials a new one (tearing
+// down an idle leg of the peer by the policy if the peer is at the cap).
+// fresh says it was dialed now. The caller must give the leg back with
+// release.
+func (m *legManager) acquire(ctx context.Context, f flow, target string, leg *wan.Leg) (pl *pooledLeg, fresh bool, err error) {
+	peer := peerOf(target)
+	m.mu.Lock()
+	if legs := m.byFlow[f]; len(legs) > 0 {
+		pl = legs[len(legs)-1]
+		m.unidleLocked(pl)
+		m.wakeLocked(f.st)
+		m.mu.Unlock()
+		f.st.legsReused.Add(1)
+		return pl, false, nil
+	}
+	var victim *pooledLeg
+	if m.open[peer] >= m.cfg.MaxPerPeer {
+		victim = m.victimLocked(peer)
+		if victim == nil {
+			m.mu.Unlock()
+			return nil, false, fmt.Errorf("%w: %d legs, the gateway's cap (s2cs --pool_max_per_peer)", errPoolFull, m.cfg.MaxPerPeer)
+		}
+		m.unidleLocked(victim)
+		m.teardowns[victim.flow]++
+		m.open[peer]-- // the victim's slot passes to the new leg
+	}
+	m.open[peer]++
+	m.mu.Unlock()
+	if victim != nil {
+		victim.flow.st.legsTornDown.Add(1)
+		victim.p.Quit()
+	}
+	pl, err = m.dial(ctx, f, target, leg)
+	if err != nil {
+		return nil, false, err
+	}
+	return pl, true, nil
+}
+
+// peerOf is the peer gateway of a leg's target "host:port": its host, so
+// that the streams of one peer (on their own ports, or its shared WAN
+// port) share one cap.
+func peerOf(target string) string {
+	if host, _, err := net.SplitHostPort(target); err == nil {
+		return host
+	}
+	return target
+}
+
+// dial opens a pooled leg of flow f to target; its slot in the peer's
+// count is taken already, and given back if the dial fails.
+func (m *legManager) dial(ctx context.Context, f flow, target string, leg *wan.Leg) (*pooledLeg, error) {
+	peer := peerOf(target)
+	p, err := wan.DialPooled(ctx, target, leg)
+	if err != nil {
+		m.mu.Lock()
+		m.open[peer]--
+		m.mu.Unlock()
+		return nil, err
+	}
+	f.st.legsCreated.Add(1)
+	return &pooledLeg{p: p, flow: f, peer: peer}, nil
+}
+
+// release gives back a leg acquire returned: idle again if its session
+// was clean and its stream still runs, else it is gone.
+func (m *legManager) release(pl *pooledLeg, clean bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if clean && pl.p.Idle() && pl.flow.st.ctx.Err() == nil {
+		m.idleLocked(pl)
+		return
+	}
+	m.open[pl.peer]--
+	pl.p.Abort()
+}
+
+func (m *legManager) idleLocked(pl *pooledLeg) {
+	m.tick++
+	pl.used = m.tick
+	if m.idle[pl.peer] == nil {
+		m.idle[pl.peer] = map[*pooledLeg]bool{}
+	}
+	m.idle[pl.peer][pl] = true
+	m.byFlow[pl.flow] = append(m.byFlow[pl.flow], pl)
+}
+
+func (m *legManager) unidleLocked(pl *pooledLeg) {
+	delete(m.idle[pl.peer], pl)
+	legs := m.byFlow[pl.flow]
+	for i, l := range legs {
+		if l == pl {
+			m.byFlow[pl.flow] = append(legs[:i:i], legs[i+1:]...)
+			break
+		}
+	}
+	if len(m.byFlow[pl.flow]) == 0 {
+		delete(m.byFlow, pl.flow)
+	}
+}
+
+// victimLocked picks the idle leg of peer to tear down, by the policy;
+// nil if none is idle.
+func (m *legManager) victimLocked(peer string) *pooledLeg {
+	var best *pooledLeg
+	for pl := range m.idle[peer] {
+		if best == nil || m.beforeLocked(pl, best) {
+			best = pl
+		}
+	}
+	return best
+}
+
+// beforeLocked reports whether a goes before b as a victim.
+func (m *legManager) beforeLocked(a, b *pooledLeg) bool {
+	if m.cfg.Policy == PolicyLRUM {
+		ta, tb := m.teardowns[a.flow], m.teardowns[b.flow]
+		if ta != tb {
+			return ta < tb
+		}
+	}
+	return a.used < b.used
+}
+
+// warm dials idle legs for the flow until it has want of them, without
+// tearing down anything (below the cap only). It returns the number it
+// still lacks and the last dial error.
+func (m *legManager) warm(ctx context.Context, f flow, target string, leg *wan.Leg, want int) (int, error) {
+	peer := peerOf(target)
+	for {
+		m.mu.Lock()
+		have := len(m.byFlow[f])
+		if have >= want || m.open[peer] >= m.cfg.MaxPerPeer || ctx.Err() != nil {
+			m.mu.Unlock()
+			return max(0, want-have), nil
+		}
+		m.open[peer]++
+		m.mu.Unlock()
+		pl, err := m.dial(ctx, f, target, leg)
+		if err != nil {
+			return want - have, err
+		}
+		m.mu.Lock()
+		if ctx.Err() != nil {
+			m.open[peer]--
+			m.mu.Unlock()
+			pl.p.Quit()
+			return 0, nil
+		}
+		m.idleLocked(pl)
+		m.mu.Unlock()
+	}
+}
+
+// wakeLocked tells st's warmer that one of its idle legs was taken.
+func (m *legManager) wakeLocked(st *stream) {
+	if c := m.waiters[st]; c != nil {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drop ends every idle leg of st in order and forgets st; its busy legs
+// end with their sessions (the stream aborts them) and come back through
+// release.
+func (m *legManager) drop(st *stream) {
+	m.mu.Lock()
+	var legs []*pooledLeg
+	for f, fl := range m.byFlow {
+		if f.st == st {
+			legs = append(legs, fl...)
+		}
+	}
+	for _, pl := range legs {
+		m.unidleLocked(pl)
+		m.open[pl.peer]--
+	}
+	for f := range m.teardowns {
+		if f.st == st {
+			delete(m.teardowns, f)
+		}
+	}
+	delete(m.waiters, st)
+	m.mu.Unlock()
+	for _, pl := range legs {
+		pl.p.Quit()
+	}
+}
+
+// warmer keeps st's flows at want idle legs each until st stops,
+// dialing again with backoff (1 s to 30 s) while the peer refuses (as
+// it does until the inbound side is attached).
+func (m *legManager) warmer(st *stream, want int) {
+	defer st.wg.Done()
+	wake := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.waiters[st] = wake
+	m.mu.Unlock()
+	backoff := time.Duration(0)
+	for {
+		var lastErr error
+		short := 0
+		rec := st.record()
+		for ch := range rec.NumConn {
+			target := rec.Targets[ch%len(rec.Targets)]
+			n, err := m.warm(st.ctx, flow{st, ch}, target, st.leg(rec, ch), want)
+			short += n
+			if err != nil {
+				lastErr = err
+			}
+		}
+		var wait <-chan time.Time
+		if lastErr != nil {
+			backoff = min(max(2*backoff, time.Second), 30*time.Second)
+			st.env.log.Debug("warm WAN legs", "uid", st.uid, "short", short, "err", lastErr, "retry_in", backoff)
+			wait = time.After(backoff)
+		} else {
+			backoff = 0
+		}
+		select {
+		case <-st.ctx.Done():
+			return
+		case <-wake:
+		case <-wait:
+		}
+	}
+}
+
+// relayPooled relays an application connection accepted on channel ch
+// of an outbound stream with wan_pool over a pooled leg to target: an
+// idle one of the flow if there is one (no handshake), else a new one.
+func (st *stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target string, leg *wan.Leg) {
+	legs := st.env.legs
+	var pl *pooledLeg
+	var s *wan.Session
+	for {
+		var fresh bool
+		var err error
+		pl, fresh, err = legs.acquire(st.ctx, flow{st, ch}, target, leg)
+		if err != nil {
+			st.dialFailed(log, true, target, err)
+			relay.Abort(app)
+			return
+		}
+		if !fresh && pl.p.Stale() {
+			// The peer ended it while it waited (a restart, say):
+			// drop it and take the next.
+			legs.release(pl, false)
+			continue
+		}
+		s, err = pl.p.Open()
+		if err == nil {
+			break
+		}
+		legs.release(pl, false)
+		if fresh {
+			st.dialFailed(log, true, target, err)
+			relay.Abort(app)
+			return
+		}
+	}
+	st.wanUp(log)
+	st.startWatch(log)
+	if !st.track(s) {
+		relay.Abort(app)
+		legs.release(pl, false)
+		return
+	}
+	st.relay(log, app, s)
+	st.untrack(s)
+	legs.release(pl, s.Clean())
+}

@@ -1,0 +1,188 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/auth"
+	"scistream/internal/client"
+	"scistream/internal/waitfor"
+)
+
+// TestPooledLegs: an outbound stream with wan_pool keeps its legs warm,
+// carries one application connection after another on them without a
+// new handshake, replaces a leg whose connection was reset rather than
+// reuse it, and ends every leg when released.
+func TestPooledLegs(t *testing.T) {
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, prod := startGW(t, tokens), startGW(t, tokens)
+	waitReady(t, cons)
+	waitReady(t, prod)
+	ctx := context.Background()
+	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
+	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
+	defer in.Close()
+	defer out.Close()
+	inS, outS, err := client.Wire(ctx, in, out,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1},
+		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := func() *api.Stats {
+		s, err := out.Get(ctx, inS.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Stats
+	}
+	// Warm: two idle legs once the inbound side took the pin.
+	waitfor.Must(t, 15*time.Second, "two warm legs", func() bool { return stats().LegsCreated >= 2 })
+
+	for range 5 {
+		roundTrip(t, outS.Listeners[0], 100<<10)
+	}
+	st := stats()
+	if st.LegsReused != 5 || st.LegsCreated > 3 {
+		t.Fatalf("5 connections one after another: %d reused, %d legs dialed; want 5 reused of at most 3", st.LegsReused, st.LegsCreated)
+	}
+
+	// Four at once: some take warm legs, the rest dial.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); roundTrip(t, outS.Listeners[0], 1<<20) }()
+	}
+	wg.Wait()
+
+	// A connection reset mid-way: its leg is reset, not reused, and the
+	// far side sees the reset.
+	c, err := net.Dial("tcp", outS.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	waitfor.Must(t, 10*time.Second, "the reset counted at both gateways", func() bool {
+		s, err := in.Get(ctx, inS.UID)
+		return err == nil && stats().AbortedByKind[api.EndAppReset] == 1 && s.Stats.AbortedByKind[api.EndPeerReset] == 1
+	})
+	// Every leg the manager holds is idle and sound: the reset one is
+	// gone, not back in the pool.
+	m := prod.srv.env.legs
+	waitfor.Must(t, 10*time.Second, "only sound idle legs", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		peer := peerOf(inS.Listeners[0])
+		if m.open[peer] != len(m.idle[peer]) {
+			return false
+		}
+		for pl := range m.idle[peer] {
+			if pl.p.Stale() || !pl.p.Idle() {
+				return false
+			}
+		}
+		return true
+	})
+	roundTrip(t, outS.Listeners[0], 64<<10) // still works
+
+	// Release: every leg ends, at both gateways (the package's leak
+	// check covers their goroutines).
+	for _, cl := range []*client.Client{out, in} {
+		if _, err := cl.Release(ctx, inS.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPoolVictims: at the cap, LRU tears down the least recently used
+// idle leg; LRU-M first spares the flows whose legs were torn down
+// before.
+func TestPoolVictims(t *testing.T) {
+	a, b := &stream{}, &stream{}
+	fa, fb := flow{a, 0}, flow{b, 0}
+	for _, c := range []struct {
+		policy string
+		want   flow
+	}{{PolicyLRU, fa}, {PolicyLRUM, fb}} {
+		m := newLegManager(PoolConfig{Policy: c.policy}, nil)
+		// fa's leg idles first (least recent); fa was torn down once.
+		m.idleLocked(&pooledLeg{flow: fa, peer: "p"})
+		m.idleLocked(&pooledLeg{flow: fb, peer: "p"})
+		m.teardowns[fa] = 1
+		v := m.victimLocked("p")
+		if v == nil || v.flow != c.want {
+			t.Errorf("%s: victim %+v, want the leg of %v", c.policy, v, c.want)
+		}
+		if m.victimLocked("q") != nil {
+			t.Errorf("%s: a victim for a peer with no idle leg", c.policy)
+		}
+	}
+}
+
+// TestPoolCap: at the cap of legs to one peer, a stream that needs a leg
+// tears down another stream's idle one (counted), and warming alone
+// never does.
+func TestPoolCap(t *testing.T) {
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := startGW(t, tokens)
+	prod := startGW(t, tokens, func(c *Config) { c.Pool = PoolConfig{MaxPerPeer: 2, Policy: PolicyLRU} })
+	waitReady(t, cons)
+	waitReady(t, prod)
+	ctx := context.Background()
+	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
+	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
+	defer in.Close()
+	defer out.Close()
+	echo := echoApp(t)
+	wire := func() (string, string) {
+		inS, outS, err := client.Wire(ctx, in, out,
+			&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echo}, NumConn: 1},
+			api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inS.UID, outS.Listeners[0]
+	}
+	stats := func(uid string) *api.Stats {
+		s, err := out.Get(ctx, uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Stats
+	}
+	a, _ := wire()
+	waitfor.Must(t, 15*time.Second, "stream a's two warm legs", func() bool { return stats(a).LegsCreated == 2 })
+	b, bAddr := wire()
+	roundTrip(t, bAddr, 64<<10) // b needs a leg: one of a's goes
+	if sa, sb := stats(a), stats(b); sa.LegsTornDown != 1 || sb.LegsCreated < 1 {
+		t.Fatalf("at the cap: a had %d legs torn down, b dialed %d; want 1 and at least 1", sa.LegsTornDown, sb.LegsCreated)
+	}
+	m := prod.srv.env.legs
+	m.mu.Lock()
+	open := m.open[peerOf(bAddr)]
+	m.mu.Unlock()
+	if open > 2 {
+		t.Fatalf("%d legs open to the peer, over the cap of 2", open)
+	}
+}
