@@ -23,6 +23,7 @@
 //	stream.go    a running stream: listeners, accept loops, relays, counters
 //	quic.go      the QUIC side of a running stream
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
+//	pool.go      pooled WAN legs of outbound streams: warm, reused, torn down by LRU or LRU-M
 //	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
 package gateway
 
