@@ -37,7 +37,30 @@ type splice struct {
 	// ring copies to and from Pipelined connections: the buffer engine
 	// of the same Engines, so its size is Options.BufferSize.
 	ring buffer
+	// pipes caps the pipes held at once (Options.MaxPipes).
+	pipes *allowance
 }
+
+// allowance counts what is held of a capped resource.
+type allowance struct {
+	max int64 // negative: no cap
+	n   atomic.Int64
+}
+
+// take reserves one unit, or reports false if the cap is reached.
+func (a *allowance) take() bool {
+	for {
+		n := a.n.Load()
+		if a.max >= 0 && n >= a.max {
+			return false
+		}
+		if a.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (a *allowance) give() { a.n.Add(-1) }
 
 // Pipelined is implemented by connections whose Write returns only once
 // the transport has taken every byte into its own packets (a QUIC stream:
@@ -76,6 +99,10 @@ func (e splice) Copy(dst, src net.Conn, count func(int64)) error {
 	if err != nil {
 		return err
 	}
+	if !e.pipes.take() {
+		return copyLoop(dst, src, count) // the gateway's open files are planned
+	}
+	defer e.pipes.give()
 	p, err := sockio.NewPipe(PipeSize)
 	if err != nil {
 		return copyLoop(dst, src, count) // e.g. out of descriptors: still relay
