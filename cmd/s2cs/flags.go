@@ -22,6 +22,7 @@ type options struct {
 	engine, bufferSize string
 	pending            time.Duration
 	quota              gateway.Quota
+	maxActive          int
 	tcpWAN             bool
 	port               int
 	certFile, keyFile  string
@@ -58,6 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
 	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
+	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
 	cliflag.AddAliases(fs)
@@ -93,7 +95,11 @@ func (o *options) config() (gateway.Config, error) {
 			return gateway.Config{}, fmt.Errorf("%s %d: give at least 1", q.name, q.v)
 		}
 	}
+	if o.maxActive < 0 {
+		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
+	}
 	cfg := gateway.Config{
+		MaxActiveConns: o.maxActive,
 		ListenerIP:     o.listenerIP,
 		BindIP:         o.bindIP,
 		Engine:         o.engine,
@@ -147,6 +153,7 @@ func flagError(err error) error {
 		"Quota.Streams":  "--quota_streams",
 		"Quota.Ports":    "--quota_ports",
 		"Quota.Pending":  "--quota_pending",
+		"MaxActiveConns": "--max_active_conns",
 	}[ce.Field]
 	if name == "" {
 		return err

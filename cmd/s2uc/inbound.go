@@ -18,6 +18,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners)")
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
+	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -32,6 +33,9 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkNumConn(*numConn); err != nil {
 		return err
 	}
+	if err := checkMaxActive(*maxActive); err != nil {
+		return err
+	}
 	c, err := gw.client(cl.timeout)
 	if err != nil {
 		return err
@@ -42,7 +46,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
-		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine,
+		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, MaxActiveConns: *maxActive,
 	})
 	if err != nil {
 		return err

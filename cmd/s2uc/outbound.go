@@ -20,6 +20,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners)")
 	allow := cl.fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect (default: the listener's own subnet)")
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
+	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	inTokenFile := cl.fs.String("inbound_token_file", "", "token file for the inbound gateway, if it differs from the one used at inbound-request")
 	pos, err := cl.parse(args, 1, 2, "missing UID: give the stream UID printed by inbound-request")
 	if err != nil {
@@ -27,6 +28,9 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	uid := pos[0]
 	if err := checkNumConn(*numConn); err != nil {
+		return err
+	}
+	if err := checkMaxActive(*maxActive); err != nil {
 		return err
 	}
 	var peers []string
@@ -86,7 +90,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer in.Close()
 	_, s, err := client.Connect(ctx, in, out, &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
-		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
+		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine, MaxActiveConns: *maxActive,
 	})
 	if err != nil {
 		return err

@@ -93,8 +93,16 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 		fmt.Fprintf(w, " (%s)", s.Reason)
 	}
 	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s\n", strings.Join(s.Listeners, ","), strings.Join(s.Targets, ","), s.WAN, s.Engine)
-	fmt.Fprintf(w, "  connections %d active, %d total, %d refused, %d aborted%s, %d errors\n",
-		st.ActiveConns, st.TotalConns, st.RejectedConns, st.AbortedConns, byKind(st), st.Errors)
+	over := ""
+	if st.OverCapConns > 0 {
+		over = fmt.Sprintf(" (%d over the cap)", st.OverCapConns)
+	}
+	limit := ""
+	if s.MaxActiveConns > 0 {
+		limit = fmt.Sprintf(" of at most %d", s.MaxActiveConns)
+	}
+	fmt.Fprintf(w, "  connections %d active%s, %d total, %d refused%s, %d aborted%s, %d errors\n",
+		st.ActiveConns, limit, st.TotalConns, st.RejectedConns, over, st.AbortedConns, byKind(st), st.Errors)
 	for _, k := range api.EndKinds() {
 		if l, ok := st.LastErrors[k]; ok {
 			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), l.Reason)

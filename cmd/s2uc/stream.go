@@ -22,6 +22,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	allow := cl.fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect to the outbound listeners (default: the listener's own subnet)")
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine on both gateways (default: each gateway's)")
+	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections the stream relays at once on each gateway; one more is reset (0: each gateway's cap)")
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -34,6 +35,9 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if err := checkNumConn(*numConn); err != nil {
+		return err
+	}
+	if err := checkMaxActive(*maxActive); err != nil {
 		return err
 	}
 	for _, g := range []*gatewayFlags{ig, og} {
@@ -59,8 +63,8 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine},
-		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine},
+		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, MaxActiveConns: *maxActive},
+		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, MaxActiveConns: *maxActive},
 		splitList(*peers))
 	if err != nil {
 		return err

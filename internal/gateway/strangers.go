@@ -72,6 +72,7 @@ const (
 	refusedSecret   = "preface does not prove the stream secret"
 	refusedClosed   = "closed before its preface"
 	refusedQUIC     = "QUIC peer or stream refused"
+	refusedOverCap  = "over the cap of application connections at once (the stream's max_active_conns or the gateway's)"
 	summaryInterval = 10 * time.Second
 )
 

@@ -35,6 +35,9 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	if err := s.checkCommon(req.NumConn, &req.WAN, &req.Engine); err != nil {
 		return nil, err
 	}
+	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
+		return nil, err
+	}
 	if err := s.checkTarget(ctx, "remote_ip", req.RemoteIP); err != nil {
 		return nil, err
 	}
@@ -64,6 +67,8 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 		WAN:     req.WAN,
 		Engine:  req.Engine,
 		Secret:  wan.NewSecret(),
+
+		MaxActiveConns: req.MaxActiveConns,
 	}, nil
 }
 
@@ -74,6 +79,9 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		return nil, err
 	}
 	if err := s.checkCommon(req.NumConn, &req.WAN, &req.Engine); err != nil {
+		return nil, err
+	}
+	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
 		return nil, err
 	}
 	if len(req.PeerListeners) == 0 || len(req.PeerListeners) > api.MaxReceiverPorts {
@@ -116,6 +124,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		Allow:          allow,
 		Secret:         secret,
 		PeerCertSHA256: pin,
+		MaxActiveConns: req.MaxActiveConns,
 	}, nil
 }
 
@@ -144,6 +153,17 @@ func parsePin(wanT, peerCert, peer string) (string, error) {
 		return "", api.Errorf(api.CodeInvalidArgument, "peer_cert: %v", err)
 	}
 	return certs.Fingerprint(c.Raw), nil
+}
+
+// checkMaxActive checks a request's max_active_conns for a stream over
+// transport wanT: 0 (the gateway's cap) up to the most the gateway
+// admits over that transport (over quic, twice its cap).
+func (s *Server) checkMaxActive(n int, wanT string) error {
+	most := FilesPerConn * s.cfg.MaxActiveConns / int(filesPerConn(wanT))
+	if n < 0 || n > most {
+		return api.Errorf(api.CodeInvalidArgument, "max_active_conns %d out of range: give 1 to %d (this gateway's cap on %s connections at once), or omit it for the gateway's cap", n, most, wanT)
+	}
+	return nil
 }
 
 // checkCommon checks the fields both requests share and fills in the

@@ -38,6 +38,9 @@ type Record struct {
 	WAN     string   `json:"wan"`
 	Engine  string   `json:"engine"`
 	Allow   []string `json:"allow,omitempty"`
+	// MaxActiveConns caps the connections relayed at once (0: the
+	// gateway's cap).
+	MaxActiveConns int `json:"max_active_conns,omitempty"`
 
 	// Secret is the per-stream WAN binding secret (32 random bytes).
 	Secret []byte `json:"secret"`
