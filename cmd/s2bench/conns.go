@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,7 +20,9 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/gateway"
 	"scistream/internal/localgw"
+	"scistream/internal/ports"
 )
 
 // s2bench conns: many application connections at once through one local
@@ -124,49 +127,48 @@ func findSelf() (string, error) {
 
 func baseName(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
-// fdSlack is what a process needs beyond its connections: listeners,
-// the control API and its clients, the store, the runtime's own.
-const fdSlack = 256
+// gatewayPorts is the port range localgw gives a gateway, in which the
+// gateway plans its open files.
+var gatewayPorts = ports.Range{Lo: 5100, Hi: 5199}
 
-// gatewayFDsPerConn is how many descriptors a gateway process holds for
-// one application connection over wan with engine.
-func gatewayFDsPerConn(wan, engine string) int {
-	switch {
-	case wan == api.WANQUIC:
-		return 1 // the application's socket; one UDP socket carries every QUIC stream
-	case wan == api.WANTCP && (engine == "splice" || engine == "sockmap"):
-		return 6 // both sockets and a pipe (2 descriptors) per direction
+// gatewayCap is the --max_active_conns that lets a gateway hold n
+// connections over wan: it counts connections over TLS or TCP legs, and
+// one over QUIC holds half the files (its own socket; the channel's UDP
+// socket carries every leg).
+func gatewayCap(wan string, n int) int {
+	if wan == api.WANQUIC {
+		return (n + 1) / 2
 	}
-	return 2 // the application's socket and the WAN leg's
+	return n
 }
 
-// noFileLimit returns this process's file-descriptor limits. The Go
-// runtime raised the soft limit to the hard one at start; s2cs and the
-// consumer process get the same.
-func noFileLimit() (soft, hard uint64, err error) {
+// noFileLimit returns this process's hard limit of open files: s2cs and
+// the consumer process run with their soft limit raised to one below it
+// (the Go runtime does that at start).
+func noFileLimit() (int, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, 0, fmt.Errorf("read the limit of open files: %w", err)
+		return 0, fmt.Errorf("read the limit of open files: %w", err)
 	}
-	return lim.Cur, lim.Max, nil
+	return int(min(lim.Max, 1<<30)), nil
 }
 
 // checkConnsFit refuses a count the gateways cannot hold within the
-// hard limit of open files. (The producer and the consumer process hold
-// one per connection, never more than a gateway.)
-func checkConnsFit(cfg *connsConfig, hard uint64) error {
-	per := gatewayFDsPerConn(cfg.wan, cfg.engine)
-	need := uint64(per*cfg.conns + fdSlack)
-	if need <= hard {
-		return nil
+// hard limit of open files, with the gateway's own arithmetic
+// (gateway.Config.Files). The producer and the consumer process hold one
+// per connection, never more than a gateway.
+func checkConnsFit(cfg *connsConfig, hard int) error {
+	gc := gateway.Config{ListenerIP: "127.0.0.1", PortRange: gatewayPorts, FileLimit: hard - 1, MaxActiveConns: gatewayCap(cfg.wan, cfg.conns)}
+	if _, err := gc.Files(); err != nil {
+		var ce *gateway.ConfigError
+		errors.As(err, &ce)
+		alt := ""
+		if cfg.wan != api.WANQUIC {
+			alt = "; over quic a connection holds one file, not two (--wan quic)"
+		}
+		return usagef("--conns %d over %s does not fit the gateways' limit of open files: s2cs --max_active_conns %s%s", cfg.conns, cfg.wan, ce.Problem, alt)
 	}
-	most := (int(hard) - fdSlack) / per
-	alt := ""
-	if cfg.wan != api.WANQUIC {
-		alt = ", use --wan quic (1 per connection: one UDP socket carries them all)"
-	}
-	return usagef("--conns %d over %s with engine %s needs about %d open files in each gateway (%d per connection, plus %d), over this system's hard limit of %d: give --conns %d or less%s, or raise the hard limit (as root: ulimit -Hn, or LimitNOFILE= in a systemd unit)",
-		cfg.conns, cfg.wan, cfg.engine, need, per, fdSlack, hard, most, alt)
+	return nil
 }
 
 func runConns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -178,17 +180,15 @@ func runConns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err error) {
-	soft, hard, err := noFileLimit()
+	hard, err := noFileLimit()
 	if err != nil {
 		return err
 	}
 	if err := checkConnsFit(cfg, hard); err != nil {
 		return err
 	}
-	if soft < uint64(cfg.conns+fdSlack) {
-		if err := raiseNoFile(uint64(cfg.conns + fdSlack)); err != nil {
-			return err
-		}
+	if err := raiseNoFile(uint64(cfg.conns + 256)); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.timeout, fmt.Errorf("the experiment did not finish within --timeout %s", cfg.timeout))
 	defer cancel()
@@ -206,7 +206,9 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 			err = cerr
 		}
 	}()
-	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, consumer: cons.addr})
+	maxActive := gatewayCap(cfg.wan, cfg.conns)
+	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, consumer: cons.addr,
+		args: []string{"--max_active_conns", strconv.Itoa(maxActive)}})
 	if err != nil {
 		return err
 	}
@@ -219,8 +221,8 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	fmt.Fprintf(stdout, "s2bench conns: %d connections at once over %s, engine %s, %s messages, %s per connection (%s in all)\n",
 		cfg.conns, cfg.wan, cfg.engine, bytesize.Format(int64(cfg.size)), bytesize.Human(per), bytesize.Human(per*int64(cfg.conns)))
 	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
-	fmt.Fprintf(stdout, "open files: limit %d per process; per connection each gateway holds %d (%s, %s), this producer process and the consumer process (pid %d) 1\n",
-		hard, gatewayFDsPerConn(cfg.wan, cfg.engine), cfg.wan, cfg.engine, cons.pid())
+	fmt.Fprintf(stdout, "open files: hard limit %d per process; gateways run with --max_active_conns %d (%d files per connection over %s); this producer process and the consumer process (pid %d) hold 1 per connection\n",
+		hard, maxActive, gatewayCap(cfg.wan, 2), cfg.wan, cons.pid())
 
 	pids := map[string]int{"inbound": lp.in.PID(), "outbound": lp.out.PID()}
 	rssOf := func() (map[string]int64, error) {
@@ -422,7 +424,8 @@ type consumerProcess struct {
 func startConsumerProcess(bin, ip string, timeout time.Duration) (*consumerProcess, error) {
 	cmd := exec.Command(bin, "consumer", "--listen", net.JoinHostPort(ip, "0"), "--runs", "1",
 		"--run_timeout", timeout.String(), "--idle_timeout", timeout.String())
-	cmd.Stderr = os.Stderr
+	// Its first 4 KiB: a consumer that fails says so once per connection.
+	cmd.Stderr = &limitedWriter{w: os.Stderr, n: 4 << 10}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
