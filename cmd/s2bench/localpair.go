@@ -35,6 +35,8 @@ type localPairConfig struct {
 	// admitting 127.0.0.0/8.
 	netns, ips [2]string
 	allow      string
+	// args are extra s2cs flags for both gateways.
+	args []string
 }
 
 // localPair is a local pair of real s2cs gateways on two random loopback
@@ -102,7 +104,7 @@ func startLocalPair(ctx context.Context, cfg localPairConfig) (_ *localPair, err
 		}
 	}
 	lp.netns = cfg.netns
-	args := []string{"--type", cfg.engine}
+	args := append([]string{"--type", cfg.engine}, cfg.args...)
 	if cfg.wan == api.WANTCP {
 		args = append(args, "--insecure_tcp_wan")
 	}

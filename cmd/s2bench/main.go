@@ -9,6 +9,7 @@
 //	s2bench producer  --connect ADDR [--workload ...] [--json FILE] the producer role, as its own process
 //	s2bench run       --direct ADDR --gateways ADDR [--workload ...] the driver across hosts (direct vs remote gateways)
 //	s2bench testbed   up|run|down [--preset shortwan] [--workload ...] compare's experiment over an emulated WAN (root)
+//	s2bench conns     [--conns 1000] [--wan tls|tcp|quic] ...       many connections at once: accept rate, memory per connection
 //	s2bench naiveproxy --role in|out --wan tcp|tls|quic ...          one side of compare --baseline's naive proxy pair
 package main
 
@@ -68,6 +69,7 @@ func tool() *subcmd.Tool {
 			{Name: "run", Summary: "drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", Run: runDriver},
 			{Name: "testbed", Summary: "two facilities in network namespaces with an emulated WAN: up, run, down (root)", Run: runTestbed},
 			{Name: "flood", Summary: "a stream's goodput and the inbound gateway's memory under a flood of stranger connections", Run: runFlood},
+			{Name: "conns", Summary: "thousands of connections at once through a local gateway pair: accept rate, memory per connection, goodput", Run: runConns},
 			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
 		},
 	}

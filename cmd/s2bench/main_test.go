@@ -320,3 +320,58 @@ func TestFlood(t *testing.T) {
 	}
 	checkGone(t, gatewayPIDs(t, out), tmp)
 }
+
+// TestConns runs the many-connections experiment small: 200 connections
+// over TLS, every byte verified by a consumer process, and checks that
+// it reports each measure and leaves no gateway behind.
+func TestConns(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"conns", "--conns", "200", "--bytes", "32MiB", "--timeout", "1m",
+		"--s2cs", s2csBin, "--s2bench", s2benchBin}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("stdout:\n%s\nstderr:\n%s", out, stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		`(?m)^established: 200 connections through both gateways in [0-9.]+ s: [0-9]+ connections/s$`,
+		`(?m)^  outbound gateway RSS [0-9.]+ MB before, [0-9.]+ MB with all open: -?[0-9.]+ KiB per connection$`,
+		`(?m)^  inbound  gateway RSS peak [0-9.]+ MB during the transfer: -?[0-9.]+ KiB per connection$`,
+		`(?m)^transfer: 31.2 MiB verified on 200 connections, aggregate goodput [0-9.]+ MB/s, gateways' CPU [0-9.]+ s/GB$`,
+		`(?m)^consumer: s2bench consumer: 1 run\(s\), all verified$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("output lacks %s", re)
+		}
+	}
+	checkGone(t, gatewayPIDs(t, out), tmp)
+}
+
+// TestConnsFit checks the file-descriptor arithmetic that refuses a
+// count the gateways cannot hold (the gateway's own, gateway.Files):
+// with a hard limit of 20,000, 10,000 over TLS do not fit (2 files per
+// connection), over QUIC they do (1).
+func TestConnsFit(t *testing.T) {
+	for _, c := range []struct {
+		conns int
+		wan   string
+		want  string // "" if it fits
+	}{
+		{10000, "tls", "give at most 9259"},
+		{9259, "tls", ""},
+		{9259, "tcp", ""},
+		{10000, "quic", ""},
+		{18518, "quic", ""},
+		{18519, "quic", "give at most 9259"},
+	} {
+		err := checkConnsFit(&connsConfig{conns: c.conns, wan: c.wan, engine: "splice"}, 20000)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%d over %s: %v", c.conns, c.wan, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%d over %s: got %v, want an error with %q", c.conns, c.wan, err, c.want)
+		}
+	}
+}

@@ -67,8 +67,8 @@ func parseProducer(args []string, stderr io.Writer) (*producerConfig, error) {
 	if err := (bench.Hello{Spec: bench.Spec{Size: 1, Bytes: 1}, Pairs: 1, Path: cfg.path}).Validate(); err != nil {
 		return nil, usagef("--path %q: give a word of at most %d printable characters, e.g. gateways", cfg.path, bench.MaxPathLen)
 	}
-	if cfg.pairs < 1 || cfg.pairs > bench.MaxPairs {
-		return nil, usagef("--pairs %d out of range: give 1 to %d", cfg.pairs, bench.MaxPairs)
+	if cfg.pairs < 1 || cfg.pairs > maxPairs {
+		return nil, usagef("--pairs %d out of range: give 1 to %d", cfg.pairs, maxPairs)
 	}
 	var err error
 	if cfg.plan, err = wf.resolve(cfg.pairs); err != nil {

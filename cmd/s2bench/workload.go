@@ -232,13 +232,18 @@ func (p *plan) describe(size, pairs int) string {
 	return s + ", " + p.mode.String() + " mode"
 }
 
+// maxPairs bounds --pairs of compare, producer and run: those keep a
+// run's connections in one process with both of its ends (compare) and
+// report each pair. s2bench conns goes further (bench.MaxPairs).
+const maxPairs = 64
+
 // parsePairs parses a pair count or a comma-separated list of them.
 func parsePairs(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > bench.MaxPairs {
-			return nil, usagef("--pairs %q: give counts from 1 to %d, e.g. 4 or 1,2,4,8", s, bench.MaxPairs)
+		if err != nil || n < 1 || n > maxPairs {
+			return nil, usagef("--pairs %q: give counts from 1 to %d, e.g. 4 or 1,2,4,8", s, maxPairs)
 		}
 		out = append(out, n)
 	}

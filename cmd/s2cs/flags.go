@@ -23,6 +23,7 @@ type options struct {
 	pending            time.Duration
 	appWait, appMax    time.Duration
 	quota              gateway.Quota
+	maxActive          int
 	tcpWAN             bool
 	port               int
 	wanPort            int
@@ -73,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
 	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
+	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
 	cliflag.AddAliases(fs)
@@ -117,6 +119,9 @@ func (o *options) config() (gateway.Config, error) {
 			return gateway.Config{}, fmt.Errorf("%s %d: give at least 1", q.name, q.v)
 		}
 	}
+	if o.maxActive < 0 {
+		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
+	}
 	cfg := gateway.Config{
 		ListenerIP:       o.listenerIP,
 		BindIP:           o.bindIP,
@@ -131,6 +136,7 @@ func (o *options) config() (gateway.Config, error) {
 		Pool:             o.pool,
 		AppWaitDefault:   noWait(o.appWait),
 		AppWaitMax:       noWait(o.appMax),
+		MaxActiveConns:   o.maxActive,
 	}
 	var err error
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
@@ -199,6 +205,7 @@ func flagError(err error) error {
 		"Pool.MaxPerPeer": "--pool_max_per_peer",
 		"Pool.Policy":     "--pool_policy",
 		"Pool.MaxWarm":    "--pool_max_warm",
+		"MaxActiveConns":  "--max_active_conns",
 	}[ce.Field]
 	if name == "" {
 		return err

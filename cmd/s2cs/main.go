@@ -91,6 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.Store.Close()
 		return flagError(err)
 	}
+	reportFiles(srv.Files(), log, stdout)
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
 	if err != nil {
 		srv.Shutdown(context.Background())
@@ -107,6 +108,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return err
+}
+
+// reportFiles says at start how the gateway spends its open files, and
+// loudly when the limit gives it few connections: an operator learns it
+// now, not from connections refused under load.
+func reportFiles(f gateway.Files, log *slog.Logger, stdout io.Writer) {
+	how := "set by --max_active_conns"
+	if f.Derived {
+		how = "derived from the limit"
+	}
+	fmt.Fprintf(stdout, "s2cs: open files: limit %d; up to %d application connections at once (%s, %d files each), %d splice pipes, %d for listeners, strangers and the rest\n",
+		f.Limit, f.MaxActiveConns, how, gateway.FilesPerConn, f.MaxPipes, f.Fixed)
+	log.Info("open files", "limit", f.Limit, "max_active_conns", f.MaxActiveConns, "derived", f.Derived, "max_pipes", f.MaxPipes, "fixed", f.Fixed)
+	if f.Low() {
+		want := f.Fixed + 2*gateway.FilesPerConn*1024
+		log.Warn(fmt.Sprintf("the limit of %d open files gives only %d application connections at once: raise it to %d for 1024 (ulimit -n %d before s2cs, or LimitNOFILE=%d in its systemd unit; the hard limit as root), or narrow --port_range",
+			f.Limit, f.MaxActiveConns, want, want, want))
+	}
 }
 
 // logger returns the logger --log_format and --verbose ask for, writing

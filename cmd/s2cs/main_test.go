@@ -8,13 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +57,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--server_crt", "x.pem"}, "give both --server_crt and --server_key"},
 		{[]string{"--listener_ip", "127.0.0.1", "--log_format", "xml"}, `--log_format "xml"`},
 		{[]string{"--listener_ip", "127.0.0.1", "--tokens", "t"}, "--insecure_no_auth and --tokens exclude each other"},
+		{[]string{"--listener_ip", "127.0.0.1", "--max_active_conns", "-5"}, "--max_active_conns -5: give a positive count"},
+		{[]string{"--listener_ip", "127.0.0.1", "--max_active_conns", "600000000"}, "--max_active_conns 600000000 needs 1200001480 open files"},
 		{[]string{"--listener_ip", "127.0.0.1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{[]string{"--listener_ip", "127.0.0.1", "stray"}, `unexpected argument "stray"`},
 	} {
@@ -213,5 +218,60 @@ func TestDaemonDependencies(t *testing.T) {
 		if slices.Contains(deps, forbidden) {
 			t.Errorf("the daemon depends on %s", forbidden)
 		}
+	}
+}
+
+// TestFileLimitRaised: started with a soft limit of open files below its
+// hard limit, s2cs runs with the soft limit raised to one below the hard
+// one (the Go runtime does it at start, since Go 1.19: one below, so that
+// it can tell a later prlimit from its own change), as /proc says, and
+// plans its connections on that: the start-up line names it.
+func TestFileLimitRaised(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Max <= 1024 {
+		t.Skipf("hard limit of open files %d: nothing to raise a soft 1024 to", lim.Max)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "s2cs")
+	if out, err := exec.Command("go", "build", "-o", bin, "scistream/cmd/s2cs").CombinedOutput(); err != nil {
+		t.Fatalf("go build s2cs: %v\n%s", err, out)
+	}
+	cmd := exec.Command("sh", "-c", `ulimit -Sn 1024 && exec "$0" "$@"`, bin, "--listener_ip", localgw.RandomLoopback(), "--port", "0",
+		"--state_dir", filepath.Join(dir, "state"), "--insecure_no_auth")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	var plan string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "s2cs: open files: ") {
+			plan = sc.Text()
+			break
+		}
+	}
+	go io.Copy(io.Discard, out)
+	if want := fmt.Sprintf("s2cs: open files: limit %d; ", lim.Max-1); !strings.HasPrefix(plan, want) {
+		t.Fatalf("start-up line %q, want it to begin %q", plan, want)
+	}
+	limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(fmt.Sprintf(`(?m)^Max open files +%d +%d +files`, lim.Max-1, lim.Max))
+	if !want.Match(limits) {
+		t.Errorf("s2cs's /proc limits, want soft %d, hard %d open files:\n%s", lim.Max-1, lim.Max, limits)
 	}
 }

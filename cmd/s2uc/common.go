@@ -164,6 +164,15 @@ func checkNumConn(n int) error {
 	return nil
 }
 
+// checkMaxActive checks --max_active_conns (0: the gateway's cap; the
+// gateway refuses more than it admits).
+func checkMaxActive(n int) error {
+	if n < 0 {
+		return fmt.Errorf("--max_active_conns %d: give the most connections the stream relays at once, or 0 for the gateway's cap", n)
+	}
+	return nil
+}
+
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 
 // printJSON writes v as one indented JSON object.

@@ -19,6 +19,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wanT := cl.fs.String("wan", "tls", "WAN transport between the gateways: tls, quic (one QUIC connection per channel), or tcp for trusted circuits")
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
 	wanListener := cl.fs.String("wan_listener", "", "where the gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
+	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
@@ -38,6 +39,9 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if err := checkMaxActive(*maxActive); err != nil {
+		return err
+	}
 	c, err := gw.client(cl.timeout)
 	if err != nil {
 		return err
@@ -48,7 +52,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
-		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait,
+		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive,
 	})
 	if err != nil {
 		return err

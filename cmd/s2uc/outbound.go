@@ -21,6 +21,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	allow := cl.fs.String("allow", "", "comma-separated addresses or CIDR prefixes whose applications may connect (default: the listener's own subnet)")
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
 	wanPool := cl.fs.Int("wan_pool", 0, "pooled WAN legs: keep this many idle legs per channel dialed ahead of need, so a connection starts without a handshake and a cleanly ended one leaves its leg for the next (tls only; default 0: a leg per connection)")
+	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	inTokenFile := cl.fs.String("inbound_token_file", "", "token file for the inbound gateway, if it differs from the one used at inbound-request")
 	pos, err := cl.parse(args, 1, 2, "missing UID: give the stream UID printed by inbound-request")
 	if err != nil {
@@ -28,6 +29,9 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	uid := pos[0]
 	if err := checkNumConn(*numConn); err != nil {
+		return err
+	}
+	if err := checkMaxActive(*maxActive); err != nil {
 		return err
 	}
 	var peers []string
@@ -88,7 +92,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	_, s, err := client.Connect(ctx, in, out, &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
 		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
-		PeerServerName: sess.Inbound.ServerName, WANPool: *wanPool,
+		PeerServerName: sess.Inbound.ServerName, WANPool: *wanPool, MaxActiveConns: *maxActive,
 	})
 	if err != nil {
 		return err

@@ -100,8 +100,16 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	if st.WaitingConns > 0 {
 		waiting = fmt.Sprintf(", %d waiting for the application", st.WaitingConns)
 	}
-	fmt.Fprintf(w, "\n  connections %d active%s, %d total, %d refused, %d aborted%s, %d errors\n",
-		st.ActiveConns, waiting, st.TotalConns, st.RejectedConns, st.AbortedConns, byKind(st), st.Errors)
+	over := ""
+	if st.OverCapConns > 0 {
+		over = fmt.Sprintf(" (%d over the cap)", st.OverCapConns)
+	}
+	limit := ""
+	if s.MaxActiveConns > 0 {
+		limit = fmt.Sprintf(" of at most %d", s.MaxActiveConns)
+	}
+	fmt.Fprintf(w, "\n  connections %d active%s%s, %d total, %d refused%s, %d aborted%s, %d errors\n",
+		st.ActiveConns, limit, waiting, st.TotalConns, st.RejectedConns, over, st.AbortedConns, byKind(st), st.Errors)
 	for _, k := range api.EndKinds() {
 		if l, ok := st.LastErrors[k]; ok {
 			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), l.Reason)

@@ -47,6 +47,14 @@ func TestPrintStatus(t *testing.T) {
 		t.Errorf("last errors not in the order of api.EndKinds:\n%s", out)
 	}
 	b.Reset()
+	s.MaxActiveConns = 100
+	s.Stats = &api.Stats{ActiveConns: 100, TotalConns: 107, RejectedConns: 7, OverCapConns: 7}
+	printStatus(&b, "gw", s)
+	if !strings.Contains(b.String(), "connections 100 active of at most 100, 107 total, 7 refused (7 over the cap), 0 aborted") {
+		t.Errorf("a stream at its cap:\n%s", b.String())
+	}
+	b.Reset()
+	s.MaxActiveConns = 0
 	s.Stats = &api.Stats{TotalConns: 3}
 	printStatus(&b, "gw", s)
 	if !strings.Contains(b.String(), "3 total, 0 refused, 0 aborted, 0 errors\n") || strings.Contains(b.String(), "last ") {

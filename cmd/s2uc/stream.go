@@ -25,6 +25,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wanPool := cl.fs.Int("wan_pool", 0, "pooled WAN legs: keep this many idle legs per channel dialed ahead of need, so a connection starts without a handshake and a cleanly ended one leaves its leg for the next (tls only; default 0: a leg per connection)")
 	wanListener := cl.fs.String("wan_listener", "", "where the inbound gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
+	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections the stream relays at once on each gateway; one more is reset (0: each gateway's cap)")
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -41,6 +42,9 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	wait, err := parseAppWait(*appWait)
 	if err != nil {
+		return err
+	}
+	if err := checkMaxActive(*maxActive); err != nil {
 		return err
 	}
 	for _, g := range []*gatewayFlags{ig, og} {
@@ -66,8 +70,8 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait},
-		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool},
+		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive},
+		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive},
 		splitList(*peers))
 	if err != nil {
 		return err

@@ -113,6 +113,11 @@ type InboundRequest struct {
 	// 0 means do not wait: one dial, and a failure resets the connection
 	// at once. At most the gateway's maximum, Info.AppWaitMaxS.
 	AppWaitS *int `json:"app_wait_s,omitempty"`
+	// MaxActiveConns caps the application connections this side of the
+	// stream relays at once; one more is reset at once and counted
+	// (Stats.OverCapConns). 0 (or omitted) means the gateway's own cap
+	// (s2cs --max_active_conns); more than that is refused.
+	MaxActiveConns int `json:"max_active_conns,omitempty"`
 }
 
 // OutboundRequest asks the gateway in front of the connecting application
@@ -152,6 +157,11 @@ type OutboundRequest struct {
 	WAN string `json:"wan,omitempty"`
 	// Engine selects the data-plane engine; empty means the gateway's default.
 	Engine string `json:"engine,omitempty"`
+	// MaxActiveConns caps the application connections this side of the
+	// stream relays at once; one more is reset at once and counted
+	// (Stats.OverCapConns). 0 (or omitted) means the gateway's own cap
+	// (s2cs --max_active_conns); more than that is refused.
+	MaxActiveConns int `json:"max_active_conns,omitempty"`
 }
 
 // AttachRequest completes an inbound stream: it tells the inbound gateway
@@ -174,6 +184,10 @@ type Stream struct {
 	Allow     []string  `json:"allow,omitempty"`
 	Created   time.Time `json:"created"`
 	Updated   time.Time `json:"updated"`
+
+	// MaxActiveConns is the stream's cap on connections at once, as
+	// requested (0: the gateway's).
+	MaxActiveConns int `json:"max_active_conns,omitempty"`
 	// Reason says why a stream reached a terminal state.
 	Reason string `json:"reason,omitempty"`
 	// WANServerName is the TLS server name that names an inbound stream on
@@ -212,8 +226,13 @@ type Stats struct {
 	// TotalConns counts the connections relayed (both legs up).
 	TotalConns int64 `json:"total_conns"`
 	// RejectedConns counts the connections refused: sources outside the
-	// allow-list, WAN connections that failed authentication.
+	// allow-list, WAN connections that failed authentication, and those
+	// over a cap of connections at once (OverCapConns).
 	RejectedConns int64 `json:"rejected_conns"`
+	// OverCapConns counts the application connections reset on arrival
+	// because the stream's max_active_conns, or the gateway's cap, was
+	// reached (on an inbound stream: authenticated WAN legs).
+	OverCapConns int64 `json:"over_cap_conns"`
 	// AbortedConns counts the connections that ended other than in order,
 	// whatever the reason (AbortedByKind has them by kind): the
 	// applications saw a reset.

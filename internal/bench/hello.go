@@ -43,8 +43,9 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("mode %q: use throughput or rr (request-reply)", s)
 }
 
-// MaxPairs bounds the producer/consumer pairs of one run.
-const MaxPairs = 64
+// MaxPairs bounds the producer/consumer pairs of one run: the
+// connections s2bench conns holds open at once (10,000 and more) fit.
+const MaxPairs = 1 << 14
 
 // Hello describes a run to the consumer. The producer sends it first on
 // every connection, so the consumer needs no flags that could disagree

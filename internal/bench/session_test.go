@@ -41,7 +41,7 @@ func TestHelloRoundTrip(t *testing.T) {
 	for _, bad := range []Hello{
 		{Spec: Spec{Size: 10, Bytes: 5}, Pairs: 1},
 		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 0},
-		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 65},
+		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: MaxPairs + 1},
 		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 2, Pair: 2},
 		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 1, Rate: math.NaN()},
 		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 1, Mode: 7},

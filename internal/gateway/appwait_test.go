@@ -335,7 +335,12 @@ func TestAppWaitRelease(t *testing.T) {
 				}
 			} else {
 				e.waiting(t, 0)
-				if s := st.stats(); s.AbortedByKind[api.EndPeerReset] != 6 {
+				// A connection stops counting as waiting before its
+				// end is counted: wait for the count.
+				waitfor.Must(t, 10*time.Second, "6 peer_reset on the inbound side", func() bool {
+					return st.stats().AbortedByKind[api.EndPeerReset] == 6
+				})
+				if s := st.stats(); s.AbortedByKind[api.EndPeerReset] != 6 || s.AbortedConns != 6 {
 					t.Fatalf("inbound side after the outbound side's release: %+v; want 6 peer_reset", s)
 				}
 			}

@@ -196,6 +196,7 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 		WAN:            rec.WAN,
 		Engine:         rec.Engine,
 		Allow:          slices.Clone(rec.Allow),
+		MaxActiveConns: rec.MaxActiveConns,
 		Created:        rec.Created,
 		Updated:        rec.Updated,
 		Reason:         rec.Reason,

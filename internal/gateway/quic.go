@@ -4,6 +4,7 @@ import (
 	"net"
 
 	"scistream/internal/api"
+	"scistream/internal/relay"
 	"scistream/internal/wan"
 )
 
@@ -95,7 +96,12 @@ func (st *stream) quicAcceptLoop(ch int, ql *wan.QUICListener) {
 		if err != nil {
 			return // released or shut down
 		}
+		if !st.admitConn(ch, w.RemoteAddr()) {
+			relay.Abort(w) // over a cap of connections at once: reset at once
+			continue
+		}
 		if !st.track(w) {
+			st.releaseConn()
 			continue
 		}
 		st.wg.Add(1)
@@ -107,6 +113,7 @@ func (st *stream) quicAcceptLoop(ch int, ql *wan.QUICListener) {
 // the application's port for that channel.
 func (st *stream) serveInboundQUIC(ch int, w net.Conn) {
 	defer st.wg.Done()
+	defer st.releaseConn()
 	defer st.untrack(w)
 	log := st.env.log.With("uid", st.uid, "channel", ch, "peer", w.RemoteAddr().String())
 	rec := st.record()

@@ -51,6 +51,7 @@ type Server struct {
 	engines *relay.Engines
 	env     *env // what every stream gets
 	strange *strangers
+	files   Files // the plan of open files, as Config.Files gave it
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -83,6 +84,10 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Store == nil:
 		return nil, errors.New("store required")
 	}
+	files, err := cfg.Files()
+	if err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	engines, err := cfg.engines()
 	if err != nil {
@@ -97,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 		alloc:   alloc,
 		engines: engines,
 		strange: strange,
+		files:   files,
 		env: &env{
 			log:       cfg.Logger,
 			alloc:     alloc,
@@ -105,7 +111,8 @@ func New(cfg Config) (*Server, error) {
 			strange:   strange,
 			advertise: cfg.WANAdvertise,
 			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
-			legs: newLegManager(cfg.Pool, cfg.Logger),
+			legs:  newLegManager(cfg.Pool, cfg.Logger),
+			files: &connSlots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
 		},
 		ctx:     ctx,
 		cancel:  cancel,
@@ -116,6 +123,9 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}, nil
 }
+
+// Files returns the gateway's plan of its open files (Config.Files).
+func (s *Server) Files() Files { return s.files }
 
 // Serve restores persisted streams, then serves the control API over TLS
 // on ln until ctx is cancelled or Shutdown is called. It returns after

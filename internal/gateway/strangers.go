@@ -74,6 +74,7 @@ const (
 	refusedQUIC     = "QUIC peer or stream refused"
 	refusedName     = "server name of no stream on the shared WAN port"
 	refusedProxy    = "no PROXY protocol header from the router"
+	refusedOverCap  = "over the cap of application connections at once (the stream's max_active_conns or the gateway's)"
 	summaryInterval = 10 * time.Second
 )
 

@@ -37,6 +37,40 @@ type env struct {
 	// appWait is Config.AppWaitDefault, appWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
 	appWait, appWaitMax time.Duration
+	files               *connSlots // the open files application connections may hold (Files)
+}
+
+// connSlots counts what application connections hold against a cap:
+// connections (a stream's max_active_conns) or open files (the gateway's).
+type connSlots struct {
+	max int64 // 0: no cap
+	n   atomic.Int64
+}
+
+// take reserves k units, or reports false if that would pass the cap.
+func (c *connSlots) take(k int64) bool {
+	for {
+		n := c.n.Load()
+		if c.max > 0 && n+k > c.max {
+			return false
+		}
+		if c.n.CompareAndSwap(n, n+k) {
+			return true
+		}
+	}
+}
+
+func (c *connSlots) give(k int64) { c.n.Add(-k) }
+
+// filesPerConn is what one application connection of a stream over
+// transport wanT holds open in the gateway: its socket and its WAN leg's,
+// or over QUIC its socket alone (the channel's UDP socket carries every
+// leg).
+func filesPerConn(wanT string) int64 {
+	if wanT == api.WANQUIC {
+		return 1
+	}
+	return FilesPerConn
 }
 
 // stream is the running proxy of one stream: one listener per channel and
@@ -71,10 +105,12 @@ type stream struct {
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
+	open                    connSlots // admitted application connections, against the stream's max_active_conns
 	active, total, rejected atomic.Int64
 	// pooled legs (pool.go): dialed, taken from the pool, torn down at the cap
 	legsCreated, legsReused, legsTornDown atomic.Int64
 	waitingApp                            atomic.Int64 // WAN legs waiting for the application (appwait.go)
+	overCap                               atomic.Int64 // refused over the stream's or the gateway's cap
 	toWAN, fromWAN                        atomic.Int64
 	ends                                  ends       // aborted connections, by kind (ends.go)
 	watchSt                               watchState // what the watch leg says of the peer (watch.go)
@@ -119,6 +155,7 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		listeners: lns,
 		slots:     make([]listenerSlots, len(lns)),
 		conns:     map[net.Conn]struct{}{},
+		open:      connSlots{max: int64(rec.MaxActiveConns)},
 	}
 	pin := rec.PeerCertSHA256
 	st.peerPin.Store(&pin)
@@ -287,6 +324,10 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			relay.Abort(c)
 			continue
 		}
+		if st.role == api.RoleOutbound && !st.admitConn(ch, c.RemoteAddr()) {
+			relay.Abort(c) // over a cap of connections at once: reset at once
+			continue
+		}
 		if st.role == api.RoleOutbound || st.wanT == api.WANTCP {
 			// The application's socket, or a plaintext WAN leg (which
 			// has no close_notify to tell an end from a death): from
@@ -297,6 +338,8 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 		if !st.track(c) { // stopping: c is reset
 			if st.role == api.RoleInbound {
 				st.env.strange.release(&st.slots[ch], c.RemoteAddr())
+			} else {
+				st.releaseConn()
 			}
 			continue
 		}
@@ -309,6 +352,31 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 	}
 }
 
+// admitConn takes a slot of the stream's cap and the gateway's open
+// files for one application connection from remote (on an inbound
+// stream: an authenticated WAN leg), or counts a refusal and reports
+// false: the caller then resets the connection. releaseConn gives them
+// back.
+func (st *stream) admitConn(ch int, remote net.Addr) bool {
+	if st.open.take(1) {
+		if st.env.files.take(filesPerConn(st.wanT)) {
+			return true
+		}
+		st.open.give(1)
+	}
+	st.rejected.Add(1)
+	st.overCap.Add(1)
+	st.env.strange.refuse(refusedOverCap, remote)
+	st.env.log.Debug("connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "reason", refusedOverCap,
+		"stream_cap", st.open.max, "gateway_files", st.env.files.max)
+	return false
+}
+
+func (st *stream) releaseConn() {
+	st.open.give(1)
+	st.env.files.give(filesPerConn(st.wanT))
+}
+
 func isTemporary(err error) bool {
 	type temporary interface{ Temporary() bool }
 	t, ok := err.(temporary)
@@ -319,6 +387,7 @@ func isTemporary(err error) bool {
 // listener of channel ch to the peer gateway's listener ch.
 func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	defer st.wg.Done()
+	defer st.releaseConn()
 	defer st.untrack(app)
 	log := st.env.log.With("uid", st.uid, "channel", ch, "app", app.RemoteAddr().String())
 	if !st.admits(app.RemoteAddr()) {
@@ -400,6 +469,11 @@ func (st *stream) serveLeg(from net.Addr, r *wan.Routed) {
 	}
 	st.wanUp(log)
 	if !r.Pooled {
+		if !st.admitConn(r.Channel, from) {
+			relay.Abort(r.Conn) // over a cap of connections at once: reset at once
+			return
+		}
+		defer st.releaseConn()
 		st.relayToApp(log, st.record(), r.Channel, r.Conn)
 		return
 	}
@@ -417,7 +491,14 @@ func (st *stream) serveLeg(from net.Addr, r *wan.Routed) {
 			}
 			return
 		}
+		// Each session is one application connection: the caps count
+		// it (one over resets its session, and so the leg).
+		if !st.admitConn(r.Channel, from) {
+			relay.Abort(s)
+			return
+		}
 		st.relayToApp(log, st.record(), r.Channel, s)
+		st.releaseConn()
 		if !s.Clean() {
 			return // reset with its session
 		}
@@ -563,6 +644,7 @@ func (st *stream) stats() *api.Stats {
 		WaitingConns:  st.waitingApp.Load(),
 		TotalConns:    st.total.Load(),
 		RejectedConns: st.rejected.Load(),
+		OverCapConns:  st.overCap.Load(),
 		BytesToWAN:    st.toWAN.Load(),
 		BytesFromWAN:  st.fromWAN.Load(),
 		RateToWAN:     rt,

@@ -40,6 +40,9 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	if err := s.checkCommon(req.NumConn, !shared, &req.WAN, &req.Engine); err != nil {
 		return nil, err
 	}
+	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
+		return nil, err
+	}
 	if err := s.checkTarget(ctx, "remote_ip", req.RemoteIP); err != nil {
 		return nil, err
 	}
@@ -74,6 +77,8 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 		Engine:   req.Engine,
 		AppWaitS: &wait,
 		Secret:   wan.NewSecret(),
+
+		MaxActiveConns: req.MaxActiveConns,
 	}
 	if shared {
 		rec.ServerName = newServerName(s.cfg.WANDomain)
@@ -155,6 +160,9 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	case req.WANPool > 0 && req.WAN != api.WANTLS:
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool needs wan \"tls\": a quic stream's application connections already share one QUIC connection per channel, and a tcp leg would lose its splice; omit wan_pool")
 	}
+	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
+		return nil, err
+	}
 	if len(req.PeerListeners) == 0 || len(req.PeerListeners) > api.MaxReceiverPorts {
 		return nil, api.Errorf(api.CodeInvalidArgument, "peer_listeners: give 1 to %d host:port addresses of the inbound gateway's listeners", api.MaxReceiverPorts)
 	}
@@ -197,6 +205,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		PeerCertSHA256: pin,
 		PeerServerName: req.PeerServerName,
 		WANPool:        req.WANPool,
+		MaxActiveConns: req.MaxActiveConns,
 	}, nil
 }
 
@@ -225,6 +234,17 @@ func parsePin(wanT, peerCert, peer string) (string, error) {
 		return "", api.Errorf(api.CodeInvalidArgument, "peer_cert: %v", err)
 	}
 	return certs.Fingerprint(c.Raw), nil
+}
+
+// checkMaxActive checks a request's max_active_conns for a stream over
+// transport wanT: 0 (the gateway's cap) up to the most the gateway
+// admits over that transport (over quic, twice its cap).
+func (s *Server) checkMaxActive(n int, wanT string) error {
+	most := FilesPerConn * s.cfg.MaxActiveConns / int(filesPerConn(wanT))
+	if n < 0 || n > most {
+		return api.Errorf(api.CodeInvalidArgument, "max_active_conns %d out of range: give 1 to %d (this gateway's cap on %s connections at once), or omit it for the gateway's cap", n, most, wanT)
+	}
+	return nil
 }
 
 // checkCommon checks the fields both requests share and fills in the

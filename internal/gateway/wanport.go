@@ -324,8 +324,16 @@ func (wp *wanPort) acceptQUIC() {
 			return // closed
 		}
 		st := wp.lookup(r.Leg.ServerName)
-		if st == nil || st.shared != r.Leg || !st.adopt(r.Conn) {
+		if st == nil || st.shared != r.Leg {
 			relay.Abort(r.Conn) // released since its handshake
+			continue
+		}
+		if !st.admitConn(r.Channel, r.Conn.RemoteAddr()) {
+			relay.Abort(r.Conn) // over a cap of connections at once
+			continue
+		}
+		if !st.adopt(r.Conn) {
+			st.releaseConn()
 			continue
 		}
 		go st.serveInboundQUIC(r.Channel, r.Conn)

@@ -37,7 +37,30 @@ type splice struct {
 	// ring copies to and from Pipelined connections: the buffer engine
 	// of the same Engines, so its size is Options.BufferSize.
 	ring buffer
+	// pipes caps the pipes held at once (Options.MaxPipes).
+	pipes *allowance
 }
+
+// allowance counts what is held of a capped resource.
+type allowance struct {
+	max int64 // negative: no cap
+	n   atomic.Int64
+}
+
+// take reserves one unit, or reports false if the cap is reached.
+func (a *allowance) take() bool {
+	for {
+		n := a.n.Load()
+		if a.max >= 0 && n >= a.max {
+			return false
+		}
+		if a.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (a *allowance) give() { a.n.Add(-1) }
 
 // Pipelined is implemented by connections whose Write returns only once
 // the transport has taken every byte into its own packets (a QUIC stream:
@@ -76,6 +99,10 @@ func (e splice) Copy(dst, src net.Conn, count func(int64)) error {
 	if err != nil {
 		return err
 	}
+	if !e.pipes.take() {
+		return copyLoop(dst, src, count) // the gateway's open files are planned
+	}
+	defer e.pipes.give()
 	p, err := sockio.NewPipe(PipeSize)
 	if err != nil {
 		return copyLoop(dst, src, count) // e.g. out of descriptors: still relay
@@ -125,16 +152,60 @@ var loopPool = sync.Pool{New: func() any {
 // batch of TLS records (16 KiB each) per read and per write.
 const loopBufSize = 256 << 10
 
+// tryReader is a source that can say it has nothing to read without
+// waiting (sockio.Conn, a TLS WAN leg): copyLoop then holds its buffer
+// only while there is something to copy.
+type tryReader interface {
+	TryRead([]byte) (int, error) // sockio.ErrWouldBlock when nothing is available now
+	WaitReadable() error
+}
+
 // copyLoop copies src to dst in one goroutine through a pooled buffer.
+// From a source that can tell (tryReader) it takes the buffer only once
+// bytes are there and gives it back when a read would wait: a
+// connection that waits for its peer holds no buffer, so ten thousand
+// mostly waiting connections share a few (measured with s2bench conns,
+// docs/performance.md), while a bulk one keeps it between reads that
+// find data, as before.
 func copyLoop(dst, src net.Conn, count func(int64)) error {
-	bp := loopPool.Get().(*[]byte)
-	defer loopPool.Put(bp)
-	buf := *bp
 	r, w := endpointOf(src), endpointOf(dst)
+	tr, _ := r.(tryReader)
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			loopPool.Put(bp)
+		}
+	}()
+	idle := false // the last read found nothing
 	for {
-		n, rerr := r.Read(buf)
+		if idle {
+			// Nothing held: wait for bytes first. (Only after a
+			// read found none: a TLS leg may hold records already
+			// read from its socket.) At an end of stream the next
+			// read reports it, with its TLS meaning; any other
+			// error ends the copy here.
+			if err := tr.WaitReadable(); err != nil && err != io.EOF {
+				return readError(err)
+			}
+			idle = false
+		}
+		if bp == nil {
+			bp = loopPool.Get().(*[]byte)
+		}
+		var n int
+		var rerr error
+		if tr != nil {
+			n, rerr = tr.TryRead(*bp)
+			if rerr == sockio.ErrWouldBlock {
+				loopPool.Put(bp)
+				bp, idle = nil, true
+				continue
+			}
+		} else {
+			n, rerr = r.Read(*bp)
+		}
 		if n > 0 {
-			m, werr := w.Write(buf[:n])
+			m, werr := w.Write((*bp)[:n])
 			if m > 0 {
 				count(int64(m))
 			}

@@ -36,7 +36,8 @@ type Engine interface {
 }
 
 // Relay forwards a<->b until both directions finish, then closes both. It
-// blocks until both copying goroutines have returned. countAB and countBA
+// copies b->a itself and a->b in a goroutine, and returns once both have
+// finished. countAB and countBA
 // receive the bytes moved a->b and b->a. It returns nil when both
 // directions ended in order (and then disarms ResetOnClose on both, so
 // their last bytes and FIN are delivered), or the first failure as an
@@ -83,7 +84,7 @@ func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
 	}
 	wg.Add(2)
 	go dir(b, a, B, A, countAB)
-	go dir(a, b, A, B, countBA)
+	dir(a, b, A, B, countBA) // here: one goroutine (its stack) fewer per connection
 	wg.Wait()
 	if firstErr == nil {
 		orderly(a)

@@ -616,3 +616,50 @@ func BenchmarkRequestReply(b *testing.B) {
 		})
 	}
 }
+
+// TestMaxPipes checks the splice engine's cap on pipes: with one pipe
+// allowed, a connection's two directions hold one between them (the other
+// is copied in user space), both still carry every byte, and the pipe is
+// given back when the relay ends.
+func TestMaxPipes(t *testing.T) {
+	leakcheck.Check(t)
+	engines, err := relay.New(relay.Options{MaxPipes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engines.Get("splice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := relaytest.Start(t, e)
+	a, b := bytes.Repeat([]byte("a"), 1<<20), bytes.Repeat([]byte("b"), 1<<20)
+	errc := make(chan error, 2)
+	go func() { _, err := s.A.Write(a); errc <- err }()
+	go func() { _, err := s.B.Write(b); errc <- err }()
+	for _, c := range []struct {
+		conn *net.TCPConn
+		want []byte
+	}{{s.B, a}, {s.A, b}} {
+		c.conn.SetReadDeadline(time.Now().Add(testTimeout))
+		got := make([]byte, len(c.want))
+		if _, err := io.ReadFull(c.conn, got); err != nil || !bytes.Equal(got, c.want) {
+			t.Fatalf("read %d bytes: %v", len(got), err)
+		}
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := engines.PipesInUse(); n != 1 {
+		t.Errorf("%d pipes in use by a connection with both directions running, want 1 (the cap)", n)
+	}
+	s.A.CloseWrite()
+	s.B.CloseWrite()
+	if err := s.Wait(t); err != nil {
+		t.Fatalf("Relay = %v", err)
+	}
+	if n := engines.PipesInUse(); n != 0 {
+		t.Errorf("%d pipes in use after the relay ended", n)
+	}
+}

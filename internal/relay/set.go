@@ -20,6 +20,11 @@ type Options struct {
 	// caller owns it and closes it after the last relay ended. If nil,
 	// the sockmap engine copies as splice does.
 	Sockmap *sockmap.Redirector
+	// MaxPipes caps the kernel pipes the splice engine holds at once,
+	// over every connection (two open files each): a gateway plans its
+	// open files, and a direction that finds none left is copied in user
+	// space instead, as when the system refuses a pipe. If zero, no cap.
+	MaxPipes int
 }
 
 // Errors of New and Engines.Get, for callers that map them to their own
@@ -47,8 +52,12 @@ func New(o Options) (*Engines, error) {
 	if o.BufferSize < MinBufferSize || o.BufferSize > MaxBufferSize {
 		return nil, fmt.Errorf("%w: %d bytes; give %d (64KiB) to %d (1GiB)", ErrBufferSize, o.BufferSize, MinBufferSize, MaxBufferSize)
 	}
+	pipes := &allowance{max: int64(max(o.MaxPipes, 0))}
+	if o.MaxPipes == 0 {
+		pipes.max = -1
+	}
 	buf := newBuffer(o.BufferSize)
-	sp := splice{ring: buf}
+	sp := splice{ring: buf, pipes: pipes}
 	return &Engines{opts: o, byName: map[string]Engine{
 		"splice":  sp,
 		"buffer":  buf,
@@ -71,6 +80,11 @@ func (e *Engines) Names() []string { return Names() }
 // BufferSize is the ring size in effect (Options.BufferSize, or its
 // default).
 func (e *Engines) BufferSize() int { return e.opts.BufferSize }
+
+// PipesInUse returns the kernel pipes the splice engine holds now.
+func (e *Engines) PipesInUse() int {
+	return int(e.byName["splice"].(splice).pipes.n.Load())
+}
 
 // Kernel reports whether the sockmap engine has its eBPF program, so it
 // redirects in the kernel where both sides are plain TCP sockets.

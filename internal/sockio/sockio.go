@@ -143,6 +143,43 @@ func (s *Conn) Read(b []byte) (int, error) {
 	return o.n, nil
 }
 
+// ErrWouldBlock is what TryRead returns when no byte is available
+// without waiting.
+var ErrWouldBlock = errors.New("sockio: no data available without waiting")
+
+// TryRead reads into b what is available now, without waiting: it
+// returns ErrWouldBlock when nothing is. With WaitReadable, a caller
+// can hold a read buffer only while there is something to read.
+func (s *Conn) TryRead(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	o := &s.rd
+	o.kind, o.buf = opRead, b
+	var n int
+	var errno syscall.Errno
+	err := s.rc.Read(func(fd uintptr) bool {
+		o.fn(fd)
+		n, errno = o.n, o.errno
+		return true // never wait in the poller
+	})
+	o.buf = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case errno == syscall.EAGAIN:
+		return 0, ErrWouldBlock
+	case errno != 0:
+		return 0, s.opError("read", errno)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// WaitReadable is the package's WaitReadable for s's socket.
+func (s *Conn) WaitReadable() error { return WaitReadable(s.c) }
+
 // WaitReadable waits until c has a byte to read, or its end or an error,
 // without reading it, under c's read deadline. A goroutine waiting here
 // has a shallow stack and holds nothing else: a server can keep a

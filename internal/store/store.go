@@ -44,6 +44,9 @@ type Record struct {
 	// created. nil on an outbound stream, and in records written before
 	// the field existed: those take the gateway's default.
 	AppWaitS *int `json:"app_wait_s,omitempty"`
+	// MaxActiveConns caps the connections relayed at once (0: the
+	// gateway's cap).
+	MaxActiveConns int `json:"max_active_conns,omitempty"`
 
 	// Secret is the per-stream WAN binding secret (32 random bytes).
 	Secret []byte `json:"secret"`

@@ -449,6 +449,48 @@ func (c *Conn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// TryRead is Read without waiting: it returns what is available now
+// (records buffered, or read from the socket without waiting), or
+// sockio.ErrWouldBlock when no whole record is. With WaitReadable, the
+// relay holds a copy buffer only while a leg has something to read.
+func (c *Conn) TryRead(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.raw.nowait.Store(true)
+	n, err := c.Conn.Read(b)
+	c.raw.nowait.Store(false)
+	for err == nil && n > 0 && len(b)-n >= minCoalesce {
+		var m int
+		c.raw.probe.Store(true)
+		m, err = c.Conn.Read(b[n:])
+		c.raw.probe.Store(false)
+		n += m
+		if m == 0 {
+			break
+		}
+	}
+	if errors.Is(err, errWouldBlock) {
+		if n > 0 {
+			return n, nil
+		}
+		return 0, sockio.ErrWouldBlock
+	}
+	if (err == io.EOF || err == io.ErrUnexpectedEOF) && c.raw.eof.Load() {
+		err = ErrTruncated
+	}
+	return n, err
+}
+
+// WaitReadable waits until the leg's socket has a byte to read (or an
+// end or error), under its read deadline. Call it after TryRead found
+// nothing: then every whole record buffered has been returned.
+func (c *Conn) WaitReadable() error {
+	if t, ok := c.raw.Conn.(*net.TCPConn); ok {
+		return sockio.WaitReadable(t)
+	}
+	return nil
+}
+
 // Write implements net.Conn. The records of one call reach the socket in
 // as few writes as the batch buffer allows.
 func (c *Conn) Write(b []byte) (int, error) {
@@ -540,6 +582,11 @@ func (wouldBlock) Error() string   { return "wan: no data available without wait
 func (wouldBlock) Timeout() bool   { return true }
 func (wouldBlock) Temporary() bool { return true }
 
+var readPool = sync.Pool{New: func() any {
+	b := make([]byte, readBufSize)
+	return &b
+}}
+
 var batchPool = sync.Pool{New: func() any {
 	b := make([]byte, 0, batchSize)
 	return &b
@@ -555,12 +602,16 @@ type legConn struct {
 	io    io.ReadWriter // the socket: raw system calls for TCP (package sockio)
 	eof   atomic.Bool
 	probe atomic.Bool
+	// nowait makes a read of the socket return errWouldBlock instead of
+	// waiting (TryRead).
+	nowait atomic.Bool
 
 	// Read side, used by one reader at a time (crypto/tls's input lock).
-	rbuf       []byte // nil until the leg read bulkAfter bytes
+	rbuf       *[]byte // from readPool while it holds unread bytes; only after the leg read bulkAfter bytes
 	rpos, rend int
 	rerr       error // sticky error of the socket once rbuf is drained
 	read       int64 // bytes read from the socket so far
+	bufReads   int64 // socket reads into a pooled read buffer so far
 
 	mu       sync.Mutex // guards the following; writes come from crypto/tls under its own lock
 	batch    *[]byte    // non-nil between beginBatch and endBatch
@@ -585,28 +636,49 @@ func (c *legConn) Read(b []byte) (int, error) {
 		if c.probe.Load() {
 			return 0, errWouldBlock
 		}
-		if len(b) >= readBufSize || c.rbuf == nil && c.read < bulkAfter {
-			n, err := c.io.Read(b)
-			err = c.resetOrEOF(err)
+		if len(b) >= readBufSize || c.read < bulkAfter {
+			n, err := c.readSocket(b)
 			c.read += int64(n)
 			c.noteErr(err)
 			return n, err
 		}
-		if c.rbuf == nil {
-			c.rbuf = make([]byte, readBufSize)
-		}
-		n, err := c.io.Read(c.rbuf)
-		err = c.resetOrEOF(err)
+		// The read buffer is the pool's while it is empty: an idle or
+		// waiting leg holds none (sized for bulk, it would cost 256 KiB
+		// per leg: gigabytes at ten thousand connections).
+		bp := readPool.Get().(*[]byte)
+		c.bufReads++
+		n, err := c.readSocket(*bp)
 		c.read += int64(n)
-		c.rpos, c.rend = 0, n
 		c.noteErr(err)
 		if n == 0 {
+			readPool.Put(bp)
 			return 0, err
 		}
+		c.rbuf, c.rpos, c.rend = bp, 0, n
 	}
-	n := copy(b, c.rbuf[c.rpos:c.rend])
+	n := copy(b, (*c.rbuf)[c.rpos:c.rend])
 	c.rpos += n
+	if c.rpos == c.rend {
+		readPool.Put(c.rbuf)
+		c.rbuf, c.rpos, c.rend = nil, 0, 0
+	}
 	return n, nil
+}
+
+// readSocket reads the socket into b, without waiting when nowait is
+// set (errWouldBlock then).
+func (c *legConn) readSocket(b []byte) (int, error) {
+	if c.nowait.Load() {
+		if t, ok := c.io.(interface{ TryRead([]byte) (int, error) }); ok {
+			n, err := t.TryRead(b)
+			if err == sockio.ErrWouldBlock {
+				return 0, errWouldBlock
+			}
+			return n, c.resetOrEOF(err)
+		}
+	}
+	n, err := c.io.Read(b)
+	return n, c.resetOrEOF(err)
 }
 
 // resetOrEOF returns err, unless it is the end of stream of a socket the

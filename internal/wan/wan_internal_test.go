@@ -289,9 +289,10 @@ func TestTLSDialPrefaceWire(t *testing.T) {
 }
 
 // TestReadBufferAfterBulk: a TLS leg reads into crypto/tls's own small
-// buffer until it has carried bulkAfter bytes, and only then gets its
+// buffer until it has carried bulkAfter bytes, and only then reads into a
 // large read buffer, so a handshake in progress, an idle leg or a watch
-// leg holds none.
+// leg holds none; and it holds that buffer only while it has unread
+// bytes, so a bulk leg that has been read to the end holds none either.
 func TestReadBufferAfterBulk(t *testing.T) {
 	certA, pinA := itCert(t)
 	certB, pinB := itCert(t)
@@ -326,7 +327,10 @@ func TestReadBufferAfterBulk(t *testing.T) {
 	if _, err := io.ReadFull(a, make([]byte, 2*bulkAfter)); err != nil {
 		t.Fatal(err)
 	}
-	if a.raw.rbuf == nil {
-		t.Fatalf("a leg that carried %d bytes has no read buffer", a.raw.read)
+	if a.raw.bufReads == 0 {
+		t.Fatalf("a leg that carried %d bytes never read into its read buffer", a.raw.read)
+	}
+	if a.raw.rbuf != nil {
+		t.Fatal("a leg read to the end still holds its read buffer")
 	}
 }
