@@ -59,8 +59,16 @@ func TestSilentStrangerCost(t *testing.T) {
 	// The bound is 16 KiB. This design costs about 5 (the
 	// goroutine waits for the first byte before any TLS state exists);
 	// starting the handshake at once costs about 13, which 8 refuses.
-	if per > 8<<10 {
-		t.Errorf("a silent stranger costs %.1f KiB, want at most 8", per/1024)
+	// The race detector's instrumentation adds its own: 5 to 9 KiB here,
+	// depending on what the process ran before (a second run in one
+	// process reads 8.5); 11 still refuses the handshake at once, which
+	// costs more under it too.
+	bound := 8.0
+	if raceEnabled {
+		bound = 11
+	}
+	if per > bound*1024 {
+		t.Errorf("a silent stranger costs %.1f KiB, want at most %.0f", per/1024, bound)
 	}
 	for _, c := range conns {
 		c.Close()
