@@ -277,6 +277,19 @@ func (m *legManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 	}
 }
 
+// idleOf returns how many idle legs st holds, over its channels.
+func (m *legManager) idleOf(st *stream) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for f, legs := range m.byFlow {
+		if f.st == st {
+			n += len(legs)
+		}
+	}
+	return n
+}
+
 // wakeLocked tells st's warmer that one of its idle legs was taken.
 func (m *legManager) wakeLocked(st *stream) {
 	if c := m.waiters[st]; c != nil {

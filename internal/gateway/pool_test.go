@@ -47,6 +47,7 @@ func TestPooledLegs(t *testing.T) {
 	}
 	// Warm: two idle legs once the inbound side took the pin.
 	waitfor.Must(t, 15*time.Second, "two warm legs", func() bool { return stats().LegsCreated >= 2 })
+	waitfor.Must(t, 15*time.Second, "two idle legs in the stats", func() bool { return stats().LegsIdle == 2 })
 
 	for range 5 {
 		roundTrip(t, outS.Listeners[0], 100<<10)
