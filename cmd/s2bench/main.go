@@ -9,6 +9,8 @@
 //	s2bench producer  --connect ADDR [--workload ...] [--json FILE] the producer role, as its own process
 //	s2bench run       --direct ADDR --gateways ADDR [--workload ...] the driver across hosts (direct vs remote gateways)
 //	s2bench testbed   up|run|down [--preset shortwan] [--workload ...] compare's experiment over an emulated WAN (root)
+//	s2bench pool      [--experiments warm,hotset,stealing] [--preset longwan]  pooled WAN legs: warm against cold, LRU against LRU-M
+//	s2bench flood     [--conns 20000] [--wan tls|tcp]               a stream's goodput and the inbound gateway's memory under a flood
 //	s2bench naiveproxy --role in|out --wan tcp|tls|quic ...          one side of compare --baseline's naive proxy pair
 package main
 
@@ -68,6 +70,7 @@ func tool() *subcmd.Tool {
 			{Name: "run", Summary: "drive an experiment across hosts: direct and through remote gateways to an s2bench consumer", Run: runDriver},
 			{Name: "testbed", Summary: "two facilities in network namespaces with an emulated WAN: up, run, down (root)", Run: runTestbed},
 			{Name: "flood", Summary: "a stream's goodput and the inbound gateway's memory under a flood of stranger connections", Run: runFlood},
+			{Name: "pool", Summary: "pooled WAN legs: first byte with a warm pool against without, LRU against LRU-M on seed 002's access patterns", Run: runPool},
 			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
 		},
 	}
