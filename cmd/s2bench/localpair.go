@@ -35,8 +35,11 @@ type localPairConfig struct {
 	// admitting 127.0.0.0/8.
 	netns, ips [2]string
 	allow      string
-	// args are extra s2cs flags for both gateways.
+	// args are more s2cs flags, given to both gateways.
 	args []string
+	// noStream starts the gateways only, without the stream: the caller
+	// wires its own streams with inC and outC (and releases them).
+	noStream bool
 }
 
 // localPair is a local pair of real s2cs gateways on two random loopback
@@ -47,6 +50,7 @@ type localPairConfig struct {
 type localPair struct {
 	netns     [2]string // inbound, outbound (empty: this namespace)
 	consAddr  string    // where the stream leads
+	allow     string    // the outbound stream's allow-list
 	dir       string
 	in, out   *localgw.Gateway
 	inC, outC *client.Client
@@ -104,10 +108,11 @@ func startLocalPair(ctx context.Context, cfg localPairConfig) (_ *localPair, err
 		}
 	}
 	lp.netns = cfg.netns
-	args := append([]string{"--type", cfg.engine}, cfg.args...)
+	args := []string{"--type", cfg.engine}
 	if cfg.wan == api.WANTCP {
 		args = append(args, "--insecure_tcp_wan")
 	}
+	args = append(args, cfg.args...)
 	for i, g := range []**localgw.Gateway{&lp.in, &lp.out} {
 		role := []string{"inbound", "outbound"}[i]
 		var prefix []string
@@ -153,14 +158,17 @@ func startLocalPair(ctx context.Context, cfg localPairConfig) (_ *localPair, err
 	}
 
 	lp.consAddr = net.JoinHostPort(consumerIP, strconv.Itoa(port))
-	allow := "127.0.0.0/8"
+	lp.allow = "127.0.0.0/8"
 	if cfg.allow != "" {
-		allow = cfg.allow
+		lp.allow = cfg.allow
+	}
+	if cfg.noStream {
+		return lp, nil
 	}
 	start := time.Now()
 	inS, outS, err := client.Wire(ctx, lp.inC, lp.outC,
 		&api.InboundRequest{RemoteIP: consumerIP, ReceiverPorts: []int{port}, NumConn: 1, WAN: cfg.wan},
-		api.OutboundRequest{NumConn: 1, Allow: []string{allow}},
+		api.OutboundRequest{NumConn: 1, Allow: []string{lp.allow}},
 		nil)
 	lp.setup = time.Since(start)
 	if err != nil {

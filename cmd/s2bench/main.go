@@ -10,6 +10,8 @@
 //	s2bench run       --direct ADDR --gateways ADDR [--workload ...] the driver across hosts (direct vs remote gateways)
 //	s2bench testbed   up|run|down [--preset shortwan] [--workload ...] compare's experiment over an emulated WAN (root)
 //	s2bench conns     [--conns 1000] [--wan tls|tcp|quic] ...       many connections at once: accept rate, memory per connection
+//	s2bench pool      [--experiments warm,hotset,stealing] [--preset longwan]  pooled WAN legs: warm against cold, LRU against LRU-M
+//	s2bench flood     [--conns 20000] [--wan tls|tcp]               a stream's goodput and the inbound gateway's memory under a flood
 //	s2bench naiveproxy --role in|out --wan tcp|tls|quic ...          one side of compare --baseline's naive proxy pair
 package main
 
@@ -70,6 +72,7 @@ func tool() *subcmd.Tool {
 			{Name: "testbed", Summary: "two facilities in network namespaces with an emulated WAN: up, run, down (root)", Run: runTestbed},
 			{Name: "flood", Summary: "a stream's goodput and the inbound gateway's memory under a flood of stranger connections", Run: runFlood},
 			{Name: "conns", Summary: "thousands of connections at once through a local gateway pair: accept rate, memory per connection, goodput", Run: runConns},
+			{Name: "pool", Summary: "pooled WAN legs: first byte with a warm pool against without, LRU against LRU-M on seed 002's access patterns", Run: runPool},
 			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
 		},
 	}

@@ -218,44 +218,11 @@ func testbedAmount(pr netbed.Preset, p *plan) func(size, pairs int) int64 {
 
 func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Writer) (err error) {
 	wall := time.Now()
-	tb, err := netbed.Load(cfg.bed.StateRoot, cfg.bed.Name)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if aerr := netbed.Available(ctx); aerr != nil {
-			return fmt.Errorf("cannot build a testbed here: %w", aerr)
-		}
-		fmt.Fprintf(stdout, "testbed %s is not up: bringing it up (%s)\n", cfg.bed.Name, cfg.bed.Preset)
-		if tb, err = netbed.Up(ctx, cfg.bed); err != nil {
-			return err
-		}
-		if !cfg.keep {
-			defer func() {
-				if derr := tb.Down(); derr != nil {
-					err = errors.Join(err, fmt.Errorf("take testbed %s down: %w", tb.Name, derr))
-				} else {
-					fmt.Fprintf(stdout, "testbed %s taken down\n", tb.Name)
-				}
-			}()
-		}
-	case err != nil:
-		return err
-	default:
-		want := cfg.bed.Preset
-		if ((cfg.explicit["preset"] || cfg.explicit["rtt"]) && (want.Name != tb.Preset.Name || want.RTT != tb.Preset.RTT)) || (cfg.explicit["wan_rate"] && want.RateBps != tb.Preset.RateBps) || (cfg.explicit["loss"] && want.Loss != tb.Preset.Loss) {
-			return fmt.Errorf("testbed %s is up with %s, not %s: take it down first (s2bench testbed down --name %s) or run it as it is (drop --preset, --rtt, --wan_rate, --loss)",
-				tb.Name, tb.Preset, want, tb.Name)
-		}
-	}
-	tb.SetLog(stdout)
-	fmt.Fprintf(stdout, "testbed %s: %s\nTCP: %s\n", tb.Name, tb.Preset, tb.Tuning)
-	m, err := tb.MeasureChecked(ctx, 3)
-	if m == nil {
-		return fmt.Errorf("measure the testbed: %w", err)
-	}
-	fmt.Fprintf(stdout, "measured: %s\n", m)
+	tb, m, down, err := openTestbed(ctx, cfg.bed, cfg.explicit, cfg.keep, stdout)
 	if err != nil {
-		return fmt.Errorf("refusing to run: %w", err)
+		return err
 	}
+	defer func() { err = errors.Join(err, down()) }()
 
 	c, p := cfg.cmp, cfg.cmp.plan
 	p.auto = testbedAmount(tb.Preset, p)
@@ -342,4 +309,57 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 	fmt.Fprintf(stdout, "testbed %s: preset %s, RTT measured direct %.3f ms / through the gateways %.3f ms; %s; wall time %.1f s\n",
 		tb.Name, tb.Preset, ms(m.DirectRTT), ms(m.GatewayRTT()), tb.Tuning, time.Since(wall).Seconds())
 	return nil
+}
+
+// openTestbed returns the testbed bed names, measured and checked against
+// its preset: the one that is up (refused if the flags in explicit ask
+// for another preset, RTT, rate or loss than it has), or else a new one
+// it brings up. down takes down a testbed it brought up, unless keep (a
+// no-op otherwise); on error nothing it brought up is left.
+func openTestbed(ctx context.Context, bed netbed.Config, explicit map[string]bool, keep bool, stdout io.Writer) (tb *netbed.Testbed, m *netbed.Measurement, down func() error, err error) {
+	down = func() error { return nil }
+	tb, err = netbed.Load(bed.StateRoot, bed.Name)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if aerr := netbed.Available(ctx); aerr != nil {
+			return nil, nil, down, fmt.Errorf("cannot build a testbed here: %w", aerr)
+		}
+		fmt.Fprintf(stdout, "testbed %s is not up: bringing it up (%s)\n", bed.Name, bed.Preset)
+		if tb, err = netbed.Up(ctx, bed); err != nil {
+			return nil, nil, down, err
+		}
+		if !keep {
+			down = func() error {
+				if derr := tb.Down(); derr != nil {
+					return fmt.Errorf("take testbed %s down: %w", tb.Name, derr)
+				}
+				fmt.Fprintf(stdout, "testbed %s taken down\n", tb.Name)
+				return nil
+			}
+		}
+	case err != nil:
+		return nil, nil, down, err
+	default:
+		want := bed.Preset
+		if ((explicit["preset"] || explicit["rtt"]) && (want.Name != tb.Preset.Name || want.RTT != tb.Preset.RTT)) || (explicit["wan_rate"] && want.RateBps != tb.Preset.RateBps) || (explicit["loss"] && want.Loss != tb.Preset.Loss) {
+			return nil, nil, down, fmt.Errorf("testbed %s is up with %s, not %s: take it down first (s2bench testbed down --name %s) or run it as it is (drop --preset, --rtt, --wan_rate, --loss)",
+				tb.Name, tb.Preset, want, tb.Name)
+		}
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, down())
+		}
+	}()
+	tb.SetLog(stdout)
+	fmt.Fprintf(stdout, "testbed %s: %s\nTCP: %s\n", tb.Name, tb.Preset, tb.Tuning)
+	m, err = tb.MeasureChecked(ctx, 3)
+	if m == nil {
+		return nil, nil, down, fmt.Errorf("measure the testbed: %w", err)
+	}
+	fmt.Fprintf(stdout, "measured: %s\n", m)
+	if err != nil {
+		return nil, nil, down, fmt.Errorf("refusing to run: %w", err)
+	}
+	return tb, m, down, nil
 }

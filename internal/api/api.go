@@ -251,6 +251,11 @@ type Stats struct {
 	LegsCreated  int64 `json:"legs_created,omitempty"`
 	LegsReused   int64 `json:"legs_reused,omitempty"`
 	LegsTornDown int64 `json:"legs_torn_down,omitempty"`
+	// LegsIdle is how many of the stream's pooled legs are idle now,
+	// ready for the next application connection. A connection's leg
+	// becomes idle again just after the connection stops counting in
+	// ActiveConns.
+	LegsIdle int64 `json:"legs_idle,omitempty"`
 	// Peer is what this gateway knows of its peer gateway, from the
 	// stream's watch leg: PeerUp, PeerDown, PeerReleased, PeerStopping,
 	// or empty when it does not know (no data leg has worked yet, or a

@@ -123,19 +123,36 @@ func newLegManager(cfg PoolConfig, log *slog.Logger) *legManager {
 // errPoolFull: every pooled leg to the peer is busy at the cap.
 var errPoolFull = errors.New("every pooled WAN leg to the peer gateway is busy")
 
-// acquire returns an idle leg of the flow, or dials a new one (tearing
-// down an idle leg of the peer by the policy if the peer is at the cap).
-// fresh says it was dialed now. The caller must give the leg back with
+// acquire returns an idle leg of the flow (dropping those its peer
+// ended), or dials a new one (tearing down an idle leg of the peer by
+// the policy if the peer is at the cap). fresh says it was dialed now. The caller must give the leg back with
 // release.
 func (m *legManager) acquire(ctx context.Context, f flow, target string, leg *wan.Leg) (pl *pooledLeg, fresh bool, err error) {
 	peer := peerOf(target)
+	var stale []*pooledLeg
+	defer func() {
+		for _, pl := range stale {
+			pl.p.Abort()
+		}
+	}()
 	m.mu.Lock()
-	if legs := m.byFlow[f]; len(legs) > 0 {
+	for len(m.byFlow[f]) > 0 {
+		legs := m.byFlow[f]
 		pl = legs[len(legs)-1]
 		m.unidleLocked(pl)
+		if pl.p.Stale() {
+			// The peer ended it while it waited (a restart, say), or
+			// never took it: a leg dialed before the inbound side had
+			// the pin looks up to the dialer, whose TLS 1.3 handshake
+			// ends before the peer checks its certificate. Drop it
+			// and take the next; it was never of use, so the warmer
+			// is not told.
+			m.open[pl.peer]--
+			stale = append(stale, pl)
+			continue
+		}
 		m.wakeLocked(f.st)
 		m.mu.Unlock()
-		f.st.legsReused.Add(1)
 		return pl, false, nil
 	}
 	var victim *pooledLeg
@@ -277,6 +294,19 @@ func (m *legManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 	}
 }
 
+// idleOf returns how many idle legs st holds, over its channels.
+func (m *legManager) idleOf(st *stream) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for f, legs := range m.byFlow {
+		if f.st == st {
+			n += len(legs)
+		}
+	}
+	return n
+}
+
 // wakeLocked tells st's warmer that one of its idle legs was taken.
 func (m *legManager) wakeLocked(st *stream) {
 	if c := m.waiters[st]; c != nil {
@@ -369,14 +399,11 @@ func (st *stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target str
 			relay.Abort(app)
 			return
 		}
-		if !fresh && pl.p.Stale() {
-			// The peer ended it while it waited (a restart, say):
-			// drop it and take the next.
-			legs.release(pl, false)
-			continue
-		}
 		s, err = pl.p.Open()
 		if err == nil {
+			if !fresh {
+				st.legsReused.Add(1)
+			}
 			break
 		}
 		legs.release(pl, false)

@@ -47,13 +47,18 @@ func TestPooledLegs(t *testing.T) {
 	}
 	// Warm: two idle legs once the inbound side took the pin.
 	waitfor.Must(t, 15*time.Second, "two warm legs", func() bool { return stats().LegsCreated >= 2 })
+	waitfor.Must(t, 15*time.Second, "two idle legs in the stats", func() bool { return stats().LegsIdle == 2 })
 
 	for range 5 {
 		roundTrip(t, outS.Listeners[0], 100<<10)
 	}
 	st := stats()
-	if st.LegsReused != 5 || st.LegsCreated > 3 {
-		t.Fatalf("5 connections one after another: %d reused, %d legs dialed; want 5 reused of at most 3", st.LegsReused, st.LegsCreated)
+	// At most 3 legs of use (the two warm ones and one the warmer adds
+	// while one is busy), plus the warm legs if they were dialed before
+	// the attach: the peer refused those, which the dialer learns only
+	// when it takes them (TestPoolStaleLegNotReused).
+	if st.LegsReused != 5 || st.LegsCreated > 3+2 {
+		t.Fatalf("5 connections one after another: %d reused, %d legs dialed; want 5 reused of at most 5", st.LegsReused, st.LegsCreated)
 	}
 
 	// Four at once: some take warm legs, the rest dial.
@@ -184,5 +189,69 @@ func TestPoolCap(t *testing.T) {
 	m.mu.Unlock()
 	if open > 2 {
 		t.Fatalf("%d legs open to the peer, over the cap of 2", open)
+	}
+}
+
+// TestPoolStaleLegNotReused: a warm leg dialed before the inbound side
+// took the pin looks up to the dialer (TLS 1.3: the client's handshake
+// ends before the server checks its certificate) but the peer refused
+// it. The first connection finds it stale and dials a new leg: the
+// connection works, and it counts as a new leg, not as a reused one.
+func TestPoolStaleLegNotReused(t *testing.T) {
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, prod := startGW(t, tokens), startGW(t, tokens)
+	waitReady(t, cons)
+	waitReady(t, prod)
+	ctx := context.Background()
+	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
+	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
+	defer in.Close()
+	defer out.Close()
+	inS, err := in.Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outS, err := out.Outbound(ctx, &api.OutboundRequest{UID: inS.UID, Secret: inS.Secret, PeerCert: inS.WANCert, WAN: inS.WAN,
+		PeerListeners: inS.Listeners, NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := func() *api.Stats {
+		s, err := out.Get(ctx, inS.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Stats
+	}
+	// Not attached yet: the warm leg the warmer dialed is refused by
+	// the peer, unknown to the dialer.
+	waitfor.Must(t, 15*time.Second, "the warm leg dialed before the attach", func() bool { return stats().LegsIdle == 1 })
+	m := prod.srv.env.legs
+	waitfor.Must(t, 10*time.Second, "the peer's refusal of the warm leg", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, legs := range m.byFlow {
+			for _, pl := range legs {
+				if pl.p.Stale() {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if _, err := in.Attach(ctx, inS.UID, &api.AttachRequest{PeerCert: outS.WANCert}); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, outS.Listeners[0], 1<<10)
+	if st := stats(); st.LegsReused != 0 || st.LegsCreated != 2 {
+		t.Fatalf("the connection after a stale warm leg: %d reused, %d created; want 0 reused (the stale leg carried nothing) and 2 created", st.LegsReused, st.LegsCreated)
+	}
+	for _, cl := range []*client.Client{out, in} {
+		if _, err := cl.Release(ctx, inS.UID); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

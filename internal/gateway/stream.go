@@ -653,5 +653,8 @@ func (st *stream) stats() *api.Stats {
 	st.ends.fill(s)
 	s.Peer = peerName(st.watchSt.peer.Load())
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
+	if st.role == api.RoleOutbound {
+		s.LegsIdle = int64(st.env.legs.idleOf(st))
+	}
 	return s
 }
