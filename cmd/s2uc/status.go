@@ -110,6 +110,13 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	}
 	fmt.Fprintf(w, "\n  connections %d active%s%s, %d total, %d refused%s, %d aborted%s, %d errors\n",
 		st.ActiveConns, limit, waiting, st.TotalConns, st.RejectedConns, over, st.AbortedConns, byKind(st), st.Errors)
+	if s.WANPool > 0 || st.LegsCreated > 0 {
+		fmt.Fprintf(w, "  pooled WAN legs (%d warm per channel): %d idle, %d dialed, %d reused, %d torn down at the gateway's cap\n",
+			s.WANPool, st.LegsIdle, st.LegsCreated, st.LegsReused, st.LegsTornDown)
+	}
+	if s.WANServerName != "" {
+		fmt.Fprintf(w, "  on the shared WAN port as %s\n", s.WANServerName)
+	}
 	for _, k := range api.EndKinds() {
 		if l, ok := st.LastErrors[k]; ok {
 			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), l.Reason)

@@ -122,11 +122,14 @@ func TestSharedWANPort(t *testing.T) {
 	}
 	var streams []wired
 	names := map[string]bool{}
-	for _, c := range []struct{ tok, wan string }{{alice, api.WANTLS}, {bob, api.WANTLS}, {alice, api.WANQUIC}} {
+	for _, c := range []struct {
+		tok, wan string
+		pool     int
+	}{{alice, api.WANTLS, 0}, {bob, api.WANTLS, 0}, {alice, api.WANQUIC, 0}, {bob, api.WANTLS, 1}} {
 		in, out := clients(c.tok)
 		inS, outS, err := client.Wire(ctx, in, out,
 			&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echo}, NumConn: 3, WAN: c.wan},
-			api.OutboundRequest{NumConn: 3, Allow: []string{"127.0.0.0/8"}}, nil)
+			api.OutboundRequest{NumConn: 3, Allow: []string{"127.0.0.0/8"}, WANPool: c.pool}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +152,12 @@ func TestSharedWANPort(t *testing.T) {
 	for _, w := range streams {
 		for ch := range 3 {
 			roundTrip(t, w.outS.Listeners[ch], 256<<10)
+			roundTrip(t, w.outS.Listeners[ch], 64<<10)
 		}
+	}
+	// The pooled stream's legs through the shared port were reused.
+	if s, err := streams[3].out.Get(ctx, streams[3].inS.UID); err != nil || s.Stats.LegsReused == 0 {
+		t.Fatalf("pooled legs on the shared port: %+v, %v; want some reused", s.Stats, err)
 	}
 
 	// A connection of stream 1 stays open while stream 0 is released.
