@@ -345,3 +345,44 @@ func TestEnded(t *testing.T) {
 		t.Fatalf("closed socket: %v, want net.ErrClosed", err)
 	}
 }
+
+// TryWrite takes what the socket has room for and says ErrWouldBlock,
+// with the count written, once it is full; the bytes arrive whole.
+func TestTryWrite(t *testing.T) {
+	a, b := loopback.TCPPair(t)
+	deadline(a, b)
+	ra := raw(t, a)
+	chunk := make([]byte, 256<<10)
+	for i := range chunk {
+		chunk[i] = byte(i)
+	}
+	var sent int
+	for {
+		n, err := ra.TryWrite(chunk)
+		sent += n
+		if err == sockio.ErrWouldBlock {
+			if n == len(chunk) {
+				t.Fatal("TryWrite wrote all of b and said ErrWouldBlock")
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != len(chunk) {
+			t.Fatalf("TryWrite wrote %d of %d without ErrWouldBlock", n, len(chunk))
+		}
+		if sent > 1<<30 {
+			t.Fatal("the socket never filled")
+		}
+	}
+	got, err := io.ReadAll(io.LimitReader(b, int64(sent)))
+	if err != nil || len(got) != sent {
+		t.Fatalf("read %d of %d bytes: %v", len(got), sent, err)
+	}
+	for i, c := range got {
+		if c != byte(i%len(chunk)) {
+			t.Fatalf("byte %d is %d, want %d", i, c, byte(i%len(chunk)))
+		}
+	}
+}

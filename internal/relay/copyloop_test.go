@@ -1,0 +1,65 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"scistream/internal/loopback"
+)
+
+// hidden hides a connection's type, so copyLoop sees neither a TCP
+// socket nor a try-reader: the way a TLS leg's bytes come.
+type hidden struct{ net.Conn }
+
+// TestCopyLoopSlowDestination: copying into a consumer that reads in
+// small sips (its socket fills again and again) switches the loop to
+// slow mode and back, and every byte arrives, in order.
+func TestCopyLoopSlowDestination(t *testing.T) {
+	srcW, srcR := loopback.TCPPair(t)
+	dstW, dstR := loopback.TCPPair(t)
+	for _, c := range []*net.TCPConn{srcW, srcR, dstW, dstR} {
+		c.SetDeadline(time.Now().Add(time.Minute))
+	}
+	dstR.SetReadBuffer(16 << 10)
+	const total = 32 << 20
+	data := make([]byte, total)
+	rng := rand.NewChaCha8([32]byte{7})
+	rng.Read(data)
+	go func() {
+		srcW.Write(data)
+		srcW.CloseWrite()
+	}()
+	errc := make(chan error, 1)
+	var moved int64
+	go func() {
+		err := copyLoop(dstW, hidden{srcR}, func(n int64) { moved += n })
+		dstW.CloseWrite()
+		errc <- err
+	}()
+	h := sha256.New()
+	buf := make([]byte, 3<<10)
+	var got int
+	for {
+		n, err := dstR.Read(buf) // small sips: the destination stays full
+		h.Write(buf[:n])
+		got += n
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(data)
+	if got != total || moved != total || !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatalf("consumer got %d bytes (copy counted %d) of %d, or other bytes", got, moved, total)
+	}
+}
