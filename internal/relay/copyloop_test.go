@@ -17,8 +17,8 @@ import (
 type hidden struct{ net.Conn }
 
 // TestCopyLoopSlowDestination: copying into a consumer that reads in
-// small sips (its socket fills again and again) switches the loop to
-// slow mode and back, and every byte arrives, in order.
+// small sips (its socket fills again and again, so writes wait and the
+// loop holds its buffer across them), every byte arrives, in order.
 func TestCopyLoopSlowDestination(t *testing.T) {
 	srcW, srcR := loopback.TCPPair(t)
 	dstW, dstR := loopback.TCPPair(t)

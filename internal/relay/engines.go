@@ -160,63 +160,24 @@ type tryReader interface {
 	WaitReadable() error
 }
 
-// slowBufSize is the copy loop's buffer while its destination is slow
-// (the socket filled up lately), and slowAfter how many writes in a row
-// must find room before the loop goes back to loopBufSize.
-const (
-	slowBufSize = 64 << 10
-	slowAfter   = 16
-)
-
-var slowPool = sync.Pool{New: func() any {
-	b := make([]byte, slowBufSize)
-	return &b
-}}
-
-// tryWriter is a destination that can take bytes without waiting and
-// say when it has room (sockio.Conn, an application's socket).
-type tryWriter interface {
-	TryWrite([]byte) (int, error) // sockio.ErrWouldBlock when the socket took less than all
-	WaitWritable() error
-}
-
 // copyLoop copies src to dst in one goroutine through a pooled buffer.
-//
 // From a source that can tell (tryReader) it takes the buffer only once
 // bytes are there and gives it back when a read would wait: a
 // connection that waits for its peer holds no buffer, so ten thousand
 // mostly waiting connections share a few (measured with s2bench conns,
 // docs/performance.md), while a bulk one keeps it between reads that
 // find data, as before.
-//
-// Toward a destination that can tell (tryWriter), a write that finds the
-// socket full switches the loop to slow mode: it first waits for room
-// holding nothing, then reads at most slowBufSize and gives the buffer
-// back after each write. A consumer slower than the WAN (thousands of
-// them on one gateway) then costs no 256 KiB buffer each while it
-// drains; after slowAfter writes in a row that found room, the loop reads
-// in full buffers again.
 func copyLoop(dst, src net.Conn, count func(int64)) error {
 	r, w := endpointOf(src), endpointOf(dst)
 	tr, _ := r.(tryReader)
-	tw, _ := w.(tryWriter)
 	var bp *[]byte
-	pool := &loopPool
-	put := func() {
+	defer func() {
 		if bp != nil {
-			pool.Put(bp)
-			bp = nil
+			loopPool.Put(bp)
 		}
-	}
-	defer put()
+	}()
 	idle := false // the last read found nothing
-	slow := 0     // > 0: slow mode, and writes that found room since
 	for {
-		if slow > 0 {
-			if err := tw.WaitWritable(); err != nil {
-				return writeError(err)
-			}
-		}
 		if idle {
 			// Nothing held: wait for bytes first. (Only after a
 			// read found none: a TLS leg may hold records already
@@ -229,37 +190,24 @@ func copyLoop(dst, src net.Conn, count func(int64)) error {
 			idle = false
 		}
 		if bp == nil {
-			pool = &loopPool
-			if slow > 0 {
-				pool = &slowPool
-			}
-			bp = pool.Get().(*[]byte)
+			bp = loopPool.Get().(*[]byte)
 		}
 		var n int
 		var rerr error
 		if tr != nil {
 			n, rerr = tr.TryRead(*bp)
 			if rerr == sockio.ErrWouldBlock {
-				put()
-				idle = true
+				loopPool.Put(bp)
+				bp, idle = nil, true
 				continue
 			}
 		} else {
 			n, rerr = r.Read(*bp)
 		}
 		if n > 0 {
-			var werr error
-			if tw == nil {
-				var m int
-				m, werr = w.Write((*bp)[:n])
-				if m > 0 {
-					count(int64(m))
-				}
-			} else {
-				werr = writeSome(w, tw, (*bp)[:n], count, &slow)
-				if slow > 0 {
-					put() // hold nothing while the destination drains
-				}
+			m, werr := w.Write((*bp)[:n])
+			if m > 0 {
+				count(int64(m))
 			}
 			if werr != nil {
 				return writeError(werr)
@@ -272,33 +220,6 @@ func copyLoop(dst, src net.Conn, count func(int64)) error {
 			return readError(rerr)
 		}
 	}
-}
-
-// writeSome writes b to w (whose non-waiting view is tw), counting what
-// goes: it tries without waiting first, and when the socket is full it
-// enters slow mode (*slow = 1) and writes the rest, waiting as Write
-// does; a write that found room counts toward leaving slow mode.
-func writeSome(w endpoint, tw tryWriter, b []byte, count func(int64), slow *int) error {
-	m, err := tw.TryWrite(b)
-	if m > 0 {
-		count(int64(m))
-	}
-	switch {
-	case err == sockio.ErrWouldBlock:
-		*slow = 1
-		m, err := w.Write(b[m:])
-		if m > 0 {
-			count(int64(m))
-		}
-		return err
-	case err != nil:
-		return err
-	case *slow > 0:
-		if *slow++; *slow > slowAfter {
-			*slow = 0
-		}
-	}
-	return nil
 }
 
 // DefaultBufferSize is the buffer engine's ring per direction of a

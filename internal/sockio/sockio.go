@@ -293,35 +293,6 @@ func (s *Conn) Write(b []byte) (int, error) {
 	return done, nil
 }
 
-// TryWrite writes what the socket takes of b now, without waiting: it
-// returns the count written and ErrWouldBlock when the socket had no room
-// for all of b.
-func (s *Conn) TryWrite(b []byte) (int, error) {
-	o := &s.wr
-	done := 0
-	for done < len(b) {
-		o.kind, o.buf = opWrite, b[done:]
-		var n int
-		var errno syscall.Errno
-		err := s.rc.Write(func(fd uintptr) bool {
-			o.fn(fd)
-			n, errno = o.n, o.errno
-			return true // never wait in the poller
-		})
-		o.buf = nil
-		switch {
-		case err != nil:
-			return done, err
-		case errno == syscall.EAGAIN:
-			return done, ErrWouldBlock
-		case errno != 0:
-			return done, s.opError("write", errno)
-		}
-		done += n
-	}
-	return done, nil
-}
-
 // Pipe is a kernel pipe that carries spliced bytes between two sockets.
 type Pipe struct {
 	r, w int
