@@ -48,6 +48,7 @@ type connsConfig struct {
 	s2bench string
 	engine  string
 	wan     string
+	direct  bool // also run the workload on the direct path
 }
 
 const connsUsage = `usage: s2bench conns [--conns 1000] [--wan tls|tcp|quic] [--engine splice] [--bytes 1GiB] [--size 16KiB]
@@ -58,7 +59,8 @@ through both gateways), each gateway's resident memory per open connection
 (RSS with all open minus RSS before, divided by the count) while idle and at
 the peak of the transfer, the aggregate goodput of --bytes split over every
 connection (every message verified by an s2bench consumer process), and the
-gateways' CPU per GB. Each gateway holds 2 descriptors per connection over
+gateways' CPU per GB; then (unless --direct=false) the same workload straight
+to a consumer, so the cost of the count shows apart from the gateways'. Each gateway holds 2 descriptors per connection over
 tls and tcp (the application's socket and the WAN leg's; splice on tcp adds
 2 pipes) and 1 over quic (one UDP socket carries every stream): the count
 must fit the file-descriptor limit, which the command checks first.`
@@ -74,10 +76,11 @@ func parseConns(args []string, stderr io.Writer) (*connsConfig, error) {
 	s2b := fs.String("s2bench", "", "s2bench binary for the consumer process (default: this program if it is s2bench, else next to it, ./bin, PATH)")
 	engine := fs.String("engine", "splice", "data-plane engine of both gateways")
 	wanT := fs.String("wan", api.WANTLS, "WAN transport: tls, tcp or quic")
+	direct := fs.Bool("direct", true, "then run the same workload straight to a consumer (no gateways) and print the ratio")
 	if err := parseFlags(fs, args, connsUsage, stderr); err != nil {
 		return nil, err
 	}
-	cfg := &connsConfig{conns: *conns, dialers: *dialers, timeout: *timeout, s2cs: *s2cs, s2bench: *s2b, engine: *engine, wan: *wanT}
+	cfg := &connsConfig{conns: *conns, dialers: *dialers, timeout: *timeout, s2cs: *s2cs, s2bench: *s2b, engine: *engine, wan: *wanT, direct: *direct}
 	sz, err := bytesize.Parse(*size)
 	switch {
 	case err != nil:
@@ -339,7 +342,58 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 		return err
 	}
 	fmt.Fprintf(stdout, "consumer: %s\n", cons.lastLine())
+	if cfg.direct {
+		d, err := connsDirect(ctx, cfg, ips[0], per)
+		if err != nil {
+			return fmt.Errorf("direct path: %w", err)
+		}
+		fmt.Fprintf(stdout, "direct: the same workload straight to a consumer process, aggregate goodput %.1f MB/s; gateways/direct %.2f\n",
+			d/1e6, s.GoodputBps/d)
+	}
 	return nil
+}
+
+// connsDirect runs the workload of a conns run on the direct path: the
+// same count of connections, each with its share, from this process
+// straight to a new consumer process on ip, every message verified. It
+// returns the aggregate goodput in bytes per second: what the machine
+// does with that many connections without gateways, to tell the cost of
+// the count from the cost of the gateways.
+func connsDirect(ctx context.Context, cfg *connsConfig, ip string, per int64) (float64, error) {
+	cons, err := startConsumerProcess(cfg.s2bench, ip, cfg.timeout)
+	if err != nil {
+		return 0, err
+	}
+	defer cons.stop()
+	sem := make(chan struct{}, cfg.dialers)
+	dial := func(ctx context.Context, addr string) (*net.TCPConn, error) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		defer func() { <-sem }()
+		d := net.Dialer{Timeout: 30 * time.Second}
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return nc.(*net.TCPConn), nil
+	}
+	h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Bytes: per, Seed: rand.Uint64(), Run: rand.Uint32()},
+		Pairs: cfg.conns, Path: pathDirect}
+	h.Group = h.Spec.Run
+	res, err := bench.RunRemote(ctx, cons.addr.String(), h, bench.RunOptions{Timeout: cfg.timeout, Idle: cfg.timeout, Dial: dial, EachMessage: true})
+	if err != nil {
+		return 0, err
+	}
+	if err := checkConnsResult(res, h); err != nil {
+		return 0, err
+	}
+	if err := cons.wait(30 * time.Second); err != nil {
+		return 0, err
+	}
+	return res.Summary.GoodputBps, nil
 }
 
 // connsRun is the outcome of the run's producers.

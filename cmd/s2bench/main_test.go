@@ -341,6 +341,7 @@ func TestConns(t *testing.T) {
 		`(?m)^  inbound  gateway RSS peak [0-9.]+ MB during the transfer: -?[0-9.]+ KiB per connection$`,
 		`(?m)^transfer: 31.2 MiB verified on 200 connections, aggregate goodput [0-9.]+ MB/s, gateways' CPU [0-9.]+ s/GB$`,
 		`(?m)^consumer: s2bench consumer: 1 run\(s\), all verified$`,
+		`(?m)^direct: the same workload straight to a consumer process, aggregate goodput [0-9.]+ MB/s; gateways/direct [0-9.]+$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("output lacks %s", re)

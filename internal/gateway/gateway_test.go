@@ -142,6 +142,38 @@ func TestNoGoroutineLeft(t *testing.T) {
 	waitfor.Goroutines(t, base+2, 10*time.Second) // +2: the runtime's own stragglers
 }
 
+// gwPair is a consumer and a producer gateway in this process, with
+// alice's clients of them (in: the consumer's, out: the producer's).
+type gwPair struct {
+	cons, prod *testGW
+	in, out    *client.Client
+}
+
+// startPair starts two in-process gateways that know alice's token;
+// consMod and prodMod, if not nil, change each one's config first. It
+// returns once both serve.
+func startPair(t *testing.T, consMod, prodMod func(*Config)) *gwPair {
+	t.Helper()
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm, pm []func(*Config)
+	if consMod != nil {
+		cm = append(cm, consMod)
+	}
+	if prodMod != nil {
+		pm = append(pm, prodMod)
+	}
+	p := &gwPair{cons: startGW(t, tokens, cm...), prod: startGW(t, tokens, pm...)}
+	waitReady(t, p.cons)
+	waitReady(t, p.prod)
+	p.in, _ = client.New(client.Config{Addr: p.cons.addr, ServerCert: p.cons.cert, Token: aliceToken})
+	p.out, _ = client.New(client.Config{Addr: p.prod.addr, ServerCert: p.prod.cert, Token: aliceToken})
+	t.Cleanup(func() { p.in.Close(); p.out.Close() })
+	return p
+}
+
 // waitReady waits until g has restored its streams and serves.
 func waitReady(t *testing.T, g *testGW) {
 	t.Helper()

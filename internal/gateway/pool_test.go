@@ -4,13 +4,11 @@ import (
 	"context"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"scistream/internal/api"
-	"scistream/internal/auth"
 	"scistream/internal/client"
 	"scistream/internal/waitfor"
 )
@@ -20,18 +18,9 @@ import (
 // new handshake, replaces a leg whose connection was reset rather than
 // reuse it, and ends every leg when released.
 func TestPooledLegs(t *testing.T) {
-	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, prod := startGW(t, tokens), startGW(t, tokens)
-	waitReady(t, cons)
-	waitReady(t, prod)
+	p := startPair(t, nil, nil)
+	prod, in, out := p.prod, p.in, p.out
 	ctx := context.Background()
-	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
-	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
-	defer in.Close()
-	defer out.Close()
 	inS, outS, err := client.Wire(ctx, in, out,
 		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1},
 		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: 2}, nil)
@@ -146,19 +135,9 @@ func TestPoolVictims(t *testing.T) {
 // tears down another stream's idle one (counted), and warming alone
 // never does.
 func TestPoolCap(t *testing.T) {
-	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons := startGW(t, tokens)
-	prod := startGW(t, tokens, func(c *Config) { c.Pool = PoolConfig{MaxPerPeer: 2, Policy: PolicyLRU} })
-	waitReady(t, cons)
-	waitReady(t, prod)
+	p := startPair(t, nil, func(c *Config) { c.Pool = PoolConfig{MaxPerPeer: 2, Policy: PolicyLRU} })
+	prod, in, out := p.prod, p.in, p.out
 	ctx := context.Background()
-	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
-	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
-	defer in.Close()
-	defer out.Close()
 	echo := echoApp(t)
 	wire := func() (string, string) {
 		inS, outS, err := client.Wire(ctx, in, out,
@@ -198,18 +177,9 @@ func TestPoolCap(t *testing.T) {
 // it. The first connection finds it stale and dials a new leg: the
 // connection works, and it counts as a new leg, not as a reused one.
 func TestPoolStaleLegNotReused(t *testing.T) {
-	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, prod := startGW(t, tokens), startGW(t, tokens)
-	waitReady(t, cons)
-	waitReady(t, prod)
+	p := startPair(t, nil, nil)
+	prod, in, out := p.prod, p.in, p.out
 	ctx := context.Background()
-	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
-	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
-	defer in.Close()
-	defer out.Close()
 	inS, err := in.Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1})
 	if err != nil {
 		t.Fatal(err)

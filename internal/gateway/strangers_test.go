@@ -89,28 +89,7 @@ func TestStrangerCaps(t *testing.T) {
 	})
 	var st api.Stream
 	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &st)
-	// refused opens k connections from one source and returns how many
-	// the gateway reset (during the connect, or at once after it).
-	refused := func(from string, k int) int {
-		n := 0
-		for range k {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-			c, err := d.Dial("tcp", st.Listeners[0])
-			if err != nil {
-				if !errors.Is(err, syscall.ECONNRESET) {
-					t.Fatal(err)
-				}
-				n++
-				continue
-			}
-			t.Cleanup(func() { c.Close() })
-			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-			if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeoutErr(err) {
-				n++
-			}
-		}
-		return n
-	}
+	refused := func(from string, k int) int { return refusedOf(t, st.Listeners[0], from, k) }
 	if got := refused("127.0.0.61", 10); got != 6 { // per source: 4 held, 6 refused
 		t.Fatalf("10 strangers from one source, a cap of 4: %d refused, want 6", got)
 	}
@@ -198,4 +177,29 @@ func TestFloodOver(t *testing.T) {
 	if s.summarize(now) {
 		t.Fatal("the end of one flood reported twice")
 	}
+}
+
+// refusedOf opens k connections to addr from the source address from,
+// and returns how many the gateway reset (during the connect, or at once
+// after it); the others stay open until the test ends.
+func refusedOf(t *testing.T, addr, from string, k int) int {
+	t.Helper()
+	n := 0
+	for range k {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatal(err)
+			}
+			n++
+			continue
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeoutErr(err) {
+			n++
+		}
+	}
+	return n
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -196,19 +194,9 @@ func TestSharedWANPort(t *testing.T) {
 // which streams exist; the right name with the right certificate still
 // needs the stream secret and one of the stream's channels.
 func TestSharedWANPortRefusals(t *testing.T) {
-	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons := startGW(t, tokens, func(c *Config) { c.WANPort = sharedPort })
-	prod := startGW(t, tokens)
-	waitReady(t, cons)
-	waitReady(t, prod)
+	p := startPair(t, func(c *Config) { c.WANPort = sharedPort }, nil)
+	cons, prod, in, out := p.cons, p.prod, p.in, p.out
 	ctx := context.Background()
-	in, _ := client.New(client.Config{Addr: cons.addr, ServerCert: cons.cert, Token: aliceToken})
-	out, _ := client.New(client.Config{Addr: prod.addr, ServerCert: prod.cert, Token: aliceToken})
-	defer in.Close()
-	defer out.Close()
 	inS, _, err := client.Wire(ctx, in, out,
 		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 2},
 		api.OutboundRequest{NumConn: 2, Allow: []string{"127.0.0.0/8"}}, nil)
@@ -322,26 +310,7 @@ func TestSharedWANPortStrangerCaps(t *testing.T) {
 	})
 	waitReady(t, cons)
 	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
-	refused := func(from string, k int) int {
-		n := 0
-		for range k {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-			c, err := d.Dial("tcp", addr)
-			if err != nil {
-				if !errors.Is(err, syscall.ECONNRESET) {
-					t.Fatal(err)
-				}
-				n++
-				continue
-			}
-			t.Cleanup(func() { c.Close() })
-			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-			if _, err := c.Read(make([]byte, 1)); err != nil && !isTimeoutErr(err) {
-				n++
-			}
-		}
-		return n
-	}
+	refused := func(from string, k int) int { return refusedOf(t, addr, from, k) }
 	if got := refused("127.0.0.71", 10); got != 6 {
 		t.Fatalf("10 strangers from one source, a cap of 4 per source: %d refused, want 6 (the per-listener cap of 2 must not apply)", got)
 	}
