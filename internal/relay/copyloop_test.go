@@ -37,7 +37,7 @@ func TestCopyLoopSlowDestination(t *testing.T) {
 	errc := make(chan error, 1)
 	var moved int64
 	go func() {
-		err := copyLoop(dstW, hidden{srcR}, func(n int64) { moved += n })
+		err := newCopyBufs(DefaultCopyBudget).copyLoop(dstW, hidden{srcR}, func(n int64) { moved += n })
 		dstW.CloseWrite()
 		errc <- err
 	}()
@@ -61,5 +61,23 @@ func TestCopyLoopSlowDestination(t *testing.T) {
 	want := sha256.Sum256(data)
 	if got != total || moved != total || !bytes.Equal(h.Sum(nil), want[:]) {
 		t.Fatalf("consumer got %d bytes (copy counted %d) of %d, or other bytes", got, moved, total)
+	}
+}
+
+// TestCopyBufsBySize: each copy reads through 256 KiB while the budget
+// gives that much to every copy running, and through smaller buffers,
+// down to 4 KiB, as more run at once.
+func TestCopyBufsBySize(t *testing.T) {
+	c := newCopyBufs(DefaultCopyBudget)
+	for _, tc := range []struct {
+		active int64
+		want   int
+	}{{0, 256 << 10}, {1, 256 << 10}, {128, 256 << 10}, {129, 64 << 10}, {512, 64 << 10}, {513, 16 << 10}, {2048, 16 << 10}, {2049, 4 << 10}, {10000, 4 << 10}} {
+		c.active.Store(tc.active)
+		b := c.get()
+		if len(*b) != tc.want {
+			t.Errorf("%d copies running: a %d-byte buffer, want %d", tc.active, len(*b), tc.want)
+		}
+		c.put(b)
 	}
 }

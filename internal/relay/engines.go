@@ -39,6 +39,8 @@ type splice struct {
 	ring buffer
 	// pipes caps the pipes held at once (Options.MaxPipes).
 	pipes *allowance
+	// bufs are the user-space copy loop's buffers (Options.CopyBudget).
+	bufs *copyBufs
 }
 
 // allowance counts what is held of a capped resource.
@@ -89,7 +91,7 @@ func (e splice) Copy(dst, src net.Conn, count func(int64)) error {
 		if isPipelined(dst) || isPipelined(src) {
 			return e.ring.Copy(dst, src, count)
 		}
-		return copyLoop(dst, src, count)
+		return e.bufs.copyLoop(dst, src, count)
 	}
 	ds, err := sockio.New(d)
 	if err != nil {
@@ -100,12 +102,12 @@ func (e splice) Copy(dst, src net.Conn, count func(int64)) error {
 		return err
 	}
 	if !e.pipes.take() {
-		return copyLoop(dst, src, count) // the gateway's open files are planned
+		return e.bufs.copyLoop(dst, src, count) // the gateway's open files are planned
 	}
 	defer e.pipes.give()
 	p, err := sockio.NewPipe(PipeSize)
 	if err != nil {
-		return copyLoop(dst, src, count) // e.g. out of descriptors: still relay
+		return e.bufs.copyLoop(dst, src, count) // e.g. out of descriptors: still relay
 	}
 	defer p.Close()
 	for {
@@ -143,15 +145,6 @@ func endpointOf(c net.Conn) endpoint {
 	return c
 }
 
-var loopPool = sync.Pool{New: func() any {
-	b := make([]byte, loopBufSize)
-	return &b
-}}
-
-// loopBufSize is the buffer of the single-goroutine copy loop: a whole
-// batch of TLS records (16 KiB each) per read and per write.
-const loopBufSize = 256 << 10
-
 // tryReader is a source that can say it has nothing to read without
 // waiting (sockio.Conn, a TLS WAN leg): copyLoop then holds its buffer
 // only while there is something to copy.
@@ -160,20 +153,22 @@ type tryReader interface {
 	WaitReadable() error
 }
 
-// copyLoop copies src to dst in one goroutine through a pooled buffer.
-// From a source that can tell (tryReader) it takes the buffer only once
-// bytes are there and gives it back when a read would wait: a
-// connection that waits for its peer holds no buffer, so ten thousand
-// mostly waiting connections share a few (measured with s2bench conns,
-// docs/performance.md), while a bulk one keeps it between reads that
-// find data, as before.
-func copyLoop(dst, src net.Conn, count func(int64)) error {
+// copyLoop copies src to dst in one goroutine through a pooled buffer,
+// taken for one read and its write at a time and sized by how many
+// copies run at once (copyBufs). From a source that can tell (tryReader)
+// it takes the buffer only once bytes are there: a connection that waits
+// for its peer holds no buffer, so ten thousand mostly waiting
+// connections share a few (measured with s2bench conns,
+// docs/performance.md).
+func (bufs *copyBufs) copyLoop(dst, src net.Conn, count func(int64)) error {
+	bufs.start()
+	defer bufs.stop()
 	r, w := endpointOf(src), endpointOf(dst)
 	tr, _ := r.(tryReader)
 	var bp *[]byte
 	defer func() {
 		if bp != nil {
-			loopPool.Put(bp)
+			bufs.put(bp)
 		}
 	}()
 	idle := false // the last read found nothing
@@ -189,15 +184,13 @@ func copyLoop(dst, src net.Conn, count func(int64)) error {
 			}
 			idle = false
 		}
-		if bp == nil {
-			bp = loopPool.Get().(*[]byte)
-		}
+		bp = bufs.get()
 		var n int
 		var rerr error
 		if tr != nil {
 			n, rerr = tr.TryRead(*bp)
 			if rerr == sockio.ErrWouldBlock {
-				loopPool.Put(bp)
+				bufs.put(bp)
 				bp, idle = nil, true
 				continue
 			}
@@ -213,6 +206,8 @@ func copyLoop(dst, src net.Conn, count func(int64)) error {
 				return writeError(werr)
 			}
 		}
+		bufs.put(bp) // the next read takes one of the size the count of copies gives then
+		bp = nil
 		if rerr != nil {
 			if errors.Is(rerr, io.EOF) {
 				return nil

@@ -25,6 +25,12 @@ type Options struct {
 	// open files, and a direction that finds none left is copied in user
 	// space instead, as when the system refuses a pipe. If zero, no cap.
 	MaxPipes int
+	// CopyBudget is the memory the user-space copy loop's buffers of
+	// every connection share (a TLS leg's bytes pass through it): each
+	// copy reads through 256 KiB while the budget allows, and through
+	// smaller buffers (down to 4 KiB) as the count of
+	// copies at once grows. If zero, DefaultCopyBudget.
+	CopyBudget int64
 }
 
 // Errors of New and Engines.Get, for callers that map them to their own
@@ -56,8 +62,11 @@ func New(o Options) (*Engines, error) {
 	if o.MaxPipes == 0 {
 		pipes.max = -1
 	}
+	if o.CopyBudget == 0 {
+		o.CopyBudget = DefaultCopyBudget
+	}
 	buf := newBuffer(o.BufferSize)
-	sp := splice{ring: buf, pipes: pipes}
+	sp := splice{ring: buf, pipes: pipes, bufs: newCopyBufs(o.CopyBudget)}
 	return &Engines{opts: o, byName: map[string]Engine{
 		"splice":  sp,
 		"buffer":  buf,
