@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"net"
 	"sync"
 	"sync/atomic"
 )
@@ -66,4 +67,52 @@ func (c *copyBufs) put(b *[]byte) {
 			return
 		}
 	}
+}
+
+// rings are the buffer engine's rings by size, for the splice engine's
+// copies to and from Pipelined connections (QUIC legs): each copy holds
+// its ring for the connection's life, so the rings share a budget
+// (Options.RingBudget) as the copy loop's buffers do: the configured
+// size (Options.BufferSize) while the budget gives that much to every
+// copy running, then 1 MiB, 256 KiB, 64 KiB and 16 KiB (measured with
+// s2bench conns --wan quic --conns 10000: a 64 KiB floor left each
+// gateway's peak at 80 KiB per connection, 16 KiB at 60-64).
+type rings struct {
+	budget int64
+	active atomic.Int64
+	bySize []buffer // largest first
+}
+
+// DefaultRingBudget is Options.RingBudget when zero: 4 MiB rings (the
+// default BufferSize) for up to 128 copies at once.
+const DefaultRingBudget = 512 << 20
+
+func newRings(budget int64, size int) *rings {
+	r := &rings{budget: budget, bySize: []buffer{newBuffer(size)}}
+	for _, s := range []int{1 << 20, 256 << 10, 64 << 10, 16 << 10} {
+		if s < size {
+			r.bySize = append(r.bySize, newBuffer(s))
+		}
+	}
+	return r
+}
+
+// Copy copies src to dst through a ring sized by how many such copies
+// run at once.
+func (r *rings) Copy(dst, src net.Conn, count func(int64)) error {
+	n := r.active.Add(1)
+	defer r.active.Add(-1)
+	return r.pick(n).Copy(dst, src, count)
+}
+
+// pick is the ring of a copy while n run: the largest the budget gives
+// each, at least the smallest.
+func (r *rings) pick(n int64) buffer {
+	per := r.budget / max(n, 1)
+	for _, b := range r.bySize {
+		if int64(b.size) <= per {
+			return b
+		}
+	}
+	return r.bySize[len(r.bySize)-1]
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,5 +80,30 @@ func TestCopyBufsBySize(t *testing.T) {
 			t.Errorf("%d copies running: a %d-byte buffer, want %d", tc.active, len(*b), tc.want)
 		}
 		c.put(b)
+	}
+}
+
+// TestRingsBySize: a QUIC leg's copy gets a ring of the configured size
+// while the ring budget allows it for every copy running, and smaller
+// ones (down to 16 KiB) as more run at once.
+func TestRingsBySize(t *testing.T) {
+	r := newRings(DefaultRingBudget, DefaultBufferSize)
+	var sizes []int
+	for _, b := range r.bySize {
+		sizes = append(sizes, b.size)
+	}
+	if want := []int{4 << 20, 1 << 20, 256 << 10, 64 << 10, 16 << 10}; !slices.Equal(sizes, want) {
+		t.Fatalf("ring sizes %v, want %v", sizes, want)
+	}
+	for _, tc := range []struct {
+		n    int64
+		want int
+	}{{1, 4 << 20}, {128, 4 << 20}, {129, 1 << 20}, {512, 1 << 20}, {2048, 256 << 10}, {8192, 64 << 10}, {8193, 16 << 10}, {20000, 16 << 10}} {
+		if got := r.pick(tc.n).size; got != tc.want {
+			t.Errorf("%d copies running: a %d-byte ring, want %d", tc.n, got, tc.want)
+		}
+	}
+	if small := newRings(DefaultRingBudget, MinBufferSize); len(small.bySize) != 2 {
+		t.Fatalf("a 64 KiB buffer size gives %d ring sizes, want 2 (64 and 16 KiB)", len(small.bySize))
 	}
 }

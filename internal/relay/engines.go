@@ -34,9 +34,10 @@ const PipeSize = 1 << 20
 // is Pipelined (a QUIC stream) is copied through ring instead, the buffer
 // engine's ring with a reader and a writer goroutine.
 type splice struct {
-	// ring copies to and from Pipelined connections: the buffer engine
-	// of the same Engines, so its size is Options.BufferSize.
-	ring buffer
+	// ring copies to and from Pipelined connections: rings of the
+	// buffer engine's size (Options.BufferSize) while the budget allows
+	// (Options.RingBudget), smaller ones beyond.
+	ring *rings
 	// pipes caps the pipes held at once (Options.MaxPipes).
 	pipes *allowance
 	// bufs are the user-space copy loop's buffers (Options.CopyBudget).

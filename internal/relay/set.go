@@ -31,6 +31,11 @@ type Options struct {
 	// smaller buffers (down to 4 KiB) as the count of
 	// copies at once grows. If zero, DefaultCopyBudget.
 	CopyBudget int64
+	// RingBudget is the memory the splice engine's rings for QUIC legs
+	// share (each held for its connection's life): rings of BufferSize
+	// while the budget allows, then 1 MiB, 256 KiB, 64 KiB and 16 KiB as the
+	// count of connections grows. If zero, DefaultRingBudget.
+	RingBudget int64
 }
 
 // Errors of New and Engines.Get, for callers that map them to their own
@@ -65,8 +70,11 @@ func New(o Options) (*Engines, error) {
 	if o.CopyBudget == 0 {
 		o.CopyBudget = DefaultCopyBudget
 	}
+	if o.RingBudget == 0 {
+		o.RingBudget = DefaultRingBudget
+	}
 	buf := newBuffer(o.BufferSize)
-	sp := splice{ring: buf, pipes: pipes, bufs: newCopyBufs(o.CopyBudget)}
+	sp := splice{ring: newRings(o.RingBudget, o.BufferSize), pipes: pipes, bufs: newCopyBufs(o.CopyBudget)}
 	return &Engines{opts: o, byName: map[string]Engine{
 		"splice":  sp,
 		"buffer":  buf,
