@@ -353,6 +353,15 @@ func (m *legManager) warmer(st *stream, want int) {
 	m.mu.Lock()
 	m.waiters[st] = wake
 	m.mu.Unlock()
+	defer func() {
+		// drop may have run before this goroutine registered: the
+		// entry must not outlive the stream either way.
+		m.mu.Lock()
+		if m.waiters[st] == wake {
+			delete(m.waiters, st)
+		}
+		m.mu.Unlock()
+	}()
 	backoff := time.Duration(0)
 	for {
 		var lastErr error

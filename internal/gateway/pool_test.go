@@ -104,6 +104,12 @@ func TestPooledLegs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The manager forgot the stream: no idle leg, no warmer, no count.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.open[peerOf(inS.Listeners[0])]; n != 0 || len(m.byFlow) != 0 || len(m.waiters) != 0 || len(m.teardowns) != 0 {
+		t.Fatalf("after the release the pool holds %d legs open, %d flows, %d warmers, %d teardown counts", n, len(m.byFlow), len(m.waiters), len(m.teardowns))
+	}
 }
 
 // TestPoolVictims: at the cap, LRU tears down the least recently used
