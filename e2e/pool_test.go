@@ -17,13 +17,14 @@ func TestPooledStream(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	app := newSink(t, "127.0.0.1", nil)
 	so := p.wire("alice", app.host(), app.port(), 2, "--wan_pool", "2")
-	legs := func() (created, reused int64) {
+	legs := func() (created, reused, idle int64) {
 		var st struct {
 			Gateways []struct {
 				Role  string `json:"role"`
 				Stats struct {
 					LegsCreated int64 `json:"legs_created"`
 					LegsReused  int64 `json:"legs_reused"`
+					LegsIdle    int64 `json:"legs_idle"`
 				} `json:"stats"`
 			} `json:"gateways"`
 		}
@@ -32,13 +33,18 @@ func TestPooledStream(t *testing.T) {
 		}
 		for _, g := range st.Gateways {
 			if g.Role == "outbound" {
-				return g.Stats.LegsCreated, g.Stats.LegsReused
+				return g.Stats.LegsCreated, g.Stats.LegsReused, g.Stats.LegsIdle
 			}
 		}
 		t.Fatal("status shows no outbound side")
-		return 0, 0
+		return 0, 0, 0
 	}
-	eventually(t, 15*time.Second, "four warm legs (two per channel)", func() bool { c, _ := legs(); return c >= 4 })
+	// A connection's leg goes back to the pool just after its consumer
+	// read the end: the next one waits for it, or it would dial anew.
+	warm := func() {
+		t.Helper()
+		eventually(t, 15*time.Second, "four idle legs (two per channel)", func() bool { _, _, i := legs(); return i >= 4 })
+	}
 	send := func(i int) {
 		t.Helper()
 		c, err := net.Dial("tcp", so.Listeners[i%2])
@@ -55,9 +61,10 @@ func TestPooledStream(t *testing.T) {
 		}
 	}
 	for i := range 20 {
+		warm()
 		send(i)
 	}
-	created, reused := legs()
+	created, reused, _ := legs()
 	if reused != 20 || created > 8 {
 		t.Fatalf("20 connections one after another: %d on reused legs, %d legs dialed; want 20 reused of at most 8", reused, created)
 	}
