@@ -118,6 +118,21 @@ type InboundRequest struct {
 	// (Stats.OverCapConns). 0 (or omitted) means the gateway's own cap
 	// (s2cs --max_active_conns); more than that is refused.
 	MaxActiveConns int `json:"max_active_conns,omitempty"`
+	// Rate is the rate the stream wants reserved, in bits per second:
+	// the gateway admits it against its capacity and quotas (Info), and
+	// keeps the stream's bytes to what it grants, in each direction.
+	// 0 (absent): best effort, sharing what reservations leave.
+	Rate int64 `json:"rate,omitempty"`
+	// MinRate is the least reserved rate the caller accepts: a gateway
+	// that cannot reserve Rate grants what it has down to MinRate and
+	// refuses below it (no_resources, naming the limit). 0 (absent):
+	// Rate, all or nothing.
+	MinRate int64 `json:"min_rate,omitempty"`
+	// LeaseS is the stream's lifetime, in seconds: when it runs out the
+	// gateway releases the stream (state expired) unless it was renewed
+	// (PATCH lease_s). 0 (absent): the gateway's default
+	// (Info.LeaseDefaultS); at most Info.LeaseMaxS.
+	LeaseS int `json:"lease_s,omitempty"`
 }
 
 // OutboundRequest asks the gateway in front of the connecting application
@@ -162,12 +177,47 @@ type OutboundRequest struct {
 	// (Stats.OverCapConns). 0 (or omitted) means the gateway's own cap
 	// (s2cs --max_active_conns); more than that is refused.
 	MaxActiveConns int `json:"max_active_conns,omitempty"`
+	// Rate is the rate the stream wants reserved, in bits per second:
+	// the gateway admits it against its capacity and quotas (Info), and
+	// keeps the stream's bytes to what it grants, in each direction.
+	// 0 (absent): best effort, sharing what reservations leave.
+	Rate int64 `json:"rate,omitempty"`
+	// MinRate is the least reserved rate the caller accepts: a gateway
+	// that cannot reserve Rate grants what it has down to MinRate and
+	// refuses below it (no_resources, naming the limit). 0 (absent):
+	// Rate, all or nothing.
+	MinRate int64 `json:"min_rate,omitempty"`
+	// LeaseS is the stream's lifetime, in seconds: when it runs out the
+	// gateway releases the stream (state expired) unless it was renewed
+	// (PATCH lease_s). 0 (absent): the gateway's default
+	// (Info.LeaseDefaultS); at most Info.LeaseMaxS.
+	LeaseS int `json:"lease_s,omitempty"`
 }
 
 // AttachRequest completes an inbound stream: it tells the inbound gateway
 // which certificate the outbound gateway will present.
 type AttachRequest struct {
 	PeerCert string `json:"peer_cert,omitempty"`
+	// Rate settles the inbound side's reservation on what the outbound
+	// gateway granted (bits per second): it may only lower the grant,
+	// and not below the request's min_rate. 0 (absent): keep it.
+	Rate int64 `json:"rate,omitempty"`
+}
+
+// UpdateRequest changes a running stream (PATCH /v1/streams/{uid})
+// without dropping its connections or touching other streams. Absent
+// fields stay as they are.
+type UpdateRequest struct {
+	// Rate is the new reserved rate in bits per second; 0 makes the
+	// stream best effort. An increase is admitted against the gateway's
+	// capacity and quotas, whole or not at all.
+	Rate *int64 `json:"rate,omitempty"`
+	// Allow replaces an outbound stream's allow-list: connections from
+	// then on are checked against it; open ones stay.
+	Allow *[]string `json:"allow,omitempty"`
+	// LeaseS renews the lease: the stream now expires LeaseS seconds
+	// from now (at most Info.LeaseMaxS).
+	LeaseS *int `json:"lease_s,omitempty"`
 }
 
 // Stream is the public view of one stream on one gateway.
@@ -190,6 +240,19 @@ type Stream struct {
 	MaxActiveConns int `json:"max_active_conns,omitempty"`
 	// Reason says why a stream reached a terminal state.
 	Reason string `json:"reason,omitempty"`
+	// Rate is the rate reserved for the stream on this gateway and kept
+	// to, in bits per second; absent: best effort. RateRequested and
+	// MinRate are what its request asked for.
+	Rate          int64 `json:"rate,omitempty"`
+	RateRequested int64 `json:"rate_requested,omitempty"`
+	MinRate       int64 `json:"min_rate,omitempty"`
+	// LeaseS is the stream's lease as last granted or renewed, and
+	// Expires when it runs out: the gateway then releases the stream.
+	LeaseS  int       `json:"lease_s,omitempty"`
+	Expires time.Time `json:"expires,omitzero"`
+	// EngineNote says why the stream's connections run on another
+	// engine than Engine (sockmap cannot pace a rate).
+	EngineNote string `json:"engine_note,omitempty"`
 	// WANServerName is the TLS server name that names an inbound stream on
 	// the gateway's shared WAN port (Listeners then holds that port's
 	// address, once); the outbound side sends it (peer_server_name).
@@ -346,6 +409,24 @@ type Info struct {
 	// none, and AppWaitMaxS the most one may give, in seconds.
 	AppWaitDefaultS int `json:"app_wait_default_s"`
 	AppWaitMaxS     int `json:"app_wait_max_s"`
+	// CapacityRate is the rate the gateway reserves for streams in all,
+	// per direction, in bits per second (0: undeclared: every rate asked
+	// is granted and kept to, and best effort is not paced);
+	// ReservedRate is what live streams hold of it now.
+	CapacityRate int64 `json:"capacity_rate"`
+	ReservedRate int64 `json:"reserved_rate"`
+	// CapacityStreams and CapacityConns bound the live streams and their
+	// channels (num_conn) on the gateway (0: no bound but its ports).
+	CapacityStreams int `json:"capacity_streams"`
+	CapacityConns   int `json:"capacity_conns"`
+	// QuotaRate is the most one identity may have reserved at once (0:
+	// the capacity's bound only).
+	QuotaRate int64 `json:"quota_rate"`
+	// LeaseDefaultS is the lease of a request that gives none, and
+	// LeaseMaxS the longest a request or a renewal may ask for, in
+	// seconds.
+	LeaseDefaultS int `json:"lease_default_s"`
+	LeaseMaxS     int `json:"lease_max_s"`
 }
 
 // Limits enforced on requests.

@@ -302,6 +302,13 @@ func (c *Client) List(ctx context.Context, all bool) ([]api.Stream, error) {
 	return out.Streams, c.Do(ctx, "GET", path, nil, &out)
 }
 
+// Update changes a running stream on this gateway (its rate, allow-list
+// or lease) without dropping its connections.
+func (c *Client) Update(ctx context.Context, uid string, req *api.UpdateRequest) (*api.Stream, error) {
+	var out api.Stream
+	return &out, c.Do(ctx, "PATCH", "/v1/streams/"+uid, req, &out)
+}
+
 // Release ends a stream on this gateway.
 func (c *Client) Release(ctx context.Context, uid string) (*api.Stream, error) {
 	var out api.Stream

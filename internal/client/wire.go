@@ -15,16 +15,19 @@ import (
 // Connect completes a stream whose inbound side exists: it creates the
 // outbound side (relaying the inbound gateway's certificate and the
 // stream secret) and then attaches the outbound gateway's certificate to
-// the inbound side. If attaching fails, the outbound side is released
-// again, so a failure leaves nothing half-wired. It returns both sides as
-// they are once wired: the inbound side as the attach left it
-// (connected, with the outbound gateway's pin), and the outbound side.
+// the inbound side, settling the inbound side's rate on what the
+// outbound gateway granted (req.Rate should be what the inbound one
+// granted, so the outbound grant is never more). If attaching fails, the
+// outbound side is released again, so a failure leaves nothing
+// half-wired. It returns both sides as they are once wired: the inbound
+// side as the attach left it (connected, with the outbound gateway's pin
+// and the settled rate), and the outbound side.
 func Connect(ctx context.Context, in, out *Client, req *api.OutboundRequest) (inS, outS *api.Stream, err error) {
 	outS, err = out.Outbound(ctx, req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("outbound request to %s: %w", out.Addr(), err)
 	}
-	inS, err = in.Attach(ctx, req.UID, &api.AttachRequest{PeerCert: outS.WANCert})
+	inS, err = in.Attach(ctx, req.UID, &api.AttachRequest{PeerCert: outS.WANCert, Rate: outS.Rate})
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -55,6 +58,7 @@ func Wire(ctx context.Context, in, out *Client, inReq *api.InboundRequest, outRe
 	outReq.WAN = created.WAN
 	outReq.PeerListeners = created.Listeners
 	outReq.PeerServerName = created.WANServerName
+	Settle(&outReq, created)
 	if len(peerListeners) > 0 {
 		outReq.PeerListeners = peerListeners
 	}
@@ -69,6 +73,22 @@ func Wire(ctx context.Context, in, out *Client, inReq *api.InboundRequest, outRe
 	}
 	inS.Secret, inS.WANCert = created.Secret, created.WANCert
 	return inS, outS, nil
+}
+
+// Settle makes an outbound request ask for what the inbound side in
+// granted: its rate (no more than outReq asks, if it asks), the least
+// rate the inbound request accepted, and its lease, unless outReq gives
+// its own. The two gateways then settle on the lower grant (Connect).
+func Settle(outReq *api.OutboundRequest, in *api.Stream) {
+	if in.Rate > 0 && (outReq.Rate == 0 || outReq.Rate > in.Rate) {
+		outReq.Rate = in.Rate
+	}
+	if outReq.Rate > 0 && outReq.MinRate == 0 {
+		outReq.MinRate = min(in.MinRate, outReq.Rate)
+	}
+	if outReq.LeaseS == 0 {
+		outReq.LeaseS = in.LeaseS
+	}
 }
 
 // Endpoint records how s2uc reached one gateway of a stream.

@@ -15,6 +15,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
@@ -104,6 +105,18 @@ type Config struct {
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on Quota.
 	Quota Quota
+	// Capacity is what the gateway as a whole admits streams against
+	// (admission.go). Its zero value declares nothing: no bound but the
+	// ports and the quotas.
+	Capacity Capacity
+	// LeaseDefault is the lease of a stream whose request gives none
+	// (api.InboundRequest.LeaseS): when it runs out without a renewal,
+	// the gateway releases the stream (state expired). Whole seconds. If
+	// zero, DefaultLease, or LeaseMax if that is shorter.
+	LeaseDefault time.Duration
+	// LeaseMax is the longest lease a request or a renewal may ask for.
+	// Whole seconds. If zero, DefaultLeaseMax.
+	LeaseMax time.Duration
 	// Strangers caps the WAN connections still in their handshake. Its
 	// zero value is the defaults documented on Limits.
 	Strangers Limits
@@ -173,7 +186,45 @@ type Quota struct {
 	// Pending is how many inbound streams one identity may have waiting
 	// for their outbound peer. If zero, 16.
 	Pending int
+	// Rate is the most rate the live streams of one identity may have
+	// reserved together, in bits per second. If zero, no bound but
+	// Capacity.Rate.
+	Rate pace.Rate
 }
+
+// Capacity is what a gateway declares it can carry, and admits requests
+// against (admission.go): a request beyond it is refused with
+// no_resources naming the limit, or granted less rate down to its
+// min_rate.
+type Capacity struct {
+	// Rate is the rate the gateway reserves for streams in all, per
+	// direction, in bits per second: its WAN link's, or the share of it
+	// SciStream may use. Best-effort streams share what reservations
+	// leave (never less than BestEffortFloor of it, so that they slow
+	// down but never stop). If zero, undeclared: every rate asked is
+	// granted and kept to as a ceiling, and best effort is not paced.
+	Rate pace.Rate
+	// Streams bounds the live streams (listening or connected), every
+	// identity's together. If zero, no bound but the ports.
+	Streams int
+	// Conns bounds the channels (num_conn) of the live streams
+	// together. If zero, no bound but the ports.
+	Conns int
+}
+
+// BestEffortFloor is the share of Capacity.Rate that best-effort
+// streams keep however much is reserved: they slow down, but a
+// connection never stalls for good.
+const BestEffortFloor = 0.01
+
+// DefaultLease is a stream's lease when neither its request nor
+// Config.LeaseDefault gives one: a working day and then some, so that a
+// stream someone forgot frees its ports and reservation by the next day.
+const DefaultLease = 24 * time.Hour
+
+// DefaultLeaseMax is the longest lease when Config.LeaseMax is zero: a
+// week; longer runs renew (s2uc update --lease).
+const DefaultLeaseMax = 7 * 24 * time.Hour
 
 func (q Quota) withDefaults() Quota {
 	if q.Streams == 0 {
@@ -229,6 +280,18 @@ func (c Config) Validate() error {
 		return fieldError("Quota.Streams", "%d is negative: give the most live streams one identity may hold", c.Quota.Streams)
 	case c.Quota.Ports < 0:
 		return fieldError("Quota.Ports", "%d is negative: give the most data ports one identity may hold", c.Quota.Ports)
+	case c.Quota.Rate < 0 || c.Quota.Rate > pace.Max:
+		return fieldError("Quota.Rate", "%d bit/s is out of range: give a rate up to 10 Tbit/s, or 0 for no bound per identity", c.Quota.Rate)
+	case c.Capacity.Rate < 0 || c.Capacity.Rate > pace.Max:
+		return fieldError("Capacity.Rate", "%d bit/s is out of range: give the rate of the gateway's WAN link (e.g. 10G), or 0 to declare none", c.Capacity.Rate)
+	case c.Capacity.Streams < 0:
+		return fieldError("Capacity.Streams", "%d is negative: give the most live streams the gateway holds, or 0 for no bound", c.Capacity.Streams)
+	case c.Capacity.Conns < 0:
+		return fieldError("Capacity.Conns", "%d is negative: give the most channels (num_conn) of live streams together, or 0 for no bound", c.Capacity.Conns)
+	case c.LeaseDefault < 0 || c.LeaseDefault%time.Second != 0:
+		return fieldError("LeaseDefault", "%s is not a positive whole number of seconds: give e.g. 24h", c.LeaseDefault)
+	case c.LeaseMax < 0 || c.LeaseMax%time.Second != 0:
+		return fieldError("LeaseMax", "%s is not a positive whole number of seconds: give e.g. 168h", c.LeaseMax)
 	case c.Quota.Pending < 0:
 		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
 	case c.Strangers.PerListener < 0 || c.Strangers.PerSource < 0 || c.Strangers.Total < 0:
@@ -259,6 +322,9 @@ func (c Config) Validate() error {
 	}
 	if d, m := c.appWaits(); d > m {
 		return fieldError("AppWaitDefault", "%s exceeds the longest wait a stream may have (%s): lower it, or raise the maximum", d, m)
+	}
+	if d, m := c.leases(); d > m {
+		return fieldError("LeaseDefault", "%s exceeds the longest lease (%s): lower it, or raise the maximum", d, m)
 	}
 	if err := c.Pool.validate(); err != nil {
 		return err
@@ -384,6 +450,7 @@ func (c Config) withDefaults() Config {
 		c.PendingTimeout = DefaultPendingTimeout
 	}
 	c.AppWaitDefault, c.AppWaitMax = c.appWaits()
+	c.LeaseDefault, c.LeaseMax = c.leases()
 	c.Quota = c.Quota.withDefaults()
 	c.Pool = c.Pool.withDefaults()
 	if c.WANPort != 0 {
@@ -438,6 +505,19 @@ func checkAdvertise(hp string) (int, error) {
 		return 0, fmt.Errorf("port %q out of range", port)
 	}
 	return p, nil
+}
+
+// leases returns the default and the longest lease c gives, its zeros
+// resolved: a maximum under DefaultLease is the default too.
+func (c Config) leases() (def, most time.Duration) {
+	def, most = c.LeaseDefault, c.LeaseMax
+	if most == 0 {
+		most = DefaultLeaseMax
+	}
+	if def == 0 {
+		def = min(DefaultLease, most)
+	}
+	return def, most
 }
 
 // appWaits returns the default and the longest wait for an application

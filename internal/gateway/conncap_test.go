@@ -158,7 +158,13 @@ func expect(t *testing.T, c net.Conn, want string) {
 // streamOf returns g's running stream uid.
 func streamOf(t *testing.T, g *testGW, uid string) *stream {
 	t.Helper()
-	for _, st := range g.srv.live() {
+	return liveStream(t, g.srv, uid)
+}
+
+// liveStream returns the running stream uid of s.
+func liveStream(t *testing.T, s *Server, uid string) *stream {
+	t.Helper()
+	for _, st := range s.live() {
 		if st.uid == uid {
 			return st
 		}

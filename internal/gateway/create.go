@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/store"
 )
@@ -18,6 +20,7 @@ import (
 func (s *Server) create(rec *store.Record) (*stream, error) {
 	now := s.cfg.Now()
 	rec.Created, rec.Updated = now, now
+	rec.Expires = now.Add(time.Duration(rec.LeaseS) * time.Second)
 	if err := s.reserve(rec); err != nil {
 		return nil, err
 	}
@@ -56,11 +59,13 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 		return nil, api.Errorf(api.CodeUnavailable, "gateway is shutting down")
 	}
 	st.start()
+	s.rebalance()
 	if rec.WAN == api.WANTCP {
 		s.log.Warn("stream uses a plaintext WAN leg: data crosses the WAN unencrypted", "uid", rec.UID)
 	}
 	s.log.Info("stream created", "uid", rec.UID, "role", rec.Role, "owner", rec.Owner,
-		"listeners", st.listenerAddrs(), "targets", rec.Targets, "wan", rec.WAN, "engine", rec.Engine)
+		"listeners", st.listenerAddrs(), "targets", rec.Targets, "wan", rec.WAN, "engine", rec.Engine,
+		"rate", rateText(rec.Rate), "expires", rec.Expires)
 	return st, nil
 }
 
@@ -83,6 +88,10 @@ func (s *Server) restore() error {
 			s.fail(rec, "interrupted while being created")
 			continue
 		}
+		if rec.Expires.IsZero() { // stored before leases existed
+			rec.LeaseS = int(s.cfg.LeaseDefault.Seconds())
+			rec.Expires = s.cfg.Now().Add(s.cfg.LeaseDefault)
+		}
 		lns, err := s.listenPorts(rec)
 		if err != nil {
 			s.fail(rec, fmt.Sprintf("could not bind its ports again after a restart: %v", err))
@@ -101,7 +110,13 @@ func (s *Server) restore() error {
 			return nil // shutting down
 		}
 		st.start()
-		s.log.Info("stream restored", "uid", rec.UID, "role", rec.Role, "state", rec.State, "listeners", st.listenerAddrs())
+		s.log.Info("stream restored", "uid", rec.UID, "role", rec.Role, "state", rec.State, "listeners", st.listenerAddrs(), "rate", rateText(rec.Rate), "expires", rec.Expires)
+	}
+	// Reservations come back as they were, admitted or not: they were
+	// admitted once, and the capacity may only have shrunk since.
+	s.rebalance()
+	if all := pace.Rate(s.env.be.reserved.Load()); s.cfg.Capacity.Rate > 0 && all > s.cfg.Capacity.Rate {
+		s.log.Warn("restored streams reserve more than --capacity_rate; new reservations wait until enough of them end", "reserved", all, "capacity", s.cfg.Capacity.Rate)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ func (s *Server) end(st *stream, state api.State, reason string) *store.Record {
 	s.remove(st)
 	st.watchSt.ended.Store(true) // the watch leg says released, not stopping
 	st.stop()
+	s.rebalance() // its reservation is free
 	rec := st.record()
 	s.finish(rec, state, reason)
 	st.setRecord(rec)
@@ -119,6 +120,11 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 		if st.pendingSince(now) > s.cfg.PendingTimeout {
 			s.log.Info("stream expired waiting for its outbound peer", "uid", st.uid, "timeout", s.cfg.PendingTimeout)
 			s.end(st, api.StateExpired, fmt.Sprintf("no outbound peer attached within %s", s.cfg.PendingTimeout))
+			continue
+		}
+		if exp, lease := st.lease(); !now.Before(exp) {
+			s.log.Info("stream expired: its lease ran out", "uid", st.uid, "owner", st.key.Owner, "lease_s", lease, "expires", exp)
+			s.end(st, api.StateExpired, fmt.Sprintf("its lease (%s) ran out at %s; renew a lease before it ends with s2uc update UID --lease DURATION", time.Duration(lease)*time.Second, exp.UTC().Format(time.RFC3339)))
 		}
 	}
 	if now.Sub(lastPrune) > time.Minute {

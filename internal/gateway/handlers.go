@@ -48,6 +48,13 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		Identity:        identity(r),
 		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
 		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
+		CapacityRate:    int64(s.cfg.Capacity.Rate),
+		ReservedRate:    s.env.be.reserved.Load(),
+		CapacityStreams: s.cfg.Capacity.Streams,
+		CapacityConns:   s.cfg.Capacity.Conns,
+		QuotaRate:       int64(s.cfg.Quota.Rate),
+		LeaseDefaultS:   int(s.cfg.LeaseDefault / time.Second),
+		LeaseMaxS:       int(s.cfg.LeaseMax / time.Second),
 	}, nil
 }
 
@@ -109,7 +116,7 @@ func (s *Server) handleAttach(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	nr, err := s.attach(st, pin)
+	nr, err := s.attach(st, pin, req.Rate)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -200,6 +207,11 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 		Created:        rec.Created,
 		Updated:        rec.Updated,
 		Reason:         rec.Reason,
+		Rate:           rec.Rate,
+		RateRequested:  rec.RateRequested,
+		MinRate:        rec.MinRate,
+		LeaseS:         rec.LeaseS,
+		Expires:        rec.Expires,
 		WANCertSHA256:  s.cfg.Identity.SHA256,
 		PeerCertSHA256: rec.PeerCertSHA256,
 	}
@@ -218,6 +230,7 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 	v.WANPool = rec.WANPool
 	if st != nil {
 		v.Stats = st.stats()
+		v.EngineNote = st.engineNote()
 	}
 	return v
 }

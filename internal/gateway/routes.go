@@ -36,6 +36,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/streams", s.authed(s.handleList))
 	mux.Handle("GET /v1/streams/{uid}", s.authed(s.handleGet))
 	mux.Handle("DELETE /v1/streams/{uid}", s.authed(s.handleRelease))
+	mux.Handle("PATCH /v1/streams/{uid}", s.authed(s.handleUpdate))
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %.200q; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
 	}

@@ -25,6 +25,8 @@
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
 //	pool.go      pooled WAN legs of outbound streams: warm, reused, torn down by LRU or LRU-M
 //	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
+//	admission.go what a stream may hold (capacity, quotas, rate granted) and the buckets that pace it
+//	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
 package gateway
 
 import (
@@ -93,6 +95,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	paceable, err := engines.Get("splice")
+	if err != nil {
+		return nil, err
+	}
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
 	strange := newStrangers(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -111,8 +117,11 @@ func New(cfg Config) (*Server, error) {
 			strange:   strange,
 			advertise: cfg.WANAdvertise,
 			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
-			legs:  newLegManager(cfg.Pool, cfg.Logger),
-			files: &connSlots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
+			legs:     newLegManager(cfg.Pool, cfg.Logger),
+			files:    &connSlots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
+			be:       newBestEffort(cfg.Capacity.Rate),
+			paceable: paceable,
+			kernel:   engines.Kernel(),
 		},
 		ctx:     ctx,
 		cancel:  cancel,

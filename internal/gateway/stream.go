@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
@@ -37,7 +38,10 @@ type env struct {
 	// appWait is Config.AppWaitDefault, appWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
 	appWait, appWaitMax time.Duration
-	files               *connSlots // the open files application connections may hold (Files)
+	files               *connSlots   // the open files application connections may hold (Files)
+	be                  *bestEffort  // the pacing best-effort streams share (admission.go)
+	paceable            relay.Engine // splice: what a paced connection of a sockmap stream runs on
+	kernel              bool         // the sockmap program is loaded (relay.Engines.Kernel)
 }
 
 // connSlots counts what application connections hold against a cap:
@@ -82,8 +86,10 @@ type stream struct {
 	portsHeld int    // ports of the gateway's range held (quotas)
 	wanT      string // WAN transport
 	role      api.Role
+	numConn   int
 	engine    relay.Engine
-	allow     []netip.Prefix
+	allow     atomic.Pointer[[]netip.Prefix] // replaced by an update; read per connection
+	pace      streamPace                     // the rate granted and its buckets (admission.go)
 	ctx       context.Context
 	cancel    context.CancelFunc
 
@@ -147,8 +153,8 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		wanT:      rec.WAN,
 		uid:       rec.UID,
 		role:      rec.Role,
+		numConn:   rec.NumConn,
 		engine:    eng,
-		allow:     allow,
 		ctx:       ctx,
 		cancel:    cancel,
 		rec:       rec,
@@ -157,6 +163,8 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		conns:     map[net.Conn]struct{}{},
 		open:      connSlots{max: int64(rec.MaxActiveConns)},
 	}
+	st.allow.Store(&allow)
+	st.pace.set(pace.Rate(rec.Rate))
 	pin := rec.PeerCertSHA256
 	st.peerPin.Store(&pin)
 	if rec.Shared() {
@@ -548,9 +556,7 @@ func (st *stream) relay(log *slog.Logger, app, w net.Conn) {
 	st.active.Add(1)
 	st.total.Add(1)
 	defer st.active.Add(-1)
-	err := relay.Relay(st.engine, app, w,
-		func(n int64) { st.toWAN.Add(n) },
-		func(n int64) { st.fromWAN.Add(n) })
+	err := relay.Relay(st.engineFor(), app, w, st.counter(dirToWAN, &st.toWAN), st.counter(dirFromWAN, &st.fromWAN))
 	st.ended(log, err)
 }
 
@@ -576,7 +582,7 @@ func (st *stream) admits(a net.Addr) bool {
 		return false
 	}
 	ip = ip.Unmap()
-	for _, p := range st.allow {
+	for _, p := range *st.allow.Load() {
 		if p.Contains(ip) {
 			return true
 		}

@@ -17,9 +17,10 @@ import (
 
 // reserve marks rec's key as being created. It fails with conflict if a
 // live stream or another creation holds it, with no_resources if its
-// owner would exceed a limit of Config.Quota, counting the creations in
-// flight too, and with unavailable once the server is shutting down. The
-// caller must call unreserve.
+// owner would exceed a limit of Config.Quota or the gateway its
+// Capacity (admission.go), counting the creations in flight too, and
+// with unavailable once the server is shutting down; else it sets the
+// rate granted (rec.Rate). The caller must call unreserve.
 func (s *Server) reserve(rec *store.Record) error {
 	k := rec.Key()
 	s.mu.Lock()
@@ -31,6 +32,9 @@ func (s *Server) reserve(rec *store.Record) error {
 		return api.Errorf(api.CodeConflict, "stream %s already exists on this gateway; release it first or use another uid", k.UID)
 	}
 	if err := s.checkQuotaLocked(rec); err != nil {
+		return err
+	}
+	if err := s.admitLocked(rec); err != nil {
 		return err
 	}
 	s.pending[k] = rec

@@ -16,6 +16,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
+	"scistream/internal/pace"
 	"scistream/internal/store"
 	"scistream/internal/wan"
 )
@@ -66,6 +67,10 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	if err != nil {
 		return nil, err
 	}
+	t, err := s.checkTerms(req.Rate, req.MinRate, req.LeaseS)
+	if err != nil {
+		return nil, err
+	}
 	rec := &store.Record{
 		UID:      uid,
 		Role:     api.RoleInbound,
@@ -80,6 +85,7 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 
 		MaxActiveConns: req.MaxActiveConns,
 	}
+	t.apply(rec)
 	if shared {
 		rec.ServerName = newServerName(s.cfg.WANDomain)
 	}
@@ -179,19 +185,15 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	if err != nil {
 		return nil, err
 	}
-	if len(req.Allow) > api.MaxAllow {
-		return nil, api.Errorf(api.CodeInvalidArgument, "allow: at most %d entries", api.MaxAllow)
+	allow, err := s.checkAllow(req.Allow)
+	if err != nil {
+		return nil, err
 	}
-	allow := req.Allow
-	for _, a := range allow {
-		if _, err := parsePrefix(a); err != nil {
-			return nil, api.Errorf(api.CodeInvalidArgument, "allow: %v; give addresses or CIDR prefixes such as 10.1.0.0/16", err)
-		}
+	t, err := s.checkTerms(req.Rate, req.MinRate, req.LeaseS)
+	if err != nil {
+		return nil, err
 	}
-	if len(allow) == 0 {
-		allow = []string{s.defaultAllow()}
-	}
-	return &store.Record{
+	rec := &store.Record{
 		UID:            req.UID,
 		Role:           api.RoleOutbound,
 		State:          api.StateConnected,
@@ -206,7 +208,50 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		PeerServerName: req.PeerServerName,
 		WANPool:        req.WANPool,
 		MaxActiveConns: req.MaxActiveConns,
-	}, nil
+	}
+	t.apply(rec)
+	return rec, nil
+}
+
+// checkAllow checks an allow-list and returns it, defaulted to the
+// listener's own subnet when empty.
+func (s *Server) checkAllow(allow []string) ([]string, error) {
+	if len(allow) > api.MaxAllow {
+		return nil, api.Errorf(api.CodeInvalidArgument, "allow: at most %d entries", api.MaxAllow)
+	}
+	for _, a := range allow {
+		if _, err := parsePrefix(a); err != nil {
+			return nil, api.Errorf(api.CodeInvalidArgument, "allow: %v; give addresses or CIDR prefixes such as 10.1.0.0/16", err)
+		}
+	}
+	if len(allow) == 0 {
+		return []string{s.defaultAllow()}, nil
+	}
+	return slices.Clone(allow), nil
+}
+
+// terms are what a create request asks of rate and lifetime, checked.
+type terms struct {
+	rate, least pace.Rate
+	leaseS      int
+}
+
+// checkTerms checks a create request's rate, min_rate and lease_s.
+func (s *Server) checkTerms(rate, least int64, leaseS int) (terms, error) {
+	r, l, err := checkRate(rate, least)
+	if err != nil {
+		return terms{}, err
+	}
+	lease, err := s.leaseOf(leaseS)
+	if err != nil {
+		return terms{}, err
+	}
+	return terms{rate: r, least: l, leaseS: lease}, nil
+}
+
+// apply puts t in rec; admission (reserve) sets the rate granted.
+func (t terms) apply(rec *store.Record) {
+	rec.RateRequested, rec.MinRate, rec.LeaseS = int64(t.rate), int64(t.least), t.leaseS
 }
 
 // attachPin checks an attach request for the inbound stream rec and

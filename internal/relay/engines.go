@@ -198,17 +198,22 @@ func (bufs *copyBufs) copyLoop(dst, src net.Conn, count func(int64)) error {
 		} else {
 			n, rerr = r.Read(*bp)
 		}
+		var m int
+		var werr error
 		if n > 0 {
-			m, werr := w.Write((*bp)[:n])
-			if m > 0 {
-				count(int64(m))
-			}
-			if werr != nil {
-				return writeError(werr)
-			}
+			m, werr = w.Write((*bp)[:n])
 		}
-		bufs.put(bp) // the next read takes one of the size the count of copies gives then
+		// The buffer goes back before count, which may wait (a rate
+		// paces the copy); the next read takes one of the size the
+		// count of copies gives then.
+		bufs.put(bp)
 		bp = nil
+		if m > 0 {
+			count(int64(m))
+		}
+		if werr != nil {
+			return writeError(werr)
+		}
 		if rerr != nil {
 			if errors.Is(rerr, io.EOF) {
 				return nil

@@ -31,7 +31,8 @@ type Engine interface {
 	Name() string
 	// Copy copies from src to dst until src reports EOF (returning nil) or
 	// an error occurs. It calls count with every chunk written, from the
-	// calling goroutine.
+	// calling goroutine, holding no pooled buffer: count may block to pace
+	// the copy.
 	Copy(dst, src net.Conn, count func(int64)) error
 }
 

@@ -59,6 +59,17 @@ type Record struct {
 	WANPool int `json:"wan_pool,omitempty"`
 	// PeerServerName is the TLS server name an outbound stream sends.
 	PeerServerName string `json:"peer_server_name,omitempty"`
+	// Rate is the rate reserved for the stream, in bits per second (0:
+	// best effort); RateRequested and MinRate are what its request
+	// asked for. A restarted gateway holds the reservation again.
+	Rate          int64 `json:"rate,omitempty"`
+	RateRequested int64 `json:"rate_requested,omitempty"`
+	MinRate       int64 `json:"min_rate,omitempty"`
+	// LeaseS is the lease last granted, in seconds, and Expires when it
+	// runs out. Zero in records written before leases existed: a
+	// restarted gateway gives those its default lease from then.
+	LeaseS  int       `json:"lease_s,omitempty"`
+	Expires time.Time `json:"expires,omitzero"`
 }
 
 // Shared reports whether r is an inbound stream on the shared WAN port.

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"net/http"
+	"net/netip"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/pace"
+	"scistream/internal/store"
+)
+
+// A running stream changed (PATCH /v1/streams/{uid}): its rate, its
+// allow-list or its lease, without dropping a connection or touching
+// another stream. A new rate applies to the running connections from
+// their next chunk; a new allow-list to the connections that arrive from
+// then on (those open stay: they were admitted); a renewed lease runs
+// from now. An increase of rate is admitted as a creation is, whole or
+// not at all.
+
+func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
+	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	if err != nil {
+		return 0, nil, err
+	}
+	var req api.UpdateRequest
+	if err := decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if st == nil {
+		return 0, nil, api.Errorf(api.CodeConflict, "stream %s has ended (%s); request a new one", rec.UID, rec.State)
+	}
+	nr, err := s.update(st, &req)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.view(nr, st), nil
+}
+
+// update checks req against the running stream st and applies it.
+func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, error) {
+	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "nothing to update: give rate, allow or lease_s")
+	}
+	var rate pace.Rate
+	if req.Rate != nil {
+		r, _, err := checkRate(*req.Rate, 0)
+		if err != nil {
+			return nil, err
+		}
+		if r > 0 && st.kernelPaths() {
+			return nil, api.Errorf(api.CodeConflict, "stream %s has %d connections in the kernel (engine sockmap on a tcp WAN leg), where nothing can pace them; give it a rate when no connection is open, or request it with a rate (its connections then run on splice)", st.uid, st.active.Load())
+		}
+		rate = r
+	}
+	var allow []string
+	var prefixes []netip.Prefix
+	if req.Allow != nil {
+		if st.role != api.RoleOutbound {
+			return nil, api.Errorf(api.CodeInvalidArgument, "allow: an inbound stream has no allow-list (its WAN legs are authenticated by the peer gateway's pinned certificate); update the outbound side")
+		}
+		a, err := s.checkAllow(*req.Allow)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range a {
+			pf, _ := parsePrefix(p) // checked
+			prefixes = append(prefixes, pf)
+		}
+		allow = a
+	}
+	if req.LeaseS != nil {
+		if *req.LeaseS == 0 {
+			return nil, api.Errorf(api.CodeInvalidArgument, "lease_s 0: give the seconds the stream should live from now, 1 to %d; release it to end it now", int(s.cfg.LeaseMax.Seconds()))
+		}
+		if _, err := s.leaseOf(*req.LeaseS); err != nil {
+			return nil, err
+		}
+	}
+
+	old := st.pace.rate()
+	if req.Rate != nil {
+		s.mu.Lock()
+		var err error
+		if rate > old { // a decrease needs no admission, even over a capacity lowered since
+			_, err = s.grantLocked(st.key.Owner, st.key, rate, rate)
+		}
+		if err == nil {
+			st.pace.set(rate) // held from now, so that no other admission counts without it
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	now := s.cfg.Now()
+	nr := st.change(func(r *store.Record) {
+		if req.Rate != nil {
+			r.Rate, r.RateRequested, r.MinRate = int64(rate), int64(rate), int64(rate)
+		}
+		if allow != nil {
+			r.Allow = allow
+		}
+		if req.LeaseS != nil {
+			r.LeaseS = *req.LeaseS
+			r.Expires = now.Add(time.Duration(*req.LeaseS) * time.Second)
+		}
+		r.Updated = now
+	})
+	if err := s.cfg.Store.Put(nr); err != nil {
+		// The stream runs as it was told; its record says so after the
+		// next change that lands. Undo what a restart would not keep.
+		if req.Rate != nil {
+			st.pace.set(old)
+			s.rebalance()
+		}
+		return nil, storeError("save the stream", err)
+	}
+	if allow != nil {
+		st.allow.Store(&prefixes)
+	}
+	if req.Rate != nil {
+		s.rebalance()
+	}
+	s.log.Info("stream updated", "uid", st.uid, "owner", st.key.Owner, "rate", rateText(nr.Rate), "allow", nr.Allow, "expires", nr.Expires)
+	return nr, nil
+}
+
+// change applies f to st's record under its lock and returns a copy of
+// the result.
+func (st *stream) change(f func(*store.Record)) *store.Record {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f(st.rec)
+	r := *st.rec
+	return &r
+}
+
+// lease returns when st's lease runs out, and its length in seconds.
+func (st *stream) lease() (time.Time, int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.rec.Expires, st.rec.LeaseS
+}
+
+// kernelPaths reports whether st's open connections may be redirected in
+// the kernel (sockmap between plain TCP sockets), beyond any pacing.
+func (st *stream) kernelPaths() bool {
+	return st.env.kernel && st.engine.Name() == "sockmap" && st.wanT == api.WANTCP && !st.paced() && st.active.Load() > 0
+}
