@@ -10,6 +10,7 @@ import (
 	"scistream/internal/bytesize"
 	"scistream/internal/cliflag"
 	"scistream/internal/gateway"
+	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 )
@@ -23,6 +24,10 @@ type options struct {
 	pending            time.Duration
 	appWait, appMax    time.Duration
 	quota              gateway.Quota
+	capacity           gateway.Capacity
+	capacityRate       string
+	quotaRate          string
+	lease, leaseMax    time.Duration
 	maxActive          int
 	tcpWAN             bool
 	port               int
@@ -74,6 +79,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
 	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
+	fs.StringVar(&o.quotaRate, "quota_rate", "0", "most rate the live streams of one identity may have reserved together, in bits per second (e.g. 5G, 800Mbit/s, 100MB/s); 0: no bound but --capacity_rate")
+	fs.StringVar(&o.capacityRate, "capacity_rate", "0", "rate this gateway reserves for streams in all, per direction, in bits per second: its WAN link's, e.g. 10G; requests are admitted against it and best-effort streams share what reservations leave; 0 declares none (every rate asked is granted and kept to, best effort is not paced)")
+	fs.IntVar(&o.capacity.Streams, "capacity_streams", 0, "most live streams on this gateway, every identity's together (0: no bound but the ports)")
+	fs.IntVar(&o.capacity.Conns, "capacity_conns", 0, "most channels (num_conn) of the live streams together (0: no bound but the ports)")
+	fs.DurationVar(&o.lease, "lease_default", gateway.DefaultLease, "lease of a stream whose request gives none: unless renewed (s2uc update --lease), the stream is released when it runs out; whole seconds")
+	fs.DurationVar(&o.leaseMax, "lease_max", gateway.DefaultLeaseMax, "longest lease a request or a renewal may ask for; whole seconds")
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
@@ -119,6 +130,14 @@ func (o *options) config() (gateway.Config, error) {
 			return gateway.Config{}, fmt.Errorf("%s %d: give at least 1", q.name, q.v)
 		}
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--lease_default", o.lease}, {"--lease_max", o.leaseMax}} {
+		if d.v <= 0 {
+			return gateway.Config{}, fmt.Errorf("%s %s: give a positive duration, e.g. 24h", d.name, d.v)
+		}
+	}
 	if o.maxActive < 0 {
 		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
 	}
@@ -137,8 +156,17 @@ func (o *options) config() (gateway.Config, error) {
 		AppWaitDefault:   noWait(o.appWait),
 		AppWaitMax:       noWait(o.appMax),
 		MaxActiveConns:   o.maxActive,
+		Capacity:         o.capacity,
+		LeaseDefault:     o.lease,
+		LeaseMax:         o.leaseMax,
 	}
 	var err error
+	if cfg.Capacity.Rate, err = pace.ParseRate(o.capacityRate); err != nil {
+		return cfg, fmt.Errorf("--capacity_rate %w", err)
+	}
+	if cfg.Quota.Rate, err = pace.ParseRate(o.quotaRate); err != nil {
+		return cfg, fmt.Errorf("--quota_rate %w", err)
+	}
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
 		return cfg, fmt.Errorf("--port_range: %w", err)
 	}
@@ -188,24 +216,30 @@ func flagError(err error) error {
 		return err
 	}
 	name := map[string]string{
-		"ListenerIP":      "--listener_ip",
-		"BindIP":          "--bind",
-		"PortRange":       "--port_range",
-		"Engine":          "--type",
-		"BufferSize":      "--buffer_size",
-		"PendingTimeout":  "--pending_timeout",
-		"AppWaitDefault":  "--app_wait_default",
-		"AppWaitMax":      "--app_wait_max",
-		"Quota.Streams":   "--quota_streams",
-		"Quota.Ports":     "--quota_ports",
-		"Quota.Pending":   "--quota_pending",
-		"WANPort":         "--wan_port",
-		"WANDomain":       "--wan_domain",
-		"WANAdvertise":    "--wan_advertise",
-		"Pool.MaxPerPeer": "--pool_max_per_peer",
-		"Pool.Policy":     "--pool_policy",
-		"Pool.MaxWarm":    "--pool_max_warm",
-		"MaxActiveConns":  "--max_active_conns",
+		"ListenerIP":       "--listener_ip",
+		"BindIP":           "--bind",
+		"PortRange":        "--port_range",
+		"Engine":           "--type",
+		"BufferSize":       "--buffer_size",
+		"PendingTimeout":   "--pending_timeout",
+		"AppWaitDefault":   "--app_wait_default",
+		"AppWaitMax":       "--app_wait_max",
+		"Quota.Streams":    "--quota_streams",
+		"Quota.Ports":      "--quota_ports",
+		"Quota.Pending":    "--quota_pending",
+		"WANPort":          "--wan_port",
+		"WANDomain":        "--wan_domain",
+		"WANAdvertise":     "--wan_advertise",
+		"Pool.MaxPerPeer":  "--pool_max_per_peer",
+		"Pool.Policy":      "--pool_policy",
+		"Pool.MaxWarm":     "--pool_max_warm",
+		"MaxActiveConns":   "--max_active_conns",
+		"Quota.Rate":       "--quota_rate",
+		"Capacity.Rate":    "--capacity_rate",
+		"Capacity.Streams": "--capacity_streams",
+		"Capacity.Conns":   "--capacity_conns",
+		"LeaseDefault":     "--lease_default",
+		"LeaseMax":         "--lease_max",
 	}[ce.Field]
 	if name == "" {
 		return err

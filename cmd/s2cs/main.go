@@ -99,7 +99,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
 	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
-		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)))
+		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
+		"capacity_rate", cfg.Capacity.Rate.String(), "quota_rate", cfg.Quota.Rate.String(), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax)
+	if cfg.Capacity.Rate == 0 {
+		log.Info("no --capacity_rate: the rates streams ask for are granted and kept to, but not reserved against the link, and best-effort streams are not paced")
+	}
 	err = srv.Serve(ctx, ln)
 	if cfg.Sockmap != nil {
 		s := cfg.Sockmap.Stats()

@@ -22,7 +22,12 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
+	tf := cl.terms()
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	rate, least, lease, err := tf.parse()
+	if err != nil {
 		return err
 	}
 	if *remoteIP == "" {
@@ -53,12 +58,13 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
 		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive,
+		Rate: rate, MinRate: least, LeaseS: lease,
 	})
 	if err != nil {
 		return err
 	}
 	err = ss.Save(&client.Session{
-		UID: s.UID, WAN: s.WAN, Secret: s.Secret,
+		UID: s.UID, WAN: s.WAN, Secret: s.Secret, Rate: s.Rate, MinRate: s.MinRate, LeaseS: s.LeaseS,
 		Inbound: &client.Endpoint{S2CS: gw.s2cs, ServerCert: absOrEmpty(gw.cert), TokenFile: absOrEmpty(gw.tokenFile), Listeners: s.Listeners, WANCert: s.WANCert, ServerName: s.WANServerName},
 	})
 	if err != nil {
@@ -68,6 +74,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printJSON(stdout, public(s))
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
+	printTerms(stdout, s)
 	if s.WANServerName != "" {
 		fmt.Fprintf(stdout, "server name: %s (on the shared WAN port; outbound-request sends it)\n", s.WANServerName)
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"scistream/internal/pace"
 )
 
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -30,5 +32,28 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		info.Version, gw.s2cs, info.Identity, info.ListenerIP, info.PortRange,
 		strings.Join(info.Engines, ","), info.DefaultEngine, strings.Join(info.WAN, ","),
 		time.Duration(info.AppWaitDefaultS)*time.Second, time.Duration(info.AppWaitMaxS)*time.Second, info.WANCertSHA256)
+	capacity := "undeclared (rates are kept to, not reserved)"
+	if info.CapacityRate > 0 {
+		capacity = fmt.Sprintf("%s, %s reserved", pace.Rate(info.CapacityRate), rateBound(info.ReservedRate, "nothing"))
+	}
+	fmt.Fprintf(stdout, "  capacity %s; streams %s, channels %s\n  quota per identity %s\n  lease %s (default), at most %s\n",
+		capacity, bound(info.CapacityStreams), bound(info.CapacityConns), rateBound(info.QuotaRate, "unbounded"),
+		time.Duration(info.LeaseDefaultS)*time.Second, time.Duration(info.LeaseMaxS)*time.Second)
 	return nil
+}
+
+// bound writes a count that 0 leaves unbounded.
+func bound(n int) string {
+	if n == 0 {
+		return "unbounded"
+	}
+	return fmt.Sprint(n)
+}
+
+// rateBound writes a rate, or zero for 0.
+func rateBound(r int64, zero string) string {
+	if r == 0 {
+		return zero
+	}
+	return pace.Rate(r).String()
 }

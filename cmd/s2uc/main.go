@@ -40,6 +40,7 @@ func tool() *subcmd.Tool {
 			{Name: "inbound-request", Summary: "open the inbound side (gateway in front of the listening application)", Run: runInbound},
 			{Name: "outbound-request", Summary: "open the outbound side and connect it to the inbound side", Run: runOutbound},
 			{Name: "stream", Summary: "open both sides in one go (for a third party reaching both gateways)", Run: runStream},
+			{Name: "update", Summary: "change a running stream's rate, allow-list or lease without dropping its connections", Run: runUpdate},
 			{Name: "release", Summary: "release a stream on its gateway(s)", Run: runRelease},
 			{Name: "list", Summary: "list your streams on a gateway", Run: runList},
 			{Name: "status", Summary: "show one stream's state, connections, bytes and rates", Run: runStatus},

@@ -120,6 +120,16 @@ func TestBadCommandLine(t *testing.T) {
 		{[]string{"stream", "--inbound_s2cs", "no-port", "--outbound_s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80"}, `inbound gateway: --inbound_s2cs "no-port": want HOST:PORT`},
 		{[]string{"stream", "--inbound-s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80"}, "give both --inbound_s2cs and --outbound_s2cs"},
 		{[]string{"hash-token"}, "missing --identity NAME"},
+		{[]string{"inbound-request", "--s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80", "--rate", "fast"}, `--rate "fast": no number`},
+		{[]string{"inbound-request", "--s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80", "--rate", "10 Gigs"}, `--rate "10 Gigs": unknown unit`},
+		{[]string{"stream", "--inbound_s2cs", gw, "--outbound_s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80", "--rate", "1G", "--min_rate", "2G"}, "--min_rate 2 Gbit/s is more than --rate 1 Gbit/s"},
+		{[]string{"outbound-request", "uid", "--lease", "-1h"}, "--lease -1h0m0s: give a positive whole number of seconds"},
+		{[]string{"inbound-request", "--s2cs", gw, "--remote_ip", "127.0.0.1", "--receiver_ports", "80", "--lease", "soon"}, `--lease "soon": give a duration such as 2h`},
+		{[]string{"update"}, "give exactly one stream UID to update"},
+		{[]string{"update", "uid"}, "nothing to update: give --rate, --allow or --lease"},
+		{[]string{"update", "uid", "--rate", "-5M"}, `--rate "-5M": no number`},
+		{[]string{"update", "uid", "--lease", "1500ms"}, "--lease 1.5s: give a positive whole number of seconds"},
+		{[]string{"update", "uid", "--lease", "1h"}, "no local record of stream uid: give the gateway with --s2cs"},
 	} {
 		stdout, stderr, code := s2uc(t, c.args...)
 		checkOneLine(t, c.args, stdout, stderr, code, c.want)

@@ -23,11 +23,16 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	wanPool := cl.fs.Int("wan_pool", 0, "pooled WAN legs: keep this many idle legs per channel dialed ahead of need, so a connection starts without a handshake and a cleanly ended one leaves its leg for the next (tls only; default 0: a leg per connection)")
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	inTokenFile := cl.fs.String("inbound_token_file", "", "token file for the inbound gateway, if it differs from the one used at inbound-request")
+	tf := cl.terms()
 	pos, err := cl.parse(args, 1, 2, "missing UID: give the stream UID printed by inbound-request")
 	if err != nil {
 		return err
 	}
 	uid := pos[0]
+	rate, least, lease, err := tf.parse()
+	if err != nil {
+		return err
+	}
 	if err := checkNumConn(*numConn); err != nil {
 		return err
 	}
@@ -89,11 +94,14 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("inbound gateway %s: %w", sess.Inbound.S2CS, err)
 	}
 	defer in.Close()
-	_, s, err := client.Connect(ctx, in, out, &api.OutboundRequest{
+	req := &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
 		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
 		PeerServerName: sess.Inbound.ServerName, WANPool: *wanPool, MaxActiveConns: *maxActive,
-	})
+		Rate: rate, MinRate: least, LeaseS: lease,
+	}
+	client.Settle(req, &api.Stream{Rate: sess.Rate, MinRate: sess.MinRate, LeaseS: sess.LeaseS})
+	_, s, err := client.Connect(ctx, in, out, req)
 	if err != nil {
 		return err
 	}
@@ -105,5 +113,6 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return printJSON(stdout, public(s))
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
+	printTerms(stdout, s)
 	return nil
 }

@@ -117,6 +117,11 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	if s.WANServerName != "" {
 		fmt.Fprintf(w, "  on the shared WAN port as %s\n", s.WANServerName)
 	}
+	fmt.Fprint(w, "  ")
+	printTerms(w, s)
+	if s.EngineNote != "" {
+		fmt.Fprintf(w, "  engine: %s\n", s.EngineNote)
+	}
 	for _, k := range api.EndKinds() {
 		if l, ok := st.LastErrors[k]; ok {
 			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), l.Reason)

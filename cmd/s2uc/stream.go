@@ -27,7 +27,12 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections the stream relays at once on each gateway; one more is reset (0: each gateway's cap)")
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
+	tf := cl.terms()
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
+		return err
+	}
+	rate, least, lease, err := tf.parse()
+	if err != nil {
 		return err
 	}
 	if *remoteIP == "" {
@@ -70,14 +75,15 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive},
+		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive,
+			Rate: rate, MinRate: least, LeaseS: lease},
 		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive},
 		splitList(*peers))
 	if err != nil {
 		return err
 	}
 	err = ss.Save(&client.Session{
-		UID: inS.UID, WAN: inS.WAN, Secret: inS.Secret,
+		UID: inS.UID, WAN: inS.WAN, Secret: inS.Secret, Rate: inS.Rate, MinRate: inS.MinRate, LeaseS: inS.LeaseS,
 		Inbound:  &client.Endpoint{S2CS: ig.s2cs, ServerCert: absOrEmpty(ig.cert), TokenFile: absOrEmpty(ig.tokenFile), Listeners: inS.Listeners, WANCert: inS.WANCert, ServerName: inS.WANServerName},
 		Outbound: &client.Endpoint{S2CS: og.s2cs, ServerCert: absOrEmpty(og.cert), TokenFile: absOrEmpty(og.tokenFile), Listeners: outS.Listeners},
 	})
@@ -94,6 +100,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\ninbound listeners: %s\n", inS.UID,
 		strings.Join(outS.Listeners, " "), strings.Join(inS.Listeners, " "))
+	printTerms(stdout, outS)
 	// Named by role, not as producer and consumer: with ZeroMQ PUB/SUB
 	// the producer is the one that listens.
 	fmt.Fprintf(stdout, "the application that connects: connect it to %s\n", strings.Join(outS.Listeners, " "))

@@ -106,9 +106,15 @@ type Endpoint struct {
 // user never copies a secret or certificate between the two requests. It
 // holds the stream secret and lives in a 0600 file; it never holds a token.
 type Session struct {
-	UID      string    `json:"uid"`
-	WAN      string    `json:"wan"`
-	Secret   string    `json:"secret"`
+	UID    string `json:"uid"`
+	WAN    string `json:"wan"`
+	Secret string `json:"secret"`
+	// Rate is what the inbound side granted (bits per second), MinRate
+	// the least its request accepted, LeaseS its lease: the outbound
+	// request asks for the same (Settle).
+	Rate     int64     `json:"rate,omitempty"`
+	MinRate  int64     `json:"min_rate,omitempty"`
+	LeaseS   int       `json:"lease_s,omitempty"`
 	Inbound  *Endpoint `json:"inbound,omitempty"`
 	Outbound *Endpoint `json:"outbound,omitempty"`
 }
