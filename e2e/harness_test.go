@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,7 @@ type pair struct {
 type pairOpts struct {
 	portRange string
 	args      []string // extra s2cs flags for both
+	prodArgs  []string // and for the producer's gateway only
 	consState string   // the consumer gateway's --state_dir, if not under the test's directory
 }
 
@@ -78,7 +80,9 @@ func newPair(t *testing.T, o pairOpts) *pair {
 	if err := localgw.WriteTokens(p.tokensFile, p.tokens); err != nil {
 		t.Fatal(err)
 	}
-	p.prod = p.start("prod", localgw.RandomLoopback(), o)
+	po := o
+	po.args = append(slices.Clone(o.args), o.prodArgs...)
+	p.prod = p.start("prod", localgw.RandomLoopback(), po)
 	consName := "cons"
 	if o.consState != "" {
 		consName = o.consState

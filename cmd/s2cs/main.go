@@ -21,6 +21,7 @@ import (
 	"scistream/internal/bytesize"
 	"scistream/internal/certs"
 	"scistream/internal/gateway"
+	"scistream/internal/pace"
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
 	"scistream/internal/version"
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
 	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
 		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
-		"capacity_rate", cfg.Capacity.Rate.String(), "quota_rate", cfg.Quota.Rate.String(), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax)
+		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax)
 	if cfg.Capacity.Rate == 0 {
 		log.Info("no --capacity_rate: the rates streams ask for are granted and kept to, but not reserved against the link, and best-effort streams are not paced")
 	}
@@ -208,4 +209,12 @@ func (o *options) sockmap(engine string, log *slog.Logger, stdout io.Writer) *so
 	}
 	log.Info("engine sockmap available", "window_bytes", smr.Window())
 	return smr
+}
+
+// rateOrNone writes a configured rate for the log, "none" for zero.
+func rateOrNone(r pace.Rate) string {
+	if r == 0 {
+		return "none"
+	}
+	return r.String()
 }
