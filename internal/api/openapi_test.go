@@ -222,6 +222,7 @@ var wireTypes = []struct {
 	{"InboundRequest", api.InboundRequest{}, true},
 	{"OutboundRequest", api.OutboundRequest{}, true},
 	{"AttachRequest", api.AttachRequest{}, true},
+	{"UpdateRequest", api.UpdateRequest{}, true},
 	{"Stream", api.Stream{}, false},
 	{"Stats", api.Stats{}, false},
 	{"StreamList", api.StreamList{}, false},
@@ -251,7 +252,7 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 		if name == "" {
 			name = f.Name
 		}
-		out[name] = jsonField{goName: f.Name, omitempty: slices.Contains(strings.Split(opts, ","), "omitempty"), typ: f.Type}
+		out[name] = jsonField{goName: f.Name, omitempty: slices.Contains(strings.Split(opts, ","), "omitempty") || slices.Contains(strings.Split(opts, ","), "omitzero"), typ: f.Type}
 	}
 	return out
 }
