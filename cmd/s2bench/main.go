@@ -73,6 +73,7 @@ func tool() *subcmd.Tool {
 			{Name: "flood", Summary: "a stream's goodput and the inbound gateway's memory under a flood of stranger connections", Run: runFlood},
 			{Name: "conns", Summary: "thousands of connections at once through a local gateway pair: accept rate, memory per connection, goodput", Run: runConns},
 			{Name: "pool", Summary: "pooled WAN legs: first byte with a warm pool against without, LRU against LRU-M on seed 002's access patterns", Run: runPool},
+			{Name: "rate", Summary: "rates granted to streams and kept to: goodput against the grant, and a reserved stream beside best-effort ones", Run: runRate},
 			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
 		},
 	}

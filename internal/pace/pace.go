@@ -117,10 +117,12 @@ type Bucket struct {
 	rate atomic.Int64
 }
 
-// NewBucket returns a bucket filled at r, which must be positive, and
-// full: a burst may pass at once.
+// NewBucket returns a bucket filled at r, which must be positive. It
+// starts empty: a stream's first bytes wait their turn as the rest do,
+// so that no burst at the start adds to its rate.
 func NewBucket(r Rate) *Bucket {
 	b := &Bucket{lim: rate.NewLimiter(limitOf(r), burstOf(r))}
+	b.lim.ReserveN(time.Now(), burstOf(r)) // empty it
 	b.rate.Store(int64(r))
 	return b
 }

@@ -73,7 +73,7 @@ func TestBucketHoldsRate(t *testing.T) {
 // SetRate applies to the next wait, and a lower rate clips the tokens a
 // higher one had gathered.
 func TestBucketSetRate(t *testing.T) {
-	b := NewBucket(8e9) // 1 GB/s: a full bucket of 50 MB
+	b := NewBucket(8e9) // 1 GB/s: a burst of 50 MB
 	b.SetRate(80e6)
 	if b.Rate() != 80e6 {
 		t.Fatalf("Rate() = %d after SetRate", b.Rate())
@@ -81,10 +81,21 @@ func TestBucketSetRate(t *testing.T) {
 	holds(t, b, 80e6, 2e6, 256<<10)
 }
 
+// A new bucket is empty: its first bytes wait their turn.
+func TestBucketStartsEmpty(t *testing.T) {
+	b := NewBucket(80e6) // 10 MB/s
+	start := time.Now()
+	if err := b.Wait(context.Background(), 250e3); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 25*time.Millisecond {
+		t.Fatalf("the first 250 kB of a new 10 MB/s bucket passed in %s, want at least 25ms", el)
+	}
+}
+
 // A cancelled context ends a wait at once.
 func TestBucketCancel(t *testing.T) {
-	b := NewBucket(8e3)                    // 1 kB/s, burst 64 KiB
-	b.Wait(context.Background(), minBurst) // empties it
+	b := NewBucket(8e3) // 1 kB/s, burst 64 KiB, and empty
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Wait(ctx, minBurst) }() // would take a minute
