@@ -303,20 +303,23 @@ func TestEngineNote(t *testing.T) {
 func tcpAddr(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000} }
 
 // TestRatePaced moves bytes both ways through a stream with a rate, over
-// each WAN transport, and checks that no more passed than the rate and
+// each WAN transport and engine, and checks that no more passed than the rate and
 // a burst allow: a lower bound on the time taken, which no slow machine
 // can break. A higher rate set mid-transfer applies to the connection
 // that is open, which carries on to the last byte.
 func TestRatePaced(t *testing.T) {
-	for _, wanT := range []string{api.WANTLS, api.WANQUIC, api.WANTCP} {
-		t.Run(wanT, func(t *testing.T) {
+	for _, c := range []struct{ wan, engine string }{
+		{api.WANTLS, "splice"}, {api.WANTLS, "buffer"}, {api.WANQUIC, "splice"}, {api.WANTCP, "splice"}, {api.WANTCP, "buffer"},
+	} {
+		wanT := c.wan
+		t.Run(c.wan+"-"+c.engine, func(t *testing.T) {
 			allowTCP := func(c *Config) { c.AllowTCPWAN = true }
 			p := startPair(t, allowTCP, allowTCP)
 			ctx := context.Background()
 			const rate = 80e6 // 10 MB/s
 			inS, outS, err := client.Wire(ctx, p.in, p.out,
-				&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1, WAN: wanT, Rate: rate},
-				api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}}, nil)
+				&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1, WAN: wanT, Rate: rate, Engine: c.engine},
+				api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, Engine: c.engine}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
