@@ -9,7 +9,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -107,21 +106,7 @@ func TestAdmissionConcurrent(t *testing.T) {
 		c.PortRange = ports.Range{Lo: 5100, Hi: 5139}
 		c.Capacity.Rate = 500e6
 	})
-	var wg sync.WaitGroup
-	codes := make(chan int, 20)
-	for range 20 {
-		wg.Go(func() {
-			code, _ := call(t, s, "POST", "/v1/streams/inbound", aliceToken, rateBody(100e6, 0, 0))
-			codes <- code
-		})
-	}
-	wg.Wait()
-	close(codes)
-	n := map[int]int{}
-	for c := range codes {
-		n[c]++
-	}
-	if n[201] != 5 || n[507] != 15 {
+	if n := concurrently(t, s, 20, rateBody(100e6, 0, 0)); n[201] != 5 || n[507] != 15 {
 		t.Fatalf("20 concurrent requests of 100 Mbit/s under a capacity of 500 Mbit/s: %v", n)
 	}
 }

@@ -401,15 +401,21 @@ func TestQuotaConcurrent(t *testing.T) {
 		c.PortRange = ports.Range{Lo: 5100, Hi: 5139}
 		c.Quota = Quota{Streams: 5}
 	})
+	if n := concurrently(t, s, 20, inboundBody(9)); n[201] != 5 || n[507] != 15 {
+		t.Fatalf("20 concurrent requests under a quota of 5 streams: %v", n)
+	}
+}
+
+// concurrently sends k inbound requests with body at once as alice and
+// counts their answers by status.
+func concurrently(t *testing.T, s *Server, k int, body string) map[int]int {
 	var wg sync.WaitGroup
-	codes := make(chan int, 20)
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			code, _ := call(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9))
+	codes := make(chan int, k)
+	for range k {
+		wg.Go(func() {
+			code, _ := call(t, s, "POST", "/v1/streams/inbound", aliceToken, body)
 			codes <- code
-		}()
+		})
 	}
 	wg.Wait()
 	close(codes)
@@ -417,9 +423,7 @@ func TestQuotaConcurrent(t *testing.T) {
 	for c := range codes {
 		n[c]++
 	}
-	if n[201] != 5 || n[507] != 15 {
-		t.Fatalf("20 concurrent requests under a quota of 5 streams: %v", n)
-	}
+	return n
 }
 
 // TestTargetValidation: remote_ip and peer_listeners must lead to one
