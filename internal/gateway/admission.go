@@ -162,7 +162,9 @@ func (s *Server) heldLocked(owner string, skip store.Key) (all, mine pace.Rate, 
 		add(k, st.pace.rate(), st.numConn)
 	}
 	for k, r := range s.pending {
-		add(k, pace.Rate(r.Rate), r.NumConn)
+		if s.streams[k] == nil { // else counted above: create adds it before it unreserves
+			add(k, pace.Rate(r.Rate), r.NumConn)
+		}
 	}
 	return all, mine, streams, conns
 }

@@ -58,7 +58,9 @@ func (s *Server) checkQuotaLocked(rec *store.Record) error {
 		}
 	}
 	for k, r := range s.pending {
-		if k.Owner == rec.Owner {
+		// A stream in both is counted once: create adds it to the
+		// table just before it unreserves its key.
+		if k.Owner == rec.Owner && s.streams[k] == nil {
 			count(r.PortsHeld(), r.Role == api.RoleInbound)
 		}
 	}
