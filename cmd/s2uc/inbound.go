@@ -74,10 +74,10 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printJSON(stdout, public(s))
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
-	printTerms(stdout, s)
 	if s.WANServerName != "" {
 		fmt.Fprintf(stdout, "server name: %s (on the shared WAN port; outbound-request sends it)\n", s.WANServerName)
 	}
+	printTerms(stdout, s)
 	fmt.Fprintf(stdout, "next: s2uc outbound-request --s2cs PRODUCER_GATEWAY:PORT --server_cert FILE --remote_ip %s --receiver_ports %s --num_conn %d %s %s\n",
 		hostOf(s.Listeners[0]), portsOf(s.Listeners), s.NumConn, s.UID, s.Listeners[0])
 	return nil
