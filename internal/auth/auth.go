@@ -1,9 +1,16 @@
-// Package auth authenticates control-API callers by bearer token.
+// Package auth authenticates control-API callers by bearer token and
+// gives them roles.
 //
-// Tokens are never held in clear: a token file lists, one per line,
-// "<sha256 hex of the token> <identity>", and a presented token is hashed
-// and compared in constant time against every entry. Blank lines and lines
-// starting with '#' are ignored.
+// Static tokens are never held in clear: a token file lists, one per
+// line, "<sha256 hex of the token> <identity>", and a presented token is
+// hashed and compared in constant time against every entry. Blank lines
+// and lines starting with '#' are ignored.
+//
+// Tokens from identity providers (JWTs, opaque tokens checked by
+// introspection) are verified by package idp, through the TokenVerifier
+// interface; Chain tries the static tokens and those verifiers in turn
+// (chain.go) and returns a Principal (principal.go). A Policy, the
+// gateway's roles file, gives a principal its roles (roles.go).
 package auth
 
 import (
