@@ -106,6 +106,20 @@ func LoadTokens(path string) (*Tokens, error) {
 // Len returns the number of tokens.
 func (t *Tokens) Len() int { return len(t.entries) }
 
+// Identities returns the identities of the tokens, in file order, each
+// once.
+func (t *Tokens) Identities() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, e := range t.entries {
+		if !seen[e.identity] {
+			seen[e.identity] = true
+			out = append(out, e.identity)
+		}
+	}
+	return out
+}
+
 // Authenticate checks the request's "Authorization: Bearer" header.
 func (t *Tokens) Authenticate(r *http.Request) (string, error) {
 	tok, err := BearerToken(r)
