@@ -227,7 +227,7 @@ func (is *Issuer) token(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"access_token":  access,
 		"token_type":    "Bearer",
-		"expires_in":    int(is.opts.AccessTTL / time.Second),
+		"expires_in":    int(is.accessTTL() / time.Second),
 		"refresh_token": rt,
 		"scope":         g.scope,
 	})

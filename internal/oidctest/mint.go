@@ -129,7 +129,7 @@ func (is *Issuer) fill(c Claims) Claims {
 		c.NotBefore = now
 	}
 	if c.Expiry.IsZero() {
-		c.Expiry = now.Add(is.opts.AccessTTL)
+		c.Expiry = now.Add(is.accessTTL())
 	}
 	return c
 }

@@ -27,6 +27,8 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -182,6 +184,9 @@ func Start(t testing.TB, o Options) *Issuer {
 		t.Fatalf("oidctest: %v", err)
 	}
 	is.srv = httptest.NewUnstartedServer(is.routes())
+	// Handshakes a test fails on purpose (a client without the CA) are
+	// no news.
+	is.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	is.srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}, MinVersion: tls.VersionTLS12}
 	is.srv.StartTLS()
 	is.URL = is.srv.URL
@@ -219,6 +224,20 @@ func (is *Issuer) SetDown(down bool) {
 	is.mu.Lock()
 	is.down = down
 	is.mu.Unlock()
+}
+
+// SetAccessTTL changes the lifetime of the access tokens the token
+// endpoint issues from now on (Options.AccessTTL).
+func (is *Issuer) SetAccessTTL(d time.Duration) {
+	is.mu.Lock()
+	is.opts.AccessTTL = d
+	is.mu.Unlock()
+}
+
+func (is *Issuer) accessTTL() time.Duration {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	return is.opts.AccessTTL
 }
 
 // Hold makes introspection requests wait, counted in InFlight, until
