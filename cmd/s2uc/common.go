@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/auth"
 	"scistream/internal/client"
 	"scistream/internal/login"
 )
@@ -118,6 +119,23 @@ func tokenFile(file string) (string, error) {
 		return "", fmt.Errorf("--token_file %s is empty", file)
 	}
 	return t, nil
+}
+
+// ownerUsage is the help of --owner on the commands about one stream.
+const ownerUsage = "the identity that owns the stream, when it is not yours (the gateway's operators only; give --s2cs)"
+
+// checkOwner checks --owner: an identity, and a gateway named with
+// --s2cs, since another's stream is in no local record.
+func checkOwner(owner string, gw *gatewayFlags) error {
+	switch {
+	case owner == "":
+		return nil
+	case !auth.ValidIdentity(owner):
+		return fmt.Errorf("--owner %.140q is not an identity: 1-128 letters, digits or ._@+:/-, as s2uc list --all_owners shows it", owner)
+	case gw.s2cs == "":
+		return errors.New("--owner needs --s2cs: give the gateway whose operator you are")
+	}
+	return nil
 }
 
 // commonFlags are shared by every command.
