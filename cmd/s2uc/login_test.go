@@ -189,3 +189,41 @@ func TestLoginBadCommandLine(t *testing.T) {
 		checkOneLine(t, c.args, stdout, stderr, code, c.want)
 	}
 }
+
+// TestLoginInterrupted: a login abandoned while it waits (Ctrl-C) ends
+// with an error and stores nothing; an earlier login stays as it was.
+func TestLoginInterrupted(t *testing.T) {
+	isolate(t)
+	is := oidctest.Start(t, oidctest.Options{Alg: "ES256"})
+	loginInProcess(t, is, "alice")
+	st, _ := login.DefaultStore()
+	before, err := os.ReadFile(st.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"login", "--issuer", is.URL, "--client_id", is.ClientID, "--ca", is.CAFile}, pw, io.Discard)
+		pw.Close()
+		done <- err
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "enter the code") {
+			cancel() // the user gives up before approving
+		}
+	}
+	if err := <-done; err == nil {
+		t.Fatal("an abandoned login succeeded")
+	}
+	after, err := os.ReadFile(st.Path)
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the earlier login changed: %v", err)
+	}
+	if is.Stats().DeviceGrants != 1 {
+		t.Fatalf("%d device grants, want the first login's only", is.Stats().DeviceGrants)
+	}
+}

@@ -139,6 +139,15 @@ func (s *Server) require(role auth.Role, h http.Handler) http.Handler {
 	})
 }
 
+// roleNames lists p's roles for the API.
+func roleNames(p *auth.Principal) []string {
+	var out []string
+	for _, r := range p.Roles {
+		out = append(out, string(r))
+	}
+	return out
+}
+
 func withPrincipal(r *http.Request, p *auth.Principal) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 }
@@ -181,5 +190,10 @@ func (s *Server) ownedBy(r *http.Request) (*stream, *store.Record, error) {
 	if all {
 		return nil, nil, api.Errorf(api.CodeInvalidArgument, "all_owners lists streams; name one stream's owner with owner=")
 	}
-	return s.owned(r.PathValue("uid"), owner)
+	st, rec, err := s.owned(r.PathValue("uid"), owner)
+	var ae *api.Error
+	if owner != identity(r) && errors.As(err, &ae) && ae.Code == api.CodeNotFound {
+		err = api.Errorf(api.CodeNotFound, "no stream %s of %s on this gateway; list theirs with s2uc list --owner %s", r.PathValue("uid"), owner, owner)
+	}
+	return st, rec, err
 }

@@ -57,7 +57,11 @@ func TestRoles(t *testing.T) {
 	// carol holds no role; mon only reader.
 	callErr(t, s, "GET", "/v1/info", carolToken, "", 403, api.CodePermissionDenied, "carol holds no role on this gateway; this needs the role user or reader")
 	callErr(t, s, "POST", "/v1/streams/inbound", carolToken, inboundBody(9), 403, api.CodePermissionDenied, "s2cs --roles")
-	callOK(t, s, "GET", "/v1/info", monToken, "", 200, nil)
+	var info api.Info
+	callOK(t, s, "GET", "/v1/info", monToken, "", 200, &info)
+	if info.Identity != "mon" || len(info.Roles) != 1 || info.Roles[0] != "reader" {
+		t.Fatalf("mon's info: %s %v", info.Identity, info.Roles)
+	}
 	callErr(t, s, "GET", "/v1/streams", monToken, "", 403, api.CodePermissionDenied, "mon holds the role reader")
 	callErr(t, s, "DELETE", path, monToken, "", 403, api.CodePermissionDenied, "needs the role user")
 
@@ -74,6 +78,7 @@ func TestRoles(t *testing.T) {
 	// ops, an operator: alice's stream is found under its owner's name,
 	// and in the list of every owner, with its owner.
 	callErr(t, s, "GET", path, opsToken, "", 404, api.CodeNotFound, "of yours")
+	callErr(t, s, "GET", path+"?owner=bob", opsToken, "", 404, api.CodeNotFound, "of bob on this gateway; list theirs with s2uc list --owner bob")
 	var got api.Stream
 	callOK(t, s, "GET", path+"?owner=alice", opsToken, "", 200, &got)
 	if got.Owner != "alice" || got.UID != alices.UID || got.Secret != "" {

@@ -46,6 +46,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		PoolMaxPerPeer:  s.cfg.Pool.MaxPerPeer,
 		PoolMaxWarm:     s.cfg.Pool.MaxWarm,
 		Identity:        identity(r),
+		Roles:           roleNames(principal(r)),
 		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
 		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
 	}, nil

@@ -182,3 +182,23 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("Revoke without an endpoint = %v, %v", offered, err)
 	}
 }
+
+// TestRefreshIssuerDown: a renewal while the issuer is down fails,
+// saying so, and leaves the login as it was, to be renewed once the
+// issuer is back.
+func TestRefreshIssuerDown(t *testing.T) {
+	is := oidctest.Start(t, oidctest.Options{Alg: "ES256", AccessTTL: Margin / 2})
+	s, st := loggedIn(t, is, "alice")
+	is.SetDown(true)
+	if _, err := st.Token(context.Background()); err == nil || !strings.Contains(err.Error(), "could not be renewed") {
+		t.Fatalf("renewal with the issuer down: %v", err)
+	}
+	kept, err := st.Load()
+	if err != nil || kept.RefreshToken != s.RefreshToken || kept.AccessToken != s.AccessToken {
+		t.Fatalf("the login changed after a failed renewal: %v", err)
+	}
+	is.SetDown(false)
+	if tok, err := st.Token(context.Background()); err != nil || tok == s.AccessToken {
+		t.Fatalf("renewal with the issuer back: %v", err)
+	}
+}
