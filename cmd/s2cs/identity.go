@@ -130,7 +130,7 @@ func (o *idOptions) chain(ctx context.Context, static *auth.Tokens, log *slog.Lo
 			o.alias = defaultAlias(o.issuer)
 		}
 		cfg := idp.JWTConfig{
-			Issuer: o.issuer, Audience: o.audience, Algorithms: splitList(o.algs), ClockSkew: o.skewSetting(),
+			Issuer: o.issuer, Audience: o.audience, Algorithms: strings.FieldsFunc(o.algs, func(r rune) bool { return r == ',' || r == ' ' }), ClockSkew: o.skewSetting(),
 			Claims: idp.ClaimMap{Alias: o.alias, Identity: o.idClaim, Groups: o.groupsClaim},
 		}
 		var remote *idp.RemoteKeys
@@ -243,14 +243,4 @@ func (o *idOptions) policy(log *slog.Logger) (*auth.Policy, error) {
 	}
 	log.Info("loaded roles", "file", o.rolesFile, "rules", p.Len())
 	return p, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

@@ -86,42 +86,41 @@ func joinRoles(rs []auth.Role) string {
 	return strings.Join(s, " or ")
 }
 
+// refusals pairs each refusal of a token with what its caller is told.
+var refusals = []struct {
+	err error
+	msg string
+}{
+	{auth.ErrNoToken, "missing bearer token: run s2uc login, set SCISTREAM_TOKEN or pass --token_file"},
+	{auth.ErrTokenTooLarge, fmt.Sprintf("bearer token longer than %d bytes: check what SCISTREAM_TOKEN or --token_file holds", auth.MaxTokenBytes)},
+	{auth.ErrTokenMalformed, "malformed bearer token: check what SCISTREAM_TOKEN or --token_file holds, or " + relogin},
+	{auth.ErrTokenExpired, "token expired; " + relogin},
+	{auth.ErrTokenNotYetValid, "token not valid yet: the clocks of this gateway and the token's issuer disagree; check both"},
+	{auth.ErrTokenAudience, "token issued for another audience, not for this gateway: log in for this gateway (s2uc login) or ask its operator for its audience"},
+	{auth.ErrTokenIssuer, "token from an issuer this gateway does not trust: log in with the issuer its operator names (s2uc login --issuer)"},
+	{auth.ErrTokenAlgorithm, "token signed with an algorithm this gateway does not accept"},
+	{auth.ErrTokenSignature, "token signature does not verify with the issuer's keys; " + relogin},
+	{auth.ErrTokenInactive, "token not active (expired, revoked or unknown to the identity provider); " + relogin},
+	{auth.ErrTokenIdentity, "token names no identity this gateway can use; ask its operator which claim it reads"},
+}
+
+const relogin = "run s2uc login again, or get a new token"
+
 // authError turns an authenticator's refusal into the API's answer: a
 // public message that says what to do, the refusal kept as the cause
-// for the log (it never holds the token).
+// for the log (it never holds the token). A provider that could not be
+// asked is unavailable, not a refusal.
 func authError(err error) *api.Error {
-	const relogin = "run s2uc login again, or get a new token"
-	var code api.Code = api.CodeUnauthenticated
-	var msg string
-	switch {
-	case errors.Is(err, auth.ErrUnavailable):
-		code, msg = api.CodeUnavailable, "the identity provider that vouches for this token could not be asked; retry shortly"
-	case errors.Is(err, auth.ErrNoToken):
-		msg = "missing bearer token: run s2uc login, set SCISTREAM_TOKEN or pass --token_file"
-	case errors.Is(err, auth.ErrTokenTooLarge):
-		msg = fmt.Sprintf("bearer token longer than %d bytes: check what SCISTREAM_TOKEN or --token_file holds", auth.MaxTokenBytes)
-	case errors.Is(err, auth.ErrTokenMalformed):
-		msg = "malformed bearer token: check what SCISTREAM_TOKEN or --token_file holds, or " + relogin
-	case errors.Is(err, auth.ErrTokenExpired):
-		msg = "token expired; " + relogin
-	case errors.Is(err, auth.ErrTokenNotYetValid):
-		msg = "token not valid yet: the clocks of this gateway and the token's issuer disagree; check both"
-	case errors.Is(err, auth.ErrTokenAudience):
-		msg = "token issued for another audience, not for this gateway: log in for this gateway (s2uc login) or ask its operator for its audience"
-	case errors.Is(err, auth.ErrTokenIssuer):
-		msg = "token from an issuer this gateway does not trust: log in with the issuer its operator names (s2uc login --issuer)"
-	case errors.Is(err, auth.ErrTokenAlgorithm):
-		msg = "token signed with an algorithm this gateway does not accept"
-	case errors.Is(err, auth.ErrTokenSignature):
-		msg = "token signature does not verify with the issuer's keys; " + relogin
-	case errors.Is(err, auth.ErrTokenInactive):
-		msg = "token not active (expired, revoked or unknown to the identity provider); " + relogin
-	case errors.Is(err, auth.ErrTokenIdentity):
-		msg = "token names no identity this gateway can use; ask its operator which claim it reads"
-	default: // auth.ErrBadToken, and anything else
-		msg = "bearer token not recognised by this gateway: check the token and the gateway's --tokens file, or run s2uc login"
+	if errors.Is(err, auth.ErrUnavailable) {
+		return api.Errorf(api.CodeUnavailable, "the identity provider that vouches for this token could not be asked; retry shortly").WithCause(err)
 	}
-	return api.Errorf(code, "%s", msg).WithCause(err)
+	for _, r := range refusals {
+		if errors.Is(err, r.err) {
+			return api.Errorf(api.CodeUnauthenticated, "%s", r.msg).WithCause(err)
+		}
+	}
+	// auth.ErrBadToken, and anything else.
+	return api.Errorf(api.CodeUnauthenticated, "bearer token not recognised by this gateway: check the token and the gateway's --tokens file, or run s2uc login").WithCause(err)
 }
 
 // require serves h, a plain handler (a metrics exporter, a status page),

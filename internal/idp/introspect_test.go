@@ -219,11 +219,7 @@ func TestIntrospectCacheBound(t *testing.T) {
 func TestIntrospectConfigValidate(t *testing.T) {
 	is := oidctest.Start(t, oidctest.Options{Opaque: true, Alg: "ES256"})
 	base := IntrospectConfig{URL: is.URL + "/introspect", ClientID: "c", Secret: "s", Client: is.Client(), Claims: ClaimMap{Alias: "idp"}}
-	cases := []struct {
-		name string
-		mod  func(*IntrospectConfig)
-		want string
-	}{
+	checkValidate(t, base, IntrospectConfig.Validate, []validateCase[IntrospectConfig]{
 		{"ok", func(*IntrospectConfig) {}, ""},
 		{"http", func(c *IntrospectConfig) { c.URL = "http://x/introspect" }, "https://"},
 		{"credentials in URL", func(c *IntrospectConfig) { c.URL = "https://u:p@x/introspect" }, "credentials"},
@@ -231,15 +227,7 @@ func TestIntrospectConfigValidate(t *testing.T) {
 		{"no secret", func(c *IntrospectConfig) { c.Secret = "" }, "secret"},
 		{"negative TTL", func(c *IntrospectConfig) { c.CacheTTL = -1 }, "negative"},
 		{"bad alias", func(c *IntrospectConfig) { c.Claims.Alias = "" }, "alias"},
-	}
-	for _, c := range cases {
-		cfg := base
-		c.mod(&cfg)
-		err := cfg.Validate()
-		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: Validate = %v, want %q", c.name, err, c.want)
-		}
-	}
+	})
 }
 
 func FuzzIntrospectAnswer(f *testing.F) {

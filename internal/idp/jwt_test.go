@@ -185,11 +185,7 @@ func TestJWTClaims(t *testing.T) {
 func TestJWTConfigValidate(t *testing.T) {
 	keys := &StaticKeys{}
 	base := JWTConfig{Issuer: "https://idp.example", Audience: "gw", Keys: keys, Claims: ClaimMap{Alias: "idp"}}
-	cases := []struct {
-		name string
-		mod  func(*JWTConfig)
-		want string
-	}{
+	checkValidate(t, base, JWTConfig.Validate, []validateCase[JWTConfig]{
 		{"ok", func(*JWTConfig) {}, ""},
 		{"http issuer", func(c *JWTConfig) { c.Issuer = "http://idp.example" }, "https://"},
 		{"no issuer", func(c *JWTConfig) { c.Issuer = "" }, "https://"},
@@ -202,11 +198,22 @@ func TestJWTConfigValidate(t *testing.T) {
 		{"alias upper", func(c *JWTConfig) { c.Claims.Alias = "IDP" }, "alias"},
 		{"no alias", func(c *JWTConfig) { c.Claims.Alias = "" }, "alias"},
 		{"bad claim", func(c *JWTConfig) { c.Claims.Identity = "a b" }, "identity claim"},
-	}
+	})
+}
+
+type validateCase[C any] struct {
+	name string
+	mod  func(*C)
+	want string // in the error; "" for none
+}
+
+// checkValidate runs validate on base as each case changes it.
+func checkValidate[C any](t *testing.T, base C, validate func(C) error, cases []validateCase[C]) {
+	t.Helper()
 	for _, c := range cases {
 		cfg := base
 		c.mod(&cfg)
-		err := cfg.Validate()
+		err := validate(cfg)
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%s: Validate = %v, want %q", c.name, err, c.want)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/sys/unix"
+
+	"scistream/internal/client"
 )
 
 // Saved is a login as the store keeps it. Its tokens are secrets: never
@@ -51,16 +53,12 @@ type Store struct {
 	Now func() time.Time
 }
 
-// DefaultStore is the login under $SCISTREAM_HOME (default
-// ~/.scistream), next to s2uc's stream records.
+// DefaultStore is the login in s2uc's home (client.Home), next to its
+// stream records.
 func DefaultStore() (Store, error) {
-	home := os.Getenv("SCISTREAM_HOME")
-	if home == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return Store{}, fmt.Errorf("no home directory; set SCISTREAM_HOME: %w", err)
-		}
-		home = filepath.Join(h, ".scistream")
+	home, err := client.Home()
+	if err != nil {
+		return Store{}, err
 	}
 	return Store{Path: filepath.Join(home, "login.json")}, nil
 }
