@@ -4,9 +4,12 @@ go 1.26.8
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/coreos/go-oidc/v3 v3.21.0
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/quic-go/quic-go v0.65.0
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/net v0.56.0
+	golang.org/x/oauth2 v0.38.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/time v0.16.0
 	gonum.org/v1/plot v0.17.0

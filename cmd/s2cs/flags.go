@@ -38,6 +38,7 @@ type options struct {
 	pool               gateway.PoolConfig
 	certFile, keyFile  string
 	tokensFile         string
+	id                 idOptions // identity.go
 	noAuth             bool
 	stateDir           string
 	noSockmap          bool
@@ -69,7 +70,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
 	fs.BoolVar(&o.noSockmap, "no_sockmap", false, "with --type sockmap: do not load the eBPF program, use splice (as when the kernel refuses it)")
 	fs.BoolVar(&o.verbose, "verbose", false, "log every connection event (debug level)")
-	fs.StringVar(&o.tokensFile, "tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --insecure_no_auth)")
+	fs.StringVar(&o.tokensFile, "tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --oidc_issuer, --introspection_url or --insecure_no_auth)")
+	o.id.register(fs)
 	fs.StringVar(&o.stateDir, "state_dir", "s2cs-state", "directory for the state database and any generated certificate")
 	fs.BoolVar(&o.noAuth, "insecure_no_auth", false, "accept control requests without authentication (INSECURE; for isolated testing only)")
 	fs.BoolVar(&o.tcpWAN, "insecure_tcp_wan", false, "allow streams whose WAN legs are plaintext TCP (for trusted circuits only)")
@@ -90,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n\n")
+		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]\n\n")
 		cliflag.PrintDefaults(fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -140,6 +142,9 @@ func (o *options) config() (gateway.Config, error) {
 	}
 	if o.maxActive < 0 {
 		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
+	}
+	if err := o.id.check(); err != nil {
+		return gateway.Config{}, err
 	}
 	cfg := gateway.Config{
 		ListenerIP:       o.listenerIP,

@@ -66,7 +66,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if ip := net.ParseIP(cfg.BindIP); ip != nil && ip.IsUnspecified() {
 		log.Warn("--bind " + cfg.BindIP + " binds the control API and every data listener on all interfaces: applications and peers reach them on any address this host has; prefer one address")
 	}
-	if cfg.Auth, err = o.authenticator(log); err != nil {
+	if cfg.Auth, err = o.authenticator(ctx, log); err != nil {
+		return err
+	}
+	if cfg.Roles, err = o.id.policy(log); err != nil {
 		return err
 	}
 	if cfg.AllowTCPWAN {
@@ -151,23 +154,35 @@ func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
 }
 
 // authenticator returns how control requests are authenticated: the
-// --tokens file, or nobody at all with --insecure_no_auth (said loudly).
-func (o *options) authenticator(log *slog.Logger) (auth.Authenticator, error) {
+// --tokens file, the identity providers of --oidc_issuer and
+// --introspection_url (identity.go), either or both, or nobody at all
+// with --insecure_no_auth (said loudly).
+func (o *options) authenticator(ctx context.Context, log *slog.Logger) (auth.Authenticator, error) {
+	providers := o.id.jwt() || o.id.opaque()
 	switch {
 	case o.noAuth && o.tokensFile != "":
 		return nil, errors.New("--insecure_no_auth and --tokens exclude each other")
+	case o.noAuth && providers:
+		return nil, errors.New("--insecure_no_auth excludes --oidc_issuer and --introspection_url")
 	case o.noAuth:
 		log.Warn("INSECURE: --insecure_no_auth is set: ANY client that reaches the control port can create and release streams")
 		return auth.Anonymous{Identity: "anonymous"}, nil
-	case o.tokensFile == "":
-		return nil, errors.New("no authentication configured: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), or --insecure_no_auth for isolated testing")
+	case o.tokensFile == "" && !providers:
+		return nil, errors.New("no authentication configured: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), --oidc_issuer URL or --introspection_url URL (see docs/identity.md), or --insecure_no_auth for isolated testing")
 	}
-	t, err := auth.LoadTokens(o.tokensFile)
-	if err != nil {
-		return nil, fmt.Errorf("--tokens: %w", err)
+	var static *auth.Tokens
+	if o.tokensFile != "" {
+		t, err := auth.LoadTokens(o.tokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tokens: %w", err)
+		}
+		log.Info("loaded tokens", "file", o.tokensFile, "count", t.Len())
+		static = t
 	}
-	log.Info("loaded tokens", "file", o.tokensFile, "count", t.Len())
-	return t, nil
+	if !providers {
+		return static, nil
+	}
+	return o.id.chain(ctx, static, log)
 }
 
 // identity loads --server_crt/--server_key, or the self-signed pair in

@@ -71,23 +71,31 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "stray"}, `unexpected argument "stray"`},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), append(append([]string{}, base...), c.args...), &stdout, &stderr)
-			if err == nil {
-				t.Fatal("run accepted the command line")
-			}
-			var msg bytes.Buffer
-			if code := exitCode(err, &msg); code != 2 {
-				t.Errorf("exit status %d, want 2", code)
-			}
-			line := msg.String()
-			if !strings.HasPrefix(line, "s2cs: ") || strings.Count(line, "\n") != 1 || !strings.Contains(line, c.mention) {
-				t.Errorf("message %q; want one line \"s2cs: ...\" mentioning %q", line, c.mention)
-			}
-			if _, err := os.Stat(state); !os.IsNotExist(err) {
-				t.Errorf("a refused command line created the state directory (stat: %v)", err)
-			}
+			refused(t, state, append(append([]string{}, base...), c.args...), c.mention)
 		})
+	}
+}
+
+// refused runs s2cs with args and checks that it refuses them as
+// TestBadFlags says: exit status 2, one line naming mention, and no
+// state directory.
+func refused(t *testing.T, state string, args []string, mention string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("run accepted the command line")
+	}
+	var msg bytes.Buffer
+	if code := exitCode(err, &msg); code != 2 {
+		t.Errorf("exit status %d, want 2", code)
+	}
+	line := msg.String()
+	if !strings.HasPrefix(line, "s2cs: ") || strings.Count(line, "\n") != 1 || !strings.Contains(line, mention) {
+		t.Errorf("message %q; want one line \"s2cs: ...\" mentioning %q", line, mention)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("a refused command line created the state directory (stat: %v)", err)
 	}
 }
 
@@ -152,34 +160,13 @@ func TestVersion(t *testing.T) {
 // when its context ends.
 func TestServe(t *testing.T) {
 	dir := t.TempDir()
-	ip := localgw.RandomLoopback()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, []string{"--listener_ip", ip, "--port", "0", "--port_range", "5100-5101",
-			"--state_dir", dir, "--insecure_no_auth", "--log_format", "json"}, pw, &stderr)
-		pw.Close()
-		done <- err
-	}()
-	var addr, certLine string
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		line := sc.Text()
+	s := serve(t, []string{"--listener_ip", localgw.RandomLoopback(), "--port", "0", "--port_range", "5100-5101",
+		"--state_dir", dir, "--insecure_no_auth", "--log_format", "json"})
+	var certLine string
+	for _, line := range s.stdout {
 		if strings.Contains(line, "self-signed certificate") {
 			certLine = line
 		}
-		if a, ok := strings.CutPrefix(line, "s2cs: control API on https://"); ok {
-			addr, _, _ = strings.Cut(a, " ")
-			break
-		}
-	}
-	go io.Copy(io.Discard, pr)
-	if addr == "" {
-		cancel()
-		t.Fatalf("s2cs never said where it serves; run = %v; stderr:\n%s", <-done, stderr.String())
 	}
 	if !strings.Contains(certLine, filepath.Join(dir, "s2cs.crt")) {
 		t.Errorf("certificate line %q does not name the generated file", certLine)
@@ -187,7 +174,7 @@ func TestServe(t *testing.T) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	defer hc.CloseIdleConnections()
 	waitfor.Must(t, 15*time.Second, "/healthz to answer ok", func() bool {
-		resp, err := hc.Get("https://" + addr + "/healthz")
+		resp, err := hc.Get("https://" + s.addr + "/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,17 +183,11 @@ func TestServe(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&health)
 		return resp.StatusCode == http.StatusOK && health.Status == "ok"
 	})
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run after its context ended = %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("run did not return after its context ended")
+	if err := s.stop(t); err != nil {
+		t.Fatalf("run after its context ended = %v", err)
 	}
-	if !strings.Contains(stderr.String(), `"msg":"INSECURE: --insecure_no_auth is set`) {
-		t.Errorf("no warning for --insecure_no_auth in the log:\n%s", stderr.String())
+	if !strings.Contains(s.stderr.String(), `"msg":"INSECURE: --insecure_no_auth is set`) {
+		t.Errorf("no warning for --insecure_no_auth in the log:\n%s", s.stderr.String())
 	}
 }
 
@@ -222,7 +203,7 @@ func TestDaemonDependencies(t *testing.T) {
 	if !slices.Contains(deps, "scistream/internal/gateway") {
 		t.Fatalf("go list -deps of s2cs lacks internal/gateway: %v", deps)
 	}
-	for _, forbidden := range []string{"scistream/internal/bench", "scistream/internal/netbed", "scistream/internal/localgw", "scistream/internal/waitfor"} {
+	for _, forbidden := range []string{"scistream/internal/bench", "scistream/internal/netbed", "scistream/internal/localgw", "scistream/internal/waitfor", "scistream/internal/oidctest"} {
 		if slices.Contains(deps, forbidden) {
 			t.Errorf("the daemon depends on %s", forbidden)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/auth"
 	"scistream/internal/client"
+	"scistream/internal/login"
 )
 
 // gatewayFlags are the flags that reach one gateway.
@@ -72,19 +75,67 @@ func hint(err error) error {
 	return err
 }
 
+// token returns the bearer token of a request: that of --token_file if
+// given, else $SCISTREAM_TOKEN if set, else the login s2uc login stored
+// (renewed if it is about to expire), else none.
 func token(file string) (string, error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("--token_file: %w", err)
-		}
-		t := strings.TrimSpace(string(b))
-		if t == "" {
-			return "", fmt.Errorf("--token_file %s is empty", file)
-		}
+		return tokenFile(file)
+	}
+	if t := strings.TrimSpace(os.Getenv("SCISTREAM_TOKEN")); t != "" {
 		return t, nil
 	}
-	return strings.TrimSpace(os.Getenv("SCISTREAM_TOKEN")), nil
+	st, err := login.DefaultStore()
+	if err != nil {
+		return "", nil // no home, so no login: the gateway asks for a token
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := st.Token(ctx)
+	if errors.Is(err, login.ErrNoLogin) {
+		return "", nil
+	}
+	return t, err
+}
+
+// tokenFile reads --token_file, which only its owner may read or write
+// (as ssh demands of a private key): a token others can read is theirs
+// too.
+func tokenFile(file string) (string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("--token_file: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("--token_file %s can be read or written by others (mode %04o): chmod 600 %s", file, fi.Mode().Perm(), file)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("--token_file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("--token_file %s is empty", file)
+	}
+	return t, nil
+}
+
+// ownerUsage is the help of --owner on the commands about one stream.
+const ownerUsage = "the identity that owns the stream, when it is not yours (the gateway's operators only; give --s2cs)"
+
+// checkOwner checks --owner: an identity, and a gateway named with
+// --s2cs, since another's stream is in no local record.
+func checkOwner(owner string, gw *gatewayFlags) error {
+	switch {
+	case owner == "":
+		return nil
+	case !auth.ValidIdentity(owner):
+		return fmt.Errorf("--owner %.140q is not an identity: 1-128 letters, digits or ._@+:/-, as s2uc list --all_owners shows it", owner)
+	case gw.s2cs == "":
+		return errors.New("--owner needs --s2cs: give the gateway whose operator you are")
+	}
+	return nil
 }
 
 // commonFlags are shared by every command.

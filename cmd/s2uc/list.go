@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,18 +13,23 @@ import (
 )
 
 func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("list", "--s2cs HOST:PORT --server_cert FILE [--all]", stderr)
+	cl := newCmdline("list", "--s2cs HOST:PORT --server_cert FILE [--all] [--owner ID | --all_owners]", stderr)
 	gw := cl.gateway("", "gateway")
 	all := cl.fs.Bool("all", false, "include ended streams")
+	owner := cl.fs.String("owner", "", "list the streams of this identity instead of yours (the gateway's operators only)")
+	allOwners := cl.fs.Bool("all_owners", false, "list the streams of every identity, with their owners (the gateway's operators only)")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
+	}
+	if *owner != "" && *allOwners {
+		return errors.New("give --owner or --all_owners, not both")
 	}
 	c, err := gw.client(cl.timeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	list, err := c.List(ctx, *all)
+	list, err := c.ListOf(ctx, *owner, *allOwners, *all)
 	if err != nil {
 		return err
 	}
@@ -31,8 +37,15 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return printJSON(stdout, api.StreamList{Streams: list})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	owners := *owner != "" || *allOwners
+	if owners {
+		fmt.Fprint(tw, "OWNER\t")
+	}
 	fmt.Fprintln(tw, "UID\tROLE\tSTATE\tLISTENERS\tCONNS\tTO WAN\tFROM WAN\tRATE TO/FROM WAN")
 	for _, s := range list {
+		if owners {
+			fmt.Fprintf(tw, "%s\t", s.Owner)
+		}
 		st := s.Stats
 		if st == nil {
 			st = &api.Stats{}

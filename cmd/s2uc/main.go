@@ -46,8 +46,10 @@ func tool() *subcmd.Tool {
 			{Name: "status", Summary: "show one stream's state, connections, bytes and rates", Run: runStatus},
 			{Name: "info", Summary: "show what a gateway offers (engines, WAN transports, port range)", Run: runInfo},
 			{Name: "hash-token", Summary: "print the token-file line for a token read from stdin", Run: runHashToken},
+			{Name: "login", Summary: "log in at the identity provider the gateways trust (device code in a browser)", Run: runLogin},
+			{Name: "logout", Summary: "remove (and revoke) the token s2uc login stored", Run: runLogout},
 		},
-		Footer: "The bearer token comes from SCISTREAM_TOKEN or --token_file.",
+		Footer: "The bearer token comes from --token_file, else SCISTREAM_TOKEN, else the login of s2uc login.",
 	}
 }
 

@@ -13,10 +13,14 @@ import (
 )
 
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("release", "UID [--s2cs HOST:PORT --server_cert FILE]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
+	cl := newCmdline("release", "UID [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
 	gw := cl.gateway("", "gateway")
+	owner := cl.fs.String("owner", "", ownerUsage)
 	pos, err := cl.parse(args, 1, 1, "give exactly one stream UID to release")
 	if err != nil {
+		return err
+	}
+	if err := checkOwner(*owner, gw); err != nil {
 		return err
 	}
 	uid := pos[0]
@@ -58,7 +62,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			errs = append(errs, err)
 			continue
 		}
-		s, err := c.Release(ctx, uid)
+		s, err := c.ReleaseOf(ctx, *owner, uid)
 		c.Close()
 		var ae *api.Error
 		if errors.As(err, &ae) && ae.Code == api.CodeNotFound && t.side != "" {

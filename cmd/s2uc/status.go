@@ -17,8 +17,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	gw := cl.gateway("", "gateway (default: every gateway s2uc wired for UID)")
 	watch := cl.fs.Duration("watch", 0, "repeat every interval until interrupted (e.g. 1s)")
 	count := cl.fs.Int("count", 0, "with --watch, stop after this many reports (0: until interrupted)")
+	owner := cl.fs.String("owner", "", ownerUsage)
 	pos, err := cl.parse(args, 1, 1, "give exactly one stream UID")
 	if err != nil {
+		return err
+	}
+	if err := checkOwner(*owner, gw); err != nil {
 		return err
 	}
 	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
@@ -50,7 +54,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if err != nil {
 				return err
 			}
-			s, err := c.Get(ctx, uid)
+			s, err := c.GetOf(ctx, *owner, uid)
 			c.Close()
 			if err != nil {
 				return fmt.Errorf("status on %s: %w", g.s2cs, err)

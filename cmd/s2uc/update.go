@@ -18,8 +18,9 @@ import (
 // the stream, the inbound side first; if a later side refuses a higher
 // rate, the sides already raised are set back.
 func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("update", "UID [--rate R] [--allow LIST] [--lease D] [--s2cs HOST:PORT --server_cert FILE]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
+	cl := newCmdline("update", "UID [--rate R] [--allow LIST] [--lease D] [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
 	gw := cl.gateway("", "gateway")
+	owner := cl.fs.String("owner", "", ownerUsage)
 	rateF := cl.fs.String("rate", "", "new reserved rate in bits per second (e.g. 800M, 10Gbit/s, 100MB/s), 0 for best effort; a higher rate is admitted by each gateway or refused")
 	allowF := cl.fs.String("allow", "", "new allow-list of the outbound side: comma-separated addresses or CIDR prefixes; connections open now stay")
 	leaseF := cl.fs.String("lease", "", "renew the lease: the stream now lives this long from now, e.g. 2h")
@@ -28,6 +29,9 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	uid := pos[0]
+	if err := checkOwner(*owner, gw); err != nil {
+		return err
+	}
 	var req api.UpdateRequest
 	if *rateF != "" {
 		r, err := parseRateFlag("rate", *rateF)
@@ -99,16 +103,16 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				continue
 			}
 		}
-		before, err := c.Get(ctx, uid)
+		before, err := c.GetOf(ctx, *owner, uid)
 		if err != nil {
 			return fmt.Errorf("update on %s: %w", sd.gw.s2cs, err)
 		}
-		s, err := c.Update(ctx, uid, &r)
+		s, err := c.UpdateOf(ctx, *owner, uid, &r)
 		if err != nil {
 			err = fmt.Errorf("update on %s: %w", sd.gw.s2cs, err)
 			for _, d := range raised { // set back what was raised, so both sides agree
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				if _, rerr := d.c.Update(rctx, uid, &api.UpdateRequest{Rate: &d.old}); rerr != nil {
+				if _, rerr := d.c.UpdateOf(rctx, *owner, uid, &api.UpdateRequest{Rate: &d.old}); rerr != nil {
 					err = errors.Join(err, fmt.Errorf("set the rate back on %s: %w", d.c.Addr(), rerr))
 				}
 				cancel()

@@ -405,6 +405,9 @@ type Info struct {
 	PoolMaxPerPeer int    `json:"pool_max_per_peer"`
 	PoolMaxWarm    int    `json:"pool_max_warm"`
 	Identity       string `json:"identity"`
+	// Roles are the caller's roles on this gateway (user, operator,
+	// reader), as its roles file gives them.
+	Roles []string `json:"roles,omitempty"`
 	// AppWaitDefaultS is the app_wait_s of an inbound request that gives
 	// none, and AppWaitMaxS the most one may give, in seconds.
 	AppWaitDefaultS int `json:"app_wait_default_s"`

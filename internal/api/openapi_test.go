@@ -40,9 +40,10 @@ type route struct {
 func (r route) String() string { return r.method + " " + r.path }
 
 // routeRE matches the registrations in routes(): mux.Handle("GET /v1/info",
-// s.authed(...)) or mux.HandleFunc("GET /healthz", ...). The catch-all "/"
+// s.authed(...)) (or s.authedAs, s.require: authenticated with a role) or
+// mux.HandleFunc("GET /healthz", ...). The catch-all "/"
 // has no method and is not matched.
-var routeRE = regexp.MustCompile(`mux\.Handle(?:Func)?\(\s*"([A-Z]+) +(/[^"]*)"\s*,\s*(s\.authed\()?`)
+var routeRE = regexp.MustCompile(`mux\.Handle(?:Func)?\(\s*"([A-Z]+) +(/[^"]*)"\s*,\s*(s\.(?:authed|authedAs|require)\()?`)
 
 func gatewayRoutes(t *testing.T) []route {
 	t.Helper()
@@ -177,9 +178,10 @@ func checkOperation(t *testing.T, doc map[string]any, r route, item, op map[stri
 		t.Errorf("route %s needs no authentication in routes.go; give it security: [] in openapi.yaml", r)
 	}
 	if r.authed {
-		// Every authenticated route can answer 401, and 503 while the
-		// gateway shuts down.
-		for _, st := range []string{"401", "503"} {
+		// Every authenticated route can answer 401, 403 to a caller
+		// without the role it needs, and 503 while the gateway shuts
+		// down or a token's identity provider cannot be asked.
+		for _, st := range []string{"401", "403", "503"} {
 			if responses[st] == nil {
 				t.Errorf("route %s: no %s response documented", r, st)
 			}

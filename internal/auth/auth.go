@@ -1,9 +1,16 @@
-// Package auth authenticates control-API callers by bearer token.
+// Package auth authenticates control-API callers by bearer token and
+// gives them roles.
 //
-// Tokens are never held in clear: a token file lists, one per line,
-// "<sha256 hex of the token> <identity>", and a presented token is hashed
-// and compared in constant time against every entry. Blank lines and lines
-// starting with '#' are ignored.
+// Static tokens are never held in clear: a token file lists, one per
+// line, "<sha256 hex of the token> <identity>", and a presented token is
+// hashed and compared in constant time against every entry. Blank lines
+// and lines starting with '#' are ignored.
+//
+// Tokens from identity providers (JWTs, opaque tokens checked by
+// introspection) are verified by package idp, through the TokenVerifier
+// interface; Chain tries the static tokens and those verifiers in turn
+// (chain.go) and returns a Principal (principal.go). A Policy, the
+// gateway's roles file, gives a principal its roles (roles.go).
 package auth
 
 import (
@@ -98,6 +105,20 @@ func LoadTokens(path string) (*Tokens, error) {
 
 // Len returns the number of tokens.
 func (t *Tokens) Len() int { return len(t.entries) }
+
+// Identities returns the identities of the tokens, in file order, each
+// once.
+func (t *Tokens) Identities() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, e := range t.entries {
+		if !seen[e.identity] {
+			seen[e.identity] = true
+			out = append(out, e.identity)
+		}
+	}
+	return out
+}
 
 // Authenticate checks the request's "Authorization: Bearer" header.
 func (t *Tokens) Authenticate(r *http.Request) (string, error) {

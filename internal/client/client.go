@@ -305,8 +305,7 @@ func (c *Client) List(ctx context.Context, all bool) ([]api.Stream, error) {
 // Update changes a running stream on this gateway (its rate, allow-list
 // or lease) without dropping its connections.
 func (c *Client) Update(ctx context.Context, uid string, req *api.UpdateRequest) (*api.Stream, error) {
-	var out api.Stream
-	return &out, c.Do(ctx, "PATCH", "/v1/streams/"+uid, req, &out)
+	return c.UpdateOf(ctx, "", uid, req)
 }
 
 // Release ends a stream on this gateway.

@@ -122,18 +122,25 @@ type Session struct {
 // Sessions stores Session files in a directory.
 type Sessions struct{ Dir string }
 
-// DefaultSessions returns the store under $SCISTREAM_HOME (default
-// ~/.scistream)/streams.
+// DefaultSessions returns the store under Home()/streams.
 func DefaultSessions() (Sessions, error) {
-	home := os.Getenv("SCISTREAM_HOME")
-	if home == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return Sessions{}, fmt.Errorf("no home directory; set SCISTREAM_HOME: %w", err)
-		}
-		home = filepath.Join(h, ".scistream")
+	home, err := Home()
+	if err != nil {
+		return Sessions{}, err
 	}
 	return Sessions{Dir: filepath.Join(home, "streams")}, nil
+}
+
+// Home is where s2uc keeps its files: $SCISTREAM_HOME, or ~/.scistream.
+func Home() (string, error) {
+	if home := os.Getenv("SCISTREAM_HOME"); home != "" {
+		return home, nil
+	}
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no home directory; set SCISTREAM_HOME: %w", err)
+	}
+	return filepath.Join(h, ".scistream"), nil
 }
 
 func (s Sessions) path(uid string) string { return filepath.Join(s.Dir, uid+".json") }

@@ -39,8 +39,15 @@ type Config struct {
 	// every WAN leg. Required.
 	Identity *certs.Identity
 	// Auth authenticates control-API callers. Required; use
-	// auth.Anonymous only for an explicitly insecure gateway.
+	// auth.Anonymous only for an explicitly insecure gateway. One that
+	// is an auth.PrincipalAuthenticator (auth.Chain) also tells the
+	// caller's groups and scopes, which Roles may use.
 	Auth auth.Authenticator
+	// Roles gives callers their roles (access.go): user (own streams),
+	// operator (every identity's streams), reader (info, status and
+	// metrics). If nil, every authenticated caller is a user and a
+	// reader, as before roles existed.
+	Roles *auth.Policy
 	// Store persists stream records. Required. Shutdown closes it.
 	Store store.Store
 	// Engine is the default data-plane engine, one of relay.Names. If

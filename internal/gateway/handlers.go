@@ -46,6 +46,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		PoolMaxPerPeer:  s.cfg.Pool.MaxPerPeer,
 		PoolMaxWarm:     s.cfg.Pool.MaxWarm,
 		Identity:        identity(r),
+		Roles:           roleNames(principal(r)),
 		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
 		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
 		CapacityRate:    int64(s.cfg.Capacity.Rate),
@@ -124,7 +125,11 @@ func (s *Server) handleAttach(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleList(r *http.Request) (int, any, error) {
-	id := identity(r)
+	owner, allOwners, err := ownerParam(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	mine := func(o string) bool { return allOwners || o == owner }
 	all := r.URL.Query().Get("all")
 	if all != "" && all != "true" && all != "false" && all != "1" && all != "0" {
 		return 0, nil, api.Errorf(api.CodeInvalidArgument, "all=%.20q: use true or false", all)
@@ -133,7 +138,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 	out := api.StreamList{Streams: []api.Stream{}}
 	live := map[store.Key]bool{}
 	for _, st := range s.live() {
-		if st.key.Owner == id {
+		if mine(st.key.Owner) {
 			live[st.key] = true
 			out.Streams = append(out.Streams, s.view(st.record(), st))
 		}
@@ -145,7 +150,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 		}
 		s.mu.Lock()
 		for _, r := range s.unsaved { // ended; the store has not taken it yet
-			if r.Owner == id {
+			if mine(r.Owner) {
 				recs = append(recs, r)
 			}
 		}
@@ -153,7 +158,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 		seen := map[store.Key]bool{}
 		for i := len(recs) - 1; i >= 0; i-- { // unsaved ones last: they win
 			rec := recs[i]
-			if rec.Owner == id && !live[rec.Key()] && !seen[rec.Key()] && rec.State.Terminal() {
+			if mine(rec.Owner) && !live[rec.Key()] && !seen[rec.Key()] && rec.State.Terminal() {
 				seen[rec.Key()] = true
 				out.Streams = append(out.Streams, s.view(rec, nil))
 			}
@@ -164,7 +169,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleGet(r *http.Request) (int, any, error) {
-	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	st, rec, err := s.ownedBy(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -174,7 +179,7 @@ func (s *Server) handleGet(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleRelease(r *http.Request) (int, any, error) {
-	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	st, rec, err := s.ownedBy(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -186,7 +191,7 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 	nr := s.end(st, api.StateReleased, "released by "+identity(r))
 	v := s.view(nr, nil)
 	v.Stats = final
-	s.log.Info("stream released", "uid", nr.UID, "bytes_to_wan", final.BytesToWAN, "bytes_from_wan", final.BytesFromWAN)
+	s.log.Info("stream released", "uid", nr.UID, "owner", nr.Owner, "by", identity(r), "bytes_to_wan", final.BytesToWAN, "bytes_from_wan", final.BytesFromWAN)
 	return http.StatusOK, v, nil
 }
 

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +28,7 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(api.OpenAPI)
 	})
-	mux.Handle("GET /v1/info", s.authed(s.handleInfo))
+	mux.Handle("GET /v1/info", s.authedAs(s.handleInfo, roleUser, roleReader))
 	mux.Handle("POST /v1/streams/inbound", s.authed(s.handleInbound))
 	mux.Handle("POST /v1/streams/outbound", s.authed(s.handleOutbound))
 	mux.Handle("POST /v1/streams/{uid}/attach", s.authed(s.handleAttach))
@@ -62,32 +61,31 @@ func cleanPath(p string) string {
 	return np
 }
 
-type ctxKey struct{}
-
 // identity returns the authenticated caller of r.
 func identity(r *http.Request) string {
-	id, _ := r.Context().Value(ctxKey{}).(string)
-	return id
+	if p := principal(r); p != nil {
+		return p.Identity
+	}
+	return ""
 }
 
 // handlerFunc is an API handler: it returns a status and body, or an error.
 type handlerFunc func(r *http.Request) (int, any, error)
 
-// authed authenticates the caller, refuses requests until the server is
-// ready, and writes the handler's answer.
-func (s *Server) authed(h handlerFunc) http.Handler {
+// authed serves h to callers with the role user (access.go).
+func (s *Server) authed(h handlerFunc) http.Handler { return s.authedAs(h, roleUser) }
+
+// authedAs authenticates the caller, checks it holds one of roles,
+// refuses requests until the server is ready, and writes the handler's
+// answer.
+func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := s.cfg.Auth.Authenticate(r)
+		p, err := s.authenticate(w, r, roles)
 		if err != nil {
-			msg := "missing bearer token: set SCISTREAM_TOKEN or pass --token_file"
-			if errors.Is(err, auth.ErrBadToken) {
-				msg = "bearer token not recognised by this gateway: check the token and the gateway's --tokens file"
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="s2cs"`)
-			s.writeError(w, r, api.Errorf(api.CodeUnauthenticated, "%s", msg).WithCause(err))
+			s.writeError(w, r, err)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, id))
+		r = withPrincipal(r, p)
 		if !s.Ready() {
 			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
 			return

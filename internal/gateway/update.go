@@ -19,7 +19,7 @@ import (
 // not at all.
 
 func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
-	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	st, rec, err := s.ownedBy(r) // an operator may name another owner's stream
 	if err != nil {
 		return 0, nil, err
 	}

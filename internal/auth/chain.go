@@ -1,0 +1,119 @@
+package auth
+
+import (
+	"context"
+	"net/http"
+	"strings"
+)
+
+// MaxTokenBytes bounds a bearer token. A longer one is refused before
+// any hashing, key lookup or introspection: an identity provider's access
+// tokens are a few hundred bytes to a few KiB.
+const MaxTokenBytes = 8 << 10
+
+// Chain authenticates a request's bearer token against every way a
+// gateway may be configured to trust one, cheapest first:
+//
+//  1. a token longer than MaxTokenBytes is refused (ErrTokenTooLarge);
+//  2. a token of the token file (Static) is that identity;
+//  3. a token outside RFC 6750's b64token characters is refused
+//     (ErrTokenMalformed): nothing else is asked about it;
+//  4. a token shaped as a JWT (three dot-separated base64url parts) goes
+//     to JWT, if set; its answer is final;
+//  5. any other token, or a JWT when JWT is nil, goes to Opaque (the
+//     introspection endpoint), if set; its answer is final;
+//  6. else the token is not recognised (ErrBadToken).
+//
+// A nil field is a way of trust the gateway does not have. With neither
+// JWT nor Opaque, step 3 is skipped: a chain of static tokens alone
+// answers ErrBadToken to any token not in the file, as Tokens does.
+type Chain struct {
+	Static *Tokens
+	JWT    TokenVerifier
+	Opaque TokenVerifier
+}
+
+// Authenticate returns the caller's identity.
+func (c *Chain) Authenticate(r *http.Request) (string, error) {
+	p, err := c.AuthenticatePrincipal(r)
+	if err != nil {
+		return "", err
+	}
+	return p.Identity, nil
+}
+
+// AuthenticatePrincipal returns the caller of r.
+func (c *Chain) AuthenticatePrincipal(r *http.Request) (*Principal, error) {
+	tok, err := BearerToken(r)
+	if err != nil {
+		return nil, err
+	}
+	return c.VerifyToken(r.Context(), tok)
+}
+
+// VerifyToken checks a bearer token as Chain's doc says.
+func (c *Chain) VerifyToken(ctx context.Context, tok string) (*Principal, error) {
+	if len(tok) > MaxTokenBytes {
+		return nil, ErrTokenTooLarge
+	}
+	if c.Static != nil {
+		if id, err := c.Static.Lookup(tok); err == nil {
+			return &Principal{Identity: id, Source: SourceStatic}, nil
+		}
+	}
+	if c.JWT == nil && c.Opaque == nil {
+		return nil, ErrBadToken
+	}
+	if !IsB64Token(tok) {
+		return nil, ErrTokenMalformed
+	}
+	if c.JWT != nil && LooksLikeJWT(tok) {
+		return c.JWT.VerifyToken(ctx, tok)
+	}
+	if c.Opaque != nil {
+		return c.Opaque.VerifyToken(ctx, tok)
+	}
+	return nil, ErrBadToken
+}
+
+// IsB64Token reports whether tok is a non-empty RFC 6750 b64token:
+// letters, digits and "-._~+/", then any "=" padding.
+func IsB64Token(tok string) bool {
+	body := strings.TrimRight(tok, "=")
+	if body == "" {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		if !b64tokenChar(body[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func b64tokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~+/", c) >= 0
+}
+
+// LooksLikeJWT reports whether tok has the shape of a JWS in compact
+// serialization: three parts of base64url characters separated by dots,
+// the first two non-empty. It decodes nothing.
+func LooksLikeJWT(tok string) bool {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return false
+	}
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			c := p[i]
+			if !(c == '-' || c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+				return false
+			}
+		}
+	}
+	return true
+}

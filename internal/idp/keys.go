@@ -1,0 +1,307 @@
+package idp
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	jose "github.com/go-jose/go-jose/v4"
+
+	"scistream/internal/auth"
+)
+
+// A KeySource gives the public keys that may have signed a token.
+type KeySource interface {
+	// Keys returns the keys whose key ID is kid, or every key when kid
+	// is empty. A kid it does not know may make it fetch the keys again
+	// (a provider rolled its keys over); it returns no keys, and no
+	// error, when the kid is still unknown. auth.ErrUnavailable means it
+	// could not learn the keys.
+	Keys(ctx context.Context, kid string) ([]jose.JSONWebKey, error)
+}
+
+// parseKeySet reads a JWKS, keeping the keys a token may be verified
+// with: public RSA, EC and Ed25519 keys for signing. Symmetric keys are
+// dropped, so an HMAC can never be checked against a key that another
+// party knows (nor a public key be taken for an HMAC secret); so are
+// keys of other types or uses, as RFC 7517 section 5 asks.
+func parseKeySet(b []byte) ([]jose.JSONWebKey, error) {
+	var raw struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("not a JWKS: %w", err)
+	}
+	var keys []jose.JSONWebKey
+	for _, r := range raw.Keys {
+		var k jose.JSONWebKey
+		if err := k.UnmarshalJSON(r); err != nil {
+			continue
+		}
+		if k.Use != "" && k.Use != "sig" {
+			continue
+		}
+		switch pub := k.Key.(type) {
+		case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
+		case *rsa.PrivateKey:
+			k.Key = &pub.PublicKey
+		case *ecdsa.PrivateKey:
+			k.Key = &pub.PublicKey
+		case ed25519.PrivateKey:
+			k.Key = pub.Public()
+		default:
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("the JWKS holds no public RSA, EC or Ed25519 signing key")
+	}
+	return keys, nil
+}
+
+func byKID(keys []jose.JSONWebKey, kid string) []jose.JSONWebKey {
+	if kid == "" {
+		return keys
+	}
+	var out []jose.JSONWebKey
+	for _, k := range keys {
+		if k.KeyID == kid {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// StaticKeys are keys read once from a JWKS file (s2cs
+// --oidc_jwks_file): for a provider the gateway cannot reach, or one
+// whose keys the operator pins.
+type StaticKeys struct{ keys []jose.JSONWebKey }
+
+// LoadKeys reads a JWKS file.
+func LoadKeys(path string) (*StaticKeys, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := parseKeySet(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &StaticKeys{keys: keys}, nil
+}
+
+// Keys returns the file's keys of kid.
+func (s *StaticKeys) Keys(_ context.Context, kid string) ([]jose.JSONWebKey, error) {
+	return byKID(s.keys, kid), nil
+}
+
+// Len returns the number of keys.
+func (s *StaticKeys) Len() int { return len(s.keys) }
+
+// RemoteConfig configures RemoteKeys.
+type RemoteConfig struct {
+	// Issuer is discovered (OpenID Connect discovery) for its jwks_uri
+	// when JWKSURL is empty; its discovery document must name it as
+	// its issuer.
+	Issuer string
+	// JWKSURL is the key set's URL. If empty, it is discovered.
+	JWKSURL string
+	// Client makes the requests. Required (HTTPClient).
+	Client *http.Client
+	// MaxAge is how long fetched keys are used before they are fetched
+	// again; until a fetch succeeds, the old ones stay in use. If zero,
+	// one hour.
+	MaxAge time.Duration
+	// MinInterval is the least time between two fetches, however many
+	// tokens name a key ID the set does not hold: a flood of forged
+	// tokens makes at most one fetch per interval. If zero, 10 seconds.
+	MinInterval time.Duration
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+}
+
+// RemoteKeys are an issuer's keys, fetched over HTTPS when first
+// needed, again when older than MaxAge, and when a token names a key ID
+// they do not hold (the provider rolled its keys over), never more
+// often than MinInterval. It starts no goroutine: a fetch runs in the
+// request that needs it, one at a time, and the others wait for it.
+//
+// Why not go-oidc's RemoteKeySet: it fetches the keys again whenever a
+// signature fails to verify, so each forged token would cost the
+// provider a request, and it fetches in a goroutine it does not wait
+// for. Discovery is go-oidc's.
+type RemoteKeys struct {
+	cfg   RemoteConfig
+	fetch chan struct{} // holds one token while a fetch runs
+
+	mu       sync.Mutex // guards the following fields
+	jwksURL  string
+	keys     []jose.JSONWebKey
+	fetched  time.Time // of keys; zero until a fetch succeeded
+	lastTry  time.Time // of the last fetch, whatever its result
+	lastErr  error
+	fetchesN int
+}
+
+// NewRemoteKeys returns the key set cfg describes; it fetches nothing
+// yet.
+func NewRemoteKeys(cfg RemoteConfig) (*RemoteKeys, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("idp: RemoteConfig.Client is required")
+	}
+	if cfg.JWKSURL == "" {
+		if err := CheckHTTPS("issuer", cfg.Issuer); err != nil {
+			return nil, err
+		}
+	} else if err := CheckHTTPS("JWKS URL", cfg.JWKSURL); err != nil {
+		return nil, err
+	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = time.Hour
+	}
+	if cfg.MinInterval == 0 {
+		cfg.MinInterval = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &RemoteKeys{cfg: cfg, fetch: make(chan struct{}, 1), jwksURL: cfg.JWKSURL}, nil
+}
+
+// Keys returns the keys of kid, fetching them as RemoteKeys says.
+func (r *RemoteKeys) Keys(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
+	if keys, ok := r.cached(kid); ok {
+		return keys, nil
+	}
+	select { // one fetch at a time; the others wait for it, then look again
+	case r.fetch <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for the issuer's keys: %w", auth.ErrUnavailable, ctx.Err())
+	}
+	defer func() { <-r.fetch }()
+	if keys, ok := r.cached(kid); ok {
+		return keys, nil
+	}
+	r.mu.Lock()
+	now := r.cfg.Now()
+	keys, fetched, lastErr := byKID(r.keys, kid), r.fetched, r.lastErr
+	if !r.lastTry.IsZero() && now.Sub(r.lastTry) < r.cfg.MinInterval {
+		r.mu.Unlock()
+		return r.settle(keys, fetched, lastErr)
+	}
+	r.lastTry = now
+	r.fetchesN++
+	r.mu.Unlock()
+
+	got, err := r.get(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastErr = err
+	if err != nil {
+		return r.settle(keys, fetched, err)
+	}
+	r.keys, r.fetched = got, r.cfg.Now()
+	return byKID(got, kid), nil
+}
+
+// settle answers from the keys held when no fetch can be made now: the
+// keys of kid if there are some (even old ones), none if the set is
+// known and lacks kid, unavailable if no fetch ever succeeded or the
+// last one failed.
+func (r *RemoteKeys) settle(keys []jose.JSONWebKey, fetched time.Time, lastErr error) ([]jose.JSONWebKey, error) {
+	switch {
+	case len(keys) > 0:
+		return keys, nil
+	case fetched.IsZero() || lastErr != nil:
+		if lastErr == nil {
+			lastErr = errors.New("not fetched yet")
+		}
+		return nil, fmt.Errorf("%w: the issuer's keys: %w", auth.ErrUnavailable, lastErr)
+	}
+	return nil, nil
+}
+
+// cached returns the keys of kid when they are held and fresh.
+func (r *RemoteKeys) cached(kid string) ([]jose.JSONWebKey, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fetched.IsZero() || r.cfg.Now().Sub(r.fetched) >= r.cfg.MaxAge {
+		return nil, false
+	}
+	keys := byKID(r.keys, kid)
+	return keys, len(keys) > 0
+}
+
+// Fetches returns how many fetches were made.
+func (r *RemoteKeys) Fetches() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fetchesN
+}
+
+// Prefetch fetches the keys now, so that a gateway learns at start
+// whether its issuer answers.
+func (r *RemoteKeys) Prefetch(ctx context.Context) error {
+	_, err := r.Keys(ctx, "\x00prefetch") // a kid no key has: forces the fetch
+	return err
+}
+
+// get discovers the JWKS URL if needed and fetches the keys.
+func (r *RemoteKeys) get(ctx context.Context) ([]jose.JSONWebKey, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RequestTimeout)
+	defer cancel()
+	r.mu.Lock()
+	u := r.jwksURL
+	r.mu.Unlock()
+	if u == "" {
+		p, err := oidc.NewProvider(oidc.ClientContext(ctx, r.cfg.Client), r.cfg.Issuer)
+		if err != nil {
+			return nil, fmt.Errorf("discovery of %s: %w", r.cfg.Issuer, err)
+		}
+		var doc struct {
+			JWKSURL string `json:"jwks_uri"`
+		}
+		if err := p.Claims(&doc); err != nil {
+			return nil, fmt.Errorf("discovery of %s: %w", r.cfg.Issuer, err)
+		}
+		if err := CheckHTTPS("jwks_uri", doc.JWKSURL); err != nil {
+			return nil, fmt.Errorf("discovery of %s: %w", r.cfg.Issuer, err)
+		}
+		u = doc.JWKSURL
+		r.mu.Lock()
+		r.jwksURL = u
+		r.mu.Unlock()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := r.cfg.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch keys: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch keys %s: HTTP %s", u, resp.Status)
+	}
+	b, err := readBody(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("fetch keys %s: %w", u, err)
+	}
+	keys, err := parseKeySet(b)
+	if err != nil {
+		return nil, fmt.Errorf("keys %s: %w", u, err)
+	}
+	return keys, nil
+}
