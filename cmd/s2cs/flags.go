@@ -38,13 +38,38 @@ type options struct {
 	noSockmap          bool
 	verbose            bool
 	logFormat          string
+	logLevel           string
 	version            bool
+	configFile         string
+	printConfig        bool
+	// fs holds the flags above, as parsed (--print_config writes them).
+	fs *flag.FlagSet
+	// fromFile are the flags whose value came from --config.
+	fromFile map[string]bool
 }
 
-// parseFlags reads args. --help prints the usage and returns
-// flag.ErrHelp.
+// parseFlags reads args, and the configuration file --config names
+// (configfile.go): a flag on the command line overrides its key in the
+// file. --help prints the usage and returns flag.ErrHelp.
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	var o options
+	fs := o.flagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
+	}
+	if err := o.loadConfig(fs); err != nil {
+		return nil, err
+	}
+	o.fs = fs
+	return &o, nil
+}
+
+// flagSet defines s2cs's flags on o's fields. Each flag is also a key of
+// the configuration file, by the same name (configfile.go).
+func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("s2cs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.certFile, "server_crt", "", "PEM certificate of this gateway (control API and WAN legs); if empty, a self-signed one is generated in --state_dir")
@@ -77,18 +102,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
+	fs.StringVar(&o.logLevel, "log_level", "info", "least level logged: debug, info, warn or error (--verbose is debug)")
+	fs.StringVar(&o.configFile, "config", "", "YAML configuration file: one key per flag, named as the flag (listener_ip: 10.0.0.3); a flag given as well overrides its key; see docs/deploy.md")
+	fs.BoolVar(&o.printConfig, "print_config", false, "print the effective configuration (defaults, --config, flags) as a configuration file, without secrets, and exit")
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n\n")
+		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n       s2cs --config FILE [flags]\n\n")
 		cliflag.PrintDefaults(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
-	}
-	return &o, nil
+	return fs
 }
 
 // config turns the options into the gateway's settings and checks them

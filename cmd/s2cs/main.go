@@ -56,17 +56,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg, err := o.config()
 	if err != nil {
-		return err
+		return o.fileHint(err)
 	}
 	log, err := o.logger(stderr)
 	if err != nil {
-		return err
+		return o.fileHint(err)
+	}
+	if o.printConfig {
+		return o.writeConfig(stdout)
+	}
+	if o.configFile != "" {
+		log.Info("configuration file", "path", o.configFile, "keys", len(o.fromFile))
 	}
 	if ip := net.ParseIP(cfg.BindIP); ip != nil && ip.IsUnspecified() {
 		log.Warn("--bind " + cfg.BindIP + " binds the control API and every data listener on all interfaces: applications and peers reach them on any address this host has; prefer one address")
 	}
 	if cfg.Auth, err = o.authenticator(log); err != nil {
-		return err
+		return o.fileHint(err)
 	}
 	if cfg.AllowTCPWAN {
 		log.Warn("--insecure_tcp_wan is set: streams may ask for plaintext WAN legs")
@@ -128,12 +134,16 @@ func reportFiles(f gateway.Files, log *slog.Logger, stdout io.Writer) {
 	}
 }
 
-// logger returns the logger --log_format and --verbose ask for, writing
-// to stderr.
+// logger returns the logger --log_format, --log_level and --verbose ask
+// for, writing to stderr.
 func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
-	level := slog.LevelInfo
-	if o.verbose {
-		level = slog.LevelDebug
+	name, err := o.checkLevel()
+	if err != nil {
+		return nil, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(name)); err != nil {
+		return nil, fmt.Errorf("--log_level: %w", err)
 	}
 	hopts := &slog.HandlerOptions{Level: level}
 	switch o.logFormat {

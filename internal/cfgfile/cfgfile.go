@@ -167,12 +167,12 @@ func kindOf(f *flag.Flag) kind {
 // Apply reads data, the configuration file called name, into the flag
 // set: each key's value goes through its flag's Set. Keys whose flag is
 // in keep (the flags given on the command line, which override the
-// file) are checked for their kind but not set. Apply stops at the
-// first problem and returns it as an *Error; flags set before it stay
-// set.
-func (s Schema) Apply(name string, data []byte, keep map[string]bool) error {
-	fail := func(line int, key, format string, args ...any) error {
-		return &Error{File: name, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
+// file) are checked for their kind but not set. It returns the names of
+// the flags it set. Apply stops at the first problem and returns it as
+// an *Error; flags set before it stay set.
+func (s Schema) Apply(name string, data []byte, keep map[string]bool) (set []string, err error) {
+	fail := func(line int, key, format string, args ...any) ([]string, error) {
+		return set, &Error{File: name, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
 	if len(data) > MaxBytes {
 		return fail(0, "", "larger than %d bytes: is this the configuration file?", MaxBytes)
@@ -181,7 +181,7 @@ func (s Schema) Apply(name string, data []byte, keep map[string]bool) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil // empty: every setting from defaults and flags
+			return nil, nil // empty: every setting from defaults and flags
 		}
 		return fail(0, "", "not YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
@@ -195,7 +195,7 @@ func (s Schema) Apply(name string, data []byte, keep map[string]bool) error {
 	}
 	switch {
 	case root.Kind == yaml.ScalarNode && root.Tag == "!!null":
-		return nil // only comments
+		return nil, nil // only comments
 	case root.Kind != yaml.MappingNode:
 		return fail(root.Line, "", "the file must be a mapping of keys to values (key: value per line), not a %s", kindName(root))
 	}
@@ -227,8 +227,9 @@ func (s Schema) Apply(name string, data []byte, keep map[string]bool) error {
 				return fail(v.Line, key, "invalid value %.80q: %v", v.Value, err)
 			}
 		}
+		set = append(set, f.Name)
 	}
-	return nil
+	return set, nil
 }
 
 // unknown says why key is not a key of the schema, and what is.
@@ -242,10 +243,11 @@ func (s Schema) unknown(key string, keys []string) string {
 	case k != key && slices.Contains(keys, k):
 		return fmt.Sprintf("unknown key; keys are spelled in snake_case: %s", k)
 	}
+	help := s.FlagSet.Name() + " --help"
 	if near := nearest(key, keys); near != "" {
-		return fmt.Sprintf("unknown key; did you mean %s? (s2cs --help lists every flag; each is a key)", near)
+		return fmt.Sprintf("unknown key; did you mean %s? (%s lists every flag; each is a key)", near, help)
 	}
-	return "unknown key (--help lists every flag; each flag is a key, spelled in snake_case)"
+	return fmt.Sprintf("unknown key (%s lists every flag; each flag is a key, spelled in snake_case)", help)
 }
 
 // values returns the scalars of a value node of a flag of kind k, having

@@ -78,7 +78,7 @@ custom: y
 client_secret_file: /etc/s/secret
 tokens: /etc/scistream/tokens   # a path, not a secret
 `
-	if err := schema(fs).Apply("gw.yaml", []byte(file), nil); err != nil {
+	if _, err := schema(fs).Apply("gw.yaml", []byte(file), nil); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
@@ -95,7 +95,7 @@ tokens: /etc/scistream/tokens   # a path, not a secret
 	}
 	// A single value for a repeated flag is one item; 0 is a duration.
 	fs = testSet()
-	if err := schema(fs).Apply("gw.yaml", []byte("allow: 10.0.0.0/8\npending_timeout: 0\n"), nil); err != nil {
+	if _, err := schema(fs).Apply("gw.yaml", []byte("allow: 10.0.0.0/8\npending_timeout: 0\n"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := flagValues(fs); got["allow"] != "10.0.0.0/8" || got["pending_timeout"] != "0s" {
@@ -107,7 +107,7 @@ func TestApplyEmpty(t *testing.T) {
 	for _, file := range []string{"", "# only a comment\n", "---\n", "{}\n"} {
 		fs := testSet()
 		before := flagValues(fs)
-		if err := schema(fs).Apply("gw.yaml", []byte(file), nil); err != nil {
+		if _, err := schema(fs).Apply("gw.yaml", []byte(file), nil); err != nil {
 			t.Errorf("%q: %v", file, err)
 		}
 		if fmt.Sprint(flagValues(fs)) != fmt.Sprint(before) {
@@ -124,14 +124,17 @@ func TestApplyKeep(t *testing.T) {
 		t.Fatal(err)
 	}
 	keep := map[string]bool{"port": true, "allow": true}
-	err := schema(fs).Apply("gw.yaml", []byte("port: 6000\nallow: [10.0.0.0/8]\nlistener_ip: 10.0.0.3\n"), keep)
+	set, err := schema(fs).Apply("gw.yaml", []byte("port: 6000\nallow: [10.0.0.0/8]\nlistener_ip: 10.0.0.3\n"), keep)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fmt.Sprint(set) != "[listener_ip]" {
+		t.Errorf("Apply says it set %v; want [listener_ip]", set)
 	}
 	if got := flagValues(fs); got["port"] != "7000" || got["allow"] != "127.0.0.1/32" || got["listener_ip"] != "10.0.0.3" {
 		t.Errorf("port %q allow %q listener_ip %q; want the command line's port and allow, the file's listener_ip", got["port"], got["allow"], got["listener_ip"])
 	}
-	err = schema(fs).Apply("gw.yaml", []byte("port: many\n"), keep)
+	_, err = schema(fs).Apply("gw.yaml", []byte("port: many\n"), keep)
 	if err == nil || !strings.Contains(err.Error(), "gw.yaml:1: port:") {
 		t.Errorf("an overridden key of the wrong kind: %v", err)
 	}
@@ -143,7 +146,7 @@ func TestApplyErrors(t *testing.T) {
 	for _, c := range []struct{ file, want string }{
 		{"listener_ip: 10.0.0.3\nlisener_ip: 10.0.0.4\n", "gw.yaml:2: lisener_ip: unknown key; did you mean listener_ip?"},
 		{"port-range: 1-2\n", "gw.yaml:1: port-range: unknown key; keys are spelled in snake_case: port_range"},
-		{"frobnicate: 1\n", "gw.yaml:1: frobnicate: unknown key (--help lists every flag"},
+		{"frobnicate: 1\n", "gw.yaml:1: frobnicate: unknown key (t --help lists every flag"},
 		{"config: other.yaml\n", "gw.yaml:1: config: not a setting but an action of the command line (--config)"},
 		{"version: true\n", "gw.yaml:1: version: not a setting"},
 		{"client_secret: hunter2\n", "gw.yaml:1: client_secret: a secret never stands in the configuration file"},
@@ -179,7 +182,7 @@ func TestApplyErrors(t *testing.T) {
 		{strings.Repeat("#", MaxBytes+1), "larger than 1048576 bytes"},
 	} {
 		fs := testSet()
-		err := schema(fs).Apply("gw.yaml", []byte(c.file), nil)
+		_, err := schema(fs).Apply("gw.yaml", []byte(c.file), nil)
 		var ce *Error
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%.60q: error %v; want an *Error containing %q", c.file, err, c.want)
@@ -231,7 +234,7 @@ func TestWriteRoundTrip(t *testing.T) {
 		}
 	}
 	back := testSet()
-	if err := schema(back).Apply("printed.yaml", out.Bytes(), nil); err != nil {
+	if _, err := schema(back).Apply("printed.yaml", out.Bytes(), nil); err != nil {
 		t.Fatal(err)
 	}
 	want, got := flagValues(fs), flagValues(back)
@@ -268,7 +271,7 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte("listener_ip: \"\\u0000\\n\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fs := testSet()
-		if err := schema(fs).Apply("f.yaml", data, nil); err != nil {
+		if _, err := schema(fs).Apply("f.yaml", data, nil); err != nil {
 			var ce *Error
 			if !errors.As(err, &ce) {
 				t.Fatalf("error %v is not an *Error", err)
@@ -280,7 +283,7 @@ func FuzzApply(f *testing.F) {
 			t.Fatal(err)
 		}
 		back := testSet()
-		if err := schema(back).Apply("printed.yaml", out.Bytes(), nil); err != nil {
+		if _, err := schema(back).Apply("printed.yaml", out.Bytes(), nil); err != nil {
 			t.Fatalf("Write's output refused: %v\n%s", err, out.String())
 		}
 		if a, b := fmt.Sprint(flagValues(fs)), fmt.Sprint(flagValues(back)); a != b {
