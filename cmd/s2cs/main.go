@@ -106,7 +106,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
 	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
 		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)))
+	// Under systemd (Type=notify), say when the gateway serves.
+	var watched chan struct{}
+	serving, served := context.WithCancel(context.Background())
+	if n := newNotifier(os.Getenv("NOTIFY_SOCKET")); n != nil {
+		watched = make(chan struct{})
+		go func() {
+			defer close(watched)
+			n.watch(serving, ctx, srv.Ready, "control API on https://"+ln.Addr().String(), log)
+		}()
+	}
 	err = srv.Serve(ctx, ln)
+	served()
+	if watched != nil {
+		<-watched
+	}
 	if cfg.Sockmap != nil {
 		s := cfg.Sockmap.Stats()
 		log.Info("sockmap totals", "directions_redirected", s.Redirected, "fallbacks", s.Fallbacks,
