@@ -16,6 +16,15 @@ command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 # The SNI router in front of a shared WAN port (e2e/sni_test.go): HAProxy
 # in TCP mode, started by the test on loopback with its own config.
 command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
+# The deployment tests (deploy/): systemd-analyze and systemd-sysusers
+# check the units (offline: no running systemd needed); podman builds
+# the image (scripts/image.sh, with the CA bundle in it) and runs it,
+# with runc, as crun refuses the hybrid cgroup hierarchy of some CI
+# containers.
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-pip)
 elif ! python3 -m pip --version >/dev/null 2>&1; then
