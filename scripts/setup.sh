@@ -77,6 +77,7 @@ for key in net.core.rmem_max net.core.wmem_max; do
 done
 
 go mod download
+(cd deploy/helmtest && go mod download)   # the Helm chart's tests, a module of their own
 # staticcheck, pinned, into GOPATH/bin.
 SC_VERSION=v0.8.2
 GOBIN="$(go env GOPATH)/bin"
