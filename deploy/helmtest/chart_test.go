@@ -112,29 +112,17 @@ func decode(t *testing.T, files map[string]string) objects {
 			want := ""
 			switch tm.Kind {
 			case "ConfigMap":
-				want = "v1"
-				o.configMaps = append(o.configMaps, corev1.ConfigMap{})
-				err = yaml.UnmarshalStrict([]byte(doc), &o.configMaps[len(o.configMaps)-1])
+				want, err = "v1", decodeInto(doc, &o.configMaps)
 			case "Secret":
-				want = "v1"
-				o.secrets = append(o.secrets, corev1.Secret{})
-				err = yaml.UnmarshalStrict([]byte(doc), &o.secrets[len(o.secrets)-1])
+				want, err = "v1", decodeInto(doc, &o.secrets)
 			case "Service":
-				want = "v1"
-				o.services = append(o.services, corev1.Service{})
-				err = yaml.UnmarshalStrict([]byte(doc), &o.services[len(o.services)-1])
+				want, err = "v1", decodeInto(doc, &o.services)
 			case "StatefulSet":
-				want = "apps/v1"
-				o.statefulSets = append(o.statefulSets, appsv1.StatefulSet{})
-				err = yaml.UnmarshalStrict([]byte(doc), &o.statefulSets[len(o.statefulSets)-1])
+				want, err = "apps/v1", decodeInto(doc, &o.statefulSets)
 			case "Route":
-				want = "route.openshift.io/v1"
-				o.routes = append(o.routes, route{})
-				err = yaml.UnmarshalStrict([]byte(doc), &o.routes[len(o.routes)-1])
+				want, err = "route.openshift.io/v1", decodeInto(doc, &o.routes)
 			case "ServiceMonitor":
-				want = "monitoring.coreos.com/v1"
-				o.serviceMonitors = append(o.serviceMonitors, monitoringv1.ServiceMonitor{})
-				err = yaml.UnmarshalStrict([]byte(doc), &o.serviceMonitors[len(o.serviceMonitors)-1])
+				want, err = "monitoring.coreos.com/v1", decodeInto(doc, &o.serviceMonitors)
 			default:
 				t.Fatalf("%s: a %s %s, which the chart should not make", name, tm.APIVersion, tm.Kind)
 			}
@@ -147,6 +135,15 @@ func decode(t *testing.T, files map[string]string) objects {
 		}
 	}
 	return o
+}
+
+// decodeInto decodes doc strictly (no unknown field, no duplicate key)
+// into a new element of list.
+func decodeInto[T any](doc string, list *[]T) error {
+	var v T
+	err := yaml.UnmarshalStrict([]byte(doc), &v)
+	*list = append(*list, v)
+	return err
 }
 
 func stripComments(doc string) string {

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -21,35 +20,17 @@ import (
 	"scistream/internal/localgw"
 )
 
-// logBuffer collects JSON log lines; safe for concurrent writers.
-type logBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the records whose msg is msg.
-func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
+// records returns the JSON log records in l whose msg is msg.
+func records(t *testing.T, l *logLines, msg string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
-		if l == "" {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
+		if line == "" {
 			continue
 		}
 		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Fatalf("log line is not JSON: %v: %s", err, l)
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, line)
 		}
 		if rec["msg"] == msg {
 			out = append(out, rec)
@@ -58,8 +39,9 @@ func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
 	return out
 }
 
-func (b *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// jsonLogger returns a logger of every level that writes JSON to l.
+func jsonLogger(l *logLines) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // checkNoSecrets fails t if the log holds a token or any header.
@@ -78,8 +60,8 @@ func checkNoSecrets(t *testing.T, log string, tokens ...string) {
 // has the same id; no token and no header is logged, also not a wrong
 // token.
 func TestRequestLog(t *testing.T) {
-	var logs logBuffer
-	s := newTestServer(t, func(c *Config) { c.Logger = logs.logger() })
+	var logs logLines
+	s := newTestServer(t, func(c *Config) { c.Logger = jsonLogger(&logs) })
 	wrong := "wrong-token-" + strings.Repeat("x", 20)
 	for _, c := range []struct {
 		name, method, path, token, id string
@@ -102,7 +84,7 @@ func TestRequestLog(t *testing.T) {
 		{"id not ASCII", "GET", "/v1/info", aliceToken, "ïd", false, 200, "alice", "GET /v1/info"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before := len(logs.lines(t, "request"))
+			before := len(records(t, &logs, "request"))
 			body := ""
 			if c.method == "POST" {
 				body = inboundBody(9)
@@ -127,7 +109,7 @@ func TestRequestLog(t *testing.T) {
 			case !c.keepID && (id == c.id || callerRequestID(id) != id || len(id) < 16):
 				t.Fatalf("answer's %s %q: want a new id of at least 16 safe bytes", requestIDHeader, id)
 			}
-			recs := logs.lines(t, "request")
+			recs := records(t, &logs, "request")
 			if len(recs) != before+1 {
 				t.Fatalf("%d request lines, want 1", len(recs)-before)
 			}
@@ -149,13 +131,13 @@ func TestRequestLog(t *testing.T) {
 		})
 	}
 	// A refusal with a cause logs "request failed" with the same id.
-	failed := logs.lines(t, "request failed")
+	failed := records(t, &logs, "request failed")
 	if len(failed) == 0 {
 		t.Fatalf("no request failed line for the wrong token:\n%s", logs.String())
 	}
 	var found bool
 	for _, f := range failed {
-		for _, r := range logs.lines(t, "request") {
+		for _, r := range records(t, &logs, "request") {
 			found = found || (f["request_id"] == r["request_id"] && r["status"] == float64(401))
 		}
 	}
@@ -170,13 +152,13 @@ func TestRequestLog(t *testing.T) {
 // log line, every answer its id, every generated id is distinct, and no
 // token reaches the log.
 func TestRequestIDsUnderLoad(t *testing.T) {
-	var logs logBuffer
+	var logs logLines
 	tok := localgw.NewToken()
 	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(tok) + " carol\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := startGW(t, tokens, func(c *Config) { c.Logger = logs.logger() })
+	g := startGW(t, tokens, func(c *Config) { c.Logger = jsonLogger(&logs) })
 	waitReady(t, g)
 	pem, err := os.ReadFile(g.cert)
 	if err != nil {
@@ -228,7 +210,7 @@ func TestRequestIDsUnderLoad(t *testing.T) {
 		seen[id] = true
 	}
 	logged := map[string]bool{}
-	for _, rec := range logs.lines(t, "request") {
+	for _, rec := range records(t, &logs, "request") {
 		if rec["route"] == "GET /v1/streams" {
 			if id, _ := rec["request_id"].(string); seen[id] && rec["identity"] == "carol" {
 				logged[id] = true
