@@ -19,15 +19,35 @@ import (
 // through the flags' own parsing and then through options.config and
 // gateway.Config.Validate, exactly as the command line's do.
 
+// opsOptions are the flags of running s2cs as a service: its
+// configuration file, --print_config and --log_level.
+type opsOptions struct {
+	configFile  string
+	printConfig bool
+	logLevel    string
+	// fs holds every flag, as parsed and loaded (--print_config writes
+	// them).
+	fs *flag.FlagSet
+	// fromFile are the flags whose value came from --config.
+	fromFile map[string]bool
+}
+
+func (o *opsOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.configFile, "config", "", "YAML configuration file: one key per flag, named as the flag (listener_ip: 10.0.0.3); a flag given as well overrides its key; see docs/deploy.md")
+	fs.BoolVar(&o.printConfig, "print_config", false, "print the effective configuration (defaults, --config, flags) as a configuration file, without secrets, and exit")
+	fs.StringVar(&o.logLevel, "log_level", "info", "least level logged: debug, info, warn or error (--verbose is debug)")
+}
+
 // configSchema is the configuration file of the flags in fs. The
 // flags that do something rather than set something have no key.
 func configSchema(fs *flag.FlagSet) cfgfile.Schema {
 	return cfgfile.Schema{FlagSet: fs, Actions: []string{"config", "print_config", "version"}}
 }
 
-// loadConfig reads --config, if given, into fs, leaving the flags given
-// on the command line as they are.
-func (o *options) loadConfig(fs *flag.FlagSet) error {
+// load reads --config, if given, into fs, which holds every flag,
+// leaving the flags given on the command line as they are.
+func (o *opsOptions) load(fs *flag.FlagSet) error {
+	o.fs = fs
 	if o.configFile == "" {
 		return nil
 	}
@@ -72,7 +92,7 @@ func readConfig(path string) ([]byte, error) {
 // reads back to the same settings. Secrets are never in it: the keys
 // that name secret files hold their paths, and flags that look like
 // inline secrets have no key (cfgfile.Secret).
-func (o *options) writeConfig(w io.Writer) error {
+func (o *opsOptions) writeConfig(w io.Writer) error {
 	header := "s2cs configuration, as s2cs --print_config printed it: defaults, then"
 	if o.configFile != "" {
 		header += " " + o.configFile + ", then"
@@ -87,7 +107,7 @@ var flagNamed = regexp.MustCompile(`^--([a-z0-9_]+)`)
 // fileHint adds to an error about a flag's value, when that value came
 // from the configuration file, where it came from: an operator who never
 // typed --type looks for it in the file.
-func (o *options) fileHint(err error) error {
+func (o *opsOptions) fileHint(err error) error {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
@@ -98,15 +118,16 @@ func (o *options) fileHint(err error) error {
 	return fmt.Errorf("%w (key %s in %s)", err, cfgfile.KeyName(m[1]), o.configFile)
 }
 
-// checkLevel returns the slog level --log_level and --verbose ask for.
-func (o *options) checkLevel() (string, error) {
+// checkLevel returns the slog level --log_level asks for, debug if
+// verbose (--verbose).
+func (o *opsOptions) checkLevel(verbose bool) (string, error) {
 	level := strings.ToLower(o.logLevel)
 	switch level {
 	case "debug", "info", "warn", "error":
 	default:
 		return "", fmt.Errorf("--log_level %.40q: use debug, info, warn or error", o.logLevel)
 	}
-	if o.verbose {
+	if verbose {
 		if level != "debug" && level != "info" {
 			return "", fmt.Errorf("--verbose (the debug level) and --log_level %s contradict each other: give one", level)
 		}

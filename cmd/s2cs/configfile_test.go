@@ -93,11 +93,11 @@ func TestConfigEveryFlag(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v: %v", args, err)
 			}
-			got, want := byFile.fs.Lookup(f.Name).Value.String(), byFlag.fs.Lookup(f.Name).Value.String()
+			got, want := byFile.ops.fs.Lookup(f.Name).Value.String(), byFlag.ops.fs.Lookup(f.Name).Value.String()
 			if got != want || got == f.DefValue {
 				t.Errorf("key %s: %s set --%s to %q; the flag %v sets %q (default %q)", cfgfile.KeyName(f.Name), yamlValue, f.Name, got, args, want, f.DefValue)
 			}
-			if !byFile.fromFile[f.Name] {
+			if !byFile.ops.fromFile[f.Name] {
 				t.Errorf("--%s is not counted as set by the file", f.Name)
 			}
 		})
@@ -125,8 +125,8 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Errorf("port %d engine %s port_range %s listener_ip %s quota %+v; want the flags' port and type and quota_streams, the file's range and IP, the default quota_ports",
 			o.port, cfg.Engine, cfg.PortRange, cfg.ListenerIP, cfg.Quota)
 	}
-	if !o.fromFile["listener_ip"] || o.fromFile["port"] {
-		t.Errorf("fromFile %v: want listener_ip, not port (the command line's)", o.fromFile)
+	if !o.ops.fromFile["listener_ip"] || o.ops.fromFile["port"] {
+		t.Errorf("fromFile %v: want listener_ip, not port (the command line's)", o.ops.fromFile)
 	}
 }
 
@@ -192,7 +192,7 @@ log_level: warn
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []any{cfg, o.port, o.tokensFile, o.logFormat, o.logLevel, o.stateDir}
+		return []any{cfg, o.port, o.tokensFile, o.logFormat, o.ops.logLevel, o.stateDir}
 	}
 	if a, b := configOf(args...), configOf("--config", printed); !reflect.DeepEqual(a, b) {
 		t.Errorf("the printed file configures another gateway:\n%+v\n%+v", a, b)

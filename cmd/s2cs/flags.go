@@ -17,6 +17,7 @@ import (
 // options are s2cs's command line: the gateway's settings (config turns
 // them into a gateway.Config) and what only the daemon itself uses.
 type options struct {
+	ops                opsOptions // configfile.go: --config, --print_config, --log_level
 	listenerIP, bindIP string
 	portRange          string
 	engine, bufferSize string
@@ -38,14 +39,7 @@ type options struct {
 	noSockmap          bool
 	verbose            bool
 	logFormat          string
-	logLevel           string
 	version            bool
-	configFile         string
-	printConfig        bool
-	// fs holds the flags above, as parsed (--print_config writes them).
-	fs *flag.FlagSet
-	// fromFile are the flags whose value came from --config.
-	fromFile map[string]bool
 }
 
 // parseFlags reads args, and the configuration file --config names
@@ -60,10 +54,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
 	}
-	if err := o.loadConfig(fs); err != nil {
+	if err := o.ops.load(fs); err != nil {
 		return nil, err
 	}
-	o.fs = fs
 	return &o, nil
 }
 
@@ -72,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("s2cs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	o.ops.register(fs)
 	fs.StringVar(&o.certFile, "server_crt", "", "PEM certificate of this gateway (control API and WAN legs); if empty, a self-signed one is generated in --state_dir")
 	fs.StringVar(&o.keyFile, "server_key", "", "PEM private key for --server_crt")
 	fs.StringVar(&o.listenerIP, "listener_ip", "", "IP address advertised to peers and, unless --bind says otherwise, bound (required)")
@@ -102,12 +96,9 @@ func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
-	fs.StringVar(&o.logLevel, "log_level", "info", "least level logged: debug, info, warn or error (--verbose is debug)")
-	fs.StringVar(&o.configFile, "config", "", "YAML configuration file: one key per flag, named as the flag (listener_ip: 10.0.0.3); a flag given as well overrides its key; see docs/deploy.md")
-	fs.BoolVar(&o.printConfig, "print_config", false, "print the effective configuration (defaults, --config, flags) as a configuration file, without secrets, and exit")
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n       s2cs --config FILE [flags]\n\n")
+		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n\n")
 		cliflag.PrintDefaults(fs)
 	}
 	return fs

@@ -56,23 +56,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg, err := o.config()
 	if err != nil {
-		return o.fileHint(err)
+		return o.ops.fileHint(err)
 	}
 	log, err := o.logger(stderr)
 	if err != nil {
-		return o.fileHint(err)
+		return o.ops.fileHint(err)
 	}
-	if o.printConfig {
-		return o.writeConfig(stdout)
+	if o.ops.printConfig {
+		return o.ops.writeConfig(stdout)
 	}
-	if o.configFile != "" {
-		log.Info("configuration file", "path", o.configFile, "keys", len(o.fromFile))
+	if o.ops.configFile != "" {
+		log.Info("configuration file", "path", o.ops.configFile, "keys", len(o.ops.fromFile))
 	}
 	if ip := net.ParseIP(cfg.BindIP); ip != nil && ip.IsUnspecified() {
 		log.Warn("--bind " + cfg.BindIP + " binds the control API and every data listener on all interfaces: applications and peers reach them on any address this host has; prefer one address")
 	}
 	if cfg.Auth, err = o.authenticator(log); err != nil {
-		return o.fileHint(err)
+		return o.ops.fileHint(err)
 	}
 	if cfg.AllowTCPWAN {
 		log.Warn("--insecure_tcp_wan is set: streams may ask for plaintext WAN legs")
@@ -104,23 +104,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control API: %w", err)
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
+	notified := notifyReady(ctx, srv.Ready, ln.Addr().String(), log) // READY=1 under systemd (notify.go)
 	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
 		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)))
-	// Under systemd (Type=notify), say when the gateway serves.
-	var watched chan struct{}
-	serving, served := context.WithCancel(context.Background())
-	if n := newNotifier(os.Getenv("NOTIFY_SOCKET")); n != nil {
-		watched = make(chan struct{})
-		go func() {
-			defer close(watched)
-			n.watch(serving, ctx, srv.Ready, "control API on https://"+ln.Addr().String(), log)
-		}()
-	}
 	err = srv.Serve(ctx, ln)
-	served()
-	if watched != nil {
-		<-watched
-	}
+	notified()
 	if cfg.Sockmap != nil {
 		s := cfg.Sockmap.Stats()
 		log.Info("sockmap totals", "directions_redirected", s.Redirected, "fallbacks", s.Fallbacks,
@@ -151,7 +139,7 @@ func reportFiles(f gateway.Files, log *slog.Logger, stdout io.Writer) {
 // logger returns the logger --log_format, --log_level and --verbose ask
 // for, writing to stderr.
 func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
-	name, err := o.checkLevel()
+	name, err := o.ops.checkLevel(o.verbose)
 	if err != nil {
 		return nil, err
 	}

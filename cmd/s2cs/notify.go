@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 )
 
@@ -47,6 +48,28 @@ func (n *notifier) send(state string) error {
 		return fmt.Errorf("notify the service manager: %w", err)
 	}
 	return nil
+}
+
+// notifyReady tells the service manager NOTIFY_SOCKET names, if any,
+// READY=1 once ready reports true and STOPPING=1 when stop ends; addr is
+// the control API's, for the unit's status line. Call the function it
+// returns once the gateway stopped serving: it ends the watch and waits
+// for it.
+func notifyReady(stop context.Context, ready func() bool, addr string, log *slog.Logger) (done func()) {
+	n := newNotifier(os.Getenv("NOTIFY_SOCKET"))
+	if n == nil {
+		return func() {}
+	}
+	serving, served := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		n.watch(serving, stop, ready, "control API on https://"+addr, log)
+	}()
+	return func() {
+		served()
+		<-watched
+	}
 }
 
 // watch sends READY=1 once ready reports true, and STOPPING=1 when stop

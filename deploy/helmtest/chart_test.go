@@ -575,4 +575,3 @@ func TestChartConfigChecked(t *testing.T) {
 		})
 	}
 }
-
