@@ -45,22 +45,24 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 // run starts the gateway that args describe and serves until ctx ends.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	// A refused value that came from --config names its key and file.
+	defer func() { err = o.ops.fileHint(err) }()
 	if o.version {
 		fmt.Fprintln(stdout, version.String("s2cs"))
 		return nil
 	}
 	cfg, err := o.config()
 	if err != nil {
-		return o.ops.fileHint(err)
+		return err
 	}
 	log, err := o.logger(stderr)
 	if err != nil {
-		return o.ops.fileHint(err)
+		return err
 	}
 	if o.ops.printConfig {
 		return o.ops.writeConfig(stdout)
@@ -72,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("--bind " + cfg.BindIP + " binds the control API and every data listener on all interfaces: applications and peers reach them on any address this host has; prefer one address")
 	}
 	if cfg.Auth, err = o.authenticator(log); err != nil {
-		return o.ops.fileHint(err)
+		return err
 	}
 	if cfg.AllowTCPWAN {
 		log.Warn("--insecure_tcp_wan is set: streams may ask for plaintext WAN legs")
