@@ -9,13 +9,6 @@ command -v nc >/dev/null 2>&1 || need_apt+=(netcat-openbsd)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 # ip and tc build the namespace testbed (s2bench testbed, internal/netbed).
 { command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
-# The application tests (e2e/apps_*_test.go, examples/): iperf3 and a
-# RabbitMQ broker the tests start themselves on loopback ports they choose.
-command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
-[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
-# The SNI router in front of a shared WAN port (e2e/sni_test.go): HAProxy
-# in TCP mode, started by the test on loopback with its own config.
-command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 # The deployment tests (deploy/): systemd-analyze and systemd-sysusers
 # check the units (offline: no running systemd needed); podman builds
 # the image (scripts/image.sh, with the CA bundle in it) and runs it,
@@ -25,6 +18,13 @@ command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
+# The application tests (e2e/apps_*_test.go, examples/): iperf3 and a
+# RabbitMQ broker the tests start themselves on loopback ports they choose.
+command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
+# The SNI router in front of a shared WAN port (e2e/sni_test.go): HAProxy
+# in TCP mode, started by the test on loopback with its own config.
+command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-pip)
 elif ! python3 -m pip --version >/dev/null 2>&1; then
