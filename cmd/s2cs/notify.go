@@ -73,7 +73,7 @@ func notifyReady(stop context.Context, ready func() bool, addr string, log *slog
 }
 
 // watch sends READY=1 once ready reports true, and STOPPING=1 when stop
-// ends after that; it returns when serving ends (done). The gateway has
+// ends after that; it returns when serving ends. The gateway has
 // no readiness event to wait on, so ready is polled: restoring streams
 // takes milliseconds, and a poll costs nothing after it.
 func (n *notifier) watch(serving, stop context.Context, ready func() bool, status string, log *slog.Logger) {
