@@ -51,8 +51,19 @@ func newPodman(t *testing.T) *podman {
 	// (podman's defaults are, and without CAP_SYS_RESOURCE the runtime
 	// cannot raise them), cgroupfs and a file for events (no systemd),
 	// and runc where installed (crun refuses a hybrid cgroup hierarchy).
-	conf := fmt.Sprintf("[containers]\ndefault_ulimits = [\"nofile=%d:%d\", \"nproc=4096:4096\"]\n[engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
-		lim.Max, lim.Max)
+	// Every path podman writes is under dir, so the test touches nothing
+	// of the host's podman (its networks, events, images) and leaves
+	// nothing behind.
+	conf := fmt.Sprintf(`[containers]
+default_ulimits = ["nofile=%d:%d", "nproc=4096:4096"]
+[network]
+network_config_dir = %q
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = %q
+tmp_dir = %q
+`, lim.Max, lim.Max, filepath.Join(dir, "net"), filepath.Join(dir, "events.log"), filepath.Join(dir, "tmp"))
 	if _, err := exec.LookPath("runc"); err == nil {
 		conf += "runtime = \"runc\"\n"
 	}
@@ -66,9 +77,10 @@ func newPodman(t *testing.T) *podman {
 		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
 		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"))}
 	t.Cleanup(func() {
-		// The storage holds read-only layers and mounts: podman removes
-		// them itself before TempDir's cleanup removes the directory.
-		p.run("system", "reset", "--force")
+		// Containers hold mounts in the storage: podman removes them, and
+		// the images, before TempDir's cleanup removes the directory.
+		p.run("rm", "--all", "--force")
+		p.run("rmi", "--all", "--force")
 	})
 	return p
 }
