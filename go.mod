@@ -8,6 +8,7 @@ require (
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/quic-go/quic-go v0.65.0
 	go.etcd.io/bbolt v1.5.0
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/net v0.56.0
 	golang.org/x/oauth2 v0.38.0
 	golang.org/x/sys v0.49.0

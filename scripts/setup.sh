@@ -9,6 +9,15 @@ command -v nc >/dev/null 2>&1 || need_apt+=(netcat-openbsd)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 # ip and tc build the namespace testbed (s2bench testbed, internal/netbed).
 { command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
+# The deployment tests (deploy/): systemd-analyze and systemd-sysusers
+# check the units (offline: no running systemd needed); podman builds
+# the image (scripts/image.sh, with the CA bundle in it) and runs it,
+# with runc, as crun refuses the hybrid cgroup hierarchy of some CI
+# containers.
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 # The application tests (e2e/apps_*_test.go, examples/): iperf3 and a
 # RabbitMQ broker the tests start themselves on loopback ports they choose.
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
@@ -68,6 +77,7 @@ for key in net.core.rmem_max net.core.wmem_max; do
 done
 
 go mod download
+(cd deploy/helmtest && go mod download)   # the Helm chart's tests, a module of their own
 # staticcheck, pinned, into GOPATH/bin.
 SC_VERSION=v0.8.2
 GOBIN="$(go env GOPATH)/bin"

@@ -10,6 +10,12 @@ echo "== staticcheck"
 "$(go env GOPATH)/bin/staticcheck" ./...
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
+echo "== deploy/helmtest: the Helm chart's tests, a module of its own"
+# Its own go.mod keeps the Helm and Kubernetes libraries out of the
+# scistream module. Without -race: the test starts no goroutines, and an
+# instrumented build would compile those libraries a second time (about
+# two minutes on two cores) for nothing.
+(cd deploy/helmtest && go vet ./... && "$(go env GOPATH)/bin/staticcheck" ./... && go test -count=1 -timeout 10m ./...)
 echo "== fuzz (10s each)"
 # fuzz PKG TARGET: a failure that wrote a failing input to
 # PKG/testdata/fuzz/TARGET fails the run. One that wrote none is Go 1.26's

@@ -18,6 +18,7 @@ import (
 // options are s2cs's command line: the gateway's settings (config turns
 // them into a gateway.Config) and what only the daemon itself uses.
 type options struct {
+	ops                opsOptions // configfile.go: --config, --print_config, --log_level
 	listenerIP, bindIP string
 	portRange          string
 	engine, bufferSize string
@@ -47,12 +48,30 @@ type options struct {
 	version            bool
 }
 
-// parseFlags reads args. --help prints the usage and returns
-// flag.ErrHelp.
+// parseFlags reads args, and the configuration file --config names
+// (configfile.go): a flag on the command line overrides its key in the
+// file. --help prints the usage and returns flag.ErrHelp.
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	var o options
+	fs := o.flagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
+	}
+	if err := o.ops.load(fs); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// flagSet defines s2cs's flags on o's fields. Each flag is also a key of
+// the configuration file, by the same name (configfile.go).
+func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("s2cs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	o.ops.register(fs)
 	fs.StringVar(&o.certFile, "server_crt", "", "PEM certificate of this gateway (control API and WAN legs); if empty, a self-signed one is generated in --state_dir")
 	fs.StringVar(&o.keyFile, "server_key", "", "PEM private key for --server_crt")
 	fs.StringVar(&o.listenerIP, "listener_ip", "", "IP address advertised to peers and, unless --bind says otherwise, bound (required)")
@@ -95,13 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]\n\n")
 		cliflag.PrintDefaults(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
-	}
-	return &o, nil
+	return fs
 }
 
 // config turns the options into the gateway's settings and checks them

@@ -46,11 +46,13 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 // run starts the gateway that args describe and serves until ctx ends.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	// A refused value that came from --config names its key and file.
+	defer func() { err = o.ops.fileHint(err) }()
 	if o.version {
 		fmt.Fprintln(stdout, version.String("s2cs"))
 		return nil
@@ -62,6 +64,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log, err := o.logger(stderr)
 	if err != nil {
 		return err
+	}
+	if o.ops.printConfig {
+		return o.ops.writeConfig(stdout)
+	}
+	if o.ops.configFile != "" {
+		log.Info("configuration file", "path", o.ops.configFile, "keys", len(o.ops.fromFile))
 	}
 	if ip := net.ParseIP(cfg.BindIP); ip != nil && ip.IsUnspecified() {
 		log.Warn("--bind " + cfg.BindIP + " binds the control API and every data listener on all interfaces: applications and peers reach them on any address this host has; prefer one address")
@@ -102,6 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control API: %w", err)
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
+	notified := notifyReady(ctx, srv.Ready, ln.Addr().String(), log) // READY=1 under systemd (notify.go)
 	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
 		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
 		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax)
@@ -109,6 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("no --capacity_rate: the rates streams ask for are granted and kept to, but not reserved against the link, and best-effort streams are not paced")
 	}
 	err = srv.Serve(ctx, ln)
+	notified()
 	if cfg.Sockmap != nil {
 		s := cfg.Sockmap.Stats()
 		log.Info("sockmap totals", "directions_redirected", s.Redirected, "fallbacks", s.Fallbacks,
@@ -136,12 +146,16 @@ func reportFiles(f gateway.Files, log *slog.Logger, stdout io.Writer) {
 	}
 }
 
-// logger returns the logger --log_format and --verbose ask for, writing
-// to stderr.
+// logger returns the logger --log_format, --log_level and --verbose ask
+// for, writing to stderr.
 func (o *options) logger(stderr io.Writer) (*slog.Logger, error) {
-	level := slog.LevelInfo
-	if o.verbose {
-		level = slog.LevelDebug
+	name, err := o.ops.checkLevel(o.verbose)
+	if err != nil {
+		return nil, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(name)); err != nil {
+		return nil, fmt.Errorf("--log_level: %w", err)
 	}
 	hopts := &slog.HandlerOptions{Level: level}
 	switch o.logFormat {

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"path"
 	"strings"
-	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/auth"
@@ -85,6 +83,7 @@ func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
+		noteIdentity(r, p.Identity) // for the request's log line (reqlog.go)
 		r = withPrincipal(r, p)
 		if !s.Ready() {
 			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
@@ -96,31 +95,6 @@ func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 			return
 		}
 		writeJSON(w, code, body)
-	})
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.code = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (s *Server) logRequests(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, code: 200}
-		h.ServeHTTP(sw, r)
-		lvl := slog.LevelDebug
-		if r.URL.Path != "/healthz" {
-			lvl = slog.LevelInfo
-		}
-		// Never log headers: they carry the bearer token.
-		s.log.Log(r.Context(), lvl, "request", "method", r.Method, "path", r.URL.Path,
-			"remote", r.RemoteAddr, "status", sw.code, "duration", time.Since(start))
 	})
 }
 
@@ -141,7 +115,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae = api.Errorf(api.CodeInternal, "internal error; see the gateway's log").WithCause(err)
 	}
 	if ae.Code == api.CodeInternal || ae.Cause() != nil {
-		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.Code, "msg", ae.Message, "cause", ae.Cause())
+		s.log.Warn("request failed", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "code", ae.Code, "message", ae.Message, "cause", ae.Cause())
 	}
 	writeJSON(w, ae.Code.HTTPStatus(), api.ErrorBody{Error: *ae})
 }
