@@ -36,6 +36,11 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/streams", s.authed(s.handleList))
 	mux.Handle("GET /v1/streams/{uid}", s.authed(s.handleGet))
 	mux.Handle("DELETE /v1/streams/{uid}", s.authed(s.handleRelease))
+	// What operators look at (observe.go): the metrics, the gateway's
+	// status, and the status page, which holds no data of its own.
+	mux.Handle("GET /v1/status", s.operatorView(s.answer(s.handleStatus)))
+	mux.Handle("GET /metrics", s.operatorView(s.obs.metrics))
+	mux.HandleFunc("GET /status", s.handleStatusPage)
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %.200q; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
 	}
@@ -74,7 +79,11 @@ type handlerFunc func(r *http.Request) (int, any, error)
 
 // authed authenticates the caller, refuses requests until the server is
 // ready, and writes the handler's answer.
-func (s *Server) authed(h handlerFunc) http.Handler {
+func (s *Server) authed(h handlerFunc) http.Handler { return s.authedHTTP(s.answer(h)) }
+
+// authedHTTP authenticates the caller and refuses requests until the
+// server is ready; then h answers.
+func (s *Server) authedHTTP(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.cfg.Auth.Authenticate(r)
 		if err != nil {
@@ -91,6 +100,13 @@ func (s *Server) authed(h handlerFunc) http.Handler {
 			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
 			return
 		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// answer writes h's answer: its body as JSON, or its error.
+func (s *Server) answer(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code, body, err := h(r)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -141,6 +157,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if !errors.As(err, &ae) {
 		ae = api.Errorf(api.CodeInternal, "internal error; see the gateway's log").WithCause(err)
 	}
+	s.obs.apiError(ae.Code)
 	if ae.Code == api.CodeInternal || ae.Cause() != nil {
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "code", ae.Code, "msg", ae.Message, "cause", ae.Cause())
 	}

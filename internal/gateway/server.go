@@ -25,6 +25,10 @@
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
 //	pool.go      pooled WAN legs of outbound streams: warm, reused, torn down by LRU or LRU-M
 //	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
+//	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
+//	metrics.go   the Prometheus metrics, read from the counters at scrape time
+//	rates.go     the sampler and each stream's rates: mean, standard deviation, peak, steady state
+//	statuspage.go the status page (HTML, embedded)
 package gateway
 
 import (
@@ -51,7 +55,8 @@ type Server struct {
 	engines *relay.Engines
 	env     *env // what every stream gets
 	strange *strangers
-	files   Files // the plan of open files, as Config.Files gave it
+	files   Files     // the plan of open files, as Config.Files gave it
+	obs     *observer // what operators look at: metrics, status, rates (observe.go)
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -96,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
 	strange := newStrangers(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		alloc:   alloc,
@@ -113,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
 			legs:  newLegManager(cfg.Pool, cfg.Logger),
 			files: &connSlots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
+			rates: newRateSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
 		},
 		ctx:     ctx,
 		cancel:  cancel,
@@ -121,7 +127,9 @@ func New(cfg Config) (*Server, error) {
 		pending: map[store.Key]*store.Record{},
 		unsaved: map[store.Key]*store.Record{},
 		done:    make(chan struct{}),
-	}, nil
+	}
+	s.obs = newObserver(s)
+	return s, nil
 }
 
 // Files returns the gateway's plan of its open files (Config.Files).
@@ -179,6 +187,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.wg.Add(1)
 	go s.janitor()
+	s.serveObservers() // the rate sampler and the plain metrics listener
 
 	s.mu.Lock()
 	s.ready = true
@@ -222,6 +231,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				hs.Close()
 			}
 		}
+		s.obs.close()
 		if port != nil {
 			port.close() // no new legs; the streams' own end below
 		}
