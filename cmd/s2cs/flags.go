@@ -39,6 +39,7 @@ type options struct {
 	verbose            bool
 	logFormat          string
 	version            bool
+	observe            observeOptions // observe.go
 }
 
 // parseFlags reads args. --help prints the usage and returns
@@ -77,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
+	o.observe.register(fs)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n\n")
@@ -122,6 +124,7 @@ func (o *options) config() (gateway.Config, error) {
 	if o.maxActive < 0 {
 		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
 	}
+	var err error
 	cfg := gateway.Config{
 		ListenerIP:       o.listenerIP,
 		BindIP:           o.bindIP,
@@ -138,7 +141,9 @@ func (o *options) config() (gateway.Config, error) {
 		AppWaitMax:       noWait(o.appMax),
 		MaxActiveConns:   o.maxActive,
 	}
-	var err error
+	if cfg.Observe, err = o.observe.config(); err != nil {
+		return cfg, err
+	}
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
 		return cfg, fmt.Errorf("--port_range: %w", err)
 	}
@@ -206,6 +211,9 @@ func flagError(err error) error {
 		"Pool.Policy":     "--pool_policy",
 		"Pool.MaxWarm":    "--pool_max_warm",
 		"MaxActiveConns":  "--max_active_conns",
+
+		"Observe.RateInterval": "--rate_interval",
+		"Observe.RateWindow":   "--rate_window",
 	}[ce.Field]
 	if name == "" {
 		return err

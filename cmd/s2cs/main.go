@@ -86,9 +86,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = log
+	if cfg.Observe.MetricsListener, err = o.observe.listen(stdout); err != nil {
+		cfg.Store.Close()
+		return err
+	}
 	srv, err := gateway.New(cfg)
 	if err != nil {
 		cfg.Store.Close()
+		if cfg.Observe.MetricsListener != nil {
+			cfg.Observe.MetricsListener.Close()
+		}
 		return flagError(err)
 	}
 	reportFiles(srv.Files(), log, stdout)
