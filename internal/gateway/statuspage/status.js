@@ -172,13 +172,15 @@
       steady.appendChild(el("div", p[0] + " " + rate(p[1].mean_Bps) + " ± " + rate(p[1].stddev_Bps), "legend-" + p[0]));
     });
     var ch = cell(tr, "");
-    ch.appendChild(chart(r.history, r.interval_s));
+    ch.appendChild(chart(r.history, r.interval_s, r.window_s));
     return tr;
   }
 
   var SVG = "http://www.w3.org/2000/svg";
 
-  function chart(hist, interval) {
+  // chart draws the window's samples, the newest at the right edge and
+  // the whole window wide, so a young stream's line grows from the right.
+  function chart(hist, interval, window) {
     var W = 240, H = 56;
     var svg = document.createElementNS(SVG, "svg");
     svg.setAttribute("class", "chart");
@@ -187,11 +189,12 @@
     svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     var to = (hist && hist.to_wan_Bps) || [], from = (hist && hist.from_wan_Bps) || [];
     var peak = Math.max.apply(null, [1].concat(to, from));
-    var n = Math.max(to.length, 2);
+    var n = Math.max(2, to.length, Math.round((window || 0) / (interval || 1)));
     [["to", to], ["from", from]].forEach(function (p) {
       if (!p[1].length) { return; }
+      var skip = n - p[1].length;
       var pts = p[1].map(function (y, i) {
-        return (i * (W - 2) / (n - 1) + 1).toFixed(1) + "," + (H - 12 - y / peak * (H - 16)).toFixed(1);
+        return ((skip + i) * (W - 2) / (n - 1) + 1).toFixed(1) + "," + (H - 12 - y / peak * (H - 16)).toFixed(1);
       });
       var line = document.createElementNS(SVG, "polyline");
       line.setAttribute("class", p[0]);
@@ -203,7 +206,7 @@
     label.setAttribute("y", H - 2);
     label.setAttribute("font-size", 9);
     label.setAttribute("fill", "#5c6b7a");
-    label.textContent = "peak " + rate(peak) + " · last " + Math.round(to.length * (interval || 1)) + " s";
+    label.textContent = "peak " + rate(peak) + " · the last " + Math.round(n * (interval || 1)) + " s";
     svg.appendChild(label);
     return svg;
   }
