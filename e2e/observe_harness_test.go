@@ -62,8 +62,11 @@ func (x *pacedTransfer) port() string { _, p, _ := net.SplitHostPort(x.ln.Addr()
 
 // start connects to listener (the stream's outbound listener) and sends
 // rate bytes per second, as a schedule: every 10 ms it writes what the
-// time since the start is due.
-func (x *pacedTransfer) start(t *testing.T, listener string, rate float64) {
+// time since the start is due. It goes on for at least least, and then
+// until end: a stall of the producer on a busy machine moves its bytes
+// from one rate sample to the next, which a long steady state averages
+// out.
+func (x *pacedTransfer) start(t *testing.T, listener string, rate float64, least time.Duration) {
 	t.Helper()
 	c, err := net.Dial("tcp", listener)
 	if err != nil {
@@ -105,13 +108,18 @@ func (x *pacedTransfer) start(t *testing.T, listener string, rate float64) {
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		start := time.Now()
+		stop := x.stop
 		for {
 			select {
-			case <-x.stop:
+			case <-stop:
+				stop = nil // stopping: at the next tick past least
+				continue
+			case <-tick.C:
+			}
+			if stop == nil && time.Since(start) >= least {
 				c.(*net.TCPConn).CloseWrite()
 				io.Copy(io.Discard, c) // until the consumer closes
 				return
-			case <-tick.C:
 			}
 			for due := int64(rate*time.Since(start).Seconds()) - x.sent; due > 0; {
 				n, err := c.Write(buf[:min(due, int64(len(buf)))])

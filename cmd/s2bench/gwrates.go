@@ -30,9 +30,10 @@ type gwRun struct {
 // runRates waits until both gateways closed the run of samples that
 // carried the last gateway run (wire bytes forward) and returns what
 // they saw. It gives up, with an error that says why, if the gateways'
-// last run carried other than wire bytes (runs closer than a sampling
-// interval merged into one), or if no idle sample closes the run within
-// three sampling intervals and a second.
+// last run carried other than wire bytes (the run stalled for a whole
+// sampling interval, which split it, or runs closer than an interval
+// merged), or if no idle sample closes the run within three sampling
+// intervals and a second.
 func (lp *localPair) runRates(ctx context.Context, wire int64) (out, in gwRun, err error) {
 	var deadline time.Time
 	for {
@@ -51,7 +52,7 @@ func (lp *localPair) runRates(ctx context.Context, wire int64) (out, in gwRun, e
 		ro, ri := or.ToWAN.LastRun, ir.FromWAN.LastRun
 		if ro != nil && ri != nil && ro.Ended && ri.Ended {
 			if ro.Bytes != wire || ri.Bytes != wire {
-				return out, in, fmt.Errorf("the gateways' last run of samples carried %d and %d bytes, the run %d: runs less than a sampling interval apart merged", ro.Bytes, ri.Bytes, wire)
+				return out, in, fmt.Errorf("the gateways' last run of samples carried %d and %d bytes, the run %d: it stalled for a whole sampling interval (which splits it), or runs less than an interval apart merged", ro.Bytes, ri.Bytes, wire)
 			}
 			return gwRun{ro.Steady, ro.Samples, or.TrimSamples}, gwRun{ri.Steady, ri.Samples, ir.TrimSamples}, nil
 		}

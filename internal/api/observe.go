@@ -66,8 +66,11 @@ type RateRun struct {
 }
 
 // RateStat is the mean, standard deviation and peak of a set of rate
-// samples, in bytes per second. The standard deviation is the
-// population's (over Samples, not Samples-1); all are 0 with no sample.
+// samples, in bytes per second. Each sample weighs as much as the time it
+// covers (so the mean is the samples' bytes over their time; with samples
+// of equal length, as the sampler takes them unless it wakes late, the
+// plain mean), and the standard deviation is the population's, weighted
+// the same way; all are 0 with no sample.
 type RateStat struct {
 	Samples   int64   `json:"samples"`
 	MeanBps   float64 `json:"mean_Bps"`

@@ -21,8 +21,8 @@ import (
 // in O(1) per sample and bounded memory:
 //
 //   - life: mean, standard deviation and peak of every sample since the
-//     stream started on this gateway, idle samples included (Welford's
-//     online algorithm, so months of samples lose no precision);
+//     stream started on this gateway, idle samples included (so its mean
+//     is the bytes over the time);
 //   - window: the same over the samples of the last RateWindow, kept in
 //     a ring that is also the history the status page draws;
 //   - steady: the same over the steady-state samples (the rule below),
@@ -40,8 +40,13 @@ import (
 // samples has no steady state. A run's steady figures are final once the
 // run has ended (api.RateRun.Ended).
 //
-// The standard deviation is the population's: the samples are the whole
-// of what is described, not a draw from it.
+// Each sample weighs as much as the time it covers (a late wake-up makes
+// one sample longer and the next shorter), so a mean is the bytes of its
+// samples over their time, and the standard deviation is the population's
+// (the samples are the whole of what is described, not a draw from it),
+// weighted the same way; with samples of equal length both are the plain
+// ones. They are kept with West's weighted form of Welford's online
+// algorithm, so months of samples lose no precision.
 
 // Defaults and bounds of ObserveConfig's rate settings.
 const (
@@ -77,28 +82,35 @@ func newRateSettings(interval, window time.Duration) rateSettings {
 	}
 }
 
-// welford accumulates the mean and variance of a set of samples with
-// Welford's online algorithm, and their peak.
+// welford accumulates the weighted mean and variance of a set of samples
+// (West's weighted form of Welford's online algorithm), their count and
+// their peak.
 type welford struct {
 	n        int64
+	sumW     float64
 	mean, m2 float64
 	peak     float64
 }
 
-func (w *welford) add(x float64) {
-	w.n++
-	d := x - w.mean
-	w.mean += d / float64(w.n)
-	w.m2 += d * (x - w.mean)
-	w.peak = max(w.peak, x) // rates are never negative
+// add takes sample x of weight w (> 0).
+func (a *welford) add(x, w float64) {
+	a.n++
+	a.sumW += w
+	d := x - a.mean
+	a.mean += d * w / a.sumW
+	a.m2 += w * d * (x - a.mean)
+	a.peak = max(a.peak, x) // rates are never negative
 }
 
-func (w *welford) stat() api.RateStat {
-	if w.n == 0 {
+func (a *welford) stat() api.RateStat {
+	if a.n == 0 {
 		return api.RateStat{}
 	}
-	return api.RateStat{Samples: w.n, MeanBps: w.mean, StddevBps: math.Sqrt(max(0, w.m2/float64(w.n))), PeakBps: w.peak}
+	return api.RateStat{Samples: a.n, MeanBps: a.mean, StddevBps: math.Sqrt(max(0, a.m2/a.sumW)), PeakBps: a.peak}
 }
+
+// sample is one rate sample: the rate and the seconds it covers.
+type sample struct{ r, dt float64 }
 
 // dirRates are the samples of one direction of a stream.
 type dirRates struct {
@@ -109,14 +121,14 @@ type dirRates struct {
 	runStart time.Time
 	runN     int64
 	runBytes int64
-	run      welford   // its steady-state samples
-	pending  []float64 // its latest samples past the ramp-up that may still be its tail (at most trim)
+	run      welford  // its steady-state samples
+	pending  []sample // its latest samples past the ramp-up that may still be its tail (at most trim)
 }
 
-// add takes one sample: bytes moved in the interval that ended at now,
+// add takes one sample: bytes moved in the dt seconds that ended at now,
 // at rate r.
-func (d *dirRates) add(now time.Time, bytes int64, r float64, trim int) {
-	d.life.add(r)
+func (d *dirRates) add(now time.Time, bytes int64, r, dt float64, trim int) {
+	d.life.add(r, dt)
 	if bytes <= 0 {
 		d.inRun = false
 		d.pending = d.pending[:0] // the run's tail
@@ -131,12 +143,12 @@ func (d *dirRates) add(now time.Time, bytes int64, r float64, trim int) {
 	if d.runN <= int64(trim) {
 		return // ramp-up
 	}
-	d.pending = append(d.pending, r)
+	d.pending = append(d.pending, sample{r, dt})
 	if len(d.pending) > trim {
 		x := d.pending[0]
 		d.pending = append(d.pending[:0], d.pending[1:]...)
-		d.steady.add(x)
-		d.run.add(x)
+		d.steady.add(x.r, x.dt)
+		d.run.add(x.r, x.dt)
 	}
 }
 
@@ -158,13 +170,13 @@ type rateTracker struct {
 	lastTo, lastFrom int64      // the counters then
 	rateTo, rateFrom float64    // the latest sample
 	to, from         dirRates
-	ring             [][2]float64 // the window: to, from; ring[head] is the oldest once full
+	ring             [][3]float64 // the window: rate to, rate from, dt; ring[head] is the oldest once full
 	head             int
 	end              time.Time // of the newest sample in ring
 }
 
 func newRateTracker(set rateSettings, start time.Time) *rateTracker {
-	return &rateTracker{set: set, last: start, ring: make([][2]float64, 0, set.window)}
+	return &rateTracker{set: set, last: start, ring: make([][3]float64, 0, set.window)}
 }
 
 // sample takes the counters to and from (bytes to and from the WAN so
@@ -179,9 +191,9 @@ func (t *rateTracker) sample(now time.Time, to, from int64) {
 	bt, bf := to-t.lastTo, from-t.lastFrom
 	t.rateTo, t.rateFrom = float64(bt)/dt, float64(bf)/dt
 	t.last, t.lastTo, t.lastFrom = now, to, from
-	t.to.add(now, bt, t.rateTo, t.set.trim)
-	t.from.add(now, bf, t.rateFrom, t.set.trim)
-	s := [2]float64{t.rateTo, t.rateFrom}
+	t.to.add(now, bt, t.rateTo, dt, t.set.trim)
+	t.from.add(now, bf, t.rateFrom, dt, t.set.trim)
+	s := [3]float64{t.rateTo, t.rateFrom, dt}
 	if len(t.ring) < cap(t.ring) {
 		t.ring = append(t.ring, s)
 	} else {
@@ -216,8 +228,8 @@ func (t *rateTracker) view(history bool) *api.Rates {
 	}
 	for i := range t.ring {
 		s := t.ring[(t.head+i)%len(t.ring)]
-		wt.add(s[0])
-		wf.add(s[1])
+		wt.add(s[0], s[2])
+		wf.add(s[1], s[2])
 		if h != nil {
 			h.ToWAN = append(h.ToWAN, s[0])
 			h.FromWAN = append(h.FromWAN, s[1])

@@ -134,6 +134,33 @@ func TestRatesTiming(t *testing.T) {
 	}
 }
 
+// TestRatesWeighted: samples of unequal length (the sampler woke late
+// once) weigh by their time, so the means are the bytes over the time.
+func TestRatesWeighted(t *testing.T) {
+	start := time.Unix(0, 0)
+	tr := newRateTracker(newRateSettings(time.Second, time.Minute), start)
+	// 100 B/s throughout, sampled at 1 s, 2.6 s (late), 3 s, 4 s, 5 s,
+	// 6 s, then a burst of 700 B in the 7th second, then idle.
+	var to int64
+	last := start
+	for _, at := range []time.Duration{1000, 2600, 3000, 4000, 5000, 6000} {
+		now := start.Add(at * time.Millisecond)
+		to += int64(100 * now.Sub(last).Seconds())
+		tr.sample(now, to, 0)
+		last = now
+	}
+	tr.sample(start.Add(7*time.Second), to+700, 0)
+	tr.sample(start.Add(8*time.Second), to+700, 0)
+	v := tr.view(false)
+	// Life: 1300 B over 8 s, whatever the samples' lengths.
+	if v.ToWAN.Life.Samples != 8 || !near(v.ToWAN.Life.MeanBps, 1300.0/8) {
+		t.Errorf("life %+v, want 8 samples of mean %g", v.ToWAN.Life, 1300.0/8)
+	}
+	// Steady: the samples at 2.6 s (1.6 s long), 3, 4, 5 and 6 s, all at
+	// 100 B/s (the 1 s ramp-up and the burst, the tail, left out).
+	checkStat(t, "steady", v.ToWAN.Steady, 5, 100, 0, 100)
+}
+
 // TestRatesLongLife: a month of samples at one a second keeps the mean
 // and the standard deviation exact (Welford's algorithm; a running sum of
 // squares of rates near 1e10 would lose them).
@@ -141,7 +168,7 @@ func TestRatesLongLife(t *testing.T) {
 	var w welford
 	const n = 30 * 24 * 3600
 	for i := range n {
-		w.add(1e10 + float64(i%2)*2) // 1e10 and 1e10+2: mean 1e10+1, sd 1
+		w.add(1e10+float64(i%2)*2, 1) // 1e10 and 1e10+2: mean 1e10+1, sd 1
 	}
 	s := w.stat()
 	if s.Samples != n || math.Abs(s.MeanBps-(1e10+1)) > 1e-3 || math.Abs(s.StddevBps-1) > 1e-6 {
