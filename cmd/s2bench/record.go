@@ -64,6 +64,16 @@ type record struct {
 	// both s2cs processes used during the run, and per 10^9 payload bytes.
 	GwCPUS      *float64 `json:"gw_cpu_s,omitempty"`
 	GwCPUSPerGB *float64 `json:"gw_cpu_s_per_GB,omitempty"`
+	IntegrityOK bool     `json:"integrity_ok"`
+	Error       string   `json:"error,omitempty"`
+	Engine      string   `json:"engine,omitempty"`
+	WAN         string   `json:"wan,omitempty"`
+	// PerPair holds each pair's own numbers when there are several.
+	PerPair []pairRecord `json:"per_pair,omitempty"`
+	// Testbed runs only: the emulated path's preset (or "custom") and
+	// the RTT measured on the run's path before the experiment.
+	Preset        string  `json:"preset,omitempty"`
+	RTTmsMeasured float64 `json:"rtt_ms_measured,omitempty"`
 	// Gateway path with local gateways: the run's steady-state rate as
 	// each gateway sampled it from its byte counters (the outbound
 	// gateway's to_wan, the inbound one's from_wan; api.Rates), in 10^6
@@ -78,16 +88,6 @@ type record struct {
 	GwSteadySamples   int64    `json:"gw_steady_samples,omitempty"`
 	GwOverGoodput     *float64 `json:"gw_over_goodput,omitempty"`
 	GwRateNote        string   `json:"gw_rate_note,omitempty"`
-	IntegrityOK       bool     `json:"integrity_ok"`
-	Error       string   `json:"error,omitempty"`
-	Engine      string   `json:"engine,omitempty"`
-	WAN         string   `json:"wan,omitempty"`
-	// PerPair holds each pair's own numbers when there are several.
-	PerPair []pairRecord `json:"per_pair,omitempty"`
-	// Testbed runs only: the emulated path's preset (or "custom") and
-	// the RTT measured on the run's path before the experiment.
-	Preset        string  `json:"preset,omitempty"`
-	RTTmsMeasured float64 `json:"rtt_ms_measured,omitempty"`
 
 	rtt []time.Duration // samples, for the CDF plot
 }

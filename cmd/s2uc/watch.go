@@ -165,6 +165,23 @@ func (w *watcher) spark(gw string, s *api.Stream) *sparks {
 
 // lines prints one line per stream per refresh (or a JSON object).
 func (w *watcher) lines(ctx context.Context, interval time.Duration, count int) error {
+	return w.loop(ctx, interval, count, nil, func(v *view) error {
+		if w.json {
+			return json.NewEncoder(w.out).Encode(map[string]any{"time": v.at, "gateways": v.gws})
+		}
+		for _, l := range v.lines() {
+			if _, err := fmt.Fprintln(w.out, l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// loop fetches a view and shows it every interval until count refreshes
+// (0: no end), ctx ends, or q comes on keys (nil: none come); any other
+// key refreshes at once.
+func (w *watcher) loop(ctx context.Context, interval time.Duration, count int, keys <-chan byte, show func(*view) error) error {
 	for n := 1; ; n++ {
 		v, err := w.fetch(ctx, n == 1)
 		if err != nil {
@@ -173,25 +190,24 @@ func (w *watcher) lines(ctx context.Context, interval time.Duration, count int) 
 			}
 			return err
 		}
-		if w.json {
-			enc := json.NewEncoder(w.out)
-			if err := enc.Encode(map[string]any{"time": v.at, "gateways": v.gws}); err != nil {
-				return err
-			}
-		} else {
-			for _, l := range v.lines() {
-				if _, err := fmt.Fprintln(w.out, l); err != nil {
-					return err
-				}
-			}
+		if err := show(v); err != nil {
+			return err
 		}
 		if count > 0 && n >= count {
 			return nil
 		}
+		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
-		case <-time.After(interval):
+		case k := <-keys:
+			t.Stop()
+			if k == 'q' || k == 'Q' {
+				return nil
+			}
+			n-- // not a refresh of its own
+		case <-t.C:
 		}
 	}
 }
@@ -253,36 +269,11 @@ func (w *watcher) live(ctx context.Context, interval time.Duration, count int) e
 	defer stop()
 	fmt.Fprint(f, "\x1b[?1049h\x1b[?25l") // the alternate screen, no cursor
 	defer fmt.Fprint(f, "\x1b[?25h\x1b[?1049l")
-	for n := 1; ; n++ {
-		v, err := w.fetch(ctx, n == 1)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
+	return w.loop(ctx, interval, count, keys, func(v *view) error {
 		cols, rows := termSize(f)
-		frame := w.frame(v, interval, hint, cols, rows)
-		if _, err := fmt.Fprint(f, frame); err != nil {
-			return err
-		}
-		if count > 0 && n >= count {
-			return nil
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case k := <-keys:
-			t.Stop()
-			if k == 'q' || k == 'Q' {
-				return nil
-			}
-			n-- // any other key redraws at once
-		case <-t.C:
-		}
-	}
+		_, err := fmt.Fprint(f, w.frame(v, interval, hint, cols, rows))
+		return err
+	})
 }
 
 // frame is one screen of the view, cols wide and at most rows high,

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"sort"
@@ -136,15 +135,7 @@ func (s *Server) serveObservers() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found: this listener serves GET /metrics only; the control API and the status page are on the control port (https)", http.StatusNotFound)
 	})
-	o.plain = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
+	o.plain = s.httpServer(mux)
 	addr := o.ln.Addr().String()
 	if ta, ok := o.ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
 		s.log.Warn("the metrics listener is not on a loopback address: it serves GET /metrics (every stream's uid, owner and counters) without authentication or encryption to whoever reaches it; let only the scraper reach it", "metrics_listen", addr)

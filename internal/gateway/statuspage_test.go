@@ -29,7 +29,7 @@ func TestStatusPageServed(t *testing.T) {
 	}
 	csp := rr.Header().Get("Content-Security-Policy")
 	for _, tag := range []string{"script", "style"} {
-		m := regexp.MustCompile(`(?s)<` + tag + `>(.*?)</` + tag + `>`).FindAllStringSubmatch(page, -1)
+		m := regexp.MustCompile(`(?s)<`+tag+`>(.*?)</`+tag+`>`).FindAllStringSubmatch(page, -1)
 		if len(m) != 1 {
 			t.Fatalf("%d inline %s elements, want 1", len(m), tag)
 		}
