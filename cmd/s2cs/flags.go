@@ -124,7 +124,6 @@ func (o *options) config() (gateway.Config, error) {
 	if o.maxActive < 0 {
 		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
 	}
-	var err error
 	cfg := gateway.Config{
 		ListenerIP:       o.listenerIP,
 		BindIP:           o.bindIP,
@@ -141,9 +140,7 @@ func (o *options) config() (gateway.Config, error) {
 		AppWaitMax:       noWait(o.appMax),
 		MaxActiveConns:   o.maxActive,
 	}
-	if cfg.Observe, err = o.observe.config(); err != nil {
-		return cfg, err
-	}
+	var err error
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
 		return cfg, fmt.Errorf("--port_range: %w", err)
 	}
@@ -154,6 +151,9 @@ func (o *options) config() (gateway.Config, error) {
 	// Clamped, so that on a 32-bit build a size past int's range cannot
 	// wrap into the valid one; Validate refuses anything past 1GiB.
 	cfg.BufferSize = int(min(size, 1<<40))
+	if cfg.Observe, err = o.observe.config(); err != nil {
+		return cfg, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, flagError(err)
 	}
@@ -211,9 +211,6 @@ func flagError(err error) error {
 		"Pool.Policy":     "--pool_policy",
 		"Pool.MaxWarm":    "--pool_max_warm",
 		"MaxActiveConns":  "--max_active_conns",
-
-		"Observe.RateInterval": "--rate_interval",
-		"Observe.RateWindow":   "--rate_window",
 	}[ce.Field]
 	if name == "" {
 		return err

@@ -26,8 +26,9 @@ func (o *observeOptions) register(fs *flag.FlagSet) {
 }
 
 // config checks what the gateway cannot (a zero that the command line
-// must not mean "the default") and returns the gateway's settings,
-// without the listener, which listen opens.
+// must not mean "the default", the listener's address) and what it
+// would refuse (ObserveConfig.Validate), naming the flag, and returns
+// the gateway's settings without the listener, which listen opens.
 func (o *observeOptions) config() (gateway.ObserveConfig, error) {
 	switch {
 	case o.rateInterval <= 0:
@@ -40,7 +41,15 @@ func (o *observeOptions) config() (gateway.ObserveConfig, error) {
 			return gateway.ObserveConfig{}, fmt.Errorf("--metrics_listen %.80q: %v; give HOST:PORT, e.g. 127.0.0.1:9464", o.metricsListen, err)
 		}
 	}
-	return gateway.ObserveConfig{RateInterval: o.rateInterval, RateWindow: o.rateWindow}, nil
+	c := gateway.ObserveConfig{RateInterval: o.rateInterval, RateWindow: o.rateWindow}
+	var ce *gateway.ConfigError
+	if err := c.Validate(); errors.As(err, &ce) {
+		flag := map[string]string{"Observe.RateInterval": "--rate_interval", "Observe.RateWindow": "--rate_window"}[ce.Field]
+		return c, fmt.Errorf("%s %s", flag, ce.Problem)
+	} else if err != nil {
+		return c, err
+	}
+	return c, nil
 }
 
 // checkListen checks a HOST:PORT to listen on: an IP address (or none,

@@ -267,7 +267,7 @@ func (c Config) Validate() error {
 	if err := c.Pool.validate(); err != nil {
 		return err
 	}
-	if err := c.Observe.validate(); err != nil {
+	if err := c.Observe.Validate(); err != nil {
 		return err
 	}
 	if _, err := c.Files(); err != nil {

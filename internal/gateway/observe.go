@@ -50,7 +50,10 @@ type ObserveConfig struct {
 	RateWindow time.Duration
 }
 
-func (c ObserveConfig) validate() error {
+// Validate reports the first rate setting New would refuse, as a
+// *ConfigError on Observe.RateInterval or Observe.RateWindow;
+// Config.Validate calls it.
+func (c ObserveConfig) Validate() error {
 	iv := c.RateInterval
 	if iv == 0 {
 		iv = DefaultRateInterval

@@ -29,6 +29,12 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(api.OpenAPI)
 	})
+	// What operators look at (observe.go): the metrics, the gateway's
+	// status, and the status page, which holds no data of its own.
+	mux.Handle("GET /v1/status", s.operatorView(s.answer(s.handleStatus)))
+	mux.Handle("GET /metrics", s.operatorView(s.obs.metrics))
+	mux.HandleFunc("GET /status", s.handleStatusPage)
+
 	mux.Handle("GET /v1/info", s.authed(s.handleInfo))
 	mux.Handle("POST /v1/streams/inbound", s.authed(s.handleInbound))
 	mux.Handle("POST /v1/streams/outbound", s.authed(s.handleOutbound))
@@ -36,11 +42,6 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /v1/streams", s.authed(s.handleList))
 	mux.Handle("GET /v1/streams/{uid}", s.authed(s.handleGet))
 	mux.Handle("DELETE /v1/streams/{uid}", s.authed(s.handleRelease))
-	// What operators look at (observe.go): the metrics, the gateway's
-	// status, and the status page, which holds no data of its own.
-	mux.Handle("GET /v1/status", s.operatorView(s.answer(s.handleStatus)))
-	mux.Handle("GET /metrics", s.operatorView(s.obs.metrics))
-	mux.HandleFunc("GET /status", s.handleStatusPage)
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %.200q; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
 	}

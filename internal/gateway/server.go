@@ -22,13 +22,13 @@
 //	end.go       a stream ended (released, expired, failed) and the janitor
 //	stream.go    a running stream: listeners, accept loops, relays, counters
 //	quic.go      the QUIC side of a running stream
+//	rates.go     the sampler and each stream's rates: mean, standard deviation, peak, steady state
+//	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
+//	metrics.go   the Prometheus metrics, read from the counters at scrape time
+//	statuspage.go the status page (HTML, embedded)
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
 //	pool.go      pooled WAN legs of outbound streams: warm, reused, torn down by LRU or LRU-M
 //	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
-//	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
-//	metrics.go   the Prometheus metrics, read from the counters at scrape time
-//	rates.go     the sampler and each stream's rates: mean, standard deviation, peak, steady state
-//	statuspage.go the status page (HTML, embedded)
 package gateway
 
 import (
@@ -112,13 +112,13 @@ func New(cfg Config) (*Server, error) {
 			log:       cfg.Logger,
 			alloc:     alloc,
 			cert:      &cfg.Identity.TLS,
+			rates:     newRateSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
 			quic:      cfg.QUIC,
 			strange:   strange,
 			advertise: cfg.WANAdvertise,
 			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
 			legs:  newLegManager(cfg.Pool, cfg.Logger),
 			files: &connSlots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
-			rates: newRateSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
 		},
 		ctx:     ctx,
 		cancel:  cancel,

@@ -28,6 +28,7 @@ type env struct {
 	alloc   *ports.Allocator // where its listeners return when it stops
 	cert    *tls.Certificate // the gateway's certificate, for WAN legs
 	quic    wan.QUICConfig   // settings of QUIC WAN legs
+	rates   rateSettings     // how streams sample their rates (rates.go)
 	strange *strangers       // caps and refusals of unauthenticated connections
 	// port is the shared WAN port and advertise its address for peers,
 	// if the gateway has one (wanport.go).
@@ -38,8 +39,6 @@ type env struct {
 	// resolved (0: no wait).
 	appWait, appWaitMax time.Duration
 	files               *connSlots // the open files application connections may hold (Files)
-
-	rates rateSettings // how streams sample their rates (rates.go)
 }
 
 // connSlots counts what application connections hold against a cap:
