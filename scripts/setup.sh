@@ -25,6 +25,14 @@ command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 # The SNI router in front of a shared WAN port (e2e/sni_test.go): HAProxy
 # in TCP mode, started by the test on loopback with its own config.
 command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
+# What operators look through (e2e/observe_test.go, internal/gateway's
+# metrics tests): promtool checks the /metrics exposition (Debian ships it
+# in the prometheus package; policy-rc.d below keeps its server from
+# starting), a headless Chromium loads the status page, and tmux runs
+# s2uc watch in a real terminal.
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-pip)
 elif ! python3 -m pip --version >/dev/null 2>&1; then

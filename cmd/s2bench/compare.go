@@ -37,11 +37,20 @@ type compareConfig struct {
 	runTimeout time.Duration
 	idle       time.Duration
 	baseline   bool // also run the naive proxy pair (compare only)
+	// rateInterval is the gateways' sampling of their rates (s2cs
+	// --rate_interval), whose steady state each gateway run reports.
+	rateInterval time.Duration
+}
+
+// gatewayArgs are the s2cs flags of compare's gateways.
+func (cfg *compareConfig) gatewayArgs() []string {
+	return []string{"--rate_interval", cfg.rateInterval.String()}
 }
 
 const compareUsage = `usage: s2bench compare [--workload sweep|dstream|lstream|SIZE[,SIZE...]] [--bytes N | --messages N | --duration D]
                        [--rate R] [--mode throughput|rr] [--pairs N[,N...]] [--reps 3]
                        [--engine splice|buffer|sockmap] [--wan tls|tcp|quic] [--baseline] [--json FILE] [--plots DIR]
+                       [--rate_interval 1s]
 
 Starts two local s2cs gateways, wires a stream through them (as s2uc stream
 does), and runs the same verified workload directly and through the gateways,
@@ -49,6 +58,10 @@ interleaved: for each repetition and size, direct then gateways. Prints both
 paths per size with the ratio; every message is checked (sequence, length,
 CRC-32C) and any error fails the run. With no flags: 1GiB of 64KiB messages,
 3 repetitions, TLS between the gateways.
+
+Each gateway run also prints the steady-state rate each gateway sampled from
+its own byte counters (s2cs --rate_interval; ramp-up and tail left out) next
+to the goodput, and their ratio to it (x1.000: they agree).
 
 With --baseline, a third path runs in the same rotation: a naive proxy pair
 (two s2bench naiveproxy processes, io.Copy over the same WAN transport: TCP,
@@ -60,7 +73,7 @@ type compareFlags struct {
 	wf                                                                 workloadFlags
 	pairs, engine, wan, jsonPath, plotsDir, plotFormat, progress, s2cs *string
 	reps                                                               *int
-	runTimeout, idle                                                   *time.Duration
+	runTimeout, idle, rateInterval                                     *time.Duration
 }
 
 // register defines the flags on fs; reps is the default of --reps.
@@ -77,13 +90,14 @@ func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
 	f.s2cs = fs.String("s2cs", "", "s2cs binary (default: next to s2bench, in ./bin or on PATH)")
 	f.runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
 	f.idle = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
+	f.rateInterval = fs.Duration("rate_interval", time.Second, "how often the gateways sample their rates (s2cs --rate_interval), 10ms to 1m; each gateway run prints the steady state they saw next to the goodput")
 }
 
 // config validates the parsed flags of fs.
 func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
 	f.wf.set = flagsSet(fs)
 	cfg := &compareConfig{reps: *f.reps, engine: *f.engine, wan: *f.wan, jsonPath: *f.jsonPath, plotsDir: *f.plotsDir,
-		plotFormat: *f.plotFormat, progress: *f.progress, s2cs: *f.s2cs, runTimeout: *f.runTimeout, idle: *f.idle}
+		plotFormat: *f.plotFormat, progress: *f.progress, s2cs: *f.s2cs, runTimeout: *f.runTimeout, idle: *f.idle, rateInterval: *f.rateInterval}
 	var err error
 	if cfg.pairs, err = parsePairs(*f.pairs); err != nil {
 		return nil, err
@@ -98,6 +112,8 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
 		return nil, usagef("--engine %q: use one of %s", cfg.engine, strings.Join(relay.Names(), ", "))
 	case !slices.Contains(knownWANs, cfg.wan):
 		return nil, usagef("--wan %q: use one of %s", cfg.wan, strings.Join(knownWANs, ", "))
+	case cfg.rateInterval < 10*time.Millisecond || cfg.rateInterval > time.Minute:
+		return nil, usagef("--rate_interval %s out of range: give 10ms to 1m", cfg.rateInterval)
 	}
 	if err := checkExperimentFlags(cfg.plan, cfg.runTimeout, cfg.idle, cfg.plotFormat, cfg.progress, cfg.jsonPath, cfg.plotsDir); err != nil {
 		return nil, err
@@ -151,7 +167,7 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 		p.name, len(p.sizes), cfg.pairs, cfg.reps, cfg.engine, cfg.wan)
 	p.print(stdout, cfg.pairs)
 
-	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan})
+	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, args: cfg.gatewayArgs()})
 	if err != nil {
 		return err
 	}
@@ -353,6 +369,18 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 		if sent1-sent0 != wire || recv1-recv0 != wire {
 			fmt.Fprintf(stderr, "s2bench: warning: the gateways counted %d bytes sent and %d received on the WAN for this run; the run carried %d\n",
 				sent1-sent0, recv1-recv0, wire)
+		}
+		if out, in, err := lp.runRates(ctx, wire); err != nil {
+			rec.GwRateNote = err.Error()
+		} else {
+			rec.setGwRates(out, in)
+		}
+		if rec.GwOutSteadyMBps != nil {
+			ratio := (*rec.GwOutSteadyMBps + *rec.GwInSteadyMBps) / 2 / (rec.GoodputMBps * float64(wire) / float64(rec.Bytes))
+			rec.GwOverGoodput = &ratio
+		}
+		if rec.GwRateNote != "" && ctx.Err() == nil {
+			fmt.Fprintf(stderr, "s2bench: the gateways' rates of this run: %s\n", rec.GwRateNote)
 		}
 	}
 	rec.IntegrityOK = true

@@ -59,8 +59,8 @@ func (e *experiment) execute(ctx context.Context, stdout, stderr io.Writer) erro
 					rec, rerr := e.runOne(ctx, h, prog, label)
 					rec.Rep, rec.Engine, rec.WAN, rec.Workload, rec.EachMessage = rep, e.engine, e.wan, p.name, p.each && p.mode == bench.Throughput && p.rate == (bench.Rate{})
 					recs = append(recs, rec)
-					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s%s  %s\n",
-						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), pairsText(rec), status(ctx, rerr))
+					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s%s%s  %s\n",
+						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), pairsText(rec), gwRateText(rec), status(ctx, rerr))
 					if rerr != nil {
 						// Keep what was measured, the failed run included.
 						if e.jsonPath != "" {

@@ -205,6 +205,7 @@ func TestCompareFlags(t *testing.T) {
 		{[]string{"--json", os.TempDir()}, "is a directory"},
 		{[]string{"--run_timeout", "0s"}, "--run_timeout must be positive"},
 		{[]string{"--idle-timeout", "-1s"}, "--idle_timeout must be positive"},
+		{[]string{"--rate_interval", "1ms"}, "--rate_interval 1ms out of range: give 10ms to 1m"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--nope"}, "not defined"},
 	} {

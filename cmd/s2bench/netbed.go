@@ -254,6 +254,7 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 		netns: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
 		ips:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
 		allow: tb.LANASubnet(),
+		args:  c.gatewayArgs(),
 	})
 	if err != nil {
 		return err

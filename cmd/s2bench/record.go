@@ -74,6 +74,20 @@ type record struct {
 	// the RTT measured on the run's path before the experiment.
 	Preset        string  `json:"preset,omitempty"`
 	RTTmsMeasured float64 `json:"rtt_ms_measured,omitempty"`
+	// Gateway path with local gateways: the run's steady-state rate as
+	// each gateway sampled it from its byte counters (the outbound
+	// gateway's to_wan, the inbound one's from_wan; api.Rates), in 10^6
+	// wire bytes per second, with its standard deviation and the fewer
+	// of the two gateways' steady samples; GwOverGoodput is the two
+	// means' average over the goodput scaled to the wire bytes (1: they
+	// agree). GwRateNote says why they are absent.
+	GwOutSteadyMBps   *float64 `json:"gw_out_steady_MBps,omitempty"`
+	GwOutSteadySDMBps *float64 `json:"gw_out_steady_sd_MBps,omitempty"`
+	GwInSteadyMBps    *float64 `json:"gw_in_steady_MBps,omitempty"`
+	GwInSteadySDMBps  *float64 `json:"gw_in_steady_sd_MBps,omitempty"`
+	GwSteadySamples   int64    `json:"gw_steady_samples,omitempty"`
+	GwOverGoodput     *float64 `json:"gw_over_goodput,omitempty"`
+	GwRateNote        string   `json:"gw_rate_note,omitempty"`
 
 	rtt []time.Duration // samples, for the CDF plot
 }

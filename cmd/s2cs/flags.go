@@ -46,6 +46,7 @@ type options struct {
 	verbose            bool
 	logFormat          string
 	version            bool
+	observe            observeOptions // observe.go
 }
 
 // parseFlags reads args, and the configuration file --config names
@@ -109,6 +110,7 @@ func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
+	o.observe.register(fs)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]\n\n")
@@ -195,6 +197,9 @@ func (o *options) config() (gateway.Config, error) {
 	// Clamped, so that on a 32-bit build a size past int's range cannot
 	// wrap into the valid one; Validate refuses anything past 1GiB.
 	cfg.BufferSize = int(min(size, 1<<40))
+	if cfg.Observe, err = o.observe.config(); err != nil {
+		return cfg, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, flagError(err)
 	}

@@ -98,9 +98,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	cfg.Logger = log
+	if cfg.Observe.MetricsListener, err = o.observe.listen(stdout); err != nil {
+		cfg.Store.Close()
+		return err
+	}
 	srv, err := gateway.New(cfg)
 	if err != nil {
 		cfg.Store.Close()
+		if cfg.Observe.MetricsListener != nil {
+			cfg.Observe.MetricsListener.Close()
+		}
 		return flagError(err)
 	}
 	reportFiles(srv.Files(), log, stdout)

@@ -133,6 +133,7 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	}
 	fmt.Fprintf(w, "  bytes %s to WAN, %s from WAN; rate %s to WAN, %s from WAN\n",
 		bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN), fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
+	printRates(w, st.Rates)
 }
 
 // endName says a kind of aborted connection in words.

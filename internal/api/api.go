@@ -328,9 +328,13 @@ type Stats struct {
 	LastErrors   map[string]LastError `json:"last_errors,omitempty"`
 	BytesToWAN   int64                `json:"bytes_to_wan"`
 	BytesFromWAN int64                `json:"bytes_from_wan"`
-	// Rates are bytes per second over the last full second.
+	// Rates are bytes per second over the last sample interval
+	// (Rates.IntervalS, a second by default).
 	RateToWAN   float64 `json:"rate_to_wan_Bps"`
 	RateFromWAN float64 `json:"rate_from_wan_Bps"`
+	// Rates are the sampled rates' mean, standard deviation and peak
+	// over the stream's life, the last minute and its steady state.
+	Rates *Rates `json:"rates,omitempty"`
 }
 
 // The kinds of end of a relayed connection other than the orderly one

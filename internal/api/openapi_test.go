@@ -40,10 +40,10 @@ type route struct {
 func (r route) String() string { return r.method + " " + r.path }
 
 // routeRE matches the registrations in routes(): mux.Handle("GET /v1/info",
-// s.authed(...)) (or s.authedAs, s.require: authenticated with a role) or
-// mux.HandleFunc("GET /healthz", ...). The catch-all "/"
+// s.authed(...)) (or s.authedAs, s.require, s.operatorView: authenticated
+// with a role) or mux.HandleFunc("GET /healthz", ...). The catch-all "/"
 // has no method and is not matched.
-var routeRE = regexp.MustCompile(`mux\.Handle(?:Func)?\(\s*"([A-Z]+) +(/[^"]*)"\s*,\s*(s\.(?:authed|authedAs|require)\()?`)
+var routeRE = regexp.MustCompile(`mux\.Handle(?:Func)?\(\s*"([A-Z]+) +(/[^"]*)"\s*,\s*(s\.(?:authed|authedAs|require|operatorView)\()?`)
 
 func gatewayRoutes(t *testing.T) []route {
 	t.Helper()
@@ -229,6 +229,13 @@ var wireTypes = []struct {
 	{"Stats", api.Stats{}, false},
 	{"StreamList", api.StreamList{}, false},
 	{"Info", api.Info{}, false},
+	{"Rates", api.Rates{}, false},
+	{"DirRate", api.DirRate{}, false},
+	{"RateRun", api.RateRun{}, false},
+	{"RateStat", api.RateStat{}, false},
+	{"RateHistory", api.RateHistory{}, false},
+	{"GatewayStatus", api.GatewayStatus{}, false},
+	{"GatewayHealth", api.GatewayHealth{}, false},
 	{"ErrorBody", api.ErrorBody{}, false},
 	{"Error", api.Error{}, false},
 }
@@ -384,6 +391,20 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	codes := constsOfType(t, "Code")
 	if len(codes) == 0 {
 		t.Fatal("found no api.Code constants in api.go")
+	}
+	// api.Codes lists them all (the gateway counts its error answers by
+	// it, in the metrics and the status).
+	listed := map[string]bool{}
+	for _, c := range api.Codes() {
+		listed[string(c)] = true
+	}
+	for c, name := range codes {
+		if !listed[c] {
+			t.Errorf("api.Codes() lacks %s (%q): add it", name, c)
+		}
+	}
+	if len(listed) != len(codes) || len(api.Codes()) != len(codes) {
+		t.Errorf("api.Codes() lists %d codes, %d distinct; api.go declares %d", len(api.Codes()), len(listed), len(codes))
 	}
 	checkEnum(t, doc, "Code", codes)
 	checkEnum(t, doc, "State", constsOfType(t, "State"))

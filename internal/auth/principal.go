@@ -61,7 +61,9 @@ func Roles() []Role { return []Role{RoleUser, RoleOperator, RoleReader} }
 // DefaultRoles are the roles of every authenticated caller of a gateway
 // with no policy (s2cs without --roles): each creates and manages its
 // own streams and reads the gateway's info, as before roles existed.
-func DefaultRoles() []Role { return []Role{RoleUser, RoleReader} }
+// Reading the status and metrics, which show every identity's streams,
+// takes a roles file that names the readers.
+func DefaultRoles() []Role { return []Role{RoleUser} }
 
 // Has reports whether p holds role r, directly or through
 // RoleOperator, which implies the others.

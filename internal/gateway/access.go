@@ -86,8 +86,8 @@ func joinRoles(rs []auth.Role) string {
 	return strings.Join(s, " or ")
 }
 
-// refusals pairs each refusal of a token with what its caller is told.
-var refusals = []struct {
+// tokenRefusals pairs each refusal of a token with what its caller is told.
+var tokenRefusals = []struct {
 	err error
 	msg string
 }{
@@ -114,7 +114,7 @@ func authError(err error) *api.Error {
 	if errors.Is(err, auth.ErrUnavailable) {
 		return api.Errorf(api.CodeUnavailable, "the identity provider that vouches for this token could not be asked; retry shortly").WithCause(err)
 	}
-	for _, r := range refusals {
+	for _, r := range tokenRefusals {
 		if errors.Is(err, r.err) {
 			return api.Errorf(api.CodeUnauthenticated, "%s", r.msg).WithCause(err)
 		}

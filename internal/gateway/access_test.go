@@ -25,6 +25,16 @@ const (
 
 // rolesServer is a test server whose token file knows alice, bob, ops,
 // mon and carol, under the roles file policy.
+// mustPolicy parses a roles file's text.
+func mustPolicy(t *testing.T, text string) *auth.Policy {
+	t.Helper()
+	pol, err := auth.ParsePolicy(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
 func rolesServer(t *testing.T, policy string) *Server {
 	t.Helper()
 	var lines string
@@ -37,9 +47,7 @@ func rolesServer(t *testing.T, policy string) *Server {
 	}
 	var pol *auth.Policy
 	if policy != "" {
-		if pol, err = auth.ParsePolicy(strings.NewReader(policy)); err != nil {
-			t.Fatal(err)
-		}
+		pol = mustPolicy(t, policy)
 	}
 	return newTestServer(t, func(c *Config) { c.Auth = tokens; c.Roles = pol })
 }
@@ -133,8 +141,9 @@ func TestRequireHook(t *testing.T) {
 	}{
 		{"user any\noperator identity ops\nreader identity mon\n",
 			map[string]int{monToken: 200, opsToken: 200, aliceToken: 403, "": 401, "wrong": 401}},
-		// No policy: every authenticated caller is a reader.
-		{"", map[string]int{aliceToken: 200, carolToken: 200, "": 401}},
+		// No policy: every authenticated caller is a user, and nobody a
+		// reader (the status and metrics show every identity's streams).
+		{"", map[string]int{aliceToken: 403, carolToken: 403, "": 401}},
 	} {
 		s := rolesServer(t, c.policy)
 		h := s.require(roleReader, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -127,6 +127,10 @@ type Config struct {
 	// Strangers caps the WAN connections still in their handshake. Its
 	// zero value is the defaults documented on Limits.
 	Strangers Limits
+	// Observe sets the plain metrics listener and the sampling of rates
+	// (observe.go). Its zero value is the defaults documented on
+	// ObserveConfig.
+	Observe ObserveConfig
 	// MaxActiveConns caps the application connections the gateway
 	// relays at once over TLS or TCP WAN legs, over every stream; one
 	// more is reset at once and counted (the stream's over_cap_conns),
@@ -334,6 +338,9 @@ func (c Config) Validate() error {
 		return fieldError("LeaseDefault", "%s exceeds the longest lease (%s): lower it, or raise the maximum", d, m)
 	}
 	if err := c.Pool.validate(); err != nil {
+		return err
+	}
+	if err := c.Observe.Validate(); err != nil {
 		return err
 	}
 	if _, err := c.Files(); err != nil {

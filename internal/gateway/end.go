@@ -39,6 +39,7 @@ func (s *Server) fail(rec *store.Record, reason string) {
 // tries again: until the write lands, a restart would bring the stream
 // back.
 func (s *Server) finish(rec *store.Record, state api.State, reason string) {
+	s.obs.ended(state)
 	rec.State = state
 	rec.Reason = reason
 	rec.Updated = s.cfg.Now()
@@ -100,10 +101,10 @@ func (s *Server) janitor() {
 	}
 }
 
-// sweep is one round of the janitor at time now: it samples every live
-// stream's rates, expires inbound streams that waited longer than
-// Config.PendingTimeout for their peer, stores the ends of streams the
-// store refused before, says the connections refused in the last
+// sweep is one round of the janitor at time now: it expires inbound
+// streams that waited longer than Config.PendingTimeout for their peer
+// (the sampler, rates.go, samples their rates), stores the ends of
+// streams the store refused before, says the connections refused in the last
 // interval (strangers.go), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
 // Config.Retention ago. It returns the time of the last prune.
@@ -116,7 +117,6 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 		debug.FreeOSMemory()
 	}
 	for _, st := range s.live() {
-		st.sample(now)
 		if st.pendingSince(now) > s.cfg.PendingTimeout {
 			s.log.Info("stream expired waiting for its outbound peer", "uid", st.uid, "timeout", s.cfg.PendingTimeout)
 			s.end(st, api.StateExpired, fmt.Sprintf("no outbound peer attached within %s", s.cfg.PendingTimeout))

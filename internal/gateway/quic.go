@@ -33,6 +33,7 @@ func (st *stream) quicConfig() wan.QUICConfig {
 	cfg.Logger = st.env.log.With("uid", st.uid)
 	cfg.OnReject = func(remote net.Addr, err error) {
 		st.rejected.Add(1)
+		st.refused.wanAuth.Add(1)
 		st.env.strange.refuse(refusedQUIC, remote)
 		peer := ""
 		if remote != nil {

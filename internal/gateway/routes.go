@@ -26,6 +26,12 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(api.OpenAPI)
 	})
+	// What operators look at (observe.go): the metrics, the gateway's
+	// status, and the status page, which holds no data of its own.
+	mux.Handle("GET /v1/status", s.operatorView(s.answer(s.handleStatus)))
+	mux.Handle("GET /metrics", s.operatorView(s.obs.metrics))
+	mux.HandleFunc("GET /status", s.handleStatusPage)
+
 	mux.Handle("GET /v1/info", s.authedAs(s.handleInfo, roleUser, roleReader))
 	mux.Handle("POST /v1/streams/inbound", s.authed(s.handleInbound))
 	mux.Handle("POST /v1/streams/outbound", s.authed(s.handleOutbound))
@@ -73,10 +79,15 @@ type handlerFunc func(r *http.Request) (int, any, error)
 // authed serves h to callers with the role user (access.go).
 func (s *Server) authed(h handlerFunc) http.Handler { return s.authedAs(h, roleUser) }
 
-// authedAs authenticates the caller, checks it holds one of roles,
-// refuses requests until the server is ready, and writes the handler's
+// authedAs serves h to callers that hold one of roles, and writes its
 // answer.
 func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
+	return s.authedHTTP(s.answer(h), roles...)
+}
+
+// authedHTTP authenticates the caller, checks it holds one of roles and
+// refuses requests until the server is ready; then h answers.
+func (s *Server) authedHTTP(h http.Handler, roles ...auth.Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(w, r, roles)
 		if err != nil {
@@ -89,6 +100,13 @@ func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
 			return
 		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// answer writes h's answer: its body as JSON, or its error.
+func (s *Server) answer(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code, body, err := h(r)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -114,6 +132,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if !errors.As(err, &ae) {
 		ae = api.Errorf(api.CodeInternal, "internal error; see the gateway's log").WithCause(err)
 	}
+	s.obs.apiError(ae.Code)
 	if ae.Code == api.CodeInternal || ae.Cause() != nil {
 		s.log.Warn("request failed", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "code", ae.Code, "message", ae.Message, "cause", ae.Cause())
 	}

@@ -22,6 +22,10 @@
 //	end.go       a stream ended (released, expired, failed) and the janitor
 //	stream.go    a running stream: listeners, accept loops, relays, counters
 //	quic.go      the QUIC side of a running stream
+//	rates.go     the sampler and each stream's rates: mean, standard deviation, peak, steady state
+//	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
+//	metrics.go   the Prometheus metrics, read from the counters at scrape time
+//	statuspage.go the status page (HTML, embedded)
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
 //	pool.go      pooled WAN legs of outbound streams: warm, reused, torn down by LRU or LRU-M
 //	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
@@ -53,7 +57,8 @@ type Server struct {
 	engines *relay.Engines
 	env     *env // what every stream gets
 	strange *strangers
-	files   Files // the plan of open files, as Config.Files gave it
+	files   Files     // the plan of open files, as Config.Files gave it
+	obs     *observer // what operators look at: metrics, status, rates (observe.go)
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -102,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
 	strange := newStrangers(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		alloc:   alloc,
@@ -113,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 			log:       cfg.Logger,
 			alloc:     alloc,
 			cert:      &cfg.Identity.TLS,
+			rates:     newRateSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
 			quic:      cfg.QUIC,
 			strange:   strange,
 			advertise: cfg.WANAdvertise,
@@ -130,7 +136,9 @@ func New(cfg Config) (*Server, error) {
 		pending: map[store.Key]*store.Record{},
 		unsaved: map[store.Key]*store.Record{},
 		done:    make(chan struct{}),
-	}, nil
+	}
+	s.obs = newObserver(s)
+	return s, nil
 }
 
 // Files returns the gateway's plan of its open files (Config.Files).
@@ -146,18 +154,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return http.ErrServerClosed
 	}
-	s.httpSrv = &http.Server{
-		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{s.cfg.Identity.TLS},
-		},
+	s.httpSrv = s.httpServer(s.routes())
+	s.httpSrv.TLSConfig = &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{s.cfg.Identity.TLS},
 	}
 	s.mu.Unlock()
 
@@ -188,6 +188,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.wg.Add(1)
 	go s.janitor()
+	s.serveObservers() // the rate sampler and the plain metrics listener
 
 	s.mu.Lock()
 	s.ready = true
@@ -213,6 +214,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return s.Shutdown(sctx)
 }
 
+// httpServer returns an HTTP server of h with the gateway's bounds on a
+// request's time and header size, logging to the gateway's log.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
 // Shutdown stops the control API and every proxy, keeping stream records
 // so the next start restores them, and waits for all goroutines. It is
 // idempotent; ctx bounds the graceful drain of control requests.
@@ -231,6 +246,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				hs.Close()
 			}
 		}
+		s.obs.close()
 		if port != nil {
 			port.close() // no new legs; the streams' own end below
 		}

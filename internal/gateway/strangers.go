@@ -92,6 +92,7 @@ type strangers struct {
 	refused  map[string]int     // by reason, since the last summary
 	sources  map[netip.Addr]int // refusals by source, since the last summary
 	since    time.Time          // start of the current summary interval
+	ever     map[string]int64   // refusals by reason since the start (metrics.go)
 }
 
 func newStrangers(l Limits, log *slog.Logger, now time.Time) *strangers {
@@ -102,6 +103,7 @@ func newStrangers(l Limits, log *slog.Logger, now time.Time) *strangers {
 		refused:  map[string]int{},
 		sources:  map[netip.Addr]int{},
 		since:    now,
+		ever:     map[string]int64{},
 	}
 }
 
@@ -192,6 +194,7 @@ func (s *strangers) refuse(reason string, remote net.Addr) {
 	s.mu.Lock()
 	s.churn++
 	s.refused[reason]++
+	s.ever[reason]++
 	if remote != nil {
 		s.sources[sourceOf(remote)]++
 	}

@@ -29,6 +29,7 @@ type env struct {
 	alloc   *ports.Allocator // where its listeners return when it stops
 	cert    *tls.Certificate // the gateway's certificate, for WAN legs
 	quic    wan.QUICConfig   // settings of QUIC WAN legs
+	rates   rateSettings     // how streams sample their rates (rates.go)
 	strange *strangers       // caps and refusals of unauthenticated connections
 	// port is the shared WAN port and advertise its address for peers,
 	// if the gateway has one (wanport.go).
@@ -121,10 +122,8 @@ type stream struct {
 	ends                                  ends       // aborted connections, by kind (ends.go)
 	watchSt                               watchState // what the watch leg says of the peer (watch.go)
 
-	rateMu           sync.Mutex // guards the following fields
-	lastSample       time.Time
-	lastTo, lastFrom int64
-	rateTo, rateFrom float64
+	refused refusals     // refusals by reason, for the metrics (metrics.go)
+	rates   *rateTracker // sampled rates (rates.go)
 }
 
 // newStream builds the runtime of rec on its bound listeners, one per
@@ -162,6 +161,7 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		slots:     make([]listenerSlots, len(lns)),
 		conns:     map[net.Conn]struct{}{},
 		open:      connSlots{max: int64(rec.MaxActiveConns)},
+		rates:     newRateTracker(e.rates, time.Now()),
 	}
 	st.allow.Store(&allow)
 	st.pace.set(pace.Rate(rec.Rate))
@@ -327,6 +327,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			// Over a cap of connections in their handshake: reset
 			// at once, before any TLS state exists.
 			st.rejected.Add(1)
+			st.refused.handshakeCap.Add(1)
 			st.env.strange.refuse(refusedCap, c.RemoteAddr())
 			st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", c.RemoteAddr().String(), "reason", refusedCap)
 			relay.Abort(c)
@@ -400,6 +401,7 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	log := st.env.log.With("uid", st.uid, "channel", ch, "app", app.RemoteAddr().String())
 	if !st.admits(app.RemoteAddr()) {
 		st.rejected.Add(1)
+		st.refused.allow.Add(1)
 		st.env.strange.refuse(refusedAllow, app.RemoteAddr())
 		log.Debug("connection refused: source not in the stream's allow-list", "allow", st.record().Allow)
 		relay.Abort(app)
@@ -521,6 +523,7 @@ func (st *stream) refuseWAN(ch int, remote net.Addr, err error) {
 		return // released or shut down meanwhile
 	}
 	st.rejected.Add(1)
+	st.refused.wanAuth.Add(1)
 	st.env.strange.refuse(refusalReason(err), remote)
 	st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "err", err)
 }
@@ -627,24 +630,8 @@ func (st *stream) pendingSince(now time.Time) time.Duration {
 	return now.Sub(st.rec.Updated)
 }
 
-func (st *stream) sample(now time.Time) {
-	to, from := st.toWAN.Load(), st.fromWAN.Load()
-	st.rateMu.Lock()
-	defer st.rateMu.Unlock()
-	if !st.lastSample.IsZero() {
-		dt := now.Sub(st.lastSample).Seconds()
-		if dt > 0 {
-			st.rateTo = float64(to-st.lastTo) / dt
-			st.rateFrom = float64(from-st.lastFrom) / dt
-		}
-	}
-	st.lastSample, st.lastTo, st.lastFrom = now, to, from
-}
-
 func (st *stream) stats() *api.Stats {
-	st.rateMu.Lock()
-	rt, rf := st.rateTo, st.rateFrom
-	st.rateMu.Unlock()
+	rt, rf := st.rates.current()
 	s := &api.Stats{
 		ActiveConns:   st.active.Load(),
 		WaitingConns:  st.waitingApp.Load(),
@@ -655,6 +642,7 @@ func (st *stream) stats() *api.Stats {
 		BytesFromWAN:  st.fromWAN.Load(),
 		RateToWAN:     rt,
 		RateFromWAN:   rf,
+		Rates:         st.rates.view(false),
 	}
 	st.ends.fill(s)
 	s.Peer = peerName(st.watchSt.peer.Load())

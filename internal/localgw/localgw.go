@@ -58,6 +58,9 @@ type Gateway struct {
 	Addr string
 	// CertFile is the gateway's certificate (for --server_cert).
 	CertFile string
+	// MetricsAddr is the host:port of its plain metrics listener, if
+	// Args gave --metrics_listen.
+	MetricsAddr string
 	// Opts are the options it was started with.
 	Opts Options
 
@@ -158,6 +161,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 						break
 					}
 				}
+			}
+			if a, ok := strings.CutPrefix(line, "s2cs: metrics on http://"); ok {
+				g.MetricsAddr, _, _ = strings.Cut(a, "/")
 			}
 			if !sent && strings.HasPrefix(line, "s2cs: control API on https://") {
 				a := strings.Fields(strings.TrimPrefix(line, "s2cs: control API on https://"))[0]

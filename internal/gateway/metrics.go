@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"scistream/internal/api"
+	"scistream/internal/version"
+)
+
+// The Prometheus metrics. Each Server has its own registry (no global
+// one): the Go runtime's and the process's collectors, and collector
+// below, which reads at scrape time the counters the streams keep anyway
+// (stream.go, ends.go, pool.go, strangers.go, rates.go), so that no
+// increment on the data path is done twice. Live streams are read from
+// the server's table at each scrape: an ended stream's series are gone
+// from the next scrape on. Labels are a stream's uid, owner and role and
+// fixed enumerations only, so the series stay bounded by the live
+// streams. Names, labels and meanings: docs/operations.md.
+
+// maxScrapes bounds the scrapes served at once; more are answered 503.
+const maxScrapes = 4
+
+// newMetrics returns the server's registry and its exposition handler.
+func newMetrics(s *Server) (*prometheus.Registry, http.Handler) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newCollector(s),
+	)
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: maxScrapes,
+		Timeout:             10 * time.Second,
+	})
+	return reg, h
+}
+
+// collector turns the gateway's counters into metrics at each scrape.
+type collector struct {
+	s *Server
+
+	buildInfo, ready, streams, streamsEnded, portsInUse, portsCap,
+	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused *prometheus.Desc
+
+	info, bytes, conns, connsTotal, connsRefused, handshakeFails, aborted,
+	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle *prometheus.Desc
+}
+
+func newCollector(s *Server) *collector {
+	g := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("scistream_"+name, help, labels, nil)
+	}
+	st := func(name, help string, labels ...string) *prometheus.Desc {
+		// Every per-stream series is labelled by the stream's uid,
+		// owner and role.
+		return prometheus.NewDesc("scistream_stream_"+name, help, append([]string{"uid", "owner", "role"}, labels...), nil)
+	}
+	return &collector{
+		s:            s,
+		buildInfo:    g("build_info", "The s2cs release serving, always 1.", "version"),
+		ready:        g("ready", "1 once the gateway restored its streams and serves, 0 while it starts or stops."),
+		streams:      g("streams", "Live streams by state (requested, listening, connected).", "state"),
+		streamsEnded: g("streams_ended_total", "Streams that ended since the gateway started, by terminal state.", "state"),
+		portsInUse:   g("ports_in_use", "Data ports of the port range held by streams."),
+		portsCap:     g("ports_capacity", "Data ports in the port range."),
+		filesInUse:   g("connection_files_in_use", "Open files application connections hold against the gateway's cap (2 per connection over TLS or TCP, 1 over QUIC)."),
+		filesCap:     g("connection_files_capacity", "The gateway's cap on the open files of application connections (2 x --max_active_conns)."),
+		wanConns:     g("wan_connections", "WAN connections by state: handshake (not yet authenticated), waiting (held for an application that does not answer), relaying.", "state"),
+		pooledLegs:   g("pooled_legs", "Pooled WAN legs of outbound streams by state: idle, busy (carrying a connection or being dialed).", "state"),
+		apiErrors:    g("api_errors_total", "Control API error answers by code: unauthenticated are authentication failures, no_resources admission refusals.", "code"),
+		refused:      g("refused_connections_total", "Connections refused before they were relayed, by reason (the gateway's refusal summary).", "reason"),
+
+		info:           st("info", "A live stream, always 1; its state, WAN transport, engine and what the watch leg says of the peer gateway.", "state", "wan", "engine", "peer"),
+		bytes:          st("bytes_total", "Bytes relayed, by direction: to_wan (from this gateway's application to the peer gateway) and from_wan.", "direction"),
+		conns:          st("connections", "Application connections by state: active (relayed now), waiting (a WAN leg held while the application does not answer).", "state"),
+		connsTotal:     st("connections_total", "Application connections relayed (both legs up)."),
+		connsRefused:   st("connections_refused_total", "Connections refused on arrival: allow_list (source outside the allow-list), over_cap (the stream's or the gateway's cap of connections at once), handshake_cap (too many WAN connections in their handshake).", "reason"),
+		handshakeFails: st("wan_handshake_failures_total", "WAN connections to this stream that failed authentication (TLS with the pinned certificate, the preface and its secret, QUIC)."),
+		aborted:        st("connections_aborted_total", "Relayed connections that ended other than in order, by kind (api.End*).", "kind"),
+		rate:           st("rate_bytes_per_second", "The latest rate sample (bytes over the last sampling interval), by direction.", "direction"),
+		rateMean:       st("rate_mean_bytes_per_second", "Mean of the rate samples, by direction and span: life, window (the last --rate_window), steady (steady state, ramp-up and tail of each transfer left out).", "direction", "span"),
+		rateStddev:     st("rate_stddev_bytes_per_second", "Standard deviation (volatility) of the rate samples, by direction and span.", "direction", "span"),
+		ratePeak:       st("rate_peak_bytes_per_second", "Highest rate sample, by direction and span.", "direction", "span"),
+		legsTotal:      st("pooled_legs_total", "An outbound stream's pooled WAN legs by event: created (dialed), reused (taken from the pool), torn_down (at the gateway's cap per peer).", "event"),
+		legsIdle:       st("pooled_legs_idle", "An outbound stream's pooled WAN legs idle now."),
+	}
+}
+
+func (c *collector) descs() []*prometheus.Desc {
+	return []*prometheus.Desc{c.buildInfo, c.ready, c.streams, c.streamsEnded, c.portsInUse, c.portsCap,
+		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused,
+		c.info, c.bytes, c.conns, c.connsTotal, c.connsRefused, c.handshakeFails, c.aborted,
+		c.rate, c.rateMean, c.rateStddev, c.ratePeak, c.legsTotal, c.legsIdle}
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs() {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	h := c.s.health()
+	gauge(c.buildInfo, 1, version.Version)
+	gauge(c.ready, boolValue(h.Ready))
+	for _, st := range []api.State{api.StateRequested, api.StateListening, api.StateConnected} {
+		gauge(c.streams, float64(h.Streams[string(st)]), string(st))
+	}
+	for _, st := range endedStates() {
+		counter(c.streamsEnded, float64(h.Streams[string(st)]), string(st))
+	}
+	gauge(c.portsInUse, float64(h.PortsInUse))
+	gauge(c.portsCap, float64(h.PortsCapacity))
+	gauge(c.filesInUse, float64(h.ConnFilesInUse))
+	gauge(c.filesCap, float64(h.ConnFilesCapacity))
+	for _, k := range []string{"handshake", "waiting", "relaying"} {
+		gauge(c.wanConns, float64(h.WANConns[k]), k)
+	}
+	for _, k := range []string{"idle", "busy"} {
+		gauge(c.pooledLegs, float64(h.PooledLegs[k]), k)
+	}
+	for _, code := range api.Codes() {
+		counter(c.apiErrors, float64(h.APIErrors[string(code)]), string(code))
+	}
+	for _, k := range refusalKeys() {
+		counter(c.refused, float64(h.Refused[k]), k)
+	}
+	for _, st := range c.s.live() {
+		c.collectStream(st, gauge, counter)
+	}
+}
+
+// collectStream sends the series of one live stream.
+func (c *collector) collectStream(st *stream, gauge, counter func(*prometheus.Desc, float64, ...string)) {
+	rec := st.record()
+	s := st.stats()
+	l := []string{rec.UID, rec.Owner, string(rec.Role)}
+	with := func(more ...string) []string { return append(append([]string{}, l...), more...) }
+	peer := s.Peer
+	if peer == "" {
+		peer = "unknown"
+	}
+	gauge(c.info, 1, with(string(rec.State), rec.WAN, rec.Engine, peer)...)
+	counter(c.bytes, float64(s.BytesToWAN), with("to_wan")...)
+	counter(c.bytes, float64(s.BytesFromWAN), with("from_wan")...)
+	gauge(c.conns, float64(s.ActiveConns), with("active")...)
+	gauge(c.conns, float64(s.WaitingConns), with("waiting")...)
+	counter(c.connsTotal, float64(s.TotalConns), l...)
+	counter(c.connsRefused, float64(st.refused.allow.Load()), with("allow_list")...)
+	counter(c.connsRefused, float64(s.OverCapConns), with("over_cap")...)
+	counter(c.connsRefused, float64(st.refused.handshakeCap.Load()), with("handshake_cap")...)
+	counter(c.handshakeFails, float64(st.refused.wanAuth.Load()), l...)
+	for _, k := range api.EndKinds() {
+		counter(c.aborted, float64(s.AbortedByKind[k]), with(k)...)
+	}
+	gauge(c.rate, s.RateToWAN, with("to_wan")...)
+	gauge(c.rate, s.RateFromWAN, with("from_wan")...)
+	for _, d := range []struct {
+		name string
+		r    api.DirRate
+	}{{"to_wan", s.Rates.ToWAN}, {"from_wan", s.Rates.FromWAN}} {
+		for _, sp := range []struct {
+			name string
+			v    api.RateStat
+		}{{"life", d.r.Life}, {"window", d.r.Window}, {"steady", d.r.Steady}} {
+			gauge(c.rateMean, sp.v.MeanBps, with(d.name, sp.name)...)
+			gauge(c.rateStddev, sp.v.StddevBps, with(d.name, sp.name)...)
+			gauge(c.ratePeak, sp.v.PeakBps, with(d.name, sp.name)...)
+		}
+	}
+	if rec.Role == api.RoleOutbound {
+		counter(c.legsTotal, float64(s.LegsCreated), with("created")...)
+		counter(c.legsTotal, float64(s.LegsReused), with("reused")...)
+		counter(c.legsTotal, float64(s.LegsTornDown), with("torn_down")...)
+		gauge(c.legsIdle, float64(s.LegsIdle), l...)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// refusals counts a stream's refused connections by the reasons the
+// metrics tell apart (over_cap is stream.overCap).
+type refusals struct {
+	allow        atomic.Int64 // sources outside the allow-list
+	handshakeCap atomic.Int64 // over a cap of WAN connections in their handshake
+	wanAuth      atomic.Int64 // WAN connections that failed authentication
+}
