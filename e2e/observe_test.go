@@ -34,7 +34,12 @@ import (
 // steady-state rate within 5% of the rate the consumer measured.
 func TestObserve(t *testing.T) {
 	const rate = 20e6
-	p := newPair(t, pairOpts{args: []string{"--rate_interval", "200ms", "--metrics_listen", "127.0.0.1:0"}})
+	// alice streams and reads the operators' views: the reader role.
+	roles := filepath.Join(t.TempDir(), "roles")
+	if err := os.WriteFile(roles, []byte("user any\nreader identity alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newPair(t, pairOpts{args: []string{"--rate_interval", "200ms", "--metrics_listen", "127.0.0.1:0", "--roles", roles}})
 	x := newConsumer(t)
 	so := p.wire("alice", x.host(), x.port(), 1)
 	x.start(t, so.Listeners[0], rate, 8*time.Second)
