@@ -40,6 +40,7 @@ type options struct {
 	tokensFile         string
 	noAuth             bool
 	stateDir           string
+	store              storeOptions
 	noSockmap          bool
 	verbose            bool
 	logFormat          string
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
+	o.store.register(fs)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] --tokens=FILE [flags]\n\n")

@@ -23,7 +23,6 @@ import (
 	"scistream/internal/gateway"
 	"scistream/internal/pace"
 	"scistream/internal/sockmap"
-	"scistream/internal/store"
 	"scistream/internal/version"
 )
 
@@ -59,6 +58,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	storeCfg, err := o.store.config()
+	if err != nil {
+		return err
+	}
 	log, err := o.logger(stderr)
 	if err != nil {
 		return err
@@ -83,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Sockmap != nil {
 		defer cfg.Sockmap.Close()
 	}
-	if cfg.Store, err = store.OpenBolt(filepath.Join(o.stateDir, "state.db")); err != nil {
+	if cfg.Store, err = openStore(storeCfg, o.stateDir, log, stdout); err != nil {
 		return err
 	}
 	cfg.Logger = log
