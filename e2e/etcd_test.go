@@ -17,9 +17,10 @@ import (
 // each under its own facility's prefix. While etcd is down, a request
 // that needs the store answers "unavailable" within seconds, while the
 // running stream carries data on the connection it had and on a new
-// one; once etcd is back, requests work again without a restart; and a
-// gateway killed with SIGKILL restores its stream from etcd (its state
-// directory holds no database).
+// one, and a release still ends a stream; once etcd is back, requests
+// work again without a restart and the release is stored; and a gateway
+// killed with SIGKILL restores its live stream from etcd (its state
+// directory holds no database), not the released one.
 func TestEtcdStore(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	p := newPair(t, pairOpts{
@@ -29,6 +30,7 @@ func TestEtcdStore(t *testing.T) {
 	})
 	app := newSink(t, "127.0.0.1", nil)
 	so := p.wire("alice", app.host(), app.port(), 1)
+	ended := p.wire("alice", app.host(), app.port(), 1) // released during the outage
 	send := func(msg string) {
 		t.Helper()
 		c, err := dialFrom("", so.Listeners[0])
@@ -80,6 +82,8 @@ func TestEtcdStore(t *testing.T) {
 		t.Fatalf("the connection held through the outage: consumer got %d bytes, %v, checksum match %v", r.n, r.err, r.sum == [32]byte(sum.Sum(nil)))
 	}
 	send("during the outage")
+	// A release ends the stream at once; its end is stored later.
+	p.mustS2UC("alice", "release", ended.UID, "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile)
 
 	srv.Restart()
 	c, err := p.cons.Client(p.tokens["alice"])
@@ -90,6 +94,9 @@ func TestEtcdStore(t *testing.T) {
 	eventually(t, 30*time.Second, "the consumer's gateway to read its store again", func() bool {
 		_, err := c.List(context.Background(), true)
 		return err == nil
+	})
+	eventually(t, 30*time.Second, "the consumer's gateway to store the end of the stream released during the outage", func() bool {
+		return strings.Contains(p.cons.Log(), "stored the end of a stream after all")
 	})
 	if _, errs, code := inbound(); code != 0 {
 		t.Fatalf("inbound-request after etcd's return: exit %d: %s", code, errs)
@@ -103,5 +110,10 @@ func TestEtcdStore(t *testing.T) {
 	out := p.mustS2UC("alice", "status", so.UID, "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile)
 	if !strings.Contains(out, "inbound connected") {
 		t.Fatalf("the stream restored from etcd:\n%s", out)
+	}
+	// The stream released during the outage stays released.
+	out = p.mustS2UC("alice", "status", ended.UID, "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile)
+	if !strings.Contains(out, "released") {
+		t.Fatalf("the stream released during the outage, after the restart:\n%s", out)
 	}
 }
