@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -103,7 +102,7 @@ func TestStoreEtcd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()
-	var stderr syncBuffer
+	var stderr bytes.Buffer // read only once run has returned
 	done := make(chan error, 1)
 	go func() {
 		err := run(ctx, args(srv.PasswordFile), pw, &stderr)
@@ -158,22 +157,4 @@ func TestStoreEtcd(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("with etcd down, s2cs took %s to give up", took)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
