@@ -72,7 +72,7 @@ func (o *storeOptions) config() (*store.EtcdConfig, error) {
 	case o.user == "" && o.passwordFile != "":
 		return nil, errors.New("--etcd_password_file needs --etcd_user: the user whose password it holds")
 	case o.user != "" && o.passwordFile == "":
-		return nil, fmt.Errorf("--etcd_user %s needs --etcd_password_file FILE: the password is read from a file, never from the command line", o.user)
+		return nil, fmt.Errorf("--etcd_user %q needs --etcd_password_file FILE: the password is read from a file, never from the command line", o.user)
 	case o.user != "":
 		if strings.ContainsFunc(o.user, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 			return nil, fmt.Errorf("--etcd_user %q holds a control character", o.user)

@@ -58,7 +58,7 @@ func TestStoreFlagsRefused(t *testing.T) {
 		{append(etcd, "--etcd_cert", "c.pem", "--etcd_key", "k.pem"), "--etcd_cert needs --etcd_ca"},
 		{append(etcd, "--etcd_ca", filepath.Join(dir, "none.pem")), "--etcd_ca: open"},
 		{append(etcd, "--etcd_ca", notPEM), "holds no PEM certificate"},
-		{append(etcd, "--etcd_user", "u"), "--etcd_user u needs --etcd_password_file FILE"},
+		{append(etcd, "--etcd_user", "u"), `--etcd_user "u" needs --etcd_password_file FILE`},
 		{append(etcd, "--etcd_password_file", pw), "--etcd_password_file needs --etcd_user"},
 		{append(etcd, "--etcd_user", "u", "--etcd_password_file", empty), "is empty: write the password"},
 		{append(etcd, "--etcd_user", "u", "--etcd_password_file", twoLines), "holds more than one line"},
