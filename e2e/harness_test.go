@@ -63,6 +63,7 @@ type pairOpts struct {
 	portRange string
 	args      []string // extra s2cs flags for both
 	prodArgs  []string // and for the producer's gateway only
+	consArgs  []string // and for the consumer's gateway only
 	consState string   // the consumer gateway's --state_dir, if not under the test's directory
 }
 
@@ -87,7 +88,9 @@ func newPair(t *testing.T, o pairOpts) *pair {
 	if o.consState != "" {
 		consName = o.consState
 	}
-	p.cons = p.start(consName, localgw.RandomLoopback(), o)
+	co := o
+	co.args = append(slices.Clone(o.args), o.consArgs...)
+	p.cons = p.start(consName, localgw.RandomLoopback(), co)
 	return p
 }
 

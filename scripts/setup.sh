@@ -33,6 +33,9 @@ command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# The etcd state store (internal/store, internal/etcdtest, e2e/etcd_test.go):
+# Debian's etcd server, started by the tests on loopback ports they pick.
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-pip)
 elif ! python3 -m pip --version >/dev/null 2>&1; then
@@ -42,7 +45,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
   # Package scripts must not start system services: a system
-  # rabbitmq-server (and its epmd) would hold 5672/4369 on every address.
+  # rabbitmq-server (and its epmd) would hold 5672/4369 on every address,
+  # a system etcd 2379/2380.
   # The tests start their own broker. policy-rc.d exit 101 = "do not start";
   # a file that is already there (containers ship one) is left alone.
   policy=/usr/sbin/policy-rc.d

@@ -42,6 +42,7 @@ type options struct {
 	id                 idOptions // identity.go
 	noAuth             bool
 	stateDir           string
+	store              storeOptions
 	noSockmap          bool
 	verbose            bool
 	logFormat          string
@@ -111,6 +112,7 @@ func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
 	o.observe.register(fs)
+	o.store.register(fs)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]\n\n")

@@ -23,7 +23,6 @@ import (
 	"scistream/internal/gateway"
 	"scistream/internal/pace"
 	"scistream/internal/sockmap"
-	"scistream/internal/store"
 	"scistream/internal/version"
 )
 
@@ -61,6 +60,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
+	storeCfg, err := o.store.config()
+	if err != nil {
+		return err
+	}
 	log, err := o.logger(stderr)
 	if err != nil {
 		return err
@@ -94,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if cfg.Sockmap != nil {
 		defer cfg.Sockmap.Close()
 	}
-	if cfg.Store, err = store.OpenBolt(filepath.Join(o.stateDir, "state.db")); err != nil {
+	if cfg.Store, err = openStore(storeCfg, o.stateDir, log, stdout); err != nil {
 		return err
 	}
 	cfg.Logger = log

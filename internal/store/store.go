@@ -1,7 +1,14 @@
 // Package store persists stream records so that a restarted s2cs restores
 // its streams. The Store interface is a small key-value model (one record
-// per stream, keyed by its owner and UID) so an etcd-backed implementation
-// can sit beside the embedded bbolt one.
+// per stream, keyed by its owner and UID) with two implementations: Bolt,
+// an embedded bbolt file, the default for a gateway of one node; and Etcd,
+// records in an etcd cluster under a facility's key prefix, for state that
+// outlives a node (etcd.go).
+//
+// Every operation of Etcd is bounded by a timeout, and one that could not
+// reach etcd in time fails with an error wrapping ErrUnavailable: a
+// control request then answers "unavailable" instead of hanging. Nothing
+// on the data path reads the store, so streams keep flowing meanwhile.
 package store
 
 import (
