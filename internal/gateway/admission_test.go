@@ -14,6 +14,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
+	"scistream/internal/metricstest"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/store"
@@ -367,3 +368,38 @@ func TestRatePaced(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRateMetrics: the metrics say what is declared, what is reserved,
+// and each stream's grant and lease.
+func TestRateMetrics(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	s := newTestServer(t, func(c *Config) {
+		c.Now = clk.Now
+		c.Capacity.Rate = 1e9
+		c.Roles = mustPolicy(t, "user any\nreader identity alice\n")
+	})
+	var a, b api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, rateBody(300e6, 0, 3600), 201, &a)
+	callOK(t, s, "POST", "/v1/streams/inbound", bobToken, rateBody(0, 0, 0), 201, &b)
+	code, body := call(t, s, "GET", "/metrics", aliceToken, "")
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	metricstest.Promtool(t, body)
+	ms := metricstest.Parse(t, body)
+	for _, c := range []struct {
+		name string
+		l    metricstest.Labels
+		want float64
+	}{
+		{"scistream_capacity_rate_bytes_per_second", nil, 125e6},
+		{"scistream_reserved_rate_bytes_per_second", nil, 37.5e6},
+		{"scistream_stream_rate_granted_bytes_per_second", metricstest.Labels{"uid": a.UID}, 37.5e6},
+		{"scistream_stream_rate_granted_bytes_per_second", metricstest.Labels{"uid": b.UID}, 0},
+		{"scistream_stream_lease_expiry_timestamp_seconds", metricstest.Labels{"uid": a.UID}, float64(clk.Now().Add(time.Hour).Unix())},
+	} {
+		if got := ms.Value(t, c.name, c.l); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.l, got, c.want)
+		}
+	}
+}

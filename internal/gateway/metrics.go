@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"scistream/internal/api"
+	"scistream/internal/pace"
 	"scistream/internal/version"
 )
 
@@ -49,10 +50,11 @@ type collector struct {
 	s *Server
 
 	buildInfo, ready, streams, streamsEnded, portsInUse, portsCap,
-	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused *prometheus.Desc
+	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused,
+	capacityRate, reservedRate *prometheus.Desc
 
 	info, bytes, conns, connsTotal, connsRefused, handshakeFails, aborted,
-	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle *prometheus.Desc
+	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle, rateGranted, leaseExpiry *prometheus.Desc
 }
 
 func newCollector(s *Server) *collector {
@@ -78,6 +80,8 @@ func newCollector(s *Server) *collector {
 		pooledLegs:   g("pooled_legs", "Pooled WAN legs of outbound streams by state: idle, busy (carrying a connection or being dialed).", "state"),
 		apiErrors:    g("api_errors_total", "Control API error answers by code: unauthenticated are authentication failures, no_resources admission refusals.", "code"),
 		refused:      g("refused_connections_total", "Connections refused before they were relayed, by reason (the gateway's refusal summary).", "reason"),
+		capacityRate: g("capacity_rate_bytes_per_second", "The rate the gateway reserves for streams in all, per direction (s2cs --capacity_rate, given in bits per second); 0 when undeclared."),
+		reservedRate: g("reserved_rate_bytes_per_second", "What live streams have reserved of the capacity now."),
 
 		info:           st("info", "A live stream, always 1; its state, WAN transport, engine and what the watch leg says of the peer gateway.", "state", "wan", "engine", "peer"),
 		bytes:          st("bytes_total", "Bytes relayed, by direction: to_wan (from this gateway's application to the peer gateway) and from_wan.", "direction"),
@@ -92,14 +96,16 @@ func newCollector(s *Server) *collector {
 		ratePeak:       st("rate_peak_bytes_per_second", "Highest rate sample, by direction and span.", "direction", "span"),
 		legsTotal:      st("pooled_legs_total", "An outbound stream's pooled WAN legs by event: created (dialed), reused (taken from the pool), torn_down (at the gateway's cap per peer).", "event"),
 		legsIdle:       st("pooled_legs_idle", "An outbound stream's pooled WAN legs idle now."),
+		rateGranted:    st("rate_granted_bytes_per_second", "The rate reserved for the stream and kept to in each direction (s2uc --rate, given in bits per second); 0 for best effort."),
+		leaseExpiry:    st("lease_expiry_timestamp_seconds", "When the stream's lease runs out (Unix time): the gateway then releases it unless it is renewed."),
 	}
 }
 
 func (c *collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.buildInfo, c.ready, c.streams, c.streamsEnded, c.portsInUse, c.portsCap,
-		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused,
+		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused, c.capacityRate, c.reservedRate,
 		c.info, c.bytes, c.conns, c.connsTotal, c.connsRefused, c.handshakeFails, c.aborted,
-		c.rate, c.rateMean, c.rateStddev, c.ratePeak, c.legsTotal, c.legsIdle}
+		c.rate, c.rateMean, c.rateStddev, c.ratePeak, c.legsTotal, c.legsIdle, c.rateGranted, c.leaseExpiry}
 }
 
 // Describe implements prometheus.Collector.
@@ -142,6 +148,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range refusalKeys() {
 		counter(c.refused, float64(h.Refused[k]), k)
 	}
+	gauge(c.capacityRate, c.s.cfg.Capacity.Rate.BytesPerSecond())
+	gauge(c.reservedRate, pace.Rate(c.s.env.be.reserved.Load()).BytesPerSecond())
 	for _, st := range c.s.live() {
 		c.collectStream(st, gauge, counter)
 	}
@@ -170,6 +178,8 @@ func (c *collector) collectStream(st *stream, gauge, counter func(*prometheus.De
 	for _, k := range api.EndKinds() {
 		counter(c.aborted, float64(s.AbortedByKind[k]), with(k)...)
 	}
+	gauge(c.rateGranted, pace.Rate(rec.Rate).BytesPerSecond(), l...)
+	gauge(c.leaseExpiry, float64(rec.Expires.Unix()), l...)
 	gauge(c.rate, s.RateToWAN, with("to_wan")...)
 	gauge(c.rate, s.RateFromWAN, with("from_wan")...)
 	for _, d := range []struct {
