@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,23 @@ func TestRatesAndLeases(t *testing.T) {
 	if c, err := dialFrom("", so.Listeners[0]); err == nil {
 		c.Close()
 		t.Fatal("the expired stream's producer listener still accepts connections")
+	}
+
+	// Step by step: a rate only the outbound request asks for cannot
+	// settle with a best-effort inbound side; raising that side first
+	// (which the local record then knows) can.
+	out := p.mustS2UC("bob", "inbound-request", "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile,
+		"--remote_ip", app.host(), "--receiver_ports", app.port())
+	m := regexp.MustCompile(`(?m)^uid: (\S+)\nlisteners: (\S+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("inbound-request output:\n%s", out)
+	}
+	outbound := []string{"outbound-request", "--s2cs", p.prod.Addr, "--server_cert", p.prod.CertFile, "--rate", "50M", m[1], m[2]}
+	if _, errs, code := p.s2uc("bob", outbound...); code == 0 || !strings.Contains(errs, "reserved no rate") {
+		t.Fatalf("outbound-request --rate beside a best-effort inbound side: exit %d, %q", code, errs)
+	}
+	p.mustS2UC("bob", "update", m[1], "--rate", "50M", "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile)
+	if out := p.mustS2UC("bob", outbound...); !strings.Contains(out, "rate: 50 Mbit/s reserved") {
+		t.Fatalf("outbound-request after the inbound side was raised:\n%s", out)
 	}
 }

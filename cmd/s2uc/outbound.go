@@ -77,6 +77,9 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if sess.Inbound == nil {
 		return fmt.Errorf("local record of stream %s has no inbound side; request it with inbound-request first", uid)
 	}
+	if rate > 0 && sess.Rate == 0 {
+		return fmt.Errorf("--rate: the inbound side of stream %s reserved no rate (best effort), so the two sides could not settle on one; give --rate to inbound-request, or raise the inbound side first with s2uc update %s --rate --s2cs %s", uid, uid, sess.Inbound.S2CS)
+	}
 	if sess.Outbound != nil {
 		return fmt.Errorf("stream %s already has an outbound side on %s; release it first", uid, sess.Outbound.S2CS)
 	}

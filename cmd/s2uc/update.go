@@ -60,19 +60,19 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		gw   gatewayFlags
 	}
 	var sides []side
+	ss, err := sessions()
+	if err != nil {
+		return err
+	}
+	sess, serr := ss.Load(uid) // also kept up to date below when it exists
+	if serr != nil && !errors.Is(serr, os.ErrNotExist) {
+		return serr
+	}
 	if gw.s2cs != "" {
 		sides = append(sides, side{"", *gw})
 	} else {
-		ss, err := sessions()
-		if err != nil {
-			return err
-		}
-		sess, err := ss.Load(uid)
-		if errors.Is(err, os.ErrNotExist) {
+		if sess == nil {
 			return fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT (and --server_cert)", uid)
-		}
-		if err != nil {
-			return err
 		}
 		if e := sess.Inbound; e != nil {
 			sides = append(sides, side{api.RoleInbound, endpointGateway(e)})
@@ -123,6 +123,13 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			raised = append(raised, done{c, before.Rate})
 		}
 		updated = append(updated, public(s))
+		if sess != nil && *owner == "" && s.Role == api.RoleInbound && sess.Inbound != nil && sess.Inbound.S2CS == sd.gw.s2cs {
+			// What outbound-request will ask for (client.Settle).
+			sess.Rate, sess.MinRate, sess.LeaseS = s.Rate, s.MinRate, s.LeaseS
+			if err := ss.Save(sess); err != nil {
+				fmt.Fprintf(stderr, "s2uc: warning: could not update the local record of %s: %v\n", uid, err)
+			}
+		}
 		if cl.output == "text" {
 			fmt.Fprintf(stdout, "updated %s on %s (%s): ", uid, sd.gw.s2cs, s.Role)
 			printTerms(stdout, s)
