@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"encoding/json"
 	"io"
 	"net"
@@ -401,5 +402,37 @@ func TestRateMetrics(t *testing.T) {
 		if got := ms.Value(t, c.name, c.l); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.l, got, c.want)
 		}
+	}
+}
+
+// BenchmarkAdmit is the admission of one request with a rate beside n
+// live streams, half of them reserving: the table is scanned under
+// Server.mu on every create and every raise.
+func BenchmarkAdmit(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			s := newTestServer(b, func(c *Config) { c.Capacity.Rate = pace.Max; c.Quota.Rate = pace.Max })
+			for i := range n {
+				st := &stream{numConn: 1}
+				if i%2 == 0 {
+					st.pace.set(1e6)
+				}
+				s.streams[store.Key{Owner: fmt.Sprint("user", i%50), UID: fmt.Sprint(i)}] = st
+			}
+			rec := &store.Record{Owner: "user7", UID: "new", NumConn: 1, RateRequested: 1e6, MinRate: 1e6}
+			b.ResetTimer()
+			for b.Loop() {
+				s.mu.Lock()
+				err := s.admitLocked(rec)
+				s.mu.Unlock()
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			s.mu.Lock()
+			s.streams = map[store.Key]*stream{} // not live: nothing to stop
+			s.mu.Unlock()
+		})
 	}
 }
