@@ -172,7 +172,7 @@ func (s *Server) heldLocked(owner string, skip store.Key) (all, mine pace.Rate, 
 // admitLocked checks rec against Capacity and sets the rate granted to
 // it (rec.Rate). s.mu must be held.
 func (s *Server) admitLocked(rec *store.Record) error {
-	_, _, streams, conns := s.heldLocked(rec.Owner, rec.Key())
+	all, mine, streams, conns := s.heldLocked(rec.Owner, rec.Key())
 	c := s.cfg.Capacity
 	const later = "retry when streams have ended, or ask the operator to raise it"
 	switch {
@@ -181,7 +181,7 @@ func (s *Server) admitLocked(rec *store.Record) error {
 	case c.Conns > 0 && conns+rec.NumConn > c.Conns:
 		return api.Errorf(api.CodeNoResources, "this gateway's live streams hold %d channels and its capacity is %d (s2cs --capacity_conns): %d left, num_conn %d asked; ask for fewer or %s", conns, c.Conns, c.Conns-conns, rec.NumConn, later)
 	}
-	g, err := s.grantLocked(rec.Owner, rec.Key(), pace.Rate(rec.RateRequested), pace.Rate(rec.MinRate))
+	g, err := s.grant(rec.Owner, all, mine, pace.Rate(rec.RateRequested), pace.Rate(rec.MinRate))
 	if err != nil {
 		return err
 	}
@@ -199,6 +199,15 @@ func (s *Server) grantLocked(owner string, skip store.Key, want, least pace.Rate
 		return 0, nil
 	}
 	all, mine, _, _ := s.heldLocked(owner, skip)
+	return s.grant(owner, all, mine, want, least)
+}
+
+// grant is grantLocked once the rates reserved in all and by owner are
+// known.
+func (s *Server) grant(owner string, all, mine, want, least pace.Rate) (pace.Rate, error) {
+	if want == 0 {
+		return 0, nil
+	}
 	grant := want
 	var why error
 	if c := s.cfg.Capacity.Rate; c > 0 && c-all < grant {
