@@ -94,6 +94,7 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 		}
 	}
 	now := s.cfg.Now()
+	prev := st.record()
 	nr := st.change(func(r *store.Record) {
 		if req.Rate != nil {
 			r.Rate, r.RateRequested, r.MinRate = int64(rate), int64(rate), int64(rate)
@@ -108,8 +109,13 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 		r.Updated = now
 	})
 	if err := s.cfg.Store.Put(nr); err != nil {
-		// The stream runs as it was told; its record says so after the
-		// next change that lands. Undo what a restart would not keep.
+		// The caller is told nothing changed: undo all of it, the
+		// record too (a renewed lease would else keep the stream
+		// alive, and its view would show a rate it is not paced at).
+		st.change(func(r *store.Record) {
+			r.Rate, r.RateRequested, r.MinRate = prev.Rate, prev.RateRequested, prev.MinRate
+			r.Allow, r.LeaseS, r.Expires, r.Updated = prev.Allow, prev.LeaseS, prev.Expires, prev.Updated
+		})
 		if req.Rate != nil {
 			st.pace.set(old)
 			s.rebalance()
