@@ -26,6 +26,11 @@ func (s *Server) attach(st *stream, pin string, rate int64) (*store.Record, erro
 			return nil, api.Errorf(api.CodeInvalidArgument, "rate %d is below the stream's min_rate %d", rate, cur.MinRate)
 		}
 	}
+	st.saveMu.Lock() // as update does: never store a live record over the end's
+	defer st.saveMu.Unlock()
+	if st.hasStopped() {
+		return nil, api.Errorf(api.CodeConflict, "stream %s has ended; request a new one", st.uid)
+	}
 	rec, ok := st.attach(pin, s.cfg.Now())
 	if !ok {
 		return nil, api.Errorf(api.CodeConflict, "stream %s is already attached to another peer certificate; release it and request a new stream", rec.UID)

@@ -21,6 +21,10 @@ func (s *Server) end(st *stream, state api.State, reason string) *store.Record {
 	st.watchSt.ended.Store(true) // the watch leg says released, not stopping
 	st.stop()
 	s.rebalance() // its reservation is free
+	// An update or attach that got in first stores its record before
+	// the terminal one; those that come later see the stream stopped.
+	st.saveMu.Lock()
+	defer st.saveMu.Unlock()
 	rec := st.record()
 	s.finish(rec, state, reason)
 	st.setRecord(rec)

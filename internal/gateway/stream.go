@@ -91,6 +91,7 @@ type stream struct {
 	engine    relay.Engine
 	allow     atomic.Pointer[[]netip.Prefix] // replaced by an update; read per connection
 	pace      streamPace                     // the rate granted and its buckets (admission.go)
+	saveMu    sync.Mutex                     // orders the end's store write after any update's (end.go)
 	ctx       context.Context
 	cancel    context.CancelFunc
 

@@ -93,6 +93,11 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 			return nil, err
 		}
 	}
+	st.saveMu.Lock() // else an end meanwhile could be overwritten by this live record
+	defer st.saveMu.Unlock()
+	if st.hasStopped() {
+		return nil, api.Errorf(api.CodeConflict, "stream %s has ended; request a new one", st.uid)
+	}
 	now := s.cfg.Now()
 	prev := st.record()
 	nr := st.change(func(r *store.Record) {
@@ -140,6 +145,13 @@ func (st *stream) change(f func(*store.Record)) *store.Record {
 	f(st.rec)
 	r := *st.rec
 	return &r
+}
+
+// hasStopped reports whether st has stopped (it is ending or ended).
+func (st *stream) hasStopped() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.stopped
 }
 
 // lease returns when st's lease runs out, and its length in seconds.
