@@ -132,14 +132,16 @@ func (st *stream) engineNote() string {
 }
 
 // rebalance gives best effort what the live streams' reservations leave.
-// It is called after every change of a grant.
+// It is called after every change of a grant. The sum is set under
+// s.mu too: else two calls at once could set theirs in the other order,
+// and best effort would keep a stale share until the next change.
 func (s *Server) rebalance() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	var sum pace.Rate
 	for _, st := range s.streams {
 		sum += st.pace.rate()
 	}
-	s.mu.Unlock()
 	s.env.be.set(sum)
 }
 
