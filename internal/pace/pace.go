@@ -133,8 +133,9 @@ func burstOf(r Rate) int {
 	return int(max(minBurst, math.Ceil(r.BytesPerSecond()*burstTime.Seconds())))
 }
 
-// SetRate changes the rate from now on, for waiters too. r must be
-// positive.
+// SetRate changes the rate from now on. r must be positive. A waiter
+// already asleep keeps the delay it was given (at most one chunk's time
+// at the old rate); its next Wait runs at the new rate.
 func (b *Bucket) SetRate(r Rate) {
 	now := time.Now()
 	b.lim.SetLimitAt(now, limitOf(r))
