@@ -46,6 +46,11 @@ run eng-splice-quic --workload 64KiB --reps 5 --engine splice  --wan quic --base
 run rr-splice-tcp   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tcp --baseline
 run rr-sockmap-tcp  --workload 16KiB --mode rr --reps 5 --engine sockmap --wan tcp
 run rr-splice-tls   --workload 16KiB --mode rr --reps 5 --engine splice  --wan tls --baseline
+# Issue 17: request-reply with the whole message echoed (as an
+# independent harness measured it), the gateways against the naive pair
+# in the same rotation, at the three sizes of the latency targets.
+run echo-splice-tcp --workload 512B,16KiB,1MiB --mode echo --messages 2000 --reps 3 --engine splice --wan tcp --baseline
+run echo-splice-tls --workload 512B,16KiB,1MiB --mode echo --messages 2000 --reps 3 --engine splice --wan tls --baseline
 run small-each-tcp  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tcp --baseline
 run small-each-tls  --workload 512B --bytes 64MiB --writes each --reps 5 --wan tls
 run small-slow-tcp  --workload 512B --mode rr --rate 1000msg/s --messages 2000 --reps 3 --wan tcp --baseline

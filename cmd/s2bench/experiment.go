@@ -83,7 +83,7 @@ func (e *experiment) execute(ctx context.Context, stdout, stderr io.Writer) erro
 	prog.stop()
 
 	fmt.Fprintln(stdout)
-	printTable(stdout, recs, p.mode == bench.RequestReply, e.cpu)
+	printTable(stdout, recs, p.mode.RoundTrips(), e.cpu)
 	if e.jsonPath != "" {
 		if err := writeJSON(e.jsonPath, recs); err != nil {
 			return err

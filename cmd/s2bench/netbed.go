@@ -204,7 +204,7 @@ func testbedRunCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 func testbedAmount(pr netbed.Preset, p *plan) func(size, pairs int) int64 {
 	return func(size, pairs int) int64 {
 		sz := int64(size)
-		if p.mode == bench.RequestReply {
+		if p.mode.RoundTrips() {
 			return min(2000, max(16, int64(2*time.Second/pr.RTT))) * sz
 		}
 		secs := max(2, 15*pr.RTT.Seconds())

@@ -455,3 +455,28 @@ func TestCompareBaseline(t *testing.T) {
 		})
 	}
 }
+
+// Echo mode through the gateways and the naive pair over plaintext TCP,
+// as the latency comparison runs it (docs/performance.md): every path
+// carries each message both ways and reports its round trips; a run
+// whose echo differed would have failed.
+func TestCompareEcho(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	p := startProc(t, nil, "compare", "--mode", "echo", "--wan", "tcp", "--baseline", "--size", "16KiB",
+		"--messages", "200", "--reps", "1", "--progress", "off", "--json", jsonPath, "--s2cs", s2csBin)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, p.output())
+	}
+	seen := map[any]bool{}
+	for _, r := range readRecords(t, jsonPath) {
+		seen[r["path"]] = true
+		p50, _ := r["rtt_p50_us"].(float64)
+		p99, _ := r["rtt_p99_us"].(float64)
+		if r["mode"] != "echo" || r["integrity_ok"] != true || r["messages"] != float64(200) || !(p50 > 0 && p50 <= p99) {
+			t.Errorf("record %v", r)
+		}
+	}
+	if len(seen) != 3 || !seen["direct"] || !seen["gateways"] || !seen["naive"] {
+		t.Fatalf("want direct, gateways and naive records:\n%s", p.output())
+	}
+}

@@ -60,7 +60,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.messages, "messages", "", "messages per run, over all pairs, instead of --bytes (default in rr mode: min(2000, max(100, 128MiB/size)) per pair)")
 	fs.DurationVar(&w.duration, "duration", 0, "send for this long per run instead of a fixed amount, e.g. 10s")
 	fs.StringVar(&w.rate, "rate", "", "target rate per pair instead of as fast as possible: N msg/s (e.g. 5000msg/s) or bytes/s (e.g. 100MB/s)")
-	fs.StringVar(&w.mode, "mode", "throughput", "throughput, or rr (request-reply: the consumer answers each message; RTT measured at the producer)")
+	fs.StringVar(&w.mode, "mode", "throughput", "throughput, rr (request-reply: the consumer answers each message with 16 bytes; RTT measured at the producer), or echo (request-reply in which the consumer echoes the whole message back, as a plain echo server: both directions carry it)")
 	fs.StringVar(&w.writes, "writes", writesBatched, "how the producer writes in throughput mode: batched (small messages coalesced into writes of up to 256KiB) or each (one write per message, as an application sending message by message)")
 }
 
@@ -92,7 +92,7 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 	p := &plan{duration: w.duration}
 	var err error
 	if p.mode, err = bench.ParseMode(w.mode); err != nil {
-		return nil, usagef("--mode %q: use throughput or rr (request-reply)", w.mode)
+		return nil, usagef("--mode %q: use throughput, rr (request-reply) or echo (request-reply, the whole message echoed)", w.mode)
 	}
 	switch w.writes {
 	case writesBatched, "":
@@ -132,6 +132,12 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 		}
 		if len(p.sizes) > maxSizes {
 			return nil, usagef("%s: %d sizes, at most %d", flagName, len(p.sizes), maxSizes)
+		}
+	}
+
+	for _, size := range p.sizes {
+		if p.mode == bench.Echo && size > bench.MaxEchoSize {
+			return nil, usagef("--mode echo with %s messages: give sizes up to %s (the producer writes a whole message before it reads the echo)", bytesize.Format(int64(size)), bytesize.Format(bench.MaxEchoSize))
 		}
 	}
 
@@ -202,7 +208,7 @@ func (p *plan) perPair(size, pairs int) (int64, string) {
 		return per, ""
 	case p.auto != nil:
 		return p.auto(size, pairs), "default for the path's rate and RTT"
-	case p.mode == bench.RequestReply:
+	case p.mode.RoundTrips():
 		n := min(2000, max(100, int64(128<<20)/int64(size)))
 		return n * int64(size), "default for rr"
 	case p.name == wlSweep:

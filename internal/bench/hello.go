@@ -20,7 +20,21 @@ const (
 	// consumer's reply (which echoes the sequence number) before the
 	// next; the producer measures the round-trip time of each.
 	RequestReply Mode = 1
+	// Echo: request-reply in which the consumer echoes every byte of the
+	// message back as it arrives (a plain echo server), so both
+	// directions carry the full message; the producer checks the echo
+	// byte for byte. Message sizes up to MaxEchoSize.
+	Echo Mode = 2
 )
+
+// MaxEchoSize bounds the message size of an Echo run: the producer
+// writes a whole message before it reads the echo, so the message must
+// fit in what the path buffers (socket buffers, a gateway's pipes).
+const MaxEchoSize = 4 << 20
+
+// RoundTrips reports whether m waits for an answer to each message
+// (RequestReply or Echo): the producer then measures round-trip times.
+func (m Mode) RoundTrips() bool { return m == RequestReply || m == Echo }
 
 func (m Mode) String() string {
 	switch m {
@@ -28,19 +42,23 @@ func (m Mode) String() string {
 		return "throughput"
 	case RequestReply:
 		return "rr"
+	case Echo:
+		return "echo"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
-// ParseMode parses "throughput" or "rr" (also "request-reply").
+// ParseMode parses "throughput", "rr" (also "request-reply") or "echo".
 func ParseMode(s string) (Mode, error) {
 	switch strings.ToLower(s) {
 	case "throughput", "tput":
 		return Throughput, nil
 	case "rr", "request-reply", "reqrep":
 		return RequestReply, nil
+	case "echo":
+		return Echo, nil
 	}
-	return 0, fmt.Errorf("mode %q: use throughput or rr (request-reply)", s)
+	return 0, fmt.Errorf("mode %q: use throughput, rr (request-reply) or echo (request-reply with the whole message echoed)", s)
 }
 
 // MaxPairs bounds the producer/consumer pairs of one run: the
@@ -95,8 +113,10 @@ func (h Hello) Validate() error {
 		return err
 	}
 	switch {
-	case h.Mode != Throughput && h.Mode != RequestReply:
+	case h.Mode != Throughput && !h.Mode.RoundTrips():
 		return fmt.Errorf("unknown mode %d", h.Mode)
+	case h.Mode == Echo && h.Spec.Size > MaxEchoSize:
+		return fmt.Errorf("message size %d too large for echo mode: at most %d", h.Spec.Size, MaxEchoSize)
 	case h.Pairs < 1 || h.Pairs > MaxPairs:
 		return fmt.Errorf("pairs %d out of range 1..%d", h.Pairs, MaxPairs)
 	case h.Pair < 0 || h.Pair >= h.Pairs:

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,10 +115,11 @@ func Send(ctx context.Context, c *net.TCPConn, h Hello, o SendOptions) (*SendRes
 	var (
 		msgs   = uint64(h.Spec.Messages())
 		open   = h.Spec.Open()
-		rr     = h.Mode == RequestReply
+		rr     = h.Mode.RoundTrips()
+		echo   = h.Mode == Echo
 		paced  = h.Rate > 0
 		batch  []byte
-		reply  [ReplyLen]byte
+		reply  = make([]byte, ReplyLen)
 		timer  *time.Timer
 		rng    = rand.New(rand.NewPCG(h.Spec.Seed, uint64(h.Spec.Run)))
 		seen   int64 // RTT samples offered to the reservoir
@@ -126,6 +128,9 @@ func Send(ctx context.Context, c *net.TCPConn, h Hello, o SendOptions) (*SendRes
 	)
 	if !rr && !paced && !o.EachMessage {
 		batch = make([]byte, 0, batchSize)
+	}
+	if echo {
+		reply = make([]byte, HeaderLen+h.Spec.Size)
 	}
 	if paced {
 		timer = time.NewTimer(time.Hour)
@@ -168,11 +173,20 @@ func Send(ctx context.Context, c *net.TCPConn, h Hello, o SendOptions) (*SendRes
 			}
 			if rr {
 				c.SetReadDeadline(deadline(o.Idle, o.End))
-				if _, err := io.ReadFull(c, reply[:]); err != nil {
-					return fail(fmt.Sprintf("wait for the reply to message %d", seq), err)
-				}
-				if err := checkReply(reply[:], h.Spec.Run, seq); err != nil {
-					return r, err
+				if echo {
+					if _, err := io.ReadFull(c, reply[:len(m)]); err != nil {
+						return fail(fmt.Sprintf("wait for the echo of message %d", seq), err)
+					}
+					if !bytes.Equal(reply[:len(m)], m) {
+						return r, &IntegrityError{Seq: seq, Problem: "the echo differs from the message"}
+					}
+				} else {
+					if _, err := io.ReadFull(c, reply); err != nil {
+						return fail(fmt.Sprintf("wait for the reply to message %d", seq), err)
+					}
+					if err := checkReply(reply, h.Spec.Run, seq); err != nil {
+						return r, err
+					}
 				}
 				rtt := time.Since(sent)
 				seen++
@@ -322,7 +336,7 @@ func Receive(ctx context.Context, c *net.TCPConn, o ReceiveOptions) (*ReceiveRes
 		r.First, r.Last = ver.arr.first, ver.arr.last
 	}()
 
-	rr := h.Mode == RequestReply
+	rr, echo := h.Mode == RequestReply, h.Mode == Echo
 	buf := make([]byte, min(max(HeaderLen+h.Spec.Size, 64<<10), 1<<20))
 	var reply [ReplyLen]byte
 	// Every read but the last brings at least one byte and the verifier
@@ -344,6 +358,13 @@ func Receive(ctx context.Context, c *net.TCPConn, o ReceiveOptions) (*ReceiveRes
 			}
 			if o.Received != nil {
 				o.Received.Add(ver.payload - pb)
+			}
+			if echo {
+				// As a plain echo server: every byte back as it came.
+				c.SetWriteDeadline(deadline(o.Idle, o.End))
+				if _, err := c.Write(buf[:n]); err != nil {
+					return fail(fmt.Sprintf("echo after %d messages", ver.Messages()), err)
+				}
 			}
 			for seq := prev; rr && seq < ver.next; seq++ {
 				putReply(reply[:], h.Spec.Run, seq)
