@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 
@@ -101,14 +102,14 @@ func (st *stream) bucket(d int) *pace.Bucket {
 // paced reports whether st's connections are paced now.
 func (st *stream) paced() bool { return st.bucket(dirToWAN) != nil }
 
-// counter returns the count function of direction d for relay.Relay:
-// it counts the bytes written and waits until they fit the stream's
-// pace.
-func (st *stream) counter(d int, n *atomic.Int64) func(int64) {
+// counter returns the count function of direction d of one connection
+// for relay.Relay: it counts the bytes written and waits until they fit
+// the stream's pace, or until ctx (the connection's) ends.
+func (st *stream) counter(ctx context.Context, d int, n *atomic.Int64) func(int64) {
 	return func(k int64) {
 		n.Add(k)
 		if b := st.bucket(d); b != nil {
-			b.Wait(st.ctx, k) // returns at once when the stream stops
+			b.Wait(ctx, k)
 		}
 	}
 }

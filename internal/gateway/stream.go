@@ -560,7 +560,13 @@ func (st *stream) relay(log *slog.Logger, app, w net.Conn) {
 	st.active.Add(1)
 	st.total.Add(1)
 	defer st.active.Add(-1)
-	err := relay.Relay(st.engineFor(), app, w, st.counter(dirToWAN, &st.toWAN), st.counter(dirFromWAN, &st.fromWAN))
+	// A paced direction waits in its count function: the connection's
+	// context ends that wait when the stream stops or the relay aborts
+	// the connection (the other direction failed), not a chunk's time
+	// later.
+	ctx, abort := context.WithCancel(st.ctx)
+	defer abort()
+	err := relay.RelayAborting(st.engineFor(), app, w, st.counter(ctx, dirToWAN, &st.toWAN), st.counter(ctx, dirFromWAN, &st.fromWAN), abort)
 	st.ended(log, err)
 }
 

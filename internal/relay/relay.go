@@ -44,6 +44,14 @@ type Engine interface {
 // their last bytes and FIN are delivered), or the first failure as an
 // *Error, having aborted both.
 func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
+	return RelayAborting(e, a, b, countAB, countBA, nil)
+}
+
+// RelayAborting is Relay that also calls onAbort, if not nil, once it
+// aborted both connections on a failure: a count function that waits (a
+// rate paces the copy) must return then, so that the direction that did
+// not fail sees the abort at once.
+func RelayAborting(e Engine, a, b net.Conn, countAB, countBA func(int64), onAbort func()) error {
 	var (
 		wg       sync.WaitGroup
 		once     sync.Once
@@ -56,6 +64,9 @@ func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
 			// and neither application sees a clean end of stream.
 			Abort(a)
 			Abort(b)
+			if onAbort != nil {
+				onAbort()
+			}
 		})
 	}
 	// ended[s] is set once Relay shut down the write half of side s:

@@ -663,3 +663,44 @@ func TestMaxPipes(t *testing.T) {
 		t.Errorf("%d pipes in use after the relay ended", n)
 	}
 }
+
+// A count function that waits (a paced stream's) must not hold Relay up
+// once the other direction failed: RelayAborting calls onAbort, which
+// ends the wait, and Relay returns.
+func TestRelayAbortingWakesCount(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.Name(), func(t *testing.T) {
+			leakcheck.Check(t)
+			appA, relA := loopback.TCPPair(t)
+			relB, appB := loopback.TCPPair(t)
+			woke := make(chan struct{})
+			var once sync.Once
+			wake := func() { once.Do(func() { close(woke) }) }
+			t.Cleanup(wake)
+			blocked := make(chan struct{}, 1)
+			countAB := func(int64) {
+				select {
+				case blocked <- struct{}{}:
+				default:
+				}
+				<-woke // paced "forever", until the abort
+			}
+			done := make(chan error, 1)
+			go func() { done <- relay.RelayAborting(e, relA, relB, countAB, func(int64) {}, wake) }()
+			if _, err := appA.Write([]byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			<-blocked // the a->b copy waits in its count
+			appB.SetLinger(0)
+			appB.Close() // b->a fails with a reset
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("Relay returned nil after a reset")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Relay still waits in a count 10s after the other direction failed")
+			}
+		})
+	}
+}
