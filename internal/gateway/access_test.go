@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -169,24 +167,6 @@ func TestRequireHook(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestIdentityProviderTokens: a gateway that trusts an issuer's JWTs and
 // its introspection endpoint, beside static tokens, admits good tokens
 // under the provider's alias, refuses each bad one with a message that
@@ -211,11 +191,8 @@ func TestIdentityProviderTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy, err := auth.ParsePolicy(strings.NewReader("user identity alice\nuser identity idp.test:alice\noperator group idp.test:ops\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
+	policy := mustPolicy(t, "user identity alice\nuser identity idp.test:alice\noperator group idp.test:ops\n")
+	logs := &logLines{} // strangers_test.go
 	s := newTestServer(t, func(c *Config) {
 		c.Auth = &auth.Chain{Static: static, JWT: jv, Opaque: in}
 		c.Roles = policy

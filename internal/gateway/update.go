@@ -117,10 +117,7 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 		// The caller is told nothing changed: undo all of it, the
 		// record too (a renewed lease would else keep the stream
 		// alive, and its view would show a rate it is not paced at).
-		st.change(func(r *store.Record) {
-			r.Rate, r.RateRequested, r.MinRate = prev.Rate, prev.RateRequested, prev.MinRate
-			r.Allow, r.LeaseS, r.Expires, r.Updated = prev.Allow, prev.LeaseS, prev.Expires, prev.Updated
-		})
+		st.change(func(r *store.Record) { *r = *prev }) // saveMu keeps every other change out meanwhile
 		if req.Rate != nil {
 			st.pace.set(old)
 			s.rebalance()
