@@ -33,6 +33,8 @@ type options struct {
 	tcpWAN             bool
 	port               int
 	wanPort            int
+	node               string
+	takeover           time.Duration
 	wanDomain          string
 	wanAdvertise       string
 	wanProxy           bool
@@ -80,6 +82,8 @@ func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.bindIP, "bind", "", "IP address data listeners and the control API bind (default: --listener_ip; 0.0.0.0 binds every interface and logs a warning)")
 	fs.IntVar(&o.port, "port", 5000, "control API port (0 picks a free one)")
 	fs.StringVar(&o.portRange, "port_range", "5100-5199", "data listener ports, LO-HI inclusive")
+	fs.StringVar(&o.node, "node", "", "this gateway's name as one node of a facility of several that share --store etcd://... under --store_facility (docs/facility.md): any node answers for any stream, channels are spread over the nodes and taken over when one dies; every node needs the same --server_crt and its own --listener_ip; default: a gateway of one node")
+	fs.DurationVar(&o.takeover, "takeover", 0, "with --node: the bound from a node's death to its channels being served by the other nodes (its etcd lease lasts half of it); at least 4s (default 10s)")
 	fs.IntVar(&o.wanPort, "wan_port", 0, "shared WAN port (443 behind an SNI router): one TCP listener and one UDP socket for the inbound WAN legs of every tls and quic stream, told apart by TLS server name; 0: each stream listens on ports of its own from --port_range")
 	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+gateway.DefaultWANDomain+")")
 	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
@@ -181,6 +185,8 @@ func (o *options) config() (gateway.Config, error) {
 		Capacity:         o.capacity,
 		LeaseDefault:     o.lease,
 		LeaseMax:         o.leaseMax,
+		Node:             o.node,
+		Takeover:         o.takeover,
 	}
 	var err error
 	if cfg.Capacity.Rate, err = pace.ParseRate(o.capacityRate); err != nil {
@@ -216,6 +222,9 @@ func (o *options) config() (gateway.Config, error) {
 	}
 	if o.port != 0 && o.port == o.wanPort {
 		return cfg, fmt.Errorf("--port %d is also --wan_port; the control API and the shared WAN port need a port each", o.port)
+	}
+	if o.node != "" && o.certFile == "" {
+		return cfg, fmt.Errorf("--node %s: every node of a facility presents the same WAN certificate (a peer pins one per stream): give --server_crt and --server_key, the same files on every node", o.node)
 	}
 	if (o.certFile == "") != (o.keyFile == "") {
 		return cfg, errors.New("give both --server_crt and --server_key, or neither (a self-signed pair is then generated)")
@@ -253,6 +262,8 @@ func flagError(err error) error {
 		"Quota.Ports":      "--quota_ports",
 		"Quota.Pending":    "--quota_pending",
 		"WANPort":          "--wan_port",
+		"Node":             "--node",
+		"Takeover":         "--takeover",
 		"WANDomain":        "--wan_domain",
 		"WANAdvertise":     "--wan_advertise",
 		"Pool.MaxPerPeer":  "--pool_max_per_peer",

@@ -65,7 +65,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	err = ss.Save(&client.Session{
 		UID: s.UID, WAN: s.WAN, Secret: s.Secret, Rate: s.Rate, MinRate: s.MinRate, LeaseS: s.LeaseS,
-		Inbound: &client.Endpoint{S2CS: gw.s2cs, ServerCert: absOrEmpty(gw.cert), TokenFile: absOrEmpty(gw.tokenFile), Listeners: s.Listeners, WANCert: s.WANCert, ServerName: s.WANServerName},
+		Inbound: &client.Endpoint{S2CS: gw.s2cs, ServerCert: absOrEmpty(gw.cert), TokenFile: absOrEmpty(gw.tokenFile), Listeners: s.Listeners, WANCert: s.WANCert, ServerName: s.WANServerName, Nodes: s.Nodes},
 	})
 	if err != nil {
 		return fmt.Errorf("stream %s was created but its local record could not be saved (%v); release it with s2uc release %s --s2cs %s", s.UID, err, s.UID, gw.s2cs)

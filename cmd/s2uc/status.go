@@ -121,6 +121,17 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	if s.WANServerName != "" {
 		fmt.Fprintf(w, "  on the shared WAN port as %s\n", s.WANServerName)
 	}
+	if len(s.Channels) > 0 {
+		fmt.Fprint(w, "  channels:")
+		for _, c := range s.Channels {
+			node := c.Node
+			if node == "" {
+				node = "no node (being taken over)"
+			}
+			fmt.Fprintf(w, " %d %s on %s;", c.Channel, c.Listener, node)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprint(w, "  ")
 	printTerms(w, s)
 	if s.EngineNote != "" {

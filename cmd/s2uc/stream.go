@@ -84,7 +84,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	err = ss.Save(&client.Session{
 		UID: inS.UID, WAN: inS.WAN, Secret: inS.Secret, Rate: inS.Rate, MinRate: inS.MinRate, LeaseS: inS.LeaseS,
-		Inbound:  &client.Endpoint{S2CS: ig.s2cs, ServerCert: absOrEmpty(ig.cert), TokenFile: absOrEmpty(ig.tokenFile), Listeners: inS.Listeners, WANCert: inS.WANCert, ServerName: inS.WANServerName},
+		Inbound:  &client.Endpoint{S2CS: ig.s2cs, ServerCert: absOrEmpty(ig.cert), TokenFile: absOrEmpty(ig.tokenFile), Listeners: inS.Listeners, WANCert: inS.WANCert, ServerName: inS.WANServerName, Nodes: inS.Nodes},
 		Outbound: &client.Endpoint{S2CS: og.s2cs, ServerCert: absOrEmpty(og.cert), TokenFile: absOrEmpty(og.tokenFile), Listeners: outS.Listeners},
 	})
 	if err != nil {

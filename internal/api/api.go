@@ -164,6 +164,12 @@ type OutboundRequest struct {
 	// listeners: the inbound side's wan_server_name when it listens on a
 	// shared WAN port (tls and quic only). Empty for a stream's own ports.
 	PeerServerName string `json:"peer_server_name,omitempty"`
+	// PeerNodes are the hosts of the inbound facility's gateway nodes
+	// (its Stream.Nodes): when a peer listener does not answer (its node
+	// died), this gateway dials the same port on these hosts, where
+	// another node serves the channel once it took it over. Empty: the
+	// inbound side is one node.
+	PeerNodes []string `json:"peer_nodes,omitempty"`
 	// Allow lists the CIDRs (or single addresses) whose applications may
 	// connect to the LAN listeners. Empty means the listener's own subnet.
 	Allow []string `json:"allow,omitempty"`
@@ -271,9 +277,29 @@ type Stream struct {
 	// connection whose application cannot be reached (InboundRequest),
 	// as it applies now; absent on an outbound stream.
 	AppWaitS *int `json:"app_wait_s,omitempty"`
+	// Nodes are the hosts of the gateway's facility nodes, when it is
+	// one of several (s2cs --node): an outbound request passes them on
+	// as peer_nodes. Absent for a gateway of one node.
+	Nodes []string `json:"nodes,omitempty"`
+	// Channels say which node serves each channel now, and where
+	// (Listeners[i] is Channels[i].Listener); absent for a gateway of
+	// one node.
+	Channels []Channel `json:"channels,omitempty"`
 	// Secret is returned once, by the inbound request, to its owner only.
 	Secret string `json:"secret,omitempty"`
 	Stats  *Stats `json:"stats,omitempty"`
+}
+
+// Channel is where one channel of a stream is served in a facility of
+// several gateway nodes.
+type Channel struct {
+	Channel int `json:"channel"`
+	// Node names the node that serves it; empty while no node does (its
+	// node died and no other took it over yet).
+	Node string `json:"node,omitempty"`
+	// Listener is its address: the node's host and the channel's port,
+	// which stays the same when another node takes the channel over.
+	Listener string `json:"listener"`
 }
 
 // Stats are a stream's live counters on one gateway. "to_wan" is the
@@ -434,6 +460,18 @@ type Info struct {
 	// seconds.
 	LeaseDefaultS int `json:"lease_default_s"`
 	LeaseMaxS     int `json:"lease_max_s"`
+	// Facility and Node name the facility and this node when the
+	// gateway is one node of several (s2cs --node); Nodes are the live
+	// nodes. Absent for a gateway of one node.
+	Facility string     `json:"facility,omitempty"`
+	Node     string     `json:"node,omitempty"`
+	Nodes    []NodeInfo `json:"nodes,omitempty"`
+}
+
+// NodeInfo is one live node of a facility.
+type NodeInfo struct {
+	Name string `json:"name"`
+	Host string `json:"host"`
 }
 
 // Limits enforced on requests.
@@ -441,6 +479,7 @@ const (
 	MaxChannels      = 256 // num_conn upper bound per stream
 	MaxReceiverPorts = 64  // receiver_ports / peer_listeners length bound
 	MaxAllow         = 64  // allow-list length bound
+	MaxPeerNodes     = 64  // peer_nodes length bound
 	MaxBodyBytes     = 1 << 20
 	// MaxAppWaitS bounds a gateway's maximum app_wait_s (one day): a
 	// connection held longer is better reset and dialed again.

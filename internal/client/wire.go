@@ -58,6 +58,9 @@ func Wire(ctx context.Context, in, out *Client, inReq *api.InboundRequest, outRe
 	outReq.WAN = created.WAN
 	outReq.PeerListeners = created.Listeners
 	outReq.PeerServerName = created.WANServerName
+	if len(outReq.PeerNodes) == 0 {
+		outReq.PeerNodes = created.Nodes
+	}
 	Settle(&outReq, created)
 	if len(peerListeners) > 0 {
 		outReq.PeerListeners = peerListeners
@@ -100,6 +103,9 @@ type Endpoint struct {
 	WANCert    string   `json:"wan_cert,omitempty"`
 	// ServerName names an inbound side on its gateway's shared WAN port.
 	ServerName string `json:"server_name,omitempty"`
+	// Nodes are the hosts of the gateway's facility nodes, if it is one
+	// of several (api.Stream.Nodes).
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // Session is s2uc's local memory of a stream it requested, so that the

@@ -124,6 +124,19 @@ type Config struct {
 	// LeaseMax is the longest lease a request or a renewal may ask for.
 	// Whole seconds. If zero, DefaultLeaseMax.
 	LeaseMax time.Duration
+	// Node, if not empty, makes the gateway one node of a facility of
+	// several that share Store, which must then be an etcd store
+	// (*store.Etcd; facility.go): any node answers for any stream, a
+	// stream's channels are spread over the nodes, and when a node dies
+	// the others take its channels over. Every node of a facility has its
+	// own Node name and ListenerIP and the same Identity. The shared WAN
+	// port (WANPort) is not served by a facility. If empty, the gateway
+	// is one node.
+	Node string
+	// Takeover bounds the time from a node's death to its channels
+	// being served by other nodes: the node's etcd lease lasts about
+	// half of it. At least 4 s. If zero, DefaultTakeover.
+	Takeover time.Duration
 	// Strangers caps the WAN connections still in their handshake. Its
 	// zero value is the defaults documented on Limits.
 	Strangers Limits
@@ -169,6 +182,10 @@ const DefaultWANDomain = "scistream.invalid"
 // person to run the outbound request by hand, short enough that an
 // abandoned request does not hold ports for long.
 const DefaultPendingTimeout = 5 * time.Minute
+
+// DefaultTakeover is Config.Takeover's default: the bound, from a node's
+// death, within which other nodes of its facility serve its channels.
+const DefaultTakeover = 10 * time.Second
 
 // DefaultAppWait is how long an inbound stream waits for its
 // application when neither the request nor Config.AppWaitDefault says:
@@ -311,6 +328,14 @@ func (c Config) Validate() error {
 		return fieldError("MaxActiveConns", "%d is negative: give the most application connections the gateway relays at once, or 0 to derive it from the limit of open files", c.MaxActiveConns)
 	case c.FileLimit < 0:
 		return fieldError("FileLimit", "%d is negative", c.FileLimit)
+	case c.Node != "" && store.ValidFacility(c.Node) != nil:
+		return fieldError("Node", "%v", store.ValidFacility(c.Node))
+	case c.Node != "" && c.WANPort != 0:
+		return fieldError("Node", "a facility of several nodes does not serve the shared WAN port (WANPort) yet: leave one of them out")
+	case c.Takeover != 0 && c.Takeover < 4*time.Second:
+		return fieldError("Takeover", "%s is too short: etcd's leases need at least 4s (the default is %s)", c.Takeover, DefaultTakeover)
+	case c.Takeover != 0 && c.Node == "":
+		return fieldError("Takeover", "applies to a node of a facility only: give Node too, or leave Takeover out")
 	case c.WANPort < 0 || c.WANPort > 65535:
 		return fieldError("WANPort", "%d is not a port: give 1-65535 (443 behind an SNI router), or 0 for none", c.WANPort)
 	case c.WANPort != 0 && c.WANPort >= c.PortRange.Lo && c.WANPort <= c.PortRange.Hi:
@@ -454,6 +479,9 @@ func (c Config) engines() (*relay.Engines, error) {
 // withDefaults returns c with every zero value that has a default filled
 // in. c must have passed Validate.
 func (c Config) withDefaults() Config {
+	if c.Takeover == 0 {
+		c.Takeover = DefaultTakeover
+	}
 	if c.BindIP == "" {
 		c.BindIP = c.ListenerIP
 	}

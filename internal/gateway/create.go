@@ -30,6 +30,15 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, storeError("read state", err)
 	}
+	if s.fac != nil {
+		st, err := s.createOnNodes(rec)
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("stream created", "uid", rec.UID, "role", rec.Role, "owner", rec.Owner, "nodes", rec.Nodes,
+			"ports", rec.Ports, "targets", rec.Targets, "wan", rec.WAN, "engine", rec.Engine, "rate", rateText(rec.Rate), "expires", rec.Expires)
+		return st, nil
+	}
 
 	lns, err := s.listen(rec)
 	if err != nil {

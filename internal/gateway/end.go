@@ -17,6 +17,9 @@ import (
 
 // end stops a live stream for good and records its terminal state.
 func (s *Server) end(st *stream, state api.State, reason string) *store.Record {
+	if s.fac != nil { // not to be mirrored again before the store has its end
+		s.fac.noteEnded(st.key, st.record().Created)
+	}
 	s.remove(st)
 	st.watchSt.ended.Store(true) // the watch leg says released, not stopping
 	st.stop()
@@ -121,6 +124,9 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 		debug.FreeOSMemory()
 	}
 	for _, st := range s.live() {
+		if !s.stewards(st) {
+			continue // another node of the facility expires it
+		}
 		if st.pendingSince(now) > s.cfg.PendingTimeout {
 			s.log.Info("stream expired waiting for its outbound peer", "uid", st.uid, "timeout", s.cfg.PendingTimeout)
 			s.end(st, api.StateExpired, fmt.Sprintf("no outbound peer attached within %s", s.cfg.PendingTimeout))

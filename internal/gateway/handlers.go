@@ -32,7 +32,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 	if s.cfg.AllowTCPWAN {
 		wans = append(wans, api.WANTCP)
 	}
-	return http.StatusOK, api.Info{
+	info := api.Info{
 		Version:         version.Version,
 		ListenerIP:      s.cfg.ListenerIP,
 		PortRange:       s.cfg.PortRange.String(),
@@ -56,7 +56,9 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		QuotaRate:       int64(s.cfg.Quota.Rate),
 		LeaseDefaultS:   int(s.cfg.LeaseDefault / time.Second),
 		LeaseMaxS:       int(s.cfg.LeaseMax / time.Second),
-	}, nil
+	}
+	s.facilityInfo(&info)
+	return http.StatusOK, info, nil
 }
 
 func (s *Server) handleInbound(r *http.Request) (int, any, error) {
@@ -230,6 +232,9 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 	if rec.Shared() {
 		v.Listeners = []string{s.cfg.WANAdvertise}
 		v.WANServerName = rec.ServerName
+	}
+	if s.fac != nil && s.fac.m != nil && !rec.State.Terminal() {
+		s.facilityView(&v, rec)
 	}
 	v.PeerServerName = rec.PeerServerName
 	v.WANPool = rec.WANPool

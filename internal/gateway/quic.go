@@ -57,6 +57,9 @@ func (st *stream) startQUIC() {
 		return // the shared WAN port's QUIC listener serves it (wanport.go)
 	}
 	for ch, ln := range st.listeners {
+		if ln == nil {
+			continue
+		}
 		udp := st.env.alloc.UDP(ln)
 		if udp == nil {
 			st.env.log.Error("quic stream without a UDP socket on its port", "uid", st.uid, "channel", ch)

@@ -59,6 +59,7 @@ type Server struct {
 	strange *strangers
 	files   Files     // the plan of open files, as Config.Files gave it
 	obs     *observer // what operators look at: metrics, status, rates (observe.go)
+	fac     *facility // the node's facility (facility.go); nil for a gateway of one node
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -90,6 +91,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("authenticator required")
 	case cfg.Store == nil:
 		return nil, errors.New("store required")
+	}
+	if _, ok := cfg.Store.(*store.Etcd); cfg.Node != "" && !ok {
+		return nil, fieldError("Node", "a node of a facility keeps its state in etcd with the other nodes: give s2cs --store etcd://HOST:PORT, or leave --node out")
 	}
 	files, err := cfg.Files()
 	if err != nil {
@@ -128,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 			be:       newBestEffort(cfg.Capacity.Rate),
 			paceable: paceable,
 			kernel:   engines.Kernel(),
+			facility: cfg.Node != "",
 		},
 		ctx:     ctx,
 		cancel:  cancel,
@@ -138,6 +143,9 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.obs = newObserver(s)
+	if cfg.Node != "" {
+		s.fac = newFacility(cfg.Node)
+	}
 	return s, nil
 }
 
@@ -181,7 +189,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		s.log.Info("shared WAN port open", "bind", wp.ln.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol)
 	}
-	if err := s.restore(); err != nil {
+	restore := s.restore
+	if s.fac != nil {
+		restore = s.joinFacility
+	}
+	if err := restore(); err != nil {
 		ln.Close()
 		s.Shutdown(context.Background())
 		return err
@@ -255,7 +267,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.cancel()
 		s.wg.Wait()
-		s.saveUnsaved() // a last try
+		s.leaveFacility() // its channels move to the other nodes now
+		s.saveUnsaved()   // a last try
 		s.mu.Lock()
 		s.streams = map[store.Key]*stream{}
 		s.mu.Unlock()

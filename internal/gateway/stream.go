@@ -43,6 +43,10 @@ type env struct {
 	be                  *bestEffort  // the pacing best-effort streams share (admission.go)
 	paceable            relay.Engine // splice: what a paced connection of a sockmap stream runs on
 	kernel              bool         // the sockmap program is loaded (relay.Engines.Kernel)
+	// facility is set on a node of a facility of several (facility.go):
+	// its streams keep no watch leg, which one node of several cannot
+	// speak for.
+	facility bool
 }
 
 // connSlots counts what application connections hold against a cap:
@@ -96,6 +100,10 @@ type stream struct {
 	cancel    context.CancelFunc
 
 	peerPin atomic.Pointer[string]
+	// peerAt is, per channel of an outbound stream, the peer listener
+	// that last answered when it was not the one first given (the peer
+	// facility moved the channel to another node: dialPeer).
+	peerAt []atomic.Pointer[string]
 	// shared is the leg of an inbound stream on the shared WAN port (its
 	// Channels admits every channel), which the port's router returns
 	// for the stream's server name; nil for a stream with its own ports.
@@ -104,9 +112,9 @@ type stream struct {
 	mu        sync.Mutex // guards the following fields
 	rec       *store.Record
 	listeners []*net.TCPListener
-	slots     []listenerSlots // per listener: connections in their handshake
-	trusted   trust           // sources the peer authenticated from lately
-	conns     map[net.Conn]struct{}
+	slots     []listenerSlots  // per listener: connections in their handshake
+	trusted   trust            // sources the peer authenticated from lately
+	conns     map[net.Conn]int // every connection, by the channel it arrived on (-1: another leg of one)
 	stopped   bool
 	quic      quicLegs   // WAN legs over QUIC (quic.go)
 	watch     *wan.Watch // the watch leg, while open (watch.go)
@@ -160,9 +168,10 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		rec:       rec,
 		listeners: lns,
 		slots:     make([]listenerSlots, len(lns)),
-		conns:     map[net.Conn]struct{}{},
+		conns:     map[net.Conn]int{},
 		open:      connSlots{max: int64(rec.MaxActiveConns)},
 		rates:     newRateTracker(e.rates, time.Now()),
+		peerAt:    make([]atomic.Pointer[string], rec.NumConn),
 	}
 	st.allow.Store(&allow)
 	st.pace.set(pace.Rate(rec.Rate))
@@ -197,7 +206,9 @@ func (st *stream) listenerAddrs() []string {
 	defer st.mu.Unlock()
 	var out []string
 	for _, ln := range st.listeners {
-		out = append(out, ln.Addr().String())
+		if ln != nil { // a channel another node of the facility serves
+			out = append(out, ln.Addr().String())
+		}
 	}
 	return out
 }
@@ -211,8 +222,10 @@ func (st *stream) start() {
 		return
 	}
 	for i, ln := range st.listeners {
-		st.wg.Add(1)
-		go st.acceptLoop(i, ln)
+		if ln != nil {
+			st.wg.Add(1)
+			go st.acceptLoop(i, ln)
+		}
 	}
 	st.startQUIC()
 	if st.role == api.RoleOutbound && st.rec.WANPool > 0 {
@@ -242,7 +255,9 @@ func (st *stream) stop() {
 	st.closeWatch()
 	st.stopQUIC()
 	for _, ln := range lns {
-		st.env.alloc.Release(ln)
+		if ln != nil {
+			st.env.alloc.Release(ln)
+		}
 	}
 	for _, c := range conns {
 		relay.Abort(c)
@@ -259,7 +274,19 @@ func (st *stream) track(c net.Conn) bool {
 		relay.Abort(c)
 		return false
 	}
-	st.conns[c] = struct{}{}
+	st.conns[c] = -1
+	return true
+}
+
+// trackOn is track for a connection accepted on channel ch's listener:
+// closeChannel aborts it.
+func (st *stream) trackOn(c net.Conn, ch int) bool {
+	if !st.track(c) {
+		return false
+	}
+	st.mu.Lock()
+	st.conns[c] = ch
+	st.mu.Unlock()
 	return true
 }
 
@@ -277,7 +304,7 @@ func (st *stream) adopt(conns ...net.Conn) bool {
 		return false
 	}
 	for _, c := range conns {
-		st.conns[c] = struct{}{}
+		st.conns[c] = -1
 	}
 	st.wg.Add(1)
 	return true
@@ -345,7 +372,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			// FIN (relay.ResetOnClose).
 			relay.ResetOnClose(c)
 		}
-		if !st.track(c) { // stopping: c is reset
+		if !st.trackOn(c, ch) { // stopping: c is reset
 			if st.role == api.RoleInbound {
 				st.env.strange.release(&st.slots[ch], c.RemoteAddr())
 			} else {
@@ -415,7 +442,7 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 		st.relayPooled(log, app, ch, target, leg)
 		return
 	}
-	w, err := st.dialWAN(target, leg)
+	w, err := st.dialPeer(log, ch, rec, leg)
 	if err != nil {
 		st.dialFailed(log, true, target, err)
 		relay.Abort(app)

@@ -155,6 +155,13 @@ func (s *Server) owned(uid, caller string) (*stream, *store.Record, error) {
 	if err != nil {
 		return nil, nil, storeError("read state", err)
 	}
+	if s.fac != nil && !rec.State.Terminal() && rec.State != api.StateRequested {
+		// Live in the facility: created on another node a moment
+		// ago, before the reconciler brought it here.
+		if st := s.mirror(rec); st != nil {
+			return st, st.record(), nil
+		}
+	}
 	return nil, rec, nil
 }
 

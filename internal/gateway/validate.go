@@ -44,6 +44,9 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
 		return nil, err
 	}
+	if s.fac != nil && req.WAN == api.WANQUIC {
+		return nil, api.Errorf(api.CodeInvalidArgument, "wan \"quic\": this gateway is node %s of a facility of several nodes, whose inbound channels move between nodes over tls and tcp only; use wan \"tls\"", s.cfg.Node)
+	}
 	if err := s.checkTarget(ctx, "remote_ip", req.RemoteIP); err != nil {
 		return nil, err
 	}
@@ -165,6 +168,15 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool %d out of range: give 0 to %d idle legs per channel (s2cs --pool_max_warm)", req.WANPool, s.cfg.Pool.MaxWarm)
 	case req.WANPool > 0 && req.WAN != api.WANTLS:
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool needs wan \"tls\": a quic stream's application connections already share one QUIC connection per channel, and a tcp leg would lose its splice; omit wan_pool")
+	case req.WANPool > 0 && (s.fac != nil || len(req.PeerNodes) > 0):
+		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool: pooled legs are not kept across the nodes of a facility yet; omit wan_pool")
+	case len(req.PeerNodes) > api.MaxPeerNodes:
+		return nil, api.Errorf(api.CodeInvalidArgument, "peer_nodes: at most %d hosts", api.MaxPeerNodes)
+	}
+	for _, h := range req.PeerNodes {
+		if err := s.checkTarget(ctx, "peer_nodes", h); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
 		return nil, err
@@ -208,6 +220,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		PeerServerName: req.PeerServerName,
 		WANPool:        req.WANPool,
 		MaxActiveConns: req.MaxActiveConns,
+		PeerNodes:      slices.Clone(req.PeerNodes),
 	}
 	t.apply(rec)
 	return rec, nil

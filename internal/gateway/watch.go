@@ -75,10 +75,16 @@ const (
 // startWatch starts the outbound dial loop of the watch leg, once. Called
 // when a data leg to the peer worked; not for QUIC streams.
 func (st *stream) startWatch(log *slog.Logger) {
-	if st.wanT == api.WANQUIC || !st.watchSt.started.CompareAndSwap(false, true) {
+	if st.wanT == api.WANQUIC || st.env.facility || !st.watchSt.started.CompareAndSwap(false, true) {
 		return
 	}
 	rec := st.record()
+	if len(rec.PeerNodes) > 0 {
+		// The peer is a facility of several nodes: the node that
+		// serves channel 0 cannot speak for the others, and its death
+		// must not reset channels served elsewhere.
+		return
+	}
 	leg := st.leg(rec, 0)
 	target := rec.Targets[0]
 	st.mu.Lock()

@@ -48,9 +48,21 @@ func (r Range) Size() int { return r.Hi - r.Lo + 1 }
 type Allocator struct {
 	host string
 	rng  Range
-	mu   sync.Mutex // guards used and udp
+	mu   sync.Mutex // guards used, udp and skip
 	used map[int]*net.TCPListener
 	udp  map[int]*net.UDPConn // bound with used[port]
+	skip func(port int) bool  // ports held elsewhere (SetSkip)
+}
+
+// SetSkip makes Listen and ListenWithUDP pass over every port for which
+// held reports true: ports that other nodes of a facility hold for their
+// streams, free here but not to be handed out. ListenPorts binds any
+// port it is given. held is called with the allocator's lock held and
+// must not call back into it.
+func (a *Allocator) SetSkip(held func(port int) bool) {
+	a.mu.Lock()
+	a.skip = held
+	a.mu.Unlock()
 }
 
 // New returns an allocator binding host (an IP address) in rng.
@@ -96,7 +108,7 @@ func (a *Allocator) listen(n int, withUDP bool) ([]*net.TCPListener, error) {
 	defer a.mu.Unlock()
 	var out []*net.TCPListener
 	for p := a.rng.Lo; p <= a.rng.Hi && len(out) < n; p++ {
-		if a.used[p] != nil {
+		if a.used[p] != nil || a.skip != nil && a.skip(p) {
 			continue
 		}
 		ln, err := a.bind(p, withUDP)

@@ -239,18 +239,53 @@ func denied(err error) bool {
 	return false
 }
 
-// Put writes r under r.Key(), replacing any record there.
+// Put writes r under r.Key(), replacing any record there, with one
+// exception: a live record never replaces the terminal record of the
+// same stream (the same Created time), whichever node writes it, so a
+// change racing the stream's end on another node cannot bring it back;
+// that Put fails with ErrEnded. A terminal record also frees, in the
+// same transaction, the ports and channel claims the stream held in its
+// facility (facility.go).
 func (e *Etcd) Put(r *Record) error {
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
+	k := r.Key()
+	key, ended := e.key(k), e.endedKey(k)
+	incarnation := r.Created.UTC().Format(time.RFC3339Nano)
 	ctx, cancel := e.ctx()
 	defer cancel()
-	if _, err := e.cli.Put(ctx, e.key(r.Key()), string(v)); err != nil {
+	if r.State.Terminal() {
+		ops := append([]clientv3.Op{clientv3.OpPut(key, string(v)), clientv3.OpPut(ended, incarnation)}, e.endOps(r)...)
+		if _, err := e.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return e.fail("put", err)
+		}
+		return nil
+	}
+	put := clientv3.OpPut(key, string(v))
+	tr, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(ended), "=", 0)).
+		Then(put).
+		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(ended), "!=", incarnation)}, []clientv3.Op{put}, nil)).
+		Commit()
+	if err != nil {
 		return e.fail("put", err)
 	}
+	if !tr.Succeeded && !tr.Responses[0].GetResponseTxn().Succeeded {
+		return fmt.Errorf("etcd put %s: %w", k.UID, ErrEnded)
+	}
 	return nil
+}
+
+// ErrEnded is returned by a Put of a live record over the terminal
+// record of the same stream.
+var ErrEnded = errors.New("the stream has ended")
+
+// endedKey marks the incarnation (creation time) of k's stream that
+// ended.
+func (e *Etcd) endedKey(k Key) string {
+	return e.prefix + "ended/" + url.PathEscape(k.Owner) + "/" + url.PathEscape(k.UID)
 }
 
 // Get reads the record of k, or returns ErrNotFound.
@@ -271,7 +306,7 @@ func (e *Etcd) Get(k Key) (*Record, error) {
 func (e *Etcd) Delete(k Key) error {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	if _, err := e.cli.Delete(ctx, e.key(k)); err != nil {
+	if _, err := e.cli.Txn(ctx).Then(clientv3.OpDelete(e.key(k)), clientv3.OpDelete(e.endedKey(k))).Commit(); err != nil {
 		return e.fail("delete", err)
 	}
 	return nil

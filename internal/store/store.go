@@ -77,6 +77,15 @@ type Record struct {
 	// restarted gateway gives those its default lease from then.
 	LeaseS  int       `json:"lease_s,omitempty"`
 	Expires time.Time `json:"expires,omitzero"`
+	// Nodes name, in a facility of several gateway nodes, the node each
+	// channel was placed on when the stream was created (the one that
+	// serves it unless it died: Member's channel claims say who does).
+	// Empty on a gateway of one node.
+	Nodes []string `json:"nodes,omitempty"`
+	// PeerNodes are the hosts of the peer facility's nodes, where an
+	// outbound stream looks for a channel whose listener stopped
+	// answering (api.OutboundRequest.PeerNodes).
+	PeerNodes []string `json:"peer_nodes,omitempty"`
 }
 
 // Shared reports whether r is an inbound stream on the shared WAN port.
