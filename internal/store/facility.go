@@ -161,7 +161,6 @@ func (m *Member) Healthy(now time.Time) (bool, int) {
 	return now.Sub(m.alive) < m.ttl, m.epoch
 }
 
-func (e *Etcd) streamsPrefix() string { return e.prefix + "streams/" }
 func (e *Etcd) nodeKey(name string) string {
 	return e.prefix + "nodes/" + name
 }
