@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -246,6 +247,47 @@ func TestFacility(t *testing.T) {
 	}
 	if info.Facility != "cons" || len(info.Nodes) != 3 {
 		t.Fatalf("info of a node: facility %q, nodes %v; want cons and three nodes", info.Facility, info.Nodes)
+	}
+
+	// Bad requests a facility refuses, naming the field.
+	many := make([]string, api.MaxPeerNodes+1)
+	for i := range many {
+		many[i] = "127.0.0.1"
+	}
+	for _, c := range []struct {
+		do      func() error
+		mention string
+	}{
+		{func() error {
+			_, err := inC[0].Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1, WAN: api.WANQUIC})
+			return err
+		}, `wan "quic"`},
+		{func() error {
+			_, _, err := client.Wire(ctx, inC[0], outC[0], &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1},
+				api.OutboundRequest{NumConn: 1, PeerNodes: []string{"not a host!"}}, nil)
+			return err
+		}, "peer_nodes"},
+		{func() error {
+			_, _, err := client.Wire(ctx, inC[0], outC[0], &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1},
+				api.OutboundRequest{NumConn: 1, PeerNodes: many}, nil)
+			return err
+		}, "peer_nodes: at most"},
+		{func() error {
+			_, _, err := client.Wire(ctx, inC[0], outC[0], &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1},
+				api.OutboundRequest{NumConn: 1, WANPool: 1}, nil)
+			return err
+		}, "wan_pool"},
+	} {
+		var ae *api.Error
+		if err := c.do(); !errors.As(err, &ae) || ae.Code != api.CodeInvalidArgument || !strings.Contains(ae.Message, c.mention) {
+			t.Errorf("a bad request: %v; want invalid_argument naming %s", err, c.mention)
+		}
+	}
+	// Wire released what it created: nothing is left.
+	for _, c := range []*client.Client{inC[1], outC[2]} {
+		if l, err := c.List(ctx, false); err != nil || len(l) != 0 {
+			t.Fatalf("after refused requests, a node lists %d streams (%v); want none", len(l), err)
+		}
 	}
 
 	// 100 streams, six requests at a time, through every pair of nodes.

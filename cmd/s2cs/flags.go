@@ -223,6 +223,9 @@ func (o *options) config() (gateway.Config, error) {
 	if o.port != 0 && o.port == o.wanPort {
 		return cfg, fmt.Errorf("--port %d is also --wan_port; the control API and the shared WAN port need a port each", o.port)
 	}
+	if o.node != "" && o.store.url == "" {
+		return cfg, fmt.Errorf("--node %s: the nodes of a facility share their state in etcd: give --store %sHOST:PORT and --store_facility NAME too", o.node, etcdScheme)
+	}
 	if o.node != "" && o.certFile == "" {
 		return cfg, fmt.Errorf("--node %s: every node of a facility presents the same WAN certificate (a peer pins one per stream): give --server_crt and --server_key, the same files on every node", o.node)
 	}

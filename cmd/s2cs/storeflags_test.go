@@ -64,6 +64,12 @@ func TestStoreFlagsRefused(t *testing.T) {
 		{append(etcd, "--etcd_user", "u", "--etcd_password_file", twoLines), "holds more than one line"},
 		{append(etcd, "--etcd_user", "u", "--etcd_password_file", filepath.Join(dir, "nope")), "--etcd_password_file open"},
 		{append(etcd, "--etcd_user", "u\x07", "--etcd_password_file", pw), "holds a control character"},
+		{[]string{"--node", "n1"}, "--node n1: the nodes of a facility share their state in etcd: give --store etcd://"},
+		{append(etcd, "--node", "n1"), "--node n1: every node of a facility presents the same WAN certificate"},
+		{append(etcd, "--node", "a/b", "--server_crt", pw, "--server_key", pw), `--node "a/b": use ASCII letters`},
+		{append(etcd, "--node", "n1", "--server_crt", pw, "--server_key", pw, "--wan_port", "443"), "--node a facility of several nodes does not serve the shared WAN port"},
+		{append(etcd, "--node", "n1", "--server_crt", pw, "--server_key", pw, "--takeover", "2s"), "--takeover 2s is too short"},
+		{append(etcd, "--takeover", "20s"), "--takeover applies to a node of a facility only"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			var stdout, stderr, msg bytes.Buffer

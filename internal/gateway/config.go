@@ -331,11 +331,11 @@ func (c Config) Validate() error {
 	case c.Node != "" && store.ValidFacility(c.Node) != nil:
 		return fieldError("Node", "%v", store.ValidFacility(c.Node))
 	case c.Node != "" && c.WANPort != 0:
-		return fieldError("Node", "a facility of several nodes does not serve the shared WAN port (WANPort) yet: leave one of them out")
+		return fieldError("Node", "a facility of several nodes does not serve the shared WAN port yet: leave out the shared port or the node name")
 	case c.Takeover != 0 && c.Takeover < 4*time.Second:
 		return fieldError("Takeover", "%s is too short: etcd's leases need at least 4s (the default is %s)", c.Takeover, DefaultTakeover)
 	case c.Takeover != 0 && c.Node == "":
-		return fieldError("Takeover", "applies to a node of a facility only: give Node too, or leave Takeover out")
+		return fieldError("Takeover", "applies to a node of a facility only: name the node too, or leave the takeover bound out")
 	case c.WANPort < 0 || c.WANPort > 65535:
 		return fieldError("WANPort", "%d is not a port: give 1-65535 (443 behind an SNI router), or 0 for none", c.WANPort)
 	case c.WANPort != 0 && c.WANPort >= c.PortRange.Lo && c.WANPort <= c.PortRange.Hi:
