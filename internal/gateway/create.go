@@ -61,6 +61,7 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 		for _, ln := range lns {
 			s.alloc.Release(ln)
 		}
+		s.abandon(rec, err)
 		return nil, storeError("save the stream", err)
 	}
 	if !s.add(st) {
@@ -76,6 +77,20 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 		"listeners", st.listenerAddrs(), "targets", rec.Targets, "wan", rec.WAN, "engine", rec.Engine,
 		"rate", rateText(rec.Rate), "expires", rec.Expires)
 	return st, nil
+}
+
+// abandon records the end of a stream whose creation failed to reach
+// the store in time (err wraps store.ErrUnavailable): the write may have
+// landed all the same, and a restart (or, in a facility, the other
+// nodes) would then serve a stream its caller was told had failed. Its
+// terminal record is stored now or, if the store still does not
+// answer, by the janitor once it does (end.go); it says why.
+func (s *Server) abandon(rec *store.Record, err error) {
+	if !errors.Is(err, store.ErrUnavailable) {
+		return
+	}
+	r := *rec
+	s.finish(&r, api.StateFailed, "its creation was answered unavailable: the state store did not confirm it in time; request a new stream")
 }
 
 // restore brings back every non-terminal stream from the store.

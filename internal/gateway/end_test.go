@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -149,4 +150,48 @@ func TestEndWhileStoreFails(t *testing.T) {
 	if !logs.has("stored the end of a stream after all") {
 		t.Fatalf("the late store is not logged:\n%s", logs.String())
 	}
+}
+
+// landedStore is a store whose armed write lands but answers as a timed
+// out etcd write does: unavailable.
+type landedStore struct {
+	store.Store
+	armed atomic.Bool
+}
+
+func (l *landedStore) Put(r *store.Record) error {
+	err := l.Store.Put(r)
+	if err == nil && l.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("etcd put: %w: no answer within 3s", store.ErrUnavailable)
+	}
+	return err
+}
+
+// TestCreateLandedUnavailable: a create whose record reached the store
+// although the store answered unavailable is answered unavailable, and
+// its record is ended at once (failed, saying why), so that no restart
+// or other node serves a stream its caller was told had failed.
+func TestCreateLandedUnavailable(t *testing.T) {
+	var ls *landedStore
+	s := newTestServer(t, func(c *Config) {
+		ls = &landedStore{Store: c.Store}
+		c.Store = ls
+	})
+	const uid = "7f0c3a52-9a53-4f5e-9d1c-2b9c2a6c1e01"
+	ls.armed.Store(true)
+	callErr(t, s, "POST", "/v1/streams/inbound", aliceToken,
+		`{"uid":"`+uid+`","remote_ip":"127.0.0.1","receiver_ports":[9000],"num_conn":1}`, 503, api.CodeUnavailable, "retry later")
+	rec, err := ls.Store.Get(store.Key{Owner: "alice", UID: uid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != api.StateFailed || !strings.Contains(rec.Reason, "answered unavailable") || rec.Secret != nil {
+		t.Fatalf("the landed record of a create answered unavailable: state %s, reason %q, secret kept %v", rec.State, rec.Reason, rec.Secret != nil)
+	}
+	if n := len(s.live()); n != 0 {
+		t.Fatalf("%d live streams after a failed create", n)
+	}
+	// The caller may create it again.
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken,
+		`{"uid":"`+uid+`","remote_ip":"127.0.0.1","receiver_ports":[9000],"num_conn":1}`, 201, nil)
 }

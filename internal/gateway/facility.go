@@ -512,6 +512,7 @@ func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
 		case errors.As(err, &taken):
 			return nil, api.Errorf(api.CodeUnavailable, "could not reserve ports: other nodes of the facility took them at the same moment; retry").WithCause(err)
 		}
+		s.abandon(rec, err)
 		return nil, storeError("save the stream", err)
 	}
 	f.mu.Lock()
