@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -508,6 +509,21 @@ func TestFacility(t *testing.T) {
 		return true
 	})
 	checkAll("after the kill of "+pname, 10*time.Second)
+	// s2uc status, on any live node, says where each channel listens.
+	cmd := exec.Command(bins.s2uc, "status", streams[0].uid, "--s2cs", prod.nodes[0].Addr, "--server_cert", prod.cert)
+	cmd.Env = append(os.Environ(), "SCISTREAM_TOKEN="+tok, "SCISTREAM_HOME="+filepath.Join(dir, "home"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("s2uc status: %v: %s", err, out)
+	}
+	for ch, l := range streams[0].lan {
+		if want := fmt.Sprintf(" %d %s on %s-", ch, l, prod.name); !strings.Contains(string(out), want) {
+			t.Errorf("s2uc status does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), pname+";") {
+		t.Errorf("s2uc status still names the dead node %s:\n%s", pname, out)
+	}
 
 	// etcd away: control requests answer unavailable, data flows.
 	srv.Stop()
