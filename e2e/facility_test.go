@@ -26,6 +26,7 @@ import (
 	"scistream/internal/client"
 	"scistream/internal/etcdtest"
 	"scistream/internal/localgw"
+	"scistream/internal/waitfor"
 )
 
 // facilityNodes is one facility of several s2cs nodes sharing an etcd.
@@ -380,19 +381,17 @@ func TestFacility(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					defer func() { <-sem }()
-					for {
-						addr := fs.lan[ch]
-						err := echoOnce(addr, 32<<10, uint64(si*numConn+ch))
-						if err == nil {
-							return
-						}
-						if time.Now().After(deadline) {
-							mu.Lock()
-							last = fmt.Errorf("%s: stream %s channel %d via %s: %w", what, fs.uid, ch, addr, err)
-							mu.Unlock()
-							return
-						}
-						time.Sleep(100 * time.Millisecond) // a connection refused or reset during a takeover: try again
+					// A connection refused or reset during a takeover
+					// is tried again until the deadline.
+					var err error
+					addr := fs.lan[ch]
+					if !waitfor.Cond(time.Until(deadline), func() bool {
+						err = echoOnce(addr, 32<<10, uint64(si*numConn+ch))
+						return err == nil
+					}) {
+						mu.Lock()
+						last = fmt.Errorf("%s: stream %s channel %d via %s: %w", what, fs.uid, ch, addr, err)
+						mu.Unlock()
 					}
 				}()
 			}
