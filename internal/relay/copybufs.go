@@ -20,10 +20,10 @@ type copyBufs struct {
 }
 
 // copyBufSizes are the buffer sizes, largest first: a whole batch of TLS
-// records (two sizes: 512 KiB for a few connections, where it took about
-// a tenth off the TLS gateways' CPU per GB against 256 KiB, fewer system
-// calls and wake-ups per byte; docs/performance.md), a few, one, and a
-// quarter of one for when thousands of connections share the budget
+// records (two sizes: 512 KiB for a few connections halved the system
+// calls per byte through a TLS gateway pair against 256 KiB; its CPU per
+// GB moved within the spread between runs, docs/performance.md), a few,
+// one, and a quarter of one for when thousands of connections share the budget
 // (measured with s2bench conns --conns 9000: the inbound gateway's peak
 // fell from 87 to 49 KiB per connection, and goodput and CPU per GB
 // improved too).

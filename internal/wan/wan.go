@@ -586,12 +586,14 @@ func (wouldBlock) Timeout() bool   { return true }
 func (wouldBlock) Temporary() bool { return true }
 
 // bulkSizes are the sizes of the read buffers under crypto/tls and of
-// the plaintext a write batch holds, smallest first: a leg reads and
-// batches in the size its caller copies in (the relay's copy buffers,
-// 512 KiB for a few connections, 256 KiB up to 64, smaller beyond, when
-// no batch or read buffer is used), so a gateway with thousands of
-// connections holds no more than it did with 256 KiB alone. Going from
-// 256 KiB to 512 KiB cut both gateways' CPU per GB by about a tenth
+// the plaintext a write batch holds, smallest first. A leg reads and
+// batches in the size its caller copies in: the relay's copy buffers are
+// 512 KiB for up to 32 connections and 256 KiB for up to 64; beyond,
+// they are 64 KiB or less, which take the 256 KiB read buffer and batch
+// as before (and a Write of up to 16 KiB no batch at all). So a gateway
+// with many connections holds no more than it did. 512 KiB
+// halved the system calls and context switches per byte through a
+// gateway pair; CPU per GB moved within the spread between runs
 // (docs/performance.md, "TLS: CPU per byte").
 var bulkSizes = [...]int{256 << 10, 512 << 10}
 
