@@ -9,7 +9,7 @@ import (
 // copyBufs hands out the user-space copy loop's buffers, sized by need: a
 // gateway's copies share a budget of memory (Options.CopyBudget), so each
 // of a few bulk connections copies through a whole batch of TLS records
-// (256 KiB) while each of thousands gets a smaller buffer, and the
+// (512 KiB) while each of thousands gets a smaller buffer, and the
 // buffers held at once (by copies in their read and write, or preempted
 // between them: a flow that always has data never waits) stay within
 // about the budget instead of growing with the count of connections.
@@ -20,14 +20,18 @@ type copyBufs struct {
 }
 
 // copyBufSizes are the buffer sizes, largest first: a whole batch of TLS
-// records, a few, one, and a quarter of one for when thousands of
-// connections share the budget (measured with s2bench conns --conns 9000:
-// the inbound gateway's peak fell from 87 to 49 KiB per connection, and
-// goodput and CPU per GB improved too).
-var copyBufSizes = [...]int{256 << 10, 64 << 10, 16 << 10, 4 << 10}
+// records (two sizes: 512 KiB for a few connections halved the system
+// calls per byte through a TLS gateway pair against 256 KiB; its CPU per
+// GB moved within the spread between runs, docs/performance.md), a few,
+// one, and a quarter of one for when thousands of connections share the budget
+// (measured with s2bench conns --conns 9000: the inbound gateway's peak
+// fell from 87 to 49 KiB per connection, and goodput and CPU per GB
+// improved too).
+var copyBufSizes = [...]int{512 << 10, 256 << 10, 64 << 10, 16 << 10, 4 << 10}
 
-// DefaultCopyBudget is Options.CopyBudget when zero: 256 KiB buffers for
-// up to 128 copies at once (64 connections, both directions).
+// DefaultCopyBudget is Options.CopyBudget when zero: 512 KiB buffers for
+// up to 64 copies at once (32 connections, both directions), 256 KiB for
+// up to 128.
 const DefaultCopyBudget = 32 << 20
 
 func newCopyBufs(budget int64) *copyBufs {

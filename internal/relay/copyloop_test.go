@@ -65,7 +65,7 @@ func TestCopyLoopSlowDestination(t *testing.T) {
 	}
 }
 
-// TestCopyBufsBySize: each copy reads through 256 KiB while the budget
+// TestCopyBufsBySize: each copy reads through 512 KiB while the budget
 // gives that much to every copy running, and through smaller buffers,
 // down to 4 KiB, as more run at once.
 func TestCopyBufsBySize(t *testing.T) {
@@ -73,7 +73,7 @@ func TestCopyBufsBySize(t *testing.T) {
 	for _, tc := range []struct {
 		active int64
 		want   int
-	}{{0, 256 << 10}, {1, 256 << 10}, {128, 256 << 10}, {129, 64 << 10}, {512, 64 << 10}, {513, 16 << 10}, {2048, 16 << 10}, {2049, 4 << 10}, {10000, 4 << 10}} {
+	}{{0, 512 << 10}, {1, 512 << 10}, {64, 512 << 10}, {65, 256 << 10}, {128, 256 << 10}, {129, 64 << 10}, {512, 64 << 10}, {513, 16 << 10}, {2048, 16 << 10}, {2049, 4 << 10}, {10000, 4 << 10}} {
 		c.active.Store(tc.active)
 		b := c.get()
 		if len(*b) != tc.want {

@@ -27,7 +27,7 @@ type Options struct {
 	MaxPipes int
 	// CopyBudget is the memory the user-space copy loop's buffers of
 	// every connection share (a TLS leg's bytes pass through it): each
-	// copy reads through 256 KiB while the budget allows, and through
+	// copy reads through 512 KiB while the budget allows, and through
 	// smaller buffers (down to 4 KiB) as the count of
 	// copies at once grows. If zero, DefaultCopyBudget.
 	CopyBudget int64

@@ -427,6 +427,7 @@ func newConn(tc *tls.Conn, raw *legConn) *Conn { return &Conn{Conn: tc, raw: raw
 func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	c.raw.want = len(b)
 	n, err := c.Conn.Read(b)
 	for err == nil && n > 0 && len(b)-n >= minCoalesce {
 		var m int
@@ -456,6 +457,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 func (c *Conn) TryRead(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	c.raw.want = len(b)
 	c.raw.nowait.Store(true)
 	n, err := c.Conn.Read(b)
 	c.raw.nowait.Store(false)
@@ -499,7 +501,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	if len(b) <= smallWrite {
 		return c.Conn.Write(b)
 	}
-	c.raw.beginBatch()
+	c.raw.beginBatch(len(b))
 	n, err := c.Conn.Write(b)
 	if ferr := c.raw.endBatch(); ferr != nil {
 		// A flush failed, in this call or mid-Write: crypto/tls's n
@@ -519,7 +521,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 func (c *Conn) writeFrame(hdr, b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.raw.beginBatch()
+	c.raw.beginBatch(len(hdr) + len(b))
 	_, err := c.Conn.Write(hdr)
 	n := 0
 	if err == nil && len(b) > 0 {
@@ -559,11 +561,12 @@ const (
 	// smallWrite is the largest Write that goes out without batching:
 	// one record, one write anyway.
 	smallWrite = 16 << 10
-	// batchSize is the batch buffer of a Write: a flush writes up to
-	// this many bytes of records in one system call.
-	batchSize = 256 << 10
-	// readBufSize is the read buffer under crypto/tls.
+	// readBufSize is the smallest read buffer under crypto/tls, and the
+	// read size from which a read goes to the socket directly.
 	readBufSize = 256 << 10
+	// maxRecordOverhead bounds what TLS 1.3 adds to a record (RFC 8446
+	// sec. 5.2: at most 256 bytes of expansion, plus the 5-byte header).
+	maxRecordOverhead = 256 + 5
 	// bulkAfter is how much a leg reads before it gets its read buffer:
 	// until then crypto/tls reads the socket into its own small buffer,
 	// so a stranger in its handshake, an idle leg and a watch leg cost
@@ -582,15 +585,63 @@ func (wouldBlock) Error() string   { return "wan: no data available without wait
 func (wouldBlock) Timeout() bool   { return true }
 func (wouldBlock) Temporary() bool { return true }
 
-var readPool = sync.Pool{New: func() any {
-	b := make([]byte, readBufSize)
-	return &b
-}}
+// bulkSizes are the sizes of the read buffers under crypto/tls and of
+// the plaintext a write batch holds, smallest first. A leg reads and
+// batches in the size its caller copies in: the relay's copy buffers are
+// 512 KiB for up to 32 connections and 256 KiB for up to 64; beyond,
+// they are 64 KiB or less, which take the 256 KiB read buffer and batch
+// as before (and a Write of up to 16 KiB no batch at all). So a gateway
+// with many connections holds no more than it did. 512 KiB
+// halved the system calls and context switches per byte through a
+// gateway pair; CPU per GB moved within the spread between runs
+// (docs/performance.md, "TLS: CPU per byte").
+var bulkSizes = [...]int{256 << 10, 512 << 10}
 
-var batchPool = sync.Pool{New: func() any {
-	b := make([]byte, 0, batchSize)
-	return &b
-}}
+// bulkPools are pools of buffers of each of bulkSizes.
+type bulkPools struct {
+	extra int // bytes beyond the size: a batch's room for record framing
+	pools [len(bulkSizes)]sync.Pool
+}
+
+func newBulkPools(extra int) *bulkPools {
+	p := &bulkPools{extra: extra}
+	for i, size := range bulkSizes {
+		p.pools[i].New = func() any {
+			b := make([]byte, size+extra)
+			return &b
+		}
+	}
+	return p
+}
+
+// class returns the index of the buffer for n bytes: the smallest that
+// holds them, or the largest.
+func (p *bulkPools) class(n int) int {
+	for i, size := range bulkSizes {
+		if n <= size {
+			return i
+		}
+	}
+	return len(bulkSizes) - 1
+}
+
+// get returns a buffer for n bytes (of full length).
+func (p *bulkPools) get(n int) *[]byte { return p.pools[p.class(n)].Get().(*[]byte) }
+
+// put gives back a buffer get returned.
+func (p *bulkPools) put(b *[]byte) { p.pools[p.class(cap(*b)-p.extra)].Put(b) }
+
+var (
+	// readPools hold the read buffers under crypto/tls.
+	readPools = newBulkPools(0)
+	// batchPools hold the write batches. A batch holds the records of a
+	// whole Write with their framing: 16 records of 16 KiB take 256 KiB
+	// plus 16 x 22 bytes (a TLS 1.3 AES-GCM record's header, content
+	// type and tag); a batch of exactly 256 KiB flushed 15 records and
+	// then wrote the 16th alone, two system calls per Write where one
+	// does.
+	batchPools = newBulkPools(maxRecordOverhead * bulkSizes[len(bulkSizes)-1] / (16 << 10))
+)
 
 // legConn is the TCP connection under a TLS WAN leg. It records whether
 // it reached EOF, reads the socket in large chunks into its own buffer
@@ -607,11 +658,14 @@ type legConn struct {
 	nowait atomic.Bool
 
 	// Read side, used by one reader at a time (crypto/tls's input lock).
-	rbuf       *[]byte // from readPool while it holds unread bytes; only after the leg read bulkAfter bytes
+	rbuf       *[]byte // from readPools while it holds unread bytes; only after the leg read bulkAfter bytes
 	rpos, rend int
-	rerr       error // sticky error of the socket once rbuf is drained
-	read       int64 // bytes read from the socket so far
-	bufReads   int64 // socket reads into a pooled read buffer so far
+	// want is the size of the read that the leg's caller asked for
+	// (Conn.Read, Conn.TryRead): the read buffer taken is of its class.
+	want     int
+	rerr     error // sticky error of the socket once rbuf is drained
+	read     int64 // bytes read from the socket so far
+	bufReads int64 // socket reads into a pooled read buffer so far
 
 	mu       sync.Mutex // guards the following; writes come from crypto/tls under its own lock
 	batch    *[]byte    // non-nil between beginBatch and endBatch
@@ -645,13 +699,13 @@ func (c *legConn) Read(b []byte) (int, error) {
 		// The read buffer is the pool's while it is empty: an idle or
 		// waiting leg holds none (sized for bulk, it would cost 256 KiB
 		// per leg: gigabytes at ten thousand connections).
-		bp := readPool.Get().(*[]byte)
+		bp := readPools.get(c.want)
 		c.bufReads++
 		n, err := c.readSocket(*bp)
 		c.read += int64(n)
 		c.noteErr(err)
 		if n == 0 {
-			readPool.Put(bp)
+			readPools.put(bp)
 			return 0, err
 		}
 		c.rbuf, c.rpos, c.rend = bp, 0, n
@@ -659,7 +713,7 @@ func (c *legConn) Read(b []byte) (int, error) {
 	n := copy(b, (*c.rbuf)[c.rpos:c.rend])
 	c.rpos += n
 	if c.rpos == c.rend {
-		readPool.Put(c.rbuf)
+		readPools.put(c.rbuf)
 		c.rbuf, c.rpos, c.rend = nil, 0, 0
 	}
 	return n, nil
@@ -757,9 +811,11 @@ func (c *legConn) flushLocked() error {
 	return err
 }
 
-func (c *legConn) beginBatch() {
+// beginBatch starts a batch for the records of n bytes of plaintext.
+func (c *legConn) beginBatch(n int) {
 	c.mu.Lock()
-	c.batch = batchPool.Get().(*[]byte)
+	c.batch = batchPools.get(n)
+	*c.batch = (*c.batch)[:0]
 	c.mu.Unlock()
 }
 
@@ -770,7 +826,7 @@ func (c *legConn) endBatch() error {
 	if c.flushErr != nil {
 		err = c.flushErr
 	}
-	batchPool.Put(c.batch)
+	batchPools.put(c.batch)
 	c.batch, c.flushErr = nil, nil
 	return err
 }

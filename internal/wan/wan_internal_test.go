@@ -294,25 +294,7 @@ func TestTLSDialPrefaceWire(t *testing.T) {
 // leg holds none; and it holds that buffer only while it has unread
 // bytes, so a bulk leg that has been read to the end holds none either.
 func TestReadBufferAfterBulk(t *testing.T) {
-	certA, pinA := itCert(t)
-	certB, pinB := itCert(t)
-	secret := NewSecret()
-	al := &Leg{Transport: api.WANTLS, UID: "s", Channel: 0, Secret: secret, Cert: certB, PeerSHA256: func() string { return pinA }}
-	dl := &Leg{Transport: api.WANTLS, UID: "s", Channel: 0, Secret: secret, Cert: certA, PeerSHA256: func() string { return pinB }}
-	addr, errc, connc := acceptor(t, al)
-	ctx, cancel := context.WithTimeout(context.Background(), itTimeout)
-	defer cancel()
-	d, err := Dial(ctx, addr, dl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := wait(t, errc); err != nil {
-		t.Fatal(err)
-	}
-	a := wait(t, connc).(*Conn)
-	a.SetDeadline(time.Now().Add(itTimeout))
-	d.SetDeadline(time.Now().Add(itTimeout))
+	d, a := tlsPair(t)
 	if a.raw.rbuf != nil {
 		t.Fatal("the accepted leg got its read buffer in the handshake")
 	}
@@ -332,5 +314,99 @@ func TestReadBufferAfterBulk(t *testing.T) {
 	}
 	if a.raw.rbuf != nil {
 		t.Fatal("a leg read to the end still holds its read buffer")
+	}
+}
+
+// tlsPair returns the two ends of a TLS leg over loopback, the dialer's
+// and the acceptor's, with deadlines of itTimeout.
+func tlsPair(t *testing.T) (d, a *Conn) {
+	t.Helper()
+	certA, pinA := itCert(t)
+	certB, pinB := itCert(t)
+	secret := NewSecret()
+	al := &Leg{Transport: api.WANTLS, UID: "s", Channel: 0, Secret: secret, Cert: certB, PeerSHA256: func() string { return pinA }}
+	dl := &Leg{Transport: api.WANTLS, UID: "s", Channel: 0, Secret: secret, Cert: certA, PeerSHA256: func() string { return pinB }}
+	addr, errc, connc := acceptor(t, al)
+	ctx, cancel := context.WithTimeout(context.Background(), itTimeout)
+	defer cancel()
+	dc, err := Dial(ctx, addr, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	if err := wait(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	d, a = dc.(*Conn), wait(t, connc).(*Conn)
+	a.SetDeadline(time.Now().Add(itTimeout))
+	d.SetDeadline(time.Now().Add(itTimeout))
+	return d, a
+}
+
+// countingWriter counts the writes that reach a leg's socket.
+type countingWriter struct {
+	io.ReadWriter
+	writes int
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.writes++
+	return w.ReadWriter.Write(b)
+}
+
+// TestWriteOneSocketWrite: a Write of a copy buffer's size (256 or
+// 512 KiB, 16 or 32 full records) reaches the socket in one system call,
+// its records' framing included (a batch of exactly 256 KiB wrote the
+// 16th record alone), and a Write larger than the largest batch in
+// several, every byte delivered in order.
+func TestWriteOneSocketWrite(t *testing.T) {
+	d, a := tlsPair(t)
+	cw := &countingWriter{ReadWriter: d.raw.io}
+	d.raw.io = cw // before any write of data: the handshake is over
+	for _, tc := range []struct{ size, maxWrites int }{
+		{256 << 10, 1}, {512 << 10, 1}, {100 << 10, 1}, {3 << 20, 6},
+	} {
+		msg := make([]byte, tc.size)
+		for i := range msg {
+			msg[i] = byte(i * 7)
+		}
+		cw.writes = 0
+		werr := make(chan error, 1)
+		go func() {
+			_, err := d.Write(msg)
+			werr <- err
+		}()
+		got := make([]byte, tc.size)
+		if _, err := io.ReadFull(a, got); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(t, werr); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("a %d-byte Write arrived changed", tc.size)
+		}
+		if cw.writes < 1 || cw.writes > tc.maxWrites {
+			t.Errorf("a %d-byte Write took %d socket writes, want 1 to %d", tc.size, cw.writes, tc.maxWrites)
+		}
+	}
+}
+
+// TestBulkPoolClasses: a read or a batch takes the smallest buffer that
+// holds it, the largest for anything larger, and a buffer goes back to
+// the pool of its own size.
+func TestBulkPoolClasses(t *testing.T) {
+	p := newBulkPools(100)
+	for _, tc := range []struct{ n, want int }{
+		{0, 256 << 10}, {1, 256 << 10}, {256 << 10, 256 << 10}, {256<<10 + 1, 512 << 10}, {512 << 10, 512 << 10}, {4 << 20, 512 << 10},
+	} {
+		b := p.get(tc.n)
+		if len(*b) != tc.want+100 {
+			t.Errorf("get(%d): %d bytes, want %d", tc.n, len(*b), tc.want+100)
+		}
+		if got := bulkSizes[p.class(cap(*b)-p.extra)]; got != tc.want {
+			t.Errorf("put of get(%d)'s buffer: into the pool of %d, want %d", tc.n, got, tc.want)
+		}
+		p.put(b)
 	}
 }
