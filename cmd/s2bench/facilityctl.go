@@ -20,9 +20,9 @@ import (
 // ctlTarget is one gateway (or facility) of the control experiment and
 // the latencies measured against it.
 type ctlTarget struct {
-	store string           // bbolt, etcd, facility
-	nodes int              // nodes of the facility; 0 for one gateway
-	cls   []*client.Client // requests go to each in turn
+	store                  string           // bbolt, etcd, facility
+	nodes                  int              // nodes of the facility; 0 for one gateway
+	cls                    []*client.Client // requests go to each in turn
 	pair, inbound, release []time.Duration
 }
 

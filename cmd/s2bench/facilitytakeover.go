@@ -225,8 +225,8 @@ func facTakeover(ctx context.Context, cfg *facilityConfig, env *facEnv, bound ti
 	if s.inS, s.outS, err = wireFacilities(ctx, s.cons, s.prod, app.ln.Addr().(*net.TCPAddr), cfg.numConn, cfg.wan); err != nil {
 		return nil, fmt.Errorf("wire the stream: %w", err)
 	}
-	fmt.Fprintf(stdout, "\ntakeover, --takeover %s: stream %s of %d channels across %d+%d nodes, every channel probed every %s (32 bytes echoed)\n",
-		bound, s.inS.UID, cfg.numConn, takeoverNodes, takeoverNodes, probeEvery)
+	fmt.Fprintf(stdout, "\ntakeover, --takeover %s: stream %s of %d channels across %d+%d nodes (consumer side pids %v, producer side pids %v), every channel probed every %s (32 bytes echoed)\n",
+		bound, s.inS.UID, cfg.numConn, takeoverNodes, takeoverNodes, s.cons.pids(), s.prod.pids(), probeEvery)
 	pr := startProbers(ctx, s.outS.Listeners)
 	defer pr.stop()
 	for rep := 1; rep <= cfg.reps; rep++ {
@@ -237,8 +237,12 @@ func facTakeover(ctx context.Context, cfg *facilityConfig, env *facEnv, bound ti
 		if rec.TakeoverS != nil {
 			took = fmt.Sprintf("%.2f s", *rec.TakeoverS)
 		}
-		fmt.Fprintf(stdout, "  rep %d: killed %s (channels %v): every channel carried data again after %s; %d failed probes on the other channels\n",
-			rep, rec.Victim, rec.VictimChannels, took, rec.OtherProbeFailures)
+		again := ""
+		if vi := s.cons.index(rec.Victim); vi >= 0 && s.cons.nodes[vi] != nil {
+			again = fmt.Sprintf("; started again as pid %d", s.cons.nodes[vi].PID())
+		}
+		fmt.Fprintf(stdout, "  rep %d: killed %s (channels %v): every channel carried data again after %s; %d failed probes on the other channels%s\n",
+			rep, rec.Victim, rec.VictimChannels, took, rec.OtherProbeFailures, again)
 		if rerr != nil {
 			rec.Error = rerr.Error()
 			recs[len(recs)-1] = rec
