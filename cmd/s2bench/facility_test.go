@@ -40,6 +40,7 @@ func TestFacilityFlags(t *testing.T) {
 		{[]string{"--requests", "0"}, "--requests"},
 		{[]string{"--requests", "1000000"}, "--requests"},
 		{[]string{"--wan", "carrier-pigeon"}, "--wan"},
+		{[]string{"--wan", "quic"}, "--wan"}, // a facility refuses it
 		{[]string{"--engine", "magic"}, "--engine"},
 		{[]string{"--run_timeout", "0s"}, "--run_timeout"},
 		{[]string{"--json", t.TempDir()}, "--json"},
