@@ -126,7 +126,8 @@ func TestFacility(t *testing.T) {
 				t.Errorf("goodput record %s", mustJSON(r))
 			}
 		case "takeover":
-			if r.TakeoverS == nil || *r.TakeoverS <= 0 || *r.TakeoverS > r.TakeoverBoundS || r.Victim == "" || len(r.VictimChannels) == 0 {
+			// The bound, with e2e TestFacility's slack for a loaded machine.
+			if r.TakeoverS == nil || *r.TakeoverS <= 0 || *r.TakeoverS > r.TakeoverBoundS+2 || r.Victim == "" || len(r.VictimChannels) == 0 {
 				t.Errorf("takeover record %s", mustJSON(r))
 			}
 		case "control":

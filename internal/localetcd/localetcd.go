@@ -50,8 +50,9 @@ const ReadyTimeout = 30 * time.Second
 
 // Options choose how the server is set up.
 type Options struct {
-	// Dir holds etcd's data, and its certificates and password file
-	// with TLS and Auth. Required; the caller removes it.
+	// Dir, an existing directory, holds etcd's data, and its
+	// certificates and password file with TLS and Auth. Required; the
+	// caller removes it.
 	Dir string
 	// TLS serves the client port over TLS with a self-signed certificate
 	// and requires clients to present the one in Etcd.CertFile.
