@@ -65,6 +65,16 @@ for w in tls tcp; do
   bin/s2bench flood --wan "$w" | tee -a "$out/flood-$w/output.txt"
 done
 
+# Issue 16: a facility of several nodes on a real etcd: one stream's
+# goodput over 1, 2, 3 nodes per side, takeover after a SIGKILL, control
+# latency on bbolt, etcd and a facility node (about a minute).
+mkdir -p "$out/facility"
+echo "== s2bench facility"
+echo "\$ s2bench facility" > "$out/facility/output.txt"
+bin/s2bench facility --json "$out/facility/records.json" | tee -a "$out/facility/output.txt"
+echo "\$ s2bench facility --experiments control --num_conn 1" > "$out/facility/control-numconn1.txt"
+bin/s2bench facility --experiments control --num_conn 1 --json "$out/facility/control-numconn1.json" | tee -a "$out/facility/control-numconn1.txt"
+
 # Issue 6's emulated WAN (root: network namespaces, a TUN delay line, tc
 # tbf at 200 Mbit/s): the sweep directly and through the gateways on the
 # LAN, short WAN and long WAN presets of seed 000 (about 12 minutes).

@@ -12,6 +12,7 @@
 //	s2bench conns     [--conns 1000] [--wan tls|tcp|quic] ...       many connections at once: accept rate, memory per connection
 //	s2bench pool      [--experiments warm,hotset,stealing] [--preset longwan]  pooled WAN legs: warm against cold, LRU against LRU-M
 //	s2bench flood     [--conns 20000] [--wan tls|tcp]               a stream's goodput and the inbound gateway's memory under a flood
+//	s2bench facility  [--experiments goodput,takeover,control]      a facility of several nodes on etcd: goodput, takeover time, control latency
 //	s2bench naiveproxy --role in|out --wan tcp|tls|quic ...          one side of compare --baseline's naive proxy pair
 package main
 
@@ -74,6 +75,7 @@ func tool() *subcmd.Tool {
 			{Name: "conns", Summary: "thousands of connections at once through a local gateway pair: accept rate, memory per connection, goodput", Run: runConns},
 			{Name: "pool", Summary: "pooled WAN legs: first byte with a warm pool against without, LRU against LRU-M on seed 002's access patterns", Run: runPool},
 			{Name: "rate", Summary: "rates granted to streams and kept to: goodput against the grant, and a reserved stream beside best-effort ones", Run: runRate},
+			{Name: "facility", Summary: "a facility of several s2cs nodes on etcd: goodput over 1, 2, 3 nodes, takeover time after a SIGKILL, control latency against bbolt", Run: runFacility},
 			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
 		},
 	}
