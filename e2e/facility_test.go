@@ -487,6 +487,26 @@ func TestFacility(t *testing.T) {
 		}
 	}
 
+	// The killed node comes back: the channels placed on it return to it
+	// once idle, so streams spread over the nodes again.
+	cons.nodes[victim] = cons.start(victim, cons.nodes[victim].Opts.ListenerIP)
+	inC[victim] = cons.client(victim, tok)
+	eventually(t, 20*time.Second, vname+" to serve its channels again", func() bool {
+		for _, fs := range streams {
+			s, err := inC[0].Get(ctx, fs.uid)
+			if err != nil {
+				return false
+			}
+			for ch, c := range s.Channels {
+				if c.Node != fs.inChans[ch].Node {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	checkAll("after "+vname+" came back", 10*time.Second)
+
 	// Kill a producer-side node: its channels move, and s2uc status
 	// shows where.
 	pv := 2
@@ -539,9 +559,6 @@ func TestFacility(t *testing.T) {
 		return err == nil
 	})
 	for i, c := range inC {
-		if i == victim {
-			continue
-		}
 		l, err := c.List(ctx, false)
 		if err != nil {
 			t.Fatal(err)

@@ -54,6 +54,19 @@ func (st *stream) closeChannel(ch int) {
 	}
 }
 
+// channelIdle reports whether no connection accepted on channel ch is
+// open.
+func (st *stream) channelIdle(ch int) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, on := range st.conns {
+		if on == ch {
+			return false
+		}
+	}
+	return true
+}
+
 // hasChannel reports whether the stream serves channel ch here.
 func (st *stream) hasChannel(ch int) bool {
 	st.mu.Lock()

@@ -71,6 +71,7 @@ type facility struct {
 
 	mu        sync.Mutex // guards the following fields
 	unclaimed map[chanRef]time.Time
+	serving   map[chanRef]time.Time   // channels this node took over, since when
 	ended     map[store.Key]time.Time // streams this node ended: the Created of each
 	taken     map[int]bool            // ports a create found held by other streams
 	epoch     int
@@ -82,7 +83,7 @@ type chanRef struct {
 }
 
 func newFacility(node string) *facility {
-	return &facility{node: node, unclaimed: map[chanRef]time.Time{}, ended: map[store.Key]time.Time{}, taken: map[int]bool{}}
+	return &facility{node: node, unclaimed: map[chanRef]time.Time{}, serving: map[chanRef]time.Time{}, ended: map[store.Key]time.Time{}, taken: map[int]bool{}}
 }
 
 // joinFacility joins the facility under the node's lease, brings its
@@ -299,6 +300,8 @@ func (s *Server) placeChannels(st *stream, rec *store.Record, nodes []store.Node
 			}
 			if !has {
 				s.serveChannel(st, rec, ch, false)
+			} else {
+				s.giveBack(st, rec, ch, nodes, now)
 			}
 		case "":
 			if has {
@@ -353,10 +356,42 @@ func (s *Server) serveChannel(st *stream, rec *store.Record, ch int, claim bool)
 		placed = rec.Nodes[ch]
 	}
 	if placed != f.node {
+		f.mu.Lock()
+		f.serving[chanRef{k, ch}] = time.Now()
+		f.mu.Unlock()
 		s.log.Warn("took over a channel of the facility", "uid", rec.UID, "channel", ch, "listener", lns[0].Addr().String(), "placed_on", placed)
 	} else {
 		s.log.Debug("serving a channel", "uid", rec.UID, "channel", ch, "listener", lns[0].Addr().String())
 	}
+}
+
+// giveBack hands channel ch, which this node took over, back to the
+// node it was placed on once that node is live again, this node has
+// served it for claimGrace, and no connection is open on it (a move
+// resets a channel's connections): it gives up its claim, and the
+// placed node claims the channel at its next reconcile. So a stream's
+// channels spread over the nodes again after a node comes back.
+func (s *Server) giveBack(st *stream, rec *store.Record, ch int, nodes []store.NodeInfo, now time.Time) {
+	f := s.fac
+	c := chanRef{rec.Key(), ch}
+	f.mu.Lock()
+	since, took := f.serving[c]
+	f.mu.Unlock()
+	if !took || ch >= len(rec.Nodes) || now.Sub(since) < claimGrace {
+		return
+	}
+	placed := rec.Nodes[ch]
+	if !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return n.Name == placed }) || !st.channelIdle(ch) {
+		return
+	}
+	if err := f.m.Unclaim(c.k, ch); err != nil {
+		return
+	}
+	st.closeChannel(ch)
+	f.mu.Lock()
+	delete(f.serving, c)
+	f.mu.Unlock()
+	s.log.Info("gave a channel back to the node it was placed on", "uid", rec.UID, "channel", ch, "node", placed)
 }
 
 // shouldClaim says whether this node claims the unclaimed channel c of
@@ -430,6 +465,11 @@ func (f *facility) forget(live map[store.Key]bool) {
 	for c := range f.unclaimed {
 		if !live[c.k] {
 			delete(f.unclaimed, c)
+		}
+	}
+	for c := range f.serving {
+		if !live[c.k] {
+			delete(f.serving, c)
 		}
 	}
 	for k := range f.ended {
@@ -555,12 +595,20 @@ func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
 func (s *Server) awaitClaims(st *stream, rec *store.Record) {
 	f := s.fac
 	k := rec.Key()
-	deadline := time.Now().Add(claimWait)
-	for time.Now().Before(deadline) && slices.Contains(f.m.Owners(k, rec.NumConn), "") {
+	deadline := time.NewTimer(claimWait)
+	defer deadline.Stop()
+wait:
+	for {
+		updated := f.m.Updated() // before the check: no change is missed
+		if !slices.Contains(f.m.Owners(k, rec.NumConn), "") {
+			break
+		}
 		select {
 		case <-st.ctx.Done():
 			return
-		case <-time.After(20 * time.Millisecond):
+		case <-deadline.C:
+			break wait
+		case <-updated:
 		}
 	}
 	f.recMu.Lock()

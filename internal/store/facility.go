@@ -80,6 +80,7 @@ type Member struct {
 	changed chan struct{} // one token: the view changed, or the lease was renewed anew
 
 	mu      sync.Mutex // guards the following fields
+	updated chan struct{} // closed (and replaced) when the view changes: Updated
 	lease   clientv3.LeaseID
 	epoch   int       // incremented by each new lease
 	alive   time.Time // the last time etcd confirmed the lease
@@ -108,7 +109,7 @@ func (e *Etcd) Join(self NodeInfo, ttl time.Duration) (*Member, error) {
 		return nil, fmt.Errorf("node lease %s: at least 2s", ttl)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Member{e: e, self: self, ttl: ttl, ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1)}
+	m := &Member{e: e, self: self, ttl: ttl, ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), updated: make(chan struct{})}
 	if err := m.load(); err != nil {
 		cancel()
 		return nil, err
@@ -150,6 +151,19 @@ func (m *Member) notify() {
 	case m.changed <- struct{}{}:
 	default:
 	}
+	m.mu.Lock()
+	close(m.updated)
+	m.updated = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// Updated returns a channel that is closed at the view's next change:
+// for a caller waiting on the view (any number of them), where Changed
+// serves one.
+func (m *Member) Updated() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.updated
 }
 
 // Healthy reports whether etcd confirmed the node's lease within its
