@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -150,7 +149,7 @@ func (s *Server) reconcile() {
 		return
 	}
 	now := time.Now()
-	_, epoch := f.m.Healthy(now)
+	epoch := f.m.Epoch()
 	f.mu.Lock()
 	renew := epoch != f.epoch
 	f.epoch = epoch
@@ -253,13 +252,9 @@ func (s *Server) applyRecord(st *stream, rec *store.Record) {
 		st.peerPin.Store(&pin)
 	}
 	if !slices.Equal(rec.Allow, cur.Allow) {
-		var allow []netip.Prefix
-		for _, a := range rec.Allow {
-			if p, err := parsePrefix(a); err == nil {
-				allow = append(allow, p)
-			}
+		if allow, err := parseAllow(rec.Allow); err == nil { // the node that stored it checked it
+			st.allow.Store(&allow)
 		}
-		st.allow.Store(&allow)
 	}
 	st.setRecord(rec)
 	if rec.Rate != cur.Rate {
@@ -318,6 +313,9 @@ func (s *Server) placeChannels(st *stream, rec *store.Record, nodes []store.Node
 			}
 		default:
 			f.claimed(chanRef{k, ch})
+			f.mu.Lock()
+			delete(f.serving, chanRef{k, ch})
+			f.mu.Unlock()
 			if has {
 				st.closeChannel(ch)
 				s.log.Warn("channel now served by another node of the facility: stopped serving it here", "uid", rec.UID, "channel", ch, "node", o)

@@ -145,13 +145,9 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 	if rec.Shared() && (e.port == nil || rec.Role != api.RoleInbound) {
 		return nil, fmt.Errorf("record names a stream on the shared WAN port (%s), which this gateway does not have; start s2cs with --wan_port", rec.ServerName)
 	}
-	var allow []netip.Prefix
-	for _, a := range rec.Allow {
-		p, err := parsePrefix(a)
-		if err != nil {
-			return nil, err
-		}
-		allow = append(allow, p)
+	allow, err := parseAllow(rec.Allow)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(parent)
 	st := &stream{

@@ -63,10 +63,7 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range a {
-			pf, _ := parsePrefix(p) // checked
-			prefixes = append(prefixes, pf)
-		}
+		prefixes, _ = parseAllow(a) // checked
 		allow = a
 	}
 	if req.LeaseS != nil {

@@ -478,6 +478,19 @@ func checkHost(field, h string) error {
 	return nil
 }
 
+// parseAllow reads an allow-list whose entries parsePrefix accepts.
+func parseAllow(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, a := range list {
+		p, err := parsePrefix(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // parsePrefix reads an allow-list entry: a CIDR prefix or one address.
 func parsePrefix(s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {

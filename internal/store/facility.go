@@ -79,12 +79,11 @@ type Member struct {
 
 	changed chan struct{} // one token: the view changed, or the lease was renewed anew
 
-	mu      sync.Mutex // guards the following fields
+	mu      sync.Mutex    // guards the following fields
 	updated chan struct{} // closed (and replaced) when the view changes: Updated
 	lease   clientv3.LeaseID
-	epoch   int       // incremented by each new lease
-	alive   time.Time // the last time etcd confirmed the lease
-	rev     int64     // the view's revision
+	epoch   int   // incremented by each new lease
+	rev     int64 // the view's revision
 	streams map[Key]Stored
 	chans   map[chanKey]string // channel -> node name
 	nodes   map[string]NodeInfo
@@ -166,13 +165,12 @@ func (m *Member) Updated() <-chan struct{} {
 	return m.updated
 }
 
-// Healthy reports whether etcd confirmed the node's lease within its
-// TTL, and the lease's epoch (incremented each time it had to be granted
-// anew).
-func (m *Member) Healthy(now time.Time) (bool, int) {
+// Epoch counts the node's leases: it changes each time the lease had
+// to be granted anew, and the node's claims must then move onto it.
+func (m *Member) Epoch() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return now.Sub(m.alive) < m.ttl, m.epoch
+	return m.epoch
 }
 
 func (e *Etcd) nodeKey(name string) string {
@@ -296,7 +294,6 @@ func (m *Member) register() error {
 	m.mu.Lock()
 	m.lease = lr.ID
 	m.epoch++
-	m.alive = time.Now()
 	m.mu.Unlock()
 	m.notify()
 	return nil
@@ -312,10 +309,7 @@ func (m *Member) keepAlive() {
 		m.mu.Unlock()
 		ch, err := m.e.cli.KeepAlive(m.ctx, lease)
 		if err == nil {
-			for range ch {
-				m.mu.Lock()
-				m.alive = time.Now()
-				m.mu.Unlock()
+			for range ch { // until the lease is lost or the member closes
 			}
 		}
 		// The lease expired (or the member closes): register anew,
