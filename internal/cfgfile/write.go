@@ -44,7 +44,17 @@ func (s Schema) Write(w io.Writer, header string) error {
 // valueNode is the YAML spelling of f's current value, tagged so that
 // Apply's kind check accepts it and Set reads it back unchanged.
 func valueNode(f *flag.Flag) *yaml.Node {
-	scalar := func(tag, v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }
+	scalar := func(tag, v string) *yaml.Node {
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v}
+		if strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			// A control character (a newline, a tab) in the literal
+			// style yaml.v3 picks for it can make a file YAML refuses
+			// (a tab where an indentation space is expected): double
+			// quotes escape every one of them.
+			n.Style = yaml.DoubleQuotedStyle
+		}
+		return n
+	}
 	switch kindOf(f) {
 	case kindBool:
 		return scalar("!!bool", f.Value.String())
