@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -332,7 +334,14 @@ func (s *Server) serveChannel(st *stream, rec *store.Record, ch int, claim bool)
 	k := rec.Key()
 	lns, err := s.alloc.ListenPorts([]int{rec.Ports[ch]})
 	if err != nil {
-		s.log.Warn("cannot bind the port of a channel: leaving it to another node", "uid", rec.UID, "channel", ch, "port", rec.Ports[ch], "err", err)
+		level := slog.LevelWarn
+		if errors.Is(err, ports.ErrInUse) {
+			// A create on this node holds the port for a moment, until
+			// its transaction finds it reserved and lets it go: the
+			// next reconcile binds it.
+			level = slog.LevelDebug
+		}
+		s.log.Log(context.Background(), level, "cannot bind the port of a channel: leaving it to another node", "uid", rec.UID, "channel", ch, "port", rec.Ports[ch], "err", err)
 		if !claim {
 			f.m.Unclaim(k, ch)
 		}

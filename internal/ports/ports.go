@@ -18,6 +18,10 @@ import (
 // ErrExhausted is returned when no port in the range can be bound.
 var ErrExhausted = errors.New("port range exhausted")
 
+// ErrInUse is wrapped by ListenPorts's error for a port this allocator
+// has handed out already.
+var ErrInUse = errors.New("in use by another stream")
+
 // Range is an inclusive port range.
 type Range struct{ Lo, Hi int }
 
@@ -137,7 +141,7 @@ func (a *Allocator) listenPorts(ports []int, withUDP bool) ([]*net.TCPListener, 
 		case p < a.rng.Lo || p > a.rng.Hi:
 			err = fmt.Errorf("port %d is outside the range %s", p, a.rng)
 		case a.used[p] != nil:
-			err = fmt.Errorf("port %d is already in use by another stream", p)
+			err = fmt.Errorf("port %d is already %w", p, ErrInUse)
 		default:
 			ln, err = a.bind(p, withUDP)
 		}
