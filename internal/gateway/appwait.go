@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"syscall"
 	"time"
 
 	"scistream/internal/relay"
@@ -103,7 +104,7 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 		}
 	}()
 	for {
-		d := net.Dialer{Timeout: appDialTimeout}
+		d := net.Dialer{Timeout: appDialTimeout, Control: resetOnCloseFromStart}
 		if wait > 0 {
 			d.Deadline = deadline
 			if least := time.Now().Add(appRetryMax); least.After(deadline) {
@@ -135,4 +136,20 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 			return nil, &relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("while the connection waited for the application %s: %w", target, err)}
 		}
 	}
+}
+
+// resetOnCloseFromStart sets SO_LINGER 0 on the application's socket
+// before it connects, as relay.ResetOnClose does after: should the
+// gateway die between the application's accept and that call, the
+// kernel then closes the connection with a reset, never the clean end
+// of a stream that was cut (e2e TestPooledStream met that window).
+func resetOnCloseFromStart(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
