@@ -144,12 +144,5 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 // kernel then closes the connection with a reset, never the clean end
 // of a stream that was cut (e2e TestPooledStream met that window).
 func resetOnCloseFromStart(_, _ string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
-	})
-	if err != nil {
-		return err
-	}
-	return serr
+	return relay.ResetOnCloseRaw(c)
 }

@@ -80,6 +80,35 @@ func TestResetOnClose(t *testing.T) {
 	relay.ResetOnClose(noSocket{}) // no TCP socket: nothing to arm, no panic
 }
 
+// TestResetOnCloseListener: a connection accepted on an armed listener
+// is armed before anything calls ResetOnClose on it (as when the process
+// dies right after the handshake): closing it resets the peer.
+func TestResetOnCloseListener(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := relay.ResetOnCloseListener(ln); err != nil {
+		t.Fatal(err)
+	}
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	deadline(peer)
+	c, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("partial"))
+	c.Close()
+	if _, err := io.ReadAll(peer); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("peer of a connection accepted on an armed listener read %v, want a reset", err)
+	}
+}
+
 type noSocket struct{ net.Conn }
 
 func (noSocket) NetConn() net.Conn { return nil }

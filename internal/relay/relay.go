@@ -144,6 +144,35 @@ func ResetOnClose(c net.Conn) {
 	}
 }
 
+// ResetOnCloseListener arms ln so that every connection it accepts is
+// armed as ResetOnClose arms one, from the moment the kernel completes
+// its handshake (the socket inherits the option): a process that dies
+// between the handshake and its own ResetOnClose call then resets the
+// connection too, instead of ending it with FIN. Only for listeners
+// whose connections never carry a last message before a deliberate
+// close (a TLS alert, a refusal): a reset may discard it.
+func ResetOnCloseListener(ln *net.TCPListener) error {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return ResetOnCloseRaw(raw)
+}
+
+// ResetOnCloseRaw arms a socket as ResetOnClose does, given its raw
+// connection: a net.Dialer's Control uses it to arm the socket before it
+// connects.
+func ResetOnCloseRaw(raw syscall.RawConn) error {
+	var serr error
+	err := raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
 // orderly disarms ResetOnClose: closing c sends FIN after every byte
 // still queued, instead of a reset that discards them.
 func orderly(c net.Conn) {
