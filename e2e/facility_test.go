@@ -407,6 +407,11 @@ func TestFacility(t *testing.T) {
 		t.Fatalf("silent ends before any fault: %v", app.silent)
 	}
 
+	// A granted rate holds for the whole facility: the stream's three
+	// channels, one on each node, together carry no more than the grant
+	// (each node paces its channel at a third of it, not the whole).
+	checkFacilityRate(t, ctx, inC[0], outC[1], app.port())
+
 	// Kill a consumer-side node during transfers: 36 flows are in
 	// flight, each stopped halfway until the node is dead.
 	victim := 1
@@ -576,6 +581,49 @@ func TestFacility(t *testing.T) {
 // echoGated sends pre random bytes through addr, marks halfway, waits
 // for gate, sends post more, and checks that the echo of all of them
 // comes back byte-exact and then ends.
+// checkFacilityRate wires a stream of three channels with a granted rate
+// through two facilities of three nodes, echoes the same amount on every
+// channel at once, and fails if the three together ran faster than the
+// grant (a quarter over it allowed for the buckets' burst): one node per
+// channel, each pacing at the whole grant, would run them three times as
+// fast.
+func checkFacilityRate(t *testing.T, ctx context.Context, in, out *client.Client, appPort int) {
+	t.Helper()
+	const grant = 24_000_000 // bits per second: 3 MB/s
+	const each = 1 << 20     // bytes echoed per channel
+	inS, outS, err := client.Wire(ctx, in, out, &api.InboundRequest{
+		RemoteIP: "127.0.0.1", ReceiverPorts: []int{appPort}, NumConn: 3, Rate: grant,
+	}, api.OutboundRequest{NumConn: 3, Rate: grant, Allow: []string{"127.0.0.0/8"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Release(ctx, inS.UID)
+	defer out.Release(ctx, outS.UID)
+	nodes := map[string]bool{}
+	for _, c := range outS.Channels {
+		nodes[c.Node] = true
+	}
+	if len(nodes) != 3 || outS.Rate != grant {
+		t.Fatalf("paced stream: channels %+v, rate %d; want one channel on each of three nodes at %d", outS.Channels, outS.Rate, grant)
+	}
+	start := time.Now()
+	errc := make(chan error, len(outS.Listeners))
+	for ch, addr := range outS.Listeners {
+		go func() { errc <- echoOnce(addr, each, uint64(1000+ch)) }()
+	}
+	for range outS.Listeners {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	least := time.Duration(float64(3*each*8) / (1.25 * grant) * float64(time.Second))
+	t.Logf("paced stream: 3 x %d bytes echoed in %s at a grant of %d bit/s (no less than %s allowed)", each, took.Round(time.Millisecond), grant, least.Round(time.Millisecond))
+	if took < least {
+		t.Fatalf("a stream granted %d bit/s carried %d bytes over its three channels in %s: faster than the grant (at least %s); its nodes each paced at the whole grant", grant, 3*each, took, least)
+	}
+}
+
 func echoGated(addr string, pre, post int, seed uint64, gate <-chan struct{}, halfway *atomic.Bool) error {
 	c, err := dialFrom("", addr)
 	if err != nil {

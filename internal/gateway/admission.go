@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"scistream/internal/api"
@@ -36,15 +37,53 @@ const (
 )
 
 // streamPace is a stream's grant and the buckets that keep to it.
+//
+// On a node of a facility (facility.go) each node paces only the
+// channels it serves, so the grant is split: a node serving k of a
+// stream's n channels fills its buckets at k/n of the grant, and the
+// nodes together never pass it (one node serving every channel, or a
+// gateway of one node, paces at the whole grant). A stream that uses
+// fewer channels than it has gets less than its grant there.
 type streamPace struct {
 	grant   atomic.Int64                   // pace.Rate reserved, 0 for best effort
 	buckets [2]atomic.Pointer[pace.Bucket] // by direction; nil for best effort
+
+	mu     sync.Mutex // serialises set and setShare
+	served int        // channels served here, of total; total 0: the whole grant
+	total  int
 }
 
 // set changes the grant; connections running keep going, paced at the
 // new rate from their next chunk.
 func (p *streamPace) set(r pace.Rate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.grant.Store(int64(r))
+	p.apply()
+}
+
+// setShare says that this node serves served of the stream's total
+// channels (facility.go); the buckets take that part of the grant.
+func (p *streamPace) setShare(served, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.served, p.total = served, total
+	p.apply()
+}
+
+// here is the rate this node's buckets keep to: the grant, or its share.
+// p.mu must be held.
+func (p *streamPace) here() pace.Rate {
+	r := pace.Rate(p.grant.Load())
+	if r == 0 || p.total == 0 || p.served == 0 || p.served >= p.total {
+		return r
+	}
+	return max(pace.Rate(float64(r)*float64(p.served)/float64(p.total)), 1)
+}
+
+// apply brings the buckets to the grant and share. p.mu must be held.
+func (p *streamPace) apply() {
+	r := p.here()
 	for d := range p.buckets {
 		switch b := p.buckets[d].Load(); {
 		case r == 0:

@@ -25,6 +25,7 @@ func (st *stream) openChannel(ch int, ln *net.TCPListener) bool {
 		return false
 	}
 	st.listeners[ch] = ln
+	st.sharePaceLocked()
 	st.wg.Add(1)
 	go st.acceptLoop(ch, ln)
 	return true
@@ -41,6 +42,7 @@ func (st *stream) closeChannel(ch int) {
 	}
 	ln := st.listeners[ch]
 	st.listeners[ch] = nil
+	st.sharePaceLocked()
 	var conns []net.Conn
 	for c, on := range st.conns {
 		if on == ch {
@@ -52,6 +54,22 @@ func (st *stream) closeChannel(ch int) {
 	for _, c := range conns {
 		relay.Abort(c)
 	}
+}
+
+// sharePaceLocked gives the stream's buckets the part of its grant that
+// the channels served here carry (streamPace); on a gateway of one node
+// they keep the whole grant. st.mu must be held.
+func (st *stream) sharePaceLocked() {
+	if !st.env.facility {
+		return
+	}
+	served := 0
+	for _, ln := range st.listeners {
+		if ln != nil {
+			served++
+		}
+	}
+	st.pace.setShare(served, len(st.listeners))
 }
 
 // channelIdle reports whether no connection accepted on channel ch is

@@ -217,6 +217,7 @@ func (st *stream) start() {
 	if st.stopped {
 		return
 	}
+	st.sharePaceLocked()
 	for i, ln := range st.listeners {
 		if ln != nil {
 			st.wg.Add(1)
