@@ -217,15 +217,19 @@ type facStream struct {
 // TestFacility: two facilities of three s2cs nodes each on one real
 // etcd. 100 streams are created through every node at once (no two get
 // one UID or one port of a facility); every channel of every stream
-// carries an echo byte-exact; a consumer-side node is killed with
+// carries an echo byte-exact; a rated stream on three nodes keeps to its
+// grant over all three; a consumer-side node is killed with
 // SIGKILL during transfers: its connections end with a reset at both
 // applications, never a clean short end, the others finish byte-exact,
 // and every stream is served again within the takeover bound (the
 // outbound nodes find the moved channels themselves); a producer-side
 // node is killed and its channels are served on the other nodes'
-// addresses, as s2uc status shows; etcd is stopped (control requests
-// answer unavailable, streams carry data) and restarted, and the nodes
-// reconcile without losing or duplicating a stream.
+// addresses, as s2uc status shows; a consumer-side node hangs (SIGSTOP)
+// and the producer side finds its moved channels without waiting out a
+// handshake with it, and it takes them back when it resumes; etcd is
+// stopped (control requests answer unavailable, streams carry data) and
+// restarted, and the nodes reconcile without losing or duplicating a
+// stream.
 func TestFacility(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	dir := t.TempDir()
@@ -549,6 +553,51 @@ func TestFacility(t *testing.T) {
 		t.Errorf("s2uc status still names the dead node %s:\n%s", pname, out)
 	}
 
+	// A consumer-side node hangs (SIGSTOP: its kernel still completes
+	// TCP handshakes, nothing answers them): its lease runs out, the
+	// other nodes take its channels, and the producer side's nodes find
+	// them there without waiting out a TLS handshake with the hung node
+	// (they dial the peer's other nodes after half a second, and again
+	// while it stays silent). Each of its ~100 channels would otherwise
+	// cost its first connection the 10 s handshake timeout.
+	hv := 2
+	hname, hpid := cons.nodeName(hv), cons.nodes[hv].PID()
+	if err := syscall.Kill(hpid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(hpid, syscall.SIGCONT) })
+	hung := time.Now()
+	onNode := func(node string, placed bool) func() bool {
+		return func() bool {
+			for _, fs := range streams {
+				s, err := inC[0].Get(ctx, fs.uid)
+				if err != nil {
+					return false
+				}
+				for ch, c := range s.Channels {
+					if placed && c.Node != fs.inChans[ch].Node || !placed && (c.Node == node || c.Node == "") {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, 20*time.Second, "the consumer facility to take over "+hname+"'s channels", onNode(hname, false))
+	moved := time.Since(hung)
+	took := checkAll("with "+hname+" hung", 20*time.Second)
+	t.Logf("%s hung: its channels taken over after %s; every channel then carried an echo within %s", hname, moved.Round(time.Millisecond), took.Round(time.Millisecond))
+	// 16 echoes at a time: ~100 channels waiting 10 s each on the hung
+	// node would take a minute (70 s measured); half a second each, ~5 s.
+	if took > 20*time.Second {
+		t.Errorf("with %s hung, every channel carried an echo only after %s: connections waited out the handshake with the hung node", hname, took)
+	}
+	if err := syscall.Kill(hpid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, hname+" to serve its channels again after it resumed", onNode(hname, true))
+	checkAll("after "+hname+" resumed", 10*time.Second)
+
 	// etcd away: control requests answer unavailable, data flows.
 	srv.Stop()
 	_, err = inC[0].Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1})
@@ -578,9 +627,6 @@ func TestFacility(t *testing.T) {
 	checkAll("after etcd's return", 10*time.Second)
 }
 
-// echoGated sends pre random bytes through addr, marks halfway, waits
-// for gate, sends post more, and checks that the echo of all of them
-// comes back byte-exact and then ends.
 // checkFacilityRate wires a stream of three channels with a granted rate
 // through two facilities of three nodes, echoes the same amount on every
 // channel at once, and fails if the three together ran faster than the
@@ -624,6 +670,9 @@ func checkFacilityRate(t *testing.T, ctx context.Context, in, out *client.Client
 	}
 }
 
+// echoGated sends pre random bytes through addr, marks halfway, waits
+// for gate, sends post more, and checks that the echo of all of them
+// comes back byte-exact and then ends.
 func echoGated(addr string, pre, post int, seed uint64, gate <-chan struct{}, halfway *atomic.Bool) error {
 	c, err := dialFrom("", addr)
 	if err != nil {

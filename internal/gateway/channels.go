@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"log/slog"
 	"net"
+	"sync"
+	"time"
 
 	"scistream/internal/relay"
 	"scistream/internal/store"
@@ -92,37 +95,133 @@ func (st *stream) hasChannel(ch int) bool {
 	return ch < len(st.listeners) && st.listeners[ch] != nil
 }
 
+// peerStagger is how long dialPeer waits for one of a peer facility's
+// nodes to answer before it dials the next as well: long enough that a
+// live node's handshake usually wins alone (a TLS leg takes two to three
+// round trips), short enough that a node that stopped answering (hung,
+// or cut off, dropping packets rather than refusing) costs a channel's
+// connections well under the handshake's timeout.
+const peerStagger = 500 * time.Millisecond
+
 // dialPeer dials the WAN leg of an application connection on channel
 // ch: the peer listener the record gives (or the one that answered
-// last), then, if that fails and the peer is a facility of several
-// nodes (rec.PeerNodes), the channel's port on each of its other nodes,
-// remembering the one that answers.
+// last), and, if the peer is a facility of several nodes
+// (rec.PeerNodes), the channel's port on each of its other nodes too,
+// one after another as each fails or stays silent for peerStagger,
+// remembering the one that answers. A channel's port is the facility's
+// alone, so only the node serving the channel can answer on it.
 func (st *stream) dialPeer(log *slog.Logger, ch int, rec *store.Record, leg *wan.Leg) (net.Conn, error) {
 	first := rec.Targets[ch%len(rec.Targets)]
 	if p := st.peerAt[ch].Load(); p != nil {
 		first = *p
 	}
-	w, err := st.dialWAN(first, leg)
-	if err == nil || len(rec.PeerNodes) == 0 || st.ctx.Err() != nil {
-		return w, err
+	if len(rec.PeerNodes) == 0 {
+		return st.dialWAN(st.ctx, first, leg)
 	}
-	_, port, perr := net.SplitHostPort(first)
-	if perr != nil {
-		return nil, err
-	}
-	for _, h := range rec.PeerNodes {
-		t := net.JoinHostPort(h, port)
-		if t == first {
-			continue
-		}
-		if w, err2 := st.dialWAN(t, leg); err2 == nil {
-			st.peerAt[ch].Store(&t)
-			log.Info("the peer's channel answers on another node of its facility", "was", first, "now", t)
-			return w, nil
-		}
-		if st.ctx.Err() != nil {
-			break
+	targets := []string{first}
+	if _, port, err := net.SplitHostPort(first); err == nil {
+		for _, h := range rec.PeerNodes {
+			if t := net.JoinHostPort(h, port); t != first {
+				targets = append(targets, t)
+			}
 		}
 	}
-	return nil, err
+	w, at, err := raceDial(st.ctx, &st.wg, targets, peerStagger, func(ctx context.Context, t string) (net.Conn, error) {
+		return st.dialWAN(ctx, t, leg)
+	})
+	if err == nil && at != first {
+		st.peerAt[ch].Store(&at)
+		log.Info("the peer's channel answers on another node of its facility", "was", first, "now", at)
+	}
+	return w, err
+}
+
+// raceDial dials targets in order, starting the next one when every
+// dial started has failed or stagger has passed since the last start;
+// while a dial stays silent after every target was tried, it tries the
+// ones that failed again, one per stagger, in turn (a channel taken over
+// meanwhile answers on its new node). It returns the first connection
+// made and its target; the other dials are cancelled, and a connection
+// they make meanwhile is closed. Its goroutines are counted in wg (the
+// caller's, which must be above zero already), and the winner does not
+// wait for the cancelled dials. When every dial has failed and none is
+// left silent, the error is the first target's.
+func raceDial(ctx context.Context, wg *sync.WaitGroup, targets []string, stagger time.Duration, dial func(context.Context, string) (net.Conn, error)) (net.Conn, string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	type result struct {
+		i   int
+		c   net.Conn
+		err error
+	}
+	results := make(chan result) // unbuffered: after the race, a dial's send cannot land
+	running := make([]bool, len(targets))
+	nRunning, tried := 0, 0
+	start := func(i int) {
+		running[i] = true
+		nRunning++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := dial(ctx, targets[i])
+			select {
+			case results <- result{i, c, err}:
+			case <-ctx.Done(): // the race is over
+				if err == nil {
+					c.Close()
+				}
+			}
+		}()
+	}
+	// again returns a target to dial once more: the one after last that
+	// is not being dialled.
+	last := 0
+	again := func() int {
+		for k := 1; k <= len(targets); k++ {
+			if i := (last + k) % len(targets); !running[i] {
+				last = i
+				return i
+			}
+		}
+		return -1
+	}
+	timer := time.NewTimer(stagger)
+	defer timer.Stop()
+	start(0)
+	tried = 1
+	var firstErr error
+	for nRunning > 0 {
+		select {
+		case r := <-results:
+			running[r.i] = false
+			nRunning--
+			if r.err == nil {
+				cancel() // the others return, closing what they made
+				return r.c, targets[r.i], nil
+			}
+			if r.i == 0 && firstErr == nil {
+				firstErr = r.err
+			}
+			if nRunning == 0 && tried < len(targets) && ctx.Err() == nil {
+				start(tried)
+				last, tried = tried, tried+1
+				timer.Reset(stagger)
+			}
+		case <-ctx.Done(): // the caller's context: the stream stops
+			cancel()
+			if firstErr == nil {
+				firstErr = ctx.Err()
+			}
+			return nil, "", firstErr
+		case <-timer.C:
+			if tried < len(targets) {
+				start(tried)
+				last, tried = tried, tried+1
+			} else if i := again(); i >= 0 {
+				start(i)
+			}
+			timer.Reset(stagger)
+		}
+	}
+	cancel()
+	return nil, "", firstErr
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net"
 
 	"scistream/internal/api"
@@ -125,7 +126,7 @@ func (st *stream) serveInboundQUIC(ch int, w net.Conn) {
 }
 
 // dialWAN opens the WAN leg of an application connection on channel ch.
-func (st *stream) dialWAN(target string, leg *wan.Leg) (net.Conn, error) {
+func (st *stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net.Conn, error) {
 	if leg.Transport == api.WANQUIC {
 		st.mu.Lock()
 		d := st.quic.dialer
@@ -133,7 +134,7 @@ func (st *stream) dialWAN(target string, leg *wan.Leg) (net.Conn, error) {
 		if d == nil {
 			return nil, net.ErrClosed
 		}
-		return d.Dial(st.ctx, target, leg)
+		return d.Dial(ctx, target, leg)
 	}
-	return wan.Dial(st.ctx, target, leg)
+	return wan.Dial(ctx, target, leg)
 }

@@ -245,7 +245,13 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 		conn, binding = tc, b
 	case api.WANTCP:
 		var nonce [nonceLen]byte
-		if _, err := io.ReadFull(raw, nonce[:]); err != nil {
+		// The read honours ctx, as the TLS handshake does.
+		stop := context.AfterFunc(ctx, func() { raw.SetReadDeadline(time.Unix(1, 0)) })
+		_, err := io.ReadFull(raw, nonce[:])
+		if !stop() && err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
 			raw.Close()
 			return nil, fmt.Errorf("read nonce: %w", err)
 		}

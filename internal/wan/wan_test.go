@@ -473,6 +473,38 @@ func TestAcceptSilentPeerTLSContext(t *testing.T) {
 	}
 }
 
+// TestDialSilentAcceptorContext: a dial whose acceptor completes the TCP
+// handshake and then says nothing (a hung node) ends when its context
+// does, on either transport, not after the handshake timeout; a facility
+// node's race between a peer's nodes cancels the dials it no longer
+// needs this way.
+func TestDialSilentAcceptorContext(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			dl, _ := legs(t, tr)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			c, err := wan.Dial(ctx, ln.Addr().String(), dl)
+			if err == nil {
+				c.Close()
+				t.Fatal("Dial succeeded with a silent acceptor")
+			}
+			if d := time.Since(start); d > wan.HandshakeTimeout/2 {
+				t.Fatalf("Dial took %v after its context ended (%v)", d, err)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("Dial = %v; want its context's end", err)
+			}
+		})
+	}
+}
+
 func TestValidate(t *testing.T) {
 	cases := []struct {
 		name   string
