@@ -52,12 +52,13 @@ func (e *experiment) execute(ctx context.Context, stdout, stderr io.Writer) erro
 					h := bench.Hello{
 						Mode:  p.mode,
 						Spec:  bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
-						Group: tag, Pairs: pairs, Rate: p.rate.PerSecond(size), Path: path,
+						Group: tag, Pairs: pairs, Rate: p.rate.PerSecond(size), Path: path, ReadEach: p.readEach,
 					}
 					tag += uint32(pairs) // every connection of the experiment has its own tag
 					label := fmt.Sprintf("run %d/%d %-8s %7s x%d rep %d", len(recs)+1, total, path, bytesize.Format(int64(size)), pairs, rep)
 					rec, rerr := e.runOne(ctx, h, prog, label)
 					rec.Rep, rec.Engine, rec.WAN, rec.Workload, rec.EachMessage = rep, e.engine, e.wan, p.name, p.each && p.mode == bench.Throughput && p.rate == (bench.Rate{})
+					rec.ReadEach = p.readEach
 					recs = append(recs, rec)
 					fmt.Fprintf(stdout, "%s %9.1f MB/s %10.0f msgs/s  latency %9.2f us  jitter %9.2f us%s%s%s%s  %s\n",
 						label, rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, rttText(rec), cpuText(rec), pairsText(rec), gwRateText(rec), status(ctx, rerr))

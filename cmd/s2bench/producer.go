@@ -110,7 +110,7 @@ func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		for _, size := range p.sizes {
 			per, _ := p.perPair(size, cfg.pairs)
 			h := bench.Hello{Mode: p.mode, Spec: bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
-				Group: tag, Pairs: cfg.pairs, Rate: p.rate.PerSecond(size), Path: cfg.path}
+				Group: tag, Pairs: cfg.pairs, Rate: p.rate.PerSecond(size), Path: cfg.path, ReadEach: p.readEach}
 			tag += uint32(cfg.pairs)
 			label := fmt.Sprintf("run %d %s x%d rep %d", len(recs)+1, bytesize.Format(int64(size)), cfg.pairs, rep)
 			var counter atomic.Int64

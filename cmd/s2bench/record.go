@@ -38,7 +38,9 @@ type record struct {
 	Mode     string `json:"mode"`
 	// EachMessage: the producer wrote one message per write call
 	// (--writes each) instead of coalescing small messages.
-	EachMessage bool    `json:"each_message,omitempty"`
+	EachMessage bool `json:"each_message,omitempty"`
+	// ReadEach: the consumer read message by message (--reads each).
+	ReadEach    bool    `json:"read_each,omitempty"`
 	Rep         int     `json:"rep"`
 	SizeBytes   int     `json:"size_bytes"`
 	Pairs       int     `json:"pairs"`

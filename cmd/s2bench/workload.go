@@ -40,9 +40,9 @@ func sweepSizes() []int {
 // workloadFlags are the flags that describe what a producer sends,
 // shared by compare, run, testbed run and producer.
 type workloadFlags struct {
-	workload, size, bytes, messages, rate, mode, writes string
-	duration                                            time.Duration
-	set                                                 map[string]bool // flags given explicitly
+	workload, size, bytes, messages, rate, mode, writes, reads string
+	duration                                                   time.Duration
+	set                                                        map[string]bool // flags given explicitly
 	// dflt, if set before register, is the workload when neither
 	// --workload nor --size is given, a named one (testbed run: sweep);
 	// empty: --size.
@@ -62,6 +62,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.rate, "rate", "", "target rate per pair instead of as fast as possible: N msg/s (e.g. 5000msg/s) or bytes/s (e.g. 100MB/s)")
 	fs.StringVar(&w.mode, "mode", "throughput", "throughput, rr (request-reply: the consumer answers each message with 16 bytes; RTT measured at the producer), or echo (request-reply in which the consumer echoes the whole message back, as a plain echo server: both directions carry it)")
 	fs.StringVar(&w.writes, "writes", writesBatched, "how the producer writes in throughput mode: batched (small messages coalesced into writes of up to 256KiB) or each (one write per message, as an application sending message by message)")
+	fs.StringVar(&w.reads, "reads", writesBatched, "how the consumer reads in throughput mode: batched (whatever has arrived, up to 64KiB or a message) or each (a message's header, then its payload, one read call each, as an application reading message by message); the producer tells the consumer in the run header")
 }
 
 // The values of --writes.
@@ -78,6 +79,7 @@ type plan struct {
 	mode     bench.Mode
 	rate     bench.Rate
 	each     bool          // one write per message (--writes each)
+	readEach bool          // the consumer reads message by message (--reads each)
 	duration time.Duration // open-ended runs; 0 for a fixed amount
 	bytes    int64         // --bytes, or 0
 	messages int64         // --messages, or 0
@@ -100,6 +102,16 @@ func (w *workloadFlags) resolve(pairs int) (*plan, error) {
 		p.each = true
 	default:
 		return nil, usagef("--writes %q: use batched or each", w.writes)
+	}
+	switch w.reads {
+	case writesBatched, "":
+	case writesEach:
+		if p.mode != bench.Throughput {
+			return nil, usagef("--reads each is for throughput mode: --mode %s reads each message already", p.mode)
+		}
+		p.readEach = true
+	default:
+		return nil, usagef("--reads %q: use batched or each", w.reads)
 	}
 	wl := strings.ToLower(strings.TrimSpace(w.workload))
 	if wl == "" && !w.set["size"] {
@@ -234,6 +246,9 @@ func (p *plan) describe(size, pairs int) string {
 	}
 	if p.each && p.mode == bench.Throughput && p.rate == (bench.Rate{}) {
 		s += ", one write per message"
+	}
+	if p.readEach {
+		s += ", read message by message"
 	}
 	return s + ", " + p.mode.String() + " mode"
 }

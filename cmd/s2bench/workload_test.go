@@ -53,18 +53,23 @@ func TestWorkloadAmounts(t *testing.T) {
 	}
 }
 
-// --writes: batched by default, each on request, anything else refused
-// with the choices named.
+// --writes and --reads: batched by default, each on request, anything
+// else refused with the choices named; reading message by message only
+// in throughput mode.
 func TestWorkloadWrites(t *testing.T) {
 	for _, c := range []struct {
-		args []string
-		each bool
-		err  string
+		args           []string
+		each, readEach bool
+		err            string
 	}{
-		{nil, false, ""},
-		{[]string{"--writes", "batched"}, false, ""},
-		{[]string{"--writes", "each", "--size", "512B"}, true, ""},
-		{[]string{"--writes", "every"}, false, "use batched or each"},
+		{nil, false, false, ""},
+		{[]string{"--writes", "batched"}, false, false, ""},
+		{[]string{"--writes", "each", "--size", "512B"}, true, false, ""},
+		{[]string{"--writes", "every"}, false, false, "use batched or each"},
+		{[]string{"--writes", "each", "--reads", "each", "--size", "512B"}, true, true, ""},
+		{[]string{"--reads", "batched"}, false, false, ""},
+		{[]string{"--reads", "sometimes"}, false, false, "--reads \"sometimes\": use batched or each"},
+		{[]string{"--reads", "each", "--mode", "rr"}, false, false, "--reads each is for throughput mode"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -82,8 +87,8 @@ func TestWorkloadWrites(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%v: %v", c.args, err)
-		case p.each != c.each:
-			t.Errorf("%v: each %v, want %v", c.args, p.each, c.each)
+		case p.each != c.each || p.readEach != c.readEach:
+			t.Errorf("%v: each %v, readEach %v; want %v, %v", c.args, p.each, p.readEach, c.each, c.readEach)
 		}
 	}
 }

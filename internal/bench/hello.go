@@ -77,7 +77,7 @@ const MaxPairs = 1 << 14
 //	pairs  uint16    2   connections of the run (1..MaxPairs)
 //	pair   uint16    2   this connection's index (0..pairs-1)
 //	pathLen uint8    1
-//	pad              1
+//	flags  uint8     1   bit 0: the consumer reads message by message (ReadEach)
 //	size   uint32    4
 //	bytes  uint64    8   0: open-ended
 //	seed   uint64    8
@@ -94,7 +94,16 @@ type Hello struct {
 	Pair  int
 	Rate  float64 // messages/s, 0 = as fast as possible
 	Path  string  // at most MaxPathLen printable ASCII bytes
+	// ReadEach makes the consumer read each message as an application
+	// reading message by message does: its header, then its payload, one
+	// read call each (in throughput mode; the payload in reads of up to
+	// its buffer). Otherwise it reads whatever has arrived, up to 64 KiB
+	// or a message, whichever is larger.
+	ReadEach bool
 }
+
+// flagReadEach is Hello.ReadEach in the flags byte.
+const flagReadEach = 1
 
 // HelloLen is the encoded size of a Hello.
 const HelloLen = 68
@@ -115,6 +124,8 @@ func (h Hello) Validate() error {
 	switch {
 	case h.Mode != Throughput && !h.Mode.RoundTrips():
 		return fmt.Errorf("unknown mode %d", h.Mode)
+	case h.ReadEach && h.Mode != Throughput:
+		return fmt.Errorf("reading message by message is a throughput mode's choice: %s mode reads each message already", h.Mode)
 	case h.Mode == Echo && h.Spec.Size > MaxEchoSize:
 		return fmt.Errorf("message size %d too large for echo mode: at most %d", h.Spec.Size, MaxEchoSize)
 	case h.Pairs < 1 || h.Pairs > MaxPairs:
@@ -146,6 +157,9 @@ func AppendHello(b []byte, h Hello) ([]byte, error) {
 	binary.BigEndian.PutUint16(e[6:], uint16(h.Pairs))
 	binary.BigEndian.PutUint16(e[8:], uint16(h.Pair))
 	e[10] = byte(len(h.Path))
+	if h.ReadEach {
+		e[11] = flagReadEach
+	}
 	binary.BigEndian.PutUint32(e[12:], uint32(h.Spec.Size))
 	binary.BigEndian.PutUint64(e[16:], uint64(h.Spec.Bytes))
 	binary.BigEndian.PutUint64(e[24:], h.Spec.Seed)
@@ -180,6 +194,9 @@ func ParseHello(b []byte) (Hello, error) {
 	if pl > MaxPathLen {
 		return Hello{}, fmt.Errorf("run header: path label length %d > %d", pl, MaxPathLen)
 	}
+	if e[11]&^flagReadEach != 0 {
+		return Hello{}, fmt.Errorf("run header: unknown flags %#02x (is the producer a newer s2bench?)", e[11])
+	}
 	size := binary.BigEndian.Uint32(e[12:])
 	bytes := binary.BigEndian.Uint64(e[16:])
 	if size > MaxSize || bytes > math.MaxInt64 {
@@ -195,9 +212,10 @@ func ParseHello(b []byte) (Hello, error) {
 			Seed:  binary.BigEndian.Uint64(e[24:]),
 			Run:   binary.BigEndian.Uint32(e[32:]),
 		},
-		Group: binary.BigEndian.Uint32(e[36:]),
-		Rate:  math.Float64frombits(binary.BigEndian.Uint64(e[40:])),
-		Path:  string(e[48 : 48+pl]),
+		Group:    binary.BigEndian.Uint32(e[36:]),
+		Rate:     math.Float64frombits(binary.BigEndian.Uint64(e[40:])),
+		Path:     string(e[48 : 48+pl]),
+		ReadEach: e[11]&flagReadEach != 0,
 	}
 	if err := h.Validate(); err != nil {
 		return Hello{}, fmt.Errorf("run header: %w", err)

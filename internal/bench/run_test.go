@@ -57,6 +57,65 @@ func TestRunEachMessage(t *testing.T) {
 	}
 }
 
+// A consumer reading message by message (header, then payload; payloads
+// larger than its buffer in several reads), of a fixed amount and of an
+// open-ended run, verifies the same stream.
+func TestRunReadEach(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		spec Spec
+		o    RunOptions
+	}{
+		{"512B", Spec{Size: 512, Bytes: 1<<20 + 7, Seed: 4, Run: 9}, RunOptions{EachMessage: true}},
+		{"4MiB", Spec{Size: 4 << 20, Bytes: 9<<20 + 3, Seed: 5, Run: 10}, RunOptions{}},
+		{"open", Spec{Size: 1000, Seed: 6, Run: 11}, RunOptions{Duration: 50 * time.Millisecond, EachMessage: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln := listen(t)
+			c.o.Timeout = time.Minute
+			r, err := Run(context.Background(), ln, ln.Addr().String(), Hello{Spec: c.spec, Group: c.spec.Run, ReadEach: true}, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := r.Summary
+			if m.Messages == 0 || m.Messages != r.Pairs[0].Send.Messages || !c.spec.Open() && (m.Messages != c.spec.Messages() || m.Bytes != c.spec.Bytes) {
+				t.Fatalf("read message by message: %+v, sent %d messages", m, r.Pairs[0].Send.Messages)
+			}
+		})
+	}
+}
+
+// messageReads asks for each message's header, then its payload (in
+// buffers), as the wire carries them: two reads per message that fits
+// the buffer, one more per further buffer, one for an end marker.
+func TestMessageReads(t *testing.T) {
+	g, err := NewGenerator(Spec{Size: 100, Seed: 1, Run: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wire []byte
+	for seq := range uint64(5) {
+		wire = append(wire, g.Message(seq)...)
+	}
+	wire = append(wire, g.End(5)...)
+	for _, c := range []struct{ buf, reads int }{{4096, 5*2 + 1}, {64, 5*3 + 1}} {
+		var m messageReads
+		var parts []int
+		for off := 0; off < len(wire); {
+			n := m.want(c.buf)
+			if n <= 0 || off+n > len(wire) {
+				t.Fatalf("buffer %d: read of %d at offset %d of %d", c.buf, n, off, len(wire))
+			}
+			m.got(wire[off : off+n])
+			parts = append(parts, n)
+			off += n
+		}
+		if len(parts) != c.reads {
+			t.Errorf("buffer %d: reads %v; want %d of them", c.buf, parts, c.reads)
+		}
+	}
+}
+
 func p0(r *RunResult) Measure { return r.Pairs[0].Recv.Measure }
 
 // proxy relays one connection to target, passing its bytes through f.

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -346,10 +347,21 @@ func Receive(ctx context.Context, c *net.TCPConn, o ReceiveOptions) (*ReceiveRes
 	if !h.Spec.Open() {
 		limit = h.Spec.WireBytes() + 1
 	}
+	var each *messageReads // ReadEach
+	if h.ReadEach && h.Mode == Throughput {
+		each = new(messageReads)
+	}
 	for ; limit >= 0; limit-- {
+		want := len(buf)
+		if each != nil {
+			want = each.want(len(buf))
+		}
 		c.SetReadDeadline(deadline(o.Idle, o.End))
-		n, err := c.Read(buf)
+		n, err := c.Read(buf[:want])
 		at := time.Since(o.Epoch)
+		if each != nil {
+			each.got(buf[:n])
+		}
 		if n > 0 {
 			prev, pb := ver.next, ver.payload
 			if ferr := ver.Feed(buf[:n], at); ferr != nil {
@@ -396,6 +408,36 @@ func Receive(ctx context.Context, c *net.TCPConn, o ReceiveOptions) (*ReceiveRes
 		}
 	}
 	return r, errors.New("consumer: read loop exceeded its bound")
+}
+
+// messageReads sizes a consumer's reads as an application reading
+// message by message does (Hello.ReadEach): one read for a message's
+// header, then one per buffer of its payload. It only sizes the reads:
+// the verifier checks what they bring.
+type messageReads struct {
+	hdr      [HeaderLen]byte
+	have     int // header bytes read so far
+	bodyLeft int // payload bytes of the current message still to read
+}
+
+// want returns how many bytes the next read asks for, with a buffer of
+// size buf.
+func (m *messageReads) want(buf int) int {
+	if m.bodyLeft > 0 {
+		return min(m.bodyLeft, buf)
+	}
+	return HeaderLen - m.have
+}
+
+// got takes what a read brought.
+func (m *messageReads) got(b []byte) {
+	if m.bodyLeft > 0 {
+		m.bodyLeft -= len(b)
+		return
+	}
+	if m.have += copy(m.hdr[m.have:], b); m.have == HeaderLen {
+		m.bodyLeft, m.have = int(min(binary.BigEndian.Uint32(m.hdr[16:]), MaxSize)), 0
+	}
 }
 
 // abort closes c with a TCP reset, so the far side sees an error rather

@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"math"
 	"net"
 	"strings"
@@ -15,6 +17,7 @@ func TestHelloRoundTrip(t *testing.T) {
 		{Mode: Throughput, Spec: Spec{Size: 512, Bytes: 1 << 20, Seed: 7, Run: 9}, Group: 3, Pairs: 1, Path: "direct"},
 		{Mode: RequestReply, Spec: Spec{Size: 1 << 20, Bytes: 0, Seed: math.MaxUint64, Run: math.MaxUint32}, Group: 1, Pairs: 64, Pair: 63, Rate: 1234.5, Path: "gateways"},
 		{Mode: Throughput, Spec: Spec{Size: 1, Bytes: 1}, Pairs: 2, Pair: 1, Path: "0123456789abcdef"},
+		{Mode: Throughput, Spec: Spec{Size: 512, Bytes: 0, Seed: 1, Run: 2}, Pairs: 1, Path: "gateways", ReadEach: true},
 	} {
 		b, err := AppendHello(nil, h)
 		if err != nil {
@@ -47,10 +50,18 @@ func TestHelloRoundTrip(t *testing.T) {
 		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 1, Mode: 7},
 		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 1, Path: "two words"},
 		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 1, Path: strings.Repeat("x", 17)},
+		{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 1, Mode: Echo, ReadEach: true},
 	} {
 		if _, err := AppendHello(nil, bad); err == nil {
 			t.Errorf("%+v: encoded", bad)
 		}
+	}
+	// A flag this s2bench does not know, under a valid checksum.
+	b, _ := AppendHello(nil, Hello{Spec: Spec{Size: 10, Bytes: 10}, Pairs: 1})
+	b[11] = 0x80
+	binary.BigEndian.PutUint32(b[64:], crc32.Checksum(b[:64], castagnoli))
+	if _, err := ParseHello(b); err == nil || !strings.Contains(err.Error(), "unknown flags") {
+		t.Errorf("unknown flags: got %v", err)
 	}
 	if _, err := ParseHello([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + strings.Repeat(" ", 60))); err != ErrNotHello {
 		t.Errorf("HTTP request: got %v", err)
