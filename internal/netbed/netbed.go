@@ -59,7 +59,7 @@ const (
 	// packets at 200 Mbit/s: a delay line descheduled that long on a
 	// busy machine dropped 0-2,935 packets per long-WAN run at its input,
 	// losses a real WAN does not have (docs/performance.md, QUIC). The
-	// tbf queue behind the delay line stays the path's only buffer limit.
+	// tbf queue behind the delay line stays the bottleneck's buffer.
 	tunQueueLen = 10000
 )
 
