@@ -88,6 +88,15 @@ func TestTestbed(t *testing.T) {
 		t.Errorf("second Up of the same name: %v; want an already-up error", err)
 	}
 
+	// The delay line's input queue is long enough not to drop when the
+	// delay line is briefly descheduled (see tunQueueLen).
+	for _, r := range []string{WANRouter, DirectRouter} {
+		out, err := exec.CommandContext(ctx, "ip", "-n", tb.NS(r), "link", "show", tunDev).CombinedOutput()
+		if want := fmt.Sprintf("qlen %d", tunQueueLen); err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("%s %s: %v %s; want %s", r, tunDev, err, out, want)
+		}
+	}
+
 	m, err := tb.MeasureChecked(ctx, 3)
 	if m == nil {
 		t.Fatal(err)
