@@ -327,10 +327,10 @@ func (st *stream) untrack(c net.Conn) {
 func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 	defer st.wg.Done()
 	if st.role == api.RoleOutbound || st.wanT == api.WANTCP {
-		// The connections armed below (relay.ResetOnClose), armed by
-		// the kernel from their handshake on, so that this process's
-		// death before that call resets them too. Not a TLS leg's
-		// listener: a refused handshake's alert must reach the peer.
+		// Connections accepted here are armed below (relay.ResetOnClose);
+		// arming the listener arms them from their handshake on, so this
+		// process's death before that call resets them too. Not a TLS
+		// leg's listener: a refused handshake's alert must reach the peer.
 		if err := relay.ResetOnCloseListener(ln); err != nil {
 			st.env.log.Warn("arm the listener to reset on close", "uid", st.uid, "channel", ch, "err", err)
 		}
