@@ -273,6 +273,8 @@ func TestAppWaitProducerGivesUp(t *testing.T) {
 			c.Close()
 			e.waiting(t, 0)
 			st := e.stream(t, e.cons)
+			// The wait ends before the abort is counted: wait for it.
+			waitfor.Cond(10*time.Second, func() bool { return st.stats().AbortedConns >= 1 })
 			if s := st.stats(); s.AbortedByKind[api.EndPeerReset] != 1 || s.AbortedConns != 1 {
 				t.Fatalf("after the producer gave up: %+v; want one peer_reset", s)
 			}
