@@ -521,6 +521,13 @@ func (f *facility) placement(uid string, numConn int) []string {
 // transaction, serves the channels placed on this node, and waits for
 // the other nodes to serve theirs (serving any they do not). The caller
 // holds rec's reservation.
+// createPortAttempts bounds how often a create binds other ports after
+// other nodes' creates took the ones it chose. Every lost attempt means
+// another create won, so the bound only needs to exceed the creates a
+// facility runs at once: five was met by six concurrent requests on
+// three nodes (TestFacility, once in CI).
+const createPortAttempts = 16
+
 func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
 	f := s.fac
 	var lns []*net.TCPListener
@@ -547,7 +554,7 @@ func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
 		}
 		var taken *store.PortsTakenError
 		switch {
-		case errors.As(err, &taken) && attempt < 5:
+		case errors.As(err, &taken) && attempt < createPortAttempts:
 			f.mu.Lock()
 			for _, p := range taken.Ports {
 				f.taken[p] = true // until the view has them
