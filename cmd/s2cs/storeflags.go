@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"scistream/internal/certs"
 	"scistream/internal/store"
 )
 
@@ -161,7 +162,7 @@ func (o *storeOptions) tls() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	if o.cert != "" {
-		pair, err := tls.LoadX509KeyPair(o.cert, o.key)
+		pair, err := certs.LoadKeyPair(o.cert, o.key)
 		if err != nil {
 			return nil, fmt.Errorf("--etcd_cert/--etcd_key: %w", err)
 		}

@@ -384,6 +384,25 @@ func checkFit(t *testing.T, o objects, cfg map[string]any) {
 	if p := secretFile("tls", "tls.key"); cfg["server_key"] != p {
 		t.Errorf("s2cs's server_key %v, the TLS Secret's file %q", cfg["server_key"], p)
 	}
+	// s2cs refuses a private key others may read: the key's file is
+	// mounted for the owner and the pod's fsGroup only.
+	if v, ok := vols["tls"]; ok && v.Secret != nil {
+		for _, it := range v.Secret.Items {
+			if it.Key != "tls.key" {
+				continue
+			}
+			mode := v.Secret.DefaultMode
+			if it.Mode != nil {
+				mode = it.Mode
+			}
+			switch {
+			case mode == nil:
+				t.Errorf("the TLS Secret's tls.key is mounted with Kubernetes' default mode 0644; s2cs refuses a key others may read (want 0440)")
+			case *mode&0o007 != 0:
+				t.Errorf("the TLS Secret's tls.key is mounted with mode %04o; s2cs refuses a key others may read (want 0440)", *mode)
+			}
+		}
+	}
 	for _, s := range o.secrets {
 		if v := vols["tokens"]; v.Secret == nil || v.Secret.SecretName != s.Name {
 			t.Errorf("Secret %s made but not mounted", s.Name)
@@ -459,6 +478,7 @@ hostNetwork: true
 listenerIP: 203.0.113.7
 service: {type: LoadBalancer, udp: false, annotations: {metallb.universe.tf/loadBalancerIPs: 203.0.113.7}}
 tokens: {existingSecret: gw-tokens}
+tls: {existingSecret: gw-tls}
 config:
   port: 443
   port_range: 6000-6255

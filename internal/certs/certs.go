@@ -38,11 +38,37 @@ type Identity struct {
 
 // Load reads a PEM certificate (chain) and key.
 func Load(certFile, keyFile string) (*Identity, error) {
-	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	c, err := LoadKeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("load key pair %s, %s: %w", certFile, keyFile, err)
 	}
 	return fromTLS(c)
+}
+
+// LoadKeyPair is tls.LoadX509KeyPair that first refuses a private key
+// file any user of the machine may read or write (CheckPrivate).
+func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	if err := CheckPrivate(keyFile); err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.LoadX509KeyPair(certFile, keyFile)
+}
+
+// CheckPrivate refuses a private key file that others can read or write
+// (mode bits for "other"), naming the fix. Its group may read it: a
+// Kubernetes Secret volume gives the pod's fsGroup read access (mode
+// 0440), and a service account's group is how operators share a key.
+// Anything not a regular file after symlinks (a pipe, /dev/stdin) is
+// left to the caller.
+func CheckPrivate(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.Mode().IsRegular() && st.Mode().Perm()&0o007 != 0 {
+		return fmt.Errorf("private key %s can be read or written by any user (mode %04o): chmod 600 %s (or 640 for a group that must read it)", path, st.Mode().Perm(), path)
+	}
+	return nil
 }
 
 func fromTLS(c tls.Certificate) (*Identity, error) {

@@ -361,3 +361,29 @@ func TestVerifyPinHandshake(t *testing.T) {
 		})
 	}
 }
+
+// Load refuses a private key any user may read or write, naming the fix;
+// one its group may read (a Kubernetes Secret mounted with mode 0440 for
+// the pod's fsGroup) loads.
+func TestLoadRefusesOpenKey(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, _, err := certs.LoadOrGenerate(dir, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "s2cs.crt"), filepath.Join(dir, "s2cs.key")
+	for _, c := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o400, true}, {0o640, true}, {0o440, true}, {0o644, false}, {0o602, false}, {0o666, false}} {
+		if err := os.Chmod(keyFile, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := certs.Load(certFile, keyFile)
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("key mode %04o: %v", c.mode, err)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), "chmod 600 "+keyFile)):
+			t.Errorf("key mode %04o: %v; want a refusal naming chmod 600", c.mode, err)
+		}
+	}
+}
