@@ -292,7 +292,8 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	}()
 
 	// Established: both gateways relay every connection.
-	if err := lp.waitActive(ctx, int64(cfg.conns), done); err != nil {
+	redials, err := lp.waitActive(ctx, int64(cfg.conns), done)
+	if err != nil {
 		return fmt.Errorf("open %d connections: %w", cfg.conns, err)
 	}
 	established := time.Since(start)
@@ -302,6 +303,9 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	}
 	fmt.Fprintf(stdout, "established: %d connections through both gateways in %.2f s: %.0f connections/s\n",
 		cfg.conns, established.Seconds(), float64(cfg.conns)/established.Seconds())
+	if redials > 0 {
+		fmt.Fprintf(stdout, "  the inbound gateway reset %d WAN dials in its cap of connections in their handshake (before the first leg authenticated); the outbound dialled them again\n", redials)
+	}
 	for _, role := range []string{"outbound", "inbound"} {
 		fmt.Fprintf(stdout, "  %-8s gateway RSS %.1f MB before, %.1f MB with all open: %.1f KiB per connection\n",
 			role, mb(before[role]), mb(open[role]), perConnKiB(open[role]-before[role], cfg.conns))
@@ -423,13 +427,18 @@ func checkConnsResult(res *bench.RunResult, h bench.Hello) error {
 }
 
 // waitActive waits until both gateways relay n connections of the
-// stream. It fails at once when a gateway refused or aborted one, or the
-// run ended (done received something: it is put back).
-func (lp *localPair) waitActive(ctx context.Context, n int64, done chan connsRun) error {
+// stream, and returns how many WAN dials the outbound gateway dialled
+// again after the inbound reset them in its handshake cap (which a burst
+// meets before the first leg authenticated, gateway/redial.go). It fails
+// at once when the outbound gateway refused or aborted a connection, or
+// the inbound aborted one, or the run ended (done received something: it
+// is put back); once all are up, the inbound's refusals must be the dials
+// the outbound dialled again, no more.
+func (lp *localPair) waitActive(ctx context.Context, n int64, done chan connsRun) (int64, error) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		var active [2]int64
+		var stats [2]*api.Stats
 		for i, side := range []struct {
 			c interface {
 				Get(context.Context, string) (*api.Stream, error)
@@ -438,26 +447,32 @@ func (lp *localPair) waitActive(ctx context.Context, n int64, done chan connsRun
 		}{{lp.outC, lp.outS.UID}, {lp.inC, lp.inS.UID}} {
 			st, err := side.c.Get(ctx, side.uid)
 			if err != nil {
-				return fmt.Errorf("stream status: %w", err)
+				return 0, fmt.Errorf("stream status: %w", err)
 			}
 			if st.Stats == nil {
-				return errors.New("gateway reported no stream statistics")
+				return 0, errors.New("gateway reported no stream statistics")
 			}
-			if st.Stats.RejectedConns > 0 || st.Stats.AbortedConns > 0 {
-				return fmt.Errorf("the %s gateway refused %d and aborted %d connections (%v; last: %v)",
-					[]string{"outbound", "inbound"}[i], st.Stats.RejectedConns, st.Stats.AbortedConns, st.Stats.AbortedByKind, st.Stats.LastErrors)
-			}
-			active[i] = st.Stats.ActiveConns
+			stats[i] = st.Stats
 		}
-		if active[0] == n && active[1] == n {
-			return nil
+		out, in := stats[0], stats[1]
+		for i, s := range stats {
+			if s.AbortedConns > 0 || i == 0 && s.RejectedConns > 0 {
+				return 0, fmt.Errorf("the %s gateway refused %d and aborted %d connections (%v; last: %v)",
+					[]string{"outbound", "inbound"}[i], s.RejectedConns, s.AbortedConns, s.AbortedByKind, s.LastErrors)
+			}
+		}
+		if out.ActiveConns == n && in.ActiveConns == n {
+			if in.RejectedConns != out.WANRedials {
+				return 0, fmt.Errorf("the inbound gateway refused %d connections, the outbound dialled %d of them again", in.RejectedConns, out.WANRedials)
+			}
+			return out.WANRedials, nil
 		}
 		select {
 		case r := <-done:
 			done <- r
-			return fmt.Errorf("the run ended with %d and %d of them up", active[0], active[1])
+			return 0, fmt.Errorf("the run ended with %d and %d of them up", out.ActiveConns, in.ActiveConns)
 		case <-ctx.Done():
-			return fmt.Errorf("%d up at the outbound gateway, %d at the inbound: %w", active[0], active[1], context.Cause(ctx))
+			return 0, fmt.Errorf("%d up at the outbound gateway, %d at the inbound: %w", out.ActiveConns, in.ActiveConns, context.Cause(ctx))
 		case <-t.C:
 		}
 	}

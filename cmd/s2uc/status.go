@@ -114,6 +114,9 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	}
 	fmt.Fprintf(w, "\n  connections %d active%s%s, %d total, %d refused%s, %d aborted%s, %d errors\n",
 		st.ActiveConns, limit, waiting, st.TotalConns, st.RejectedConns, over, st.AbortedConns, byKind(st), st.Errors)
+	if st.WANRedials > 0 {
+		fmt.Fprintf(w, "  %d WAN dials the peer gateway reset in its handshake cap, dialled again\n", st.WANRedials)
+	}
 	if s.WANPool > 0 || st.LegsCreated > 0 {
 		fmt.Fprintf(w, "  pooled WAN legs (%d warm per channel): %d idle, %d dialed, %d reused, %d torn down at the gateway's cap\n",
 			s.WANPool, st.LegsIdle, st.LegsCreated, st.LegsReused, st.LegsTornDown)

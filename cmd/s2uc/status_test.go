@@ -62,11 +62,12 @@ func TestPrintStatus(t *testing.T) {
 	}
 }
 
-// TestPrintStatusPooled: an outbound stream's pooled legs and an inbound
-// stream's server name on the shared WAN port are said.
+// TestPrintStatusPooled: an outbound stream's pooled legs and dials
+// dialled again, and an inbound stream's server name on the shared WAN
+// port are said.
 func TestPrintStatusPooled(t *testing.T) {
 	out := &api.Stream{UID: "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c", Role: api.RoleOutbound, State: api.StateConnected, WAN: "tls", WANPool: 2,
-		Stats: &api.Stats{LegsIdle: 2, LegsCreated: 7, LegsReused: 40, LegsTornDown: 3}}
+		Stats: &api.Stats{LegsIdle: 2, LegsCreated: 7, LegsReused: 40, LegsTornDown: 3, WANRedials: 5}}
 	in := &api.Stream{UID: "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c", Role: api.RoleInbound, State: api.StateConnected, WAN: "tls",
 		WANServerName: "abc.wan.example.org", Stats: &api.Stats{}}
 	var b bytes.Buffer
@@ -75,6 +76,7 @@ func TestPrintStatusPooled(t *testing.T) {
 	for _, want := range []string{
 		"pooled WAN legs (2 warm per channel): 2 idle, 7 dialed, 40 reused, 3 torn down at the gateway's cap\n",
 		"on the shared WAN port as abc.wan.example.org\n",
+		"5 WAN dials the peer gateway reset in its handshake cap, dialled again\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())

@@ -345,6 +345,13 @@ type Stats struct {
 	// becomes idle again just after the connection stops counting in
 	// ActiveConns.
 	LegsIdle int64 `json:"legs_idle,omitempty"`
+	// WANRedials counts an outbound stream's WAN dials that the peer
+	// gateway reset before they authenticated (over its cap of
+	// connections in their handshake, which the peer counts in its
+	// RejectedConns) and that were dialled again; the application
+	// connection waited meanwhile. Steadily rising, it means strangers
+	// hold the peer's slots.
+	WANRedials int64 `json:"wan_redials,omitempty"`
 	// Peer is what this gateway knows of its peer gateway, from the
 	// stream's watch leg: PeerUp, PeerDown, PeerReleased, PeerStopping,
 	// or empty when it does not know (no data leg has worked yet, or a

@@ -53,7 +53,7 @@ type collector struct {
 	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused,
 	capacityRate, reservedRate *prometheus.Desc
 
-	info, bytes, conns, connsTotal, connsRefused, handshakeFails, aborted,
+	info, bytes, conns, connsTotal, connsRefused, handshakeFails, redials, aborted,
 	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle, rateGranted, leaseExpiry *prometheus.Desc
 }
 
@@ -89,6 +89,7 @@ func newCollector(s *Server) *collector {
 		connsTotal:     st("connections_total", "Application connections relayed (both legs up)."),
 		connsRefused:   st("connections_refused_total", "Connections refused on arrival: allow_list (source outside the allow-list), over_cap (the stream's or the gateway's cap of connections at once), handshake_cap (too many WAN connections in their handshake).", "reason"),
 		handshakeFails: st("wan_handshake_failures_total", "WAN connections to this stream that failed authentication (TLS with the pinned certificate, the preface and its secret, QUIC)."),
+		redials:        st("wan_redials_total", "An outbound stream's WAN dials the peer gateway reset before they authenticated (over its cap of connections in their handshake), dialled again."),
 		aborted:        st("connections_aborted_total", "Relayed connections that ended other than in order, by kind (api.End*).", "kind"),
 		rate:           st("rate_bytes_per_second", "The latest rate sample (bytes over the last sampling interval), by direction.", "direction"),
 		rateMean:       st("rate_mean_bytes_per_second", "Mean of the rate samples, by direction and span: life, window (the last --rate_window), steady (steady state, ramp-up and tail of each transfer left out).", "direction", "span"),
@@ -104,7 +105,7 @@ func newCollector(s *Server) *collector {
 func (c *collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.buildInfo, c.ready, c.streams, c.streamsEnded, c.portsInUse, c.portsCap,
 		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused, c.capacityRate, c.reservedRate,
-		c.info, c.bytes, c.conns, c.connsTotal, c.connsRefused, c.handshakeFails, c.aborted,
+		c.info, c.bytes, c.conns, c.connsTotal, c.connsRefused, c.handshakeFails, c.redials, c.aborted,
 		c.rate, c.rateMean, c.rateStddev, c.ratePeak, c.legsTotal, c.legsIdle, c.rateGranted, c.leaseExpiry}
 }
 
@@ -200,6 +201,7 @@ func (c *collector) collectStream(st *stream, gauge, counter func(*prometheus.De
 		counter(c.legsTotal, float64(s.LegsReused), with("reused")...)
 		counter(c.legsTotal, float64(s.LegsTornDown), with("torn_down")...)
 		gauge(c.legsIdle, float64(s.LegsIdle), l...)
+		counter(c.redials, float64(s.WANRedials), l...)
 	}
 }
 

@@ -127,6 +127,7 @@ type stream struct {
 	legsCreated, legsReused, legsTornDown atomic.Int64
 	waitingApp                            atomic.Int64 // WAN legs waiting for the application (appwait.go)
 	overCap                               atomic.Int64 // refused over the stream's or the gateway's cap
+	redials                               atomic.Int64 // WAN dials the peer reset, dialled again (redial.go)
 	toWAN, fromWAN                        atomic.Int64
 	ends                                  ends       // aborted connections, by kind (ends.go)
 	watchSt                               watchState // what the watch leg says of the peer (watch.go)
@@ -689,6 +690,7 @@ func (st *stream) stats() *api.Stats {
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
 	if st.role == api.RoleOutbound {
 		s.LegsIdle = int64(st.env.legs.idleOf(st))
+		s.WANRedials = st.redials.Load()
 	}
 	return s
 }
