@@ -107,13 +107,21 @@ func RelayAborting(e Engine, a, b net.Conn, countAB, countBA func(int64), onAbor
 	return firstErr
 }
 
-// closeWrite shuts down the write half of c.
+// closeWrite shuts down the write half of c. A TCP socket the peer reset
+// (whose error another call took) refuses with ENOTCONN: that is the
+// peer's reset, and is said so (ECONNRESET too), not a fault here.
 func closeWrite(c net.Conn) error {
+	var err error
 	switch c := c.(type) {
 	case interface{ CloseWrite() error }: // *net.TCPConn, *tls.Conn
-		return c.CloseWrite()
+		err = c.CloseWrite()
+	default:
+		err = c.Close()
 	}
-	return c.Close()
+	if errors.Is(err, syscall.ENOTCONN) {
+		err = fmt.Errorf("the peer reset the connection: %w", errors.Join(syscall.ECONNRESET, err))
+	}
+	return err
 }
 
 // Abort closes c with a TCP reset where possible (SO_LINGER 0), so the
