@@ -44,12 +44,18 @@ type facilityNodes struct {
 // their own, with one certificate for all (a peer pins one per stream).
 func startFacility(t *testing.T, name, etcdEndpoint, tokensFile string, n int, extra ...string) *facilityNodes {
 	t.Helper()
-	dir := t.TempDir()
-	f := &facilityNodes{t: t, name: name, dir: dir, tokens: tokensFile}
 	var ips []string
 	for range n {
 		ips = append(ips, localgw.RandomLoopback())
 	}
+	return startFacilityOn(t, name, etcdEndpoint, tokensFile, ips, extra...)
+}
+
+// startFacilityOn is startFacility with one node on each of ips.
+func startFacilityOn(t *testing.T, name, etcdEndpoint, tokensFile string, ips []string, extra ...string) *facilityNodes {
+	t.Helper()
+	dir := t.TempDir()
+	f := &facilityNodes{t: t, name: name, dir: dir, tokens: tokensFile}
 	certPEM, keyPEM, err := certs.SelfSigned(ips, time.Hour)
 	if err != nil {
 		t.Fatal(err)

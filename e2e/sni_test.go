@@ -34,9 +34,11 @@ type sniRouter struct {
 }
 
 // startSNIRouter starts HAProxy on a fresh loopback address, port 443,
-// routing names under each domain of routes to its backend: "host:port"
-// and any HAProxy server options (send-proxy-v2).
-func startSNIRouter(t *testing.T, routes map[string]string) *sniRouter {
+// routing names under each domain of routes to its backend: one or more
+// servers, each "host:port" and any HAProxy server options
+// (send-proxy-v2, check). A backend of several takes them in turn, and
+// a connection its server refuses is passed to the next.
+func startSNIRouter(t *testing.T, routes map[string][]string) *sniRouter {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
@@ -62,7 +64,10 @@ frontend wan
 		fmt.Fprintf(&cfg, "    use_backend gw%d if { req.ssl_sni -m end .%s }\n", i, domain)
 	}
 	for i, domain := range domains {
-		fmt.Fprintf(&cfg, "backend gw%d\n    server gw%d %s\n", i, i, routes[domain])
+		fmt.Fprintf(&cfg, "backend gw%d\n    balance roundrobin\n    retries 3\n    option redispatch 1\n", i)
+		for j, server := range routes[domain] {
+			fmt.Fprintf(&cfg, "    server gw%d-%d %s\n", i, j, server)
+		}
 	}
 	// Names routed nowhere have no default backend: HAProxy closes them.
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
@@ -119,9 +124,9 @@ frontend wan
 func TestSNIRouter(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	ipA, ipB := localgw.RandomLoopback(), localgw.RandomLoopback()
-	router := startSNIRouter(t, map[string]string{
-		"a.wan.test": net.JoinHostPort(ipA, "8443") + " send-proxy-v2",
-		"b.wan.test": net.JoinHostPort(ipB, "8443"),
+	router := startSNIRouter(t, map[string][]string{
+		"a.wan.test": {net.JoinHostPort(ipA, "8443") + " send-proxy-v2"},
+		"b.wan.test": {net.JoinHostPort(ipB, "8443")},
 	})
 	gwArgs := func(domain string) []string {
 		return []string{"--wan_port", "8443", "--wan_domain", domain, "--wan_advertise", router.addr}

@@ -67,7 +67,6 @@ func TestStoreFlagsRefused(t *testing.T) {
 		{[]string{"--node", "n1"}, "--node n1: the nodes of a facility share their state in etcd: give --store etcd://"},
 		{append(etcd, "--node", "n1"), "--node n1: every node of a facility presents the same WAN certificate"},
 		{append(etcd, "--node", "a/b", "--server_crt", pw, "--server_key", pw), `--node "a/b": use ASCII letters`},
-		{append(etcd, "--node", "n1", "--server_crt", pw, "--server_key", pw, "--wan_port", "443"), "--node a facility of several nodes does not serve the shared WAN port"},
 		{append(etcd, "--node", "n1", "--server_crt", pw, "--server_key", pw, "--takeover", "2s"), "--takeover 2s is too short"},
 		{append(etcd, "--takeover", "20s"), "--takeover applies to a node of a facility only"},
 	} {

@@ -330,8 +330,6 @@ func (c Config) Validate() error {
 		return fieldError("FileLimit", "%d is negative", c.FileLimit)
 	case c.Node != "" && store.ValidFacility(c.Node) != nil:
 		return fieldError("Node", "%v", store.ValidFacility(c.Node))
-	case c.Node != "" && c.WANPort != 0:
-		return fieldError("Node", "a facility of several nodes does not serve the shared WAN port yet: leave out the shared port or the node name")
 	case c.Takeover != 0 && c.Takeover < 4*time.Second:
 		return fieldError("Takeover", "%s is too short: etcd's leases need at least 4s (the default is %s)", c.Takeover, DefaultTakeover)
 	case c.Takeover != 0 && c.Node == "":
@@ -575,4 +573,17 @@ func (c Config) appWaits() (def, most time.Duration) {
 		return d
 	}
 	return resolve(c.AppWaitDefault, DefaultAppWait), resolve(c.AppWaitMax, DefaultAppWaitMax)
+}
+
+// sharedWAN says the shared WAN port's settings, which every node of a
+// facility must have alike (store.NodeInfo.SharedWAN); "" without one.
+func (c Config) sharedWAN() string {
+	if c.WANPort == 0 {
+		return ""
+	}
+	adv := c.WANAdvertise
+	if adv == "" {
+		adv = "each node's own address"
+	}
+	return fmt.Sprintf("port %d, domain %s, advertised as %s, PROXY protocol %t", c.WANPort, c.WANDomain, adv, c.WANProxyProtocol)
 }

@@ -95,7 +95,7 @@ func (s *Server) joinFacility() error {
 	if !ok {
 		return errors.New("a node of a facility (--node) keeps its state in etcd: give --store etcd://HOST:PORT")
 	}
-	m, err := e.Join(store.NodeInfo{Name: s.cfg.Node, Host: s.cfg.ListenerIP, CertSHA256: s.cfg.Identity.SHA256, Started: s.cfg.Now()}, s.cfg.Takeover/2)
+	m, err := e.Join(store.NodeInfo{Name: s.cfg.Node, Host: s.cfg.ListenerIP, CertSHA256: s.cfg.Identity.SHA256, SharedWAN: s.cfg.sharedWAN(), Started: s.cfg.Now()}, s.cfg.Takeover/2)
 	if err != nil {
 		return fmt.Errorf("join the facility as node %s: %w", s.cfg.Node, err)
 	}
@@ -168,7 +168,9 @@ func (s *Server) reconcile() {
 			continue
 		}
 		seen[k] = true
-		if st := s.mirrorLocked(rec); st != nil {
+		if st := s.mirrorLocked(rec); st != nil && !rec.Shared() {
+			// A stream on the shared WAN port has no channels to
+			// place: every node serves all of them on its own port.
 			s.placeChannels(st, rec, nodes, now, renew)
 		}
 	}
@@ -225,7 +227,7 @@ func (s *Server) mirrorLocked(rec *store.Record) *stream {
 	if pending || closed || s.fac.endedHere(k, rec.Created) {
 		return nil
 	}
-	st, err := s.build(rec, make([]*net.TCPListener, rec.NumConn))
+	st, err := s.build(rec, make([]*net.TCPListener, rec.PortsHeld()))
 	if err != nil {
 		s.log.Error("cannot mirror a stream of the facility", "uid", rec.UID, "owner", rec.Owner, "err", err)
 		return nil
@@ -529,6 +531,9 @@ func (f *facility) placement(uid string, numConn int) []string {
 const createPortAttempts = 16
 
 func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
+	if rec.Shared() {
+		return s.createShared(rec)
+	}
 	f := s.fac
 	var lns []*net.TCPListener
 	for attempt := 0; ; attempt++ {
@@ -604,6 +609,36 @@ func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
 	return st, nil
 }
 
+// createShared is createOnNodes for a stream on the shared WAN port,
+// which holds no ports and claims no channels: every node of the facility
+// serves all its channels on its own shared port (the SNI router in front
+// sends a leg to any of them), so it only stores the record; the other
+// nodes serve it once their reconcile mirrors it, within milliseconds.
+// rec.Nodes[0] names the node that stewards it while it lives.
+func (s *Server) createShared(rec *store.Record) (*stream, error) {
+	rec.Ports = nil
+	rec.Nodes = s.fac.placement(rec.UID, 1)
+	if err := s.fac.m.Create(rec); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return nil, api.Errorf(api.CodeConflict, "stream %s already exists in this facility; release it first or use another uid", rec.UID)
+		}
+		s.abandon(rec, err)
+		return nil, storeError("save the stream", err)
+	}
+	st, err := s.build(rec, nil)
+	if err != nil {
+		s.finish(rec, api.StateFailed, "could not start")
+		return nil, api.Errorf(api.CodeInternal, "create stream").WithCause(err)
+	}
+	if !s.add(st) {
+		st.stop()
+		return nil, api.Errorf(api.CodeUnavailable, "gateway is shutting down")
+	}
+	st.start()
+	s.rebalance()
+	return st, nil
+}
+
 // awaitClaims waits, up to claimWait, for every channel of the new
 // stream st to have a node, and serves those still without one itself.
 func (s *Server) awaitClaims(st *stream, rec *store.Record) {
@@ -637,17 +672,47 @@ wait:
 
 // stewards reports whether this node runs the janitor's work for st:
 // the node that serves its first channel (or, while none does, the node
-// it was placed on), so that one node expires a stream, not all.
+// it was placed on), so that one node expires a stream, not all. A stream
+// on the shared WAN port, whose channels every node serves, is stewarded
+// by the node it was placed on while that node lives, else by the first
+// live node of an order derived from its UID.
 func (s *Server) stewards(st *stream) bool {
 	if s.fac == nil {
 		return true
 	}
 	rec := st.record()
+	if rec.Shared() {
+		return s.fac.sharedSteward(rec) == s.fac.node
+	}
 	o := s.fac.m.Owners(rec.Key(), 1)[0]
 	if o == "" && len(rec.Nodes) > 0 {
 		o = rec.Nodes[0]
 	}
 	return o == s.fac.node
+}
+
+// sharedSteward names the node that stewards rec, a stream on the shared
+// WAN port (stewards), or "" while no node is live.
+func (f *facility) sharedSteward(rec *store.Record) string {
+	var live []string
+	for _, n := range f.m.Nodes() {
+		live = append(live, n.Name)
+	}
+	return stewardOf(rec, live)
+}
+
+// stewardOf is sharedSteward among the live nodes named live: the node
+// rec was placed on while it lives, else the one rec's UID picks from
+// the others, the same on every node.
+func stewardOf(rec *store.Record, live []string) string {
+	if len(rec.Nodes) > 0 && slices.Contains(live, rec.Nodes[0]) {
+		return rec.Nodes[0]
+	}
+	if len(live) == 0 {
+		return ""
+	}
+	live = slices.Sorted(slices.Values(live))
+	return live[int(spread(rec.UID, 0)%uint32(len(live)))]
 }
 
 // facilityView fills the facility's part of a live stream's view: where
@@ -660,6 +725,9 @@ func (s *Server) facilityView(v *api.Stream, rec *store.Record) {
 		if !slices.Contains(v.Nodes, n.Host) {
 			v.Nodes = append(v.Nodes, n.Host)
 		}
+	}
+	if rec.Shared() {
+		return // every node serves every channel, on the shared WAN port
 	}
 	owners := f.m.Owners(rec.Key(), rec.NumConn)
 	v.Listeners = nil

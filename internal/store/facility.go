@@ -41,6 +41,11 @@ type NodeInfo struct {
 	// CertSHA256 is its WAN certificate's fingerprint: every node of a
 	// facility presents the same one, since a peer pins one per stream.
 	CertSHA256 string `json:"cert_sha256"`
+	// SharedWAN says its shared WAN port's settings (s2cs --wan_port,
+	// --wan_domain, --wan_advertise, --wan_proxy_protocol), empty without
+	// one: every node of a facility has the same, since every node serves
+	// each stream on the shared port.
+	SharedWAN string `json:"shared_wan,omitempty"`
 	// Started is when it joined.
 	Started time.Time `json:"started"`
 }
@@ -99,7 +104,7 @@ type chanKey struct {
 // s), loads the facility's view and keeps both current until Leave or
 // Close. It refuses a node whose certificate differs from the live
 // nodes' (a peer pins one certificate per stream, whichever node serves
-// its channels).
+// its channels), or whose shared WAN port does.
 func (e *Etcd) Join(self NodeInfo, ttl time.Duration) (*Member, error) {
 	if err := ValidFacility(self.Name); err != nil {
 		return nil, fmt.Errorf("node name %w", err)
@@ -118,8 +123,14 @@ func (e *Etcd) Join(self NodeInfo, ttl time.Duration) (*Member, error) {
 		if n.Name != self.Name && n.CertSHA256 != self.CertSHA256 {
 			m.mu.Unlock()
 			cancel()
-			return nil, fmt.Errorf("node %s of facility %s presents WAN certificate sha256 %s, this node %s: every node of a facility must use the same --cert and --key, since a peer pins one certificate per stream",
+			return nil, fmt.Errorf("node %s of facility %s presents WAN certificate sha256 %s, this node %s: every node of a facility must use the same --server_crt and --server_key, since a peer pins one certificate per stream",
 				n.Name, e.Facility(), n.CertSHA256, self.CertSHA256)
+		}
+		if n.Name != self.Name && n.SharedWAN != self.SharedWAN {
+			m.mu.Unlock()
+			cancel()
+			return nil, fmt.Errorf("node %s of facility %s has the shared WAN port %s, this node %s: every node of a facility must give the same --wan_port, --wan_domain, --wan_advertise and --wan_proxy_protocol, since every node serves each stream on the shared port",
+				n.Name, e.Facility(), sharedWANText(n.SharedWAN), sharedWANText(self.SharedWAN))
 		}
 	}
 	m.mu.Unlock()
@@ -562,4 +573,11 @@ func (e *Etcd) endOps(r *Record) []clientv3.Op {
 		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(pk), "=", portHolder(k, ch))}, []clientv3.Op{clientv3.OpDelete(pk)}, nil))
 	}
 	return ops
+}
+
+func sharedWANText(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

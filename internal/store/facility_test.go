@@ -159,15 +159,20 @@ func TestMemberClaims(t *testing.T) {
 	}
 }
 
-// TestJoinRefusesAnotherCertificate: a node whose WAN certificate
-// differs from the live nodes' cannot join, and says why.
+// TestJoinRefusesAnotherCertificate: a node whose WAN certificate, or
+// shared WAN port, differs from the live nodes' cannot join, and says
+// why.
 func TestJoinRefusesAnotherCertificate(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	members(t, srv, "certs", 1, 4*time.Second)
 	e := openEtcd(t, srv, EtcdConfig{Facility: "certs"})
 	_, err := e.Join(NodeInfo{Name: "odd", CertSHA256: "other"}, 4*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "same --cert") {
+	if err == nil || !strings.Contains(err.Error(), "same --server_crt") {
 		t.Fatalf("Join with another certificate: %v", err)
+	}
+	_, err = e.Join(NodeInfo{Name: "odd", CertSHA256: "same", SharedWAN: "port 443"}, 4*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "has the shared WAN port none, this node port 443") || !strings.Contains(err.Error(), "same --wan_port") {
+		t.Fatalf("Join with a shared WAN port the others lack: %v", err)
 	}
 	for _, bad := range []struct {
 		name string

@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+	"scistream/internal/etcdtest"
+	"scistream/internal/localgw"
+	"scistream/internal/waitfor"
+)
+
+// TestFacilitySharedPort: a consumer facility of three nodes serves one
+// shared WAN port behind a real HAProxy on port 443 that takes the nodes
+// in turn (the 443-only edge of a facility that scales out). Every node
+// serves every channel of a stream on the port: a stream created on one
+// node is advertised as the router by all three, and its connections are
+// relayed by all three, byte-exact. A node with another shared port
+// cannot join. A node is SIGKILLed during transfers: the flows it carried
+// end with a reset, never a clean short end, the others finish
+// byte-exact, new connections go to the other nodes at once (no channel
+// has to be taken over), and a stream whose lease that node kept runs
+// out on another. The node comes back and takes connections again, and a
+// release on one node ends the stream on all.
+func TestFacilitySharedPort(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	tok := localgw.NewToken()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := localgw.WriteTokens(tokens, map[string]string{"alice": tok}); err != nil {
+		t.Fatal(err)
+	}
+	ips := []string{localgw.RandomLoopback(), localgw.RandomLoopback(), localgw.RandomLoopback()}
+	var servers []string
+	for _, ip := range ips {
+		// Health checks every 200 ms: a dead node is skipped after one
+		// failed check, a live one taken again after one good one; a
+		// connection the dead node refuses meanwhile goes to the next.
+		servers = append(servers, net.JoinHostPort(ip, "8443")+" check inter 200ms fall 1 rise 1")
+	}
+	router := startSNIRouter(t, map[string][]string{"f.wan.test": servers})
+	cons := startFacilityOn(t, "cons", srv.Endpoint, tokens, ips,
+		"--wan_port", "8443", "--wan_domain", "f.wan.test", "--wan_advertise", router.addr, "--takeover", "4s")
+	prod := startFacility(t, "prod", srv.Endpoint, tokens, 1)
+	ctx := context.Background()
+
+	// A node whose shared WAN port differs from the others' cannot join.
+	odd := slices.Clone(cons.args)
+	odd[slices.Index(odd, "f.wan.test")] = "other.wan.test"
+	if g, err := localgw.Start(ctx, localgw.Options{S2CS: bins.s2cs, ListenerIP: localgw.RandomLoopback(), PortRange: "6000-6999",
+		StateDir: t.TempDir(), TokensFile: tokens, Args: append(odd, "--node", "cons-odd")}); err == nil {
+		g.Stop()
+		t.Fatal("a node with another --wan_domain joined the facility")
+	} else if !strings.Contains(err.Error(), "same --wan_port, --wan_domain") {
+		t.Fatalf("a node with another --wan_domain: %v; want a refusal naming the flags", err)
+	}
+
+	var inC []*client.Client
+	for i := range 3 {
+		inC = append(inC, cons.client(i, tok))
+	}
+	outC := prod.client(0, tok)
+	app := newEchoApp(t)
+	inS, outS, err := client.Wire(ctx, inC[0], outC,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 2},
+		api.OutboundRequest{NumConn: 2, Allow: []string{"127.0.0.0/8"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(inS.WANServerName, ".f.wan.test") {
+		t.Fatalf("inbound stream on a facility with a shared port: server name %q, want one under f.wan.test", inS.WANServerName)
+	}
+	view := func(i int) *api.Stream {
+		t.Helper()
+		v, err := inC[i].Get(ctx, inS.UID)
+		if err != nil {
+			t.Fatalf("the stream's view on node %d: %v", i, err)
+		}
+		return v
+	}
+	for i := range 3 {
+		waitfor.Must(t, 10*time.Second, fmt.Sprintf("node %d to serve the stream", i), func() bool {
+			_, err := inC[i].Get(ctx, inS.UID)
+			return err == nil
+		})
+		if v := view(i); !slices.Equal(v.Listeners, []string{router.addr}) || v.WANServerName != inS.WANServerName {
+			t.Fatalf("node %d advertises %v as %q; want the router %s as %q", i, v.Listeners, v.WANServerName, router.addr, inS.WANServerName)
+		}
+	}
+	relayed := func(i int) int64 { return view(i).Stats.TotalConns }
+
+	// Twelve connections, taken by the nodes in turn.
+	for i := range 12 {
+		if err := echoOnce(outS.Listeners[i%2], 256<<10, uint64(i)); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	for i := range 3 {
+		if n := relayed(i); n == 0 {
+			t.Errorf("node %d relayed none of 12 connections the router took in turn", i)
+		}
+	}
+
+	// A stream whose lease node 0 keeps (the node it was placed on), to
+	// run out after node 0 is dead.
+	placed := regexp.MustCompile(`msg="stream created" uid=(\S+) .*nodes=\[cons-0\]`)
+	var leased string
+	for range 30 {
+		s, err := inC[0].Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1, LeaseS: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(placed.FindAllStringSubmatch(cons.nodes[0].Log(), -1), func(m []string) bool { return m[1] == s.UID }) {
+			leased = s.UID
+			break
+		}
+		if _, err := inC[0].Release(ctx, s.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if leased == "" {
+		t.Fatal("none of 30 streams was placed on node 0 of 3")
+	}
+
+	// Kill node 0 during transfers: nine flows are in flight, each
+	// stopped halfway until the node is dead.
+	type flow struct {
+		err     error
+		halfway atomic.Bool
+	}
+	flows := make([]*flow, 9)
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open() // a failed check below lets the flows end
+	var wg sync.WaitGroup
+	for i := range flows {
+		flows[i] = &flow{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			flows[i].err = echoGated(outS.Listeners[i%2], 256<<10, 2<<20, uint64(100+i), gate, &flows[i].halfway)
+		}()
+	}
+	eventually(t, 30*time.Second, "every flow to be halfway", func() bool {
+		for _, fl := range flows {
+			if !fl.halfway.Load() {
+				return false
+			}
+		}
+		return true
+	})
+	// Halfway is written, not yet relayed: wait for every leg.
+	var active [3]int64
+	eventually(t, 30*time.Second, "the nodes to relay the nine flows", func() bool {
+		for i := range active {
+			active[i] = view(i).Stats.ActiveConns
+		}
+		return active[0]+active[1]+active[2] == int64(len(flows))
+	})
+	onVictim := active[0]
+	if onVictim == 0 {
+		t.Fatalf("node 0 relays none of the nine flows the router took in turn (nodes 1 and 2: %d, %d)", active[1], active[2])
+	}
+	before := relayed(1) + relayed(2)
+	cons.nodes[0].Kill()
+	open()
+	wg.Wait()
+	failed := 0
+	for i, fl := range flows {
+		if fl.err == nil {
+			continue
+		}
+		failed++
+		if !errors.Is(fl.err, syscall.ECONNRESET) && !errors.Is(fl.err, syscall.EPIPE) {
+			t.Errorf("flow %d ended with %v; want a reset", i, fl.err)
+		}
+	}
+	t.Logf("node 0 killed with %d of 9 flows on it: %d failed with a reset, the others finished byte-exact", onVictim, failed)
+	if int64(failed) != onVictim {
+		t.Errorf("%d flows failed, %d were on the killed node; want those and no other", failed, onVictim)
+	}
+	if len(app.silent) > 0 {
+		t.Fatalf("silent ends: %v", app.silent)
+	}
+	// New connections need no takeover: the other nodes serve every
+	// channel already. One the router sent to the dead node before its
+	// health check failed was passed on to the next.
+	for i := range 12 {
+		if err := echoOnce(outS.Listeners[i%2], 256<<10, uint64(200+i)); err != nil {
+			t.Fatalf("connection %d after the kill: %v", i, err)
+		}
+	}
+	if n := relayed(1) + relayed(2) - before; n < 12 {
+		t.Errorf("nodes 1 and 2 relayed %d more connections after the kill, want the 12 (and the survivors of the flows)", n)
+	}
+	// The lease node 0 kept runs out on another node.
+	eventually(t, 30*time.Second, "the lease of a stream placed on the killed node to run out", func() bool {
+		v, err := inC[1].Get(ctx, leased)
+		return err == nil && v.State == api.StateExpired
+	})
+
+	// Node 0 comes back, and the router gives it connections again.
+	cons.nodes[0] = cons.start(0, ips[0])
+	inC[0] = cons.client(0, tok)
+	waitfor.Must(t, 10*time.Second, "node 0 to serve the stream again", func() bool {
+		_, err := inC[0].Get(ctx, inS.UID)
+		return err == nil
+	})
+	eventually(t, 20*time.Second, "node 0 to relay a connection again", func() bool {
+		if err := echoOnce(outS.Listeners[0], 64<<10, 300); err != nil {
+			t.Fatalf("a connection after node 0 came back: %v", err)
+		}
+		return relayed(0) > 0
+	})
+
+	// A release on node 2 ends the stream on every node: a connection
+	// the router sends to any of them is refused.
+	if _, err := inC[2].Release(ctx, inS.UID); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		eventually(t, 10*time.Second, fmt.Sprintf("node %d to end the stream", i), func() bool {
+			v, err := inC[i].Get(ctx, inS.UID)
+			return err == nil && v.State == api.StateReleased
+		})
+	}
+	for i := range 3 {
+		if err := echoOnce(outS.Listeners[i%2], 1024, uint64(400+i)); err == nil {
+			t.Fatalf("connection %d through a released stream was carried", i)
+		}
+	}
+	if len(app.silent) > 0 {
+		t.Fatalf("silent ends: %v", app.silent)
+	}
+}
