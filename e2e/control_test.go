@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -343,6 +344,15 @@ func TestBadInput(t *testing.T) {
 		"--remote_ip", "127.0.0.1", "--receiver_ports", app.port(), "--num_conn", "2")
 	if code == 0 || !strings.Contains(errs, "no_resources") || !strings.Contains(errs, "port_range") {
 		t.Fatalf("exhausted range: exit %d, %q; want no_resources naming --port_range", code, errs)
+	}
+	// The refusal names its request, which the gateway logged under
+	// that id: what an operator asks a user for.
+	m := regexp.MustCompile(`\(request ([A-Z2-7]+) in the gateway's log\)`).FindStringSubmatch(errs)
+	if m == nil {
+		t.Fatalf("exhausted range: %q names no request id", errs)
+	}
+	if !strings.Contains(p.cons.Log(), "request_id="+m[1]+" method=POST") {
+		t.Fatalf("the gateway logged no request %s:\n%s", m[1], lastLines(p.cons.Log(), 20))
 	}
 	// s2uc's own validation.
 	for _, args := range [][]string{

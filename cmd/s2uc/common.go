@@ -64,15 +64,32 @@ func (g *gatewayFlags) client(timeout time.Duration) (*client.Client, error) {
 
 // hint adds to a failed request's error what the user can change on
 // s2uc's command line: the client library says what failed, not which
-// flag to fix. The error stays one line.
+// flag to fix; and to a refusal that is not the caller's to fix, the id
+// under which the gateway logged the request. The error stays one line.
 func hint(err error) error {
+	var ae *api.Error
 	switch {
+	case errors.As(err, &ae) && ae.RequestID != "" && operatorsCode(ae.Code):
+		// Not the caller's to fix: name the request the gateway logged.
+		return fmt.Errorf("%w (request %s in the gateway's log)", err, ae.RequestID)
 	case errors.Is(err, client.ErrCertificate):
 		return fmt.Errorf("%w; pass the gateway's certificate with --server_cert (s2cs prints its path at start)", err)
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrNotHTTPS):
 		return fmt.Errorf("%w; check --s2cs and that s2cs runs there", err)
 	}
 	return err
+}
+
+// operatorsCode reports whether a gateway's refusal with code c is one
+// its operator may have to look into (the request itself was well
+// formed): an internal fault, an outage, a refused identity, a full
+// gateway.
+func operatorsCode(c api.Code) bool {
+	switch c {
+	case api.CodeInternal, api.CodeUnavailable, api.CodeUnauthenticated, api.CodePermissionDenied, api.CodeNoResources:
+		return true
+	}
+	return false
 }
 
 // token returns the bearer token of a request: that of --token_file if

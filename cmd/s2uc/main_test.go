@@ -177,9 +177,18 @@ func TestRequestErrors(t *testing.T) {
 		}
 		json.NewEncoder(w).Encode(api.Info{Version: "0.1.0", Identity: "alice", ListenerIP: "127.0.0.1", PortRange: "5100-5199"})
 	})
+	// The gateway answers with the caller's request id (gateway/reqlog.go).
+	ids := make(chan string, 10)
 	mux.HandleFunc("GET /v1/streams", func(w http.ResponseWriter, r *http.Request) {
+		ids <- r.Header.Get("X-Request-Id")
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
 		w.WriteHeader(http.StatusForbidden)
 		json.NewEncoder(w).Encode(api.ErrorBody{Error: api.Error{Code: api.CodePermissionDenied, Message: "alice may not list"}})
+	})
+	mux.HandleFunc("GET /v1/streams/{uid}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(api.ErrorBody{Error: api.Error{Code: api.CodeInvalidArgument, Message: "uid: not a uid"}})
 	})
 	gw := httptest.NewUnstartedServer(mux)
 	gw.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are the point
@@ -205,13 +214,28 @@ func TestRequestErrors(t *testing.T) {
 		{[]string{"info", "--s2cs", plainAddr, "--server_cert", certFile},
 			[]string{"s2uc: s2cs " + plainAddr + ": answered plain HTTP; the control API is HTTPS only; check --s2cs"}},
 		{[]string{"list", "--s2cs", gwAddr, "--server_cert", certFile},
-			[]string{"s2uc: permission_denied: alice may not list"}},
+			[]string{"s2uc: permission_denied: alice may not list (request "}},
 	} {
 		stdout, stderr, code := s2uc(t, c.args...)
 		t.Logf("s2uc %s: %s", c.args[0], stderr)
 		for _, want := range c.want {
 			checkOneLine(t, c.args, stdout, stderr, code, want)
 		}
+	}
+
+	// The refusal names the request it was: the id s2uc sent, which the
+	// gateway logged. A refusal the caller can fix names none.
+	id := <-ids
+	if len(id) < 16 {
+		t.Fatalf("s2uc sent the request id %q, want a random one", id)
+	}
+	_, stderr, _ := s2uc(t, "list", "--s2cs", gwAddr, "--server_cert", certFile)
+	if again := <-ids; again == id || !strings.HasSuffix(stderr, "alice may not list (request "+again+" in the gateway's log)\n") {
+		t.Errorf("a refusal: %q; want it to end with the request id sent, %q (not the last request's, %q)", stderr, again, id)
+	}
+	_, stderr, _ = s2uc(t, "status", "uid1", "--s2cs", gwAddr, "--server_cert", certFile)
+	if !strings.Contains(stderr, "invalid_argument: uid: not a uid") || strings.Contains(stderr, "(request ") {
+		t.Errorf("a refusal the caller can fix: %q; want it without a request id", stderr)
 	}
 
 	stdout, stderr, code := s2uc(t, "info", "--s2cs", gwAddr, "--server_cert", certFile)

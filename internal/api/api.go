@@ -539,7 +539,12 @@ type ErrorBody struct {
 type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
-	cause   error
+	// RequestID is the id of the request that got this error, from the
+	// answer's X-Request-Id header (set by the client, not sent in the
+	// body): the gateway's log line of the request carries it, so the
+	// operator finds the request a caller reports.
+	RequestID string `json:"-"`
+	cause     error
 }
 
 // Errorf returns an API error with a public message.

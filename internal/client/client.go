@@ -14,6 +14,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -193,6 +194,9 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	// Our own id, which the gateway keeps for its log line and answers
+	// with: an error can then name the request the operator looks for.
+	req.Header.Set("X-Request-Id", rand.Text())
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return c.transportError(err)
@@ -206,6 +210,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		var eb api.ErrorBody
 		if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
 			e := eb.Error
+			e.RequestID = resp.Header.Get("X-Request-Id")
 			return &e
 		}
 		return fmt.Errorf("s2cs %s: HTTP %s", c.addr, resp.Status)
