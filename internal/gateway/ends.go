@@ -106,11 +106,11 @@ func relayEnd(err error) string {
 	switch {
 	case isTimeout(re.Err):
 		return api.EndTimeout
-	case re.Conn == relay.A && (isBroken(re.Err) || wan.Lost(re.Err)):
+	case re.Conn == relay.A && (isBroken(re.Err) || wan.Lost(re.Err) || gone(re.Err)):
 		return api.EndAppReset
 	case re.Conn == relay.B && wan.ResetByPeer(re.Err):
 		return api.EndPeerReset
-	case re.Conn == relay.B && wan.Lost(re.Err):
+	case re.Conn == relay.B && (wan.Lost(re.Err) || gone(re.Err)):
 		return api.EndWANLost
 	}
 	return api.EndGatewayFault
@@ -137,6 +137,12 @@ func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.As(err, &ne) && ne.Timeout() && !wan.Lost(err)
 }
+
+// gone reports a socket no longer connected (ENOTCONN: forwarding the
+// end of stream to it found it closed by a reset or a timeout whose error
+// another call took): the application's end is broken, or the WAN leg is
+// lost, as that call will say if it says first; never a gateway fault.
+func gone(err error) bool { return errors.Is(err, syscall.ENOTCONN) }
 
 // isBroken reports a connection the other end reset or abandoned.
 func isBroken(err error) bool {

@@ -49,6 +49,11 @@ func TestRelayEnd(t *testing.T) {
 		{op(relay.B, &quic.StatelessResetError{}), api.EndWANLost},
 		{op(relay.B, syscall.EHOSTUNREACH), api.EndWANLost},
 		{op(relay.B, os.ErrDeadlineExceeded), api.EndTimeout},
+		// Forwarding the end of stream to a socket closed by a reset
+		// or a timeout (the kernel's ENOTCONN): the application's end
+		// is broken, the leg is lost; not the gateway's fault.
+		{op(relay.A, fmt.Errorf("forward end of stream: %w", &net.OpError{Op: "close", Err: os.NewSyscallError("shutdown", syscall.ENOTCONN)})), api.EndAppReset},
+		{op(relay.B, fmt.Errorf("forward end of stream: %w", &net.OpError{Op: "close", Err: os.NewSyscallError("shutdown", syscall.ENOTCONN)})), api.EndWANLost},
 		{op(relay.B, &quic.StreamError{StreamID: 4, ErrorCode: 1, Remote: false}), api.EndGatewayFault},
 		{op(relay.A, syscall.EMFILE), api.EndGatewayFault},
 		{op(relay.Unknown, syscall.ECONNRESET), api.EndGatewayFault},

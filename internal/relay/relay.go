@@ -107,21 +107,13 @@ func RelayAborting(e Engine, a, b net.Conn, countAB, countBA func(int64), onAbor
 	return firstErr
 }
 
-// closeWrite shuts down the write half of c. A TCP socket the peer reset
-// (whose error another call took) refuses with ENOTCONN: that is the
-// peer's reset, and is said so (ECONNRESET too), not a fault here.
+// closeWrite shuts down the write half of c.
 func closeWrite(c net.Conn) error {
-	var err error
 	switch c := c.(type) {
 	case interface{ CloseWrite() error }: // *net.TCPConn, *tls.Conn
-		err = c.CloseWrite()
-	default:
-		err = c.Close()
+		return c.CloseWrite()
 	}
-	if errors.Is(err, syscall.ENOTCONN) {
-		err = fmt.Errorf("the peer reset the connection: %w", errors.Join(syscall.ECONNRESET, err))
-	}
-	return err
+	return c.Close()
 }
 
 // Abort closes c with a TCP reset where possible (SO_LINGER 0), so the
