@@ -346,7 +346,7 @@ type Stats struct {
 	// ActiveConns.
 	LegsIdle int64 `json:"legs_idle,omitempty"`
 	// WANRedials counts an outbound stream's WAN dials that the peer
-	// gateway reset before they authenticated (over its cap of
+	// gateway reset before it answered (over its cap of
 	// connections in their handshake, which the peer counts in its
 	// RejectedConns) and that were dialled again; the application
 	// connection waited meanwhile. Steadily rising, it means strangers

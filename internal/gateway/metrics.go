@@ -89,7 +89,7 @@ func newCollector(s *Server) *collector {
 		connsTotal:     st("connections_total", "Application connections relayed (both legs up)."),
 		connsRefused:   st("connections_refused_total", "Connections refused on arrival: allow_list (source outside the allow-list), over_cap (the stream's or the gateway's cap of connections at once), handshake_cap (too many WAN connections in their handshake).", "reason"),
 		handshakeFails: st("wan_handshake_failures_total", "WAN connections to this stream that failed authentication (TLS with the pinned certificate, the preface and its secret, QUIC)."),
-		redials:        st("wan_redials_total", "An outbound stream's WAN dials the peer gateway reset before they authenticated (over its cap of connections in their handshake), dialled again."),
+		redials:        st("wan_redials_total", "An outbound stream's WAN dials the peer gateway reset before it answered (over its cap of connections in their handshake), dialled again."),
 		aborted:        st("connections_aborted_total", "Relayed connections that ended other than in order, by kind (api.End*).", "kind"),
 		rate:           st("rate_bytes_per_second", "The latest rate sample (bytes over the last sampling interval), by direction.", "direction"),
 		rateMean:       st("rate_mean_bytes_per_second", "Mean of the rate samples, by direction and span: life, window (the last --rate_window), steady (steady state, ramp-up and tail of each transfer left out).", "direction", "span"),

@@ -193,7 +193,7 @@ func peerOf(target string) string {
 // count is taken already, and given back if the dial fails.
 func (m *legManager) dial(ctx context.Context, f flow, target string, leg *wan.Leg) (*pooledLeg, error) {
 	peer := peerOf(target)
-	p, err := redial(ctx, redialWindow, func() (*wan.Pooled, error) { return wan.DialPooled(ctx, target, leg) }, f.st.redialed(target))
+	p, err := redial(ctx, redialWindow, func(ctx context.Context) (*wan.Pooled, error) { return wan.DialPooled(ctx, target, leg) }, f.st.redialed(target))
 	if err != nil {
 		m.mu.Lock()
 		m.open[peer]--

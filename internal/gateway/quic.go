@@ -136,7 +136,7 @@ func (st *stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net
 		}
 		return d.Dial(ctx, target, leg)
 	}
-	return redial(ctx, redialWindow, func() (net.Conn, error) { return wan.Dial(ctx, target, leg) }, st.redialed(target))
+	return redial(ctx, redialWindow, func(ctx context.Context) (net.Conn, error) { return wan.Dial(ctx, target, leg) }, st.redialed(target))
 }
 
 // redialed returns what redial tells of a leg to target it dials again:
@@ -144,6 +144,6 @@ func (st *stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net
 func (st *stream) redialed(target string) func(error) {
 	return func(err error) {
 		st.redials.Add(1)
-		st.env.log.Debug("the peer reset a WAN dial before it authenticated: dialling again", "uid", st.uid, "target", target, "err", err)
+		st.env.log.Debug("the peer reset a WAN dial before it answered: dialling again", "uid", st.uid, "target", target, "err", err)
 	}
 }

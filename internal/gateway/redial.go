@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"syscall"
 	"time"
 
 	"scistream/internal/wan"
@@ -12,16 +11,17 @@ import (
 
 // Dialling again a WAN leg the peer reset.
 //
-// A peer gateway resets a WAN connection at once, before any TLS state
-// exists, while it holds too many connections in their handshake from
-// sources it does not trust yet (strangers.go); a source becomes trusted
-// when one of its connections authenticates. So a burst of a stream's
+// A peer gateway resets a WAN connection at once, before it sends a byte
+// or any TLS state exists, while it holds too many connections in their
+// handshake from sources it does not trust yet (strangers.go); a source
+// becomes trusted when one of its connections authenticates. So a burst of a stream's
 // first application connections (200 at once, before any leg has
 // authenticated), or strangers flooding the peer's slots, gets resets
 // that a moment later would have been connections. The dialer tries such
 // a leg again, with growing jittered waits, for up to redialWindow; the
 // application connection waits meanwhile, unread, and is reset only if
-// the window passes. Nothing of the application's has crossed yet, so
+// the window passes. A reset after the peer answered (a refused
+// certificate or preface) is an answer, and is not dialled again. Nothing of the application's has crossed yet, so
 // dialling again cannot lose or repeat a byte.
 
 const (
@@ -36,37 +36,29 @@ const (
 	redialMax   = time.Second
 )
 
-// peerReset reports whether err is the peer resetting the connection
-// (or the write that found it reset), as a handshake cap does.
-func peerReset(err error) bool {
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// redial calls dial, and again while it fails with a reset by the peer,
-// until window has passed since the first call or ctx is done; again, if
-// not nil, is told of each reset dialled again. It returns the last
-// dial's result.
-func redial[T any](ctx context.Context, window time.Duration, dial func() (T, error), again func(error)) (T, error) {
-	end := time.Now().Add(window)
+// redial calls dial, and again while the peer resets it before it
+// answered (wan.ErrUnanswered), each under a context that ends with the
+// window (window after the first call) or ctx; again, if not nil, is
+// told of each reset dialled again, once its wait is over. It returns the
+// last dial's result.
+func redial[T any](ctx context.Context, window time.Duration, dial func(context.Context) (T, error), again func(error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, window)
+	defer cancel()
 	wait := redialFirst
 	for {
-		c, err := dial()
-		if err == nil || !peerReset(err) {
+		c, err := dial(ctx)
+		if err == nil || !errors.Is(err, wan.ErrUnanswered) {
 			return c, err
 		}
-		d := wait/2 + rand.N(wait/2+1)
-		if time.Now().Add(d).After(end) {
-			return c, err
-		}
-		if again != nil {
-			again(err)
-		}
-		t := time.NewTimer(d)
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return c, err
+		}
+		if again != nil {
+			again(err)
 		}
 		wait = min(2*wait, redialMax)
 	}

@@ -229,7 +229,7 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 	d := net.Dialer{Timeout: HandshakeTimeout, KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, unanswered(nil, err)
 	}
 	setNoDelay(raw)
 	deadline := time.Now().Add(HandshakeTimeout)
@@ -252,6 +252,7 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 			err = ctx.Err()
 		}
 		if err != nil {
+			err = unanswered(raw, err)
 			raw.Close()
 			return nil, fmt.Errorf("read nonce: %w", err)
 		}
@@ -365,11 +366,13 @@ func (l *Leg) admit(p *Preface, binding []byte, watchOK, pooledOK bool) error {
 // handshake runs the TLS handshake of a leg on raw, as the dialer
 // (newTLS is tls.Client) or the acceptor (tls.Server), under ctx and
 // raw's deadline. It returns the leg's connection and the binding the
-// preface's MAC covers. On error raw is closed.
+// preface's MAC covers. On error raw is closed; a reset before the peer
+// sent a byte is marked ErrUnanswered.
 func (l *Leg) handshake(ctx context.Context, raw net.Conn, newTLS func(net.Conn, *tls.Config) *tls.Conn) (*Conn, []byte, error) {
 	ec := newLegConn(raw)
 	tc := newTLS(ec, l.tlsConfig())
 	if err := tc.HandshakeContext(ctx); err != nil {
+		err = unanswered(raw, err)
 		raw.Close()
 		return nil, nil, fmt.Errorf("tls handshake: %w", err)
 	}

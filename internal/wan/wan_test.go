@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -810,5 +811,65 @@ func TestTLSReadDeadlineResumes(t *testing.T) {
 	}
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDialUnanswered: a dial the acceptor resets before sending a byte
+// (as a gateway over its cap of connections in their handshake does) is
+// marked wan.ErrUnanswered, so a gateway dials it again; one reset after
+// the acceptor answered (a refused certificate or preface) is not. (A
+// plaintext leg's acceptor answers at once with its nonce, and a gateway
+// resets one only once the dialer has sent its preface, after Dial.)
+func TestDialUnanswered(t *testing.T) {
+	for _, tr := range transports {
+		for _, c := range []struct {
+			name   string
+			answer []byte // written, after the ClientHello came, before the reset
+			want   bool
+		}{
+			{"reset at once", nil, true},
+			// A TLS record header: the peer answered.
+			{"reset after answering", []byte{0x16, 0x03, 0x03, 0x00, 0x40}, false},
+		} {
+			if tr == api.WANTCP && c.answer != nil {
+				continue
+			}
+			t.Run(tr+"/"+c.name, func(t *testing.T) {
+				dl, _ := legs(t, tr)
+				ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { ln.Close() })
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					raw, err := ln.AcceptTCP()
+					if err != nil {
+						return
+					}
+					if c.answer != nil {
+						// The ClientHello's first bytes: the dialer is
+						// past its connect.
+						raw.SetReadDeadline(time.Now().Add(testTimeout))
+						io.ReadFull(raw, make([]byte, 5))
+						raw.Write(c.answer)
+					}
+					raw.SetLinger(0)
+					raw.Close()
+				}()
+				_, err = dial(t, ln.Addr().String(), dl)
+				<-done
+				if err == nil {
+					t.Fatal("Dial succeeded against a reset")
+				}
+				if got := errors.Is(err, wan.ErrUnanswered); got != c.want {
+					t.Errorf("Dial = %v: marked unanswered %t, want %t", err, got, c.want)
+				}
+				if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) && c.want {
+					t.Errorf("Dial = %v: the reset is lost from the error", err)
+				}
+			})
+		}
 	}
 }
