@@ -575,15 +575,20 @@ func (c Config) appWaits() (def, most time.Duration) {
 	return resolve(c.AppWaitDefault, DefaultAppWait), resolve(c.AppWaitMax, DefaultAppWaitMax)
 }
 
-// sharedWAN says the shared WAN port's settings, which every node of a
-// facility must have alike (store.NodeInfo.SharedWAN); "" without one.
+// sharedWAN says the shared WAN port's settings as given (before
+// withDefaults, which fills in each node's own address), which every
+// node of a facility must have alike (store.NodeInfo.SharedWAN); ""
+// without one.
 func (c Config) sharedWAN() string {
 	if c.WANPort == 0 {
 		return ""
 	}
-	adv := c.WANAdvertise
+	adv, domain := c.WANAdvertise, c.WANDomain
 	if adv == "" {
 		adv = "each node's own address"
 	}
-	return fmt.Sprintf("port %d, domain %s, advertised as %s, PROXY protocol %t", c.WANPort, c.WANDomain, adv, c.WANProxyProtocol)
+	if domain == "" {
+		domain = DefaultWANDomain
+	}
+	return fmt.Sprintf("port %d, domain %s, advertised as %s, PROXY protocol %t", c.WANPort, domain, adv, c.WANProxyProtocol)
 }

@@ -67,6 +67,12 @@ const (
 type facility struct {
 	m    *store.Member
 	node string
+	// sharedWAN is the shared WAN port's settings as given (before the
+	// defaults: Config.sharedWAN), which every node must have alike;
+	// routed says peers reach the port through a router
+	// (--wan_advertise), not at each node's own address.
+	sharedWAN string
+	routed    bool
 
 	recMu sync.Mutex // one reconcile (or mirror) at a time
 
@@ -95,7 +101,7 @@ func (s *Server) joinFacility() error {
 	if !ok {
 		return errors.New("a node of a facility (--node) keeps its state in etcd: give --store etcd://HOST:PORT")
 	}
-	m, err := e.Join(store.NodeInfo{Name: s.cfg.Node, Host: s.cfg.ListenerIP, CertSHA256: s.cfg.Identity.SHA256, SharedWAN: s.cfg.sharedWAN(), Started: s.cfg.Now()}, s.cfg.Takeover/2)
+	m, err := e.Join(store.NodeInfo{Name: s.cfg.Node, Host: s.cfg.ListenerIP, CertSHA256: s.cfg.Identity.SHA256, SharedWAN: s.fac.sharedWAN, Started: s.cfg.Now()}, s.cfg.Takeover/2)
 	if err != nil {
 		return fmt.Errorf("join the facility as node %s: %w", s.cfg.Node, err)
 	}
@@ -727,7 +733,13 @@ func (s *Server) facilityView(v *api.Stream, rec *store.Record) {
 		}
 	}
 	if rec.Shared() {
-		return // every node serves every channel, on the shared WAN port
+		// Every node serves every channel, on the shared WAN port. Behind
+		// a router the nodes' own addresses are not for the peer (the
+		// router's port is not theirs): it dials the router alone.
+		if f.routed {
+			v.Nodes = nil
+		}
+		return
 	}
 	owners := f.m.Owners(rec.Key(), rec.NumConn)
 	v.Listeners = nil

@@ -99,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	sharedWAN, routed := cfg.sharedWAN(), cfg.WANAdvertise != "" // as given: the defaults differ by node
 	cfg = cfg.withDefaults()
 	engines, err := cfg.engines()
 	if err != nil {
@@ -145,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 	s.obs = newObserver(s)
 	if cfg.Node != "" {
 		s.fac = newFacility(cfg.Node)
+		s.fac.sharedWAN, s.fac.routed = sharedWAN, routed
 	}
 	return s, nil
 }
@@ -197,6 +199,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		s.Shutdown(context.Background())
 		return err
+	}
+	if s.env.port != nil {
+		s.env.port.start()
 	}
 	s.wg.Add(1)
 	go s.janitor()

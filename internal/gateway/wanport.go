@@ -59,8 +59,8 @@ type wanPort struct {
 	wg sync.WaitGroup // accept loops, connections in their handshake
 }
 
-// openWANPort binds the shared WAN port on bind (TCP and UDP) and starts
-// serving it. lookup finds a live stream by its server name.
+// openWANPort binds the shared WAN port on bind (TCP and UDP); start
+// starts accepting on it. lookup finds a live stream by its server name.
 func openWANPort(bind string, port int, proxy bool, e *env, quicCfg wan.QUICConfig, lookup func(string) *stream) (*wanPort, error) {
 	addr := net.JoinHostPort(bind, strconv.Itoa(port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
@@ -102,10 +102,22 @@ func openWANPort(bind string, port int, proxy bool, e *env, quicCfg wan.QUICConf
 		udp.Close()
 		return nil, err
 	}
+	return wp, nil
+}
+
+// start starts accepting legs. The server calls it once it restored its
+// streams (on a node of a facility: mirrored the facility's), so a leg
+// that comes meanwhile waits in the listen queue instead of being refused
+// for a name the node does not know yet. It does nothing once closed.
+func (wp *wanPort) start() {
+	wp.mu.Lock()
+	defer wp.mu.Unlock()
+	if wp.closed {
+		return
+	}
 	wp.wg.Add(2)
 	go wp.acceptTCP()
 	go wp.acceptQUIC()
-	return wp, nil
 }
 
 // route is the wan.Router of the port: the shared leg of the live stream
