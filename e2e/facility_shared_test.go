@@ -44,13 +44,15 @@ func TestFacilitySharedPort(t *testing.T) {
 	ips := []string{localgw.RandomLoopback(), localgw.RandomLoopback(), localgw.RandomLoopback()}
 	var servers []string
 	for _, ip := range ips {
-		// Health checks every 200 ms: a dead node is skipped after one
-		// failed check, a live one taken again after one good one; a
-		// connection the dead node refuses meanwhile goes to the next.
-		servers = append(servers, net.JoinHostPort(ip, "8443")+" check inter 200ms fall 1 rise 1")
+		// Health checks every 200 ms on the control API's /healthz, ready
+		// once the node serves the facility's streams: a dead node is
+		// skipped after one failed check, a live one taken again after
+		// one good one; a connection the dead node refuses meanwhile goes
+		// to the next.
+		servers = append(servers, net.JoinHostPort(ip, "8443")+" check port 5000 check-ssl verify none inter 200ms fall 1 rise 1")
 	}
-	router := startSNIRouter(t, map[string][]string{"f.wan.test": servers})
-	cons := startFacilityOn(t, "cons", srv.Endpoint, tokens, ips,
+	router := startSNIRouter(t, map[string][]string{"f.wan.test": servers}, "option httpchk GET /healthz", "http-check expect status 200")
+	cons := startFacilityOn(t, "cons", srv.Endpoint, tokens, ips, "--port", "5000",
 		"--wan_port", "8443", "--wan_domain", "f.wan.test", "--wan_advertise", router.addr, "--takeover", "4s")
 	prod := startFacility(t, "prod", srv.Endpoint, tokens, 1)
 	ctx := context.Background()
@@ -90,9 +92,11 @@ func TestFacilitySharedPort(t *testing.T) {
 		return v
 	}
 	for i := range 3 {
-		waitfor.Must(t, 10*time.Second, fmt.Sprintf("node %d to serve the stream", i), func() bool {
-			_, err := inC[i].Get(ctx, inS.UID)
-			return err == nil
+		// Attached (the pin) on every node: a leg any of them gets is
+		// checked against it.
+		waitfor.Must(t, 10*time.Second, fmt.Sprintf("node %d to serve the attached stream", i), func() bool {
+			v, err := inC[i].Get(ctx, inS.UID)
+			return err == nil && v.State == api.StateConnected
 		})
 		if v := view(i); !slices.Equal(v.Listeners, []string{router.addr}) || v.WANServerName != inS.WANServerName {
 			t.Fatalf("node %d advertises %v as %q; want the router %s as %q", i, v.Listeners, v.WANServerName, router.addr, inS.WANServerName)
@@ -117,7 +121,7 @@ func TestFacilitySharedPort(t *testing.T) {
 	placed := regexp.MustCompile(`msg="stream created" uid=(\S+) .*nodes=\[cons-0\]`)
 	var leased string
 	for range 30 {
-		s, err := inC[0].Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1, LeaseS: 6})
+		s, err := inC[0].Inbound(ctx, &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +178,14 @@ func TestFacilitySharedPort(t *testing.T) {
 		t.Fatalf("node 0 relays none of the nine flows the router took in turn (nodes 1 and 2: %d, %d)", active[1], active[2])
 	}
 	before := relayed(1) + relayed(2)
+	lease := 4
+	if _, err := inC[0].Update(ctx, leased, &api.UpdateRequest{LeaseS: &lease}); err != nil {
+		t.Fatal(err)
+	}
 	cons.nodes[0].Kill()
+	if v, err := inC[1].Get(ctx, leased); err != nil || v.State.Terminal() {
+		t.Fatalf("the stream whose lease node 0 kept, right after the kill: %v, %v; want it live", v.State, err)
+	}
 	open()
 	wg.Wait()
 	failed := 0
@@ -240,6 +251,54 @@ func TestFacilitySharedPort(t *testing.T) {
 		if err := echoOnce(outS.Listeners[i%2], 1024, uint64(400+i)); err == nil {
 			t.Fatalf("connection %d through a released stream was carried", i)
 		}
+	}
+	if len(app.silent) > 0 {
+		t.Fatalf("silent ends: %v", app.silent)
+	}
+}
+
+// TestFacilitySharedPortNoRouter: without a router, the nodes of a
+// facility each advertise their own shared port (their --wan_port
+// settings, as given, are alike, so they join one facility); the view of
+// a stream names every node, and when the node the producer's gateway
+// dials dies, its next connections reach another node by themselves.
+func TestFacilitySharedPortNoRouter(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	tok := localgw.NewToken()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := localgw.WriteTokens(tokens, map[string]string{"alice": tok}); err != nil {
+		t.Fatal(err)
+	}
+	cons := startFacility(t, "cons", srv.Endpoint, tokens, 2, "--wan_port", "8443", "--wan_domain", "f.wan.test")
+	prod := startFacility(t, "prod", srv.Endpoint, tokens, 1)
+	in0, in1, out := cons.client(0, tok), cons.client(1, tok), prod.client(0, tok)
+	app := newEchoApp(t)
+	ctx := context.Background()
+	inS, outS, err := client.Wire(ctx, in0, out,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1},
+		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := net.JoinHostPort(cons.nodes[0].Opts.ListenerIP, "8443")
+	if !slices.Equal(inS.Listeners, []string{own}) || len(inS.Nodes) != 2 {
+		t.Fatalf("a shared stream without a router: listeners %v, nodes %v; want the node's own %s and both nodes", inS.Listeners, inS.Nodes, own)
+	}
+	waitfor.Must(t, 10*time.Second, "node 1 to serve the attached stream", func() bool {
+		v, err := in1.Get(ctx, inS.UID)
+		return err == nil && v.State == api.StateConnected
+	})
+	if err := echoOnce(outS.Listeners[0], 64<<10, 1); err != nil {
+		t.Fatal(err)
+	}
+	cons.nodes[0].Kill()
+	for i := range 3 {
+		if err := echoOnce(outS.Listeners[0], 64<<10, uint64(10+i)); err != nil {
+			t.Fatalf("connection %d after the kill of the node the stream advertised: %v", i, err)
+		}
+	}
+	if v, err := in1.Get(ctx, inS.UID); err != nil || v.Stats.TotalConns != 3 {
+		t.Fatalf("node 1 relayed %v connections (%v); want the 3 after the kill", v.Stats, err)
 	}
 	if len(app.silent) > 0 {
 		t.Fatalf("silent ends: %v", app.silent)

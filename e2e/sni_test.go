@@ -37,8 +37,9 @@ type sniRouter struct {
 // routing names under each domain of routes to its backend: one or more
 // servers, each "host:port" and any HAProxy server options
 // (send-proxy-v2, check). A backend of several takes them in turn, and
-// a connection its server refuses is passed to the next.
-func startSNIRouter(t *testing.T, routes map[string][]string) *sniRouter {
+// a connection its server refuses is passed to the next; backendOpts are
+// more lines of every backend (its health check).
+func startSNIRouter(t *testing.T, routes map[string][]string, backendOpts ...string) *sniRouter {
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
@@ -65,6 +66,9 @@ frontend wan
 	}
 	for i, domain := range domains {
 		fmt.Fprintf(&cfg, "backend gw%d\n    balance roundrobin\n    retries 3\n    option redispatch 1\n", i)
+		for _, o := range backendOpts {
+			fmt.Fprintf(&cfg, "    %s\n", o)
+		}
 		for j, server := range routes[domain] {
 			fmt.Fprintf(&cfg, "    server gw%d-%d %s\n", i, j, server)
 		}
