@@ -104,17 +104,19 @@ func TestFacilitySharedPort(t *testing.T) {
 	}
 	relayed := func(i int) int64 { return view(i).Stats.TotalConns }
 
-	// Twelve connections, taken by the nodes in turn.
-	for i := range 12 {
-		if err := echoOnce(outS.Listeners[i%2], 256<<10, uint64(i)); err != nil {
-			t.Fatalf("connection %d: %v", i, err)
+	// Connections taken by the nodes in turn, once the router has seen
+	// each node healthy: every node relays some, every one byte-exact.
+	sent := 0
+	eventually(t, 20*time.Second, "every node to relay a connection", func() bool {
+		for range 3 {
+			if err := echoOnce(outS.Listeners[sent%2], 256<<10, uint64(sent)); err != nil {
+				t.Fatalf("connection %d: %v", sent, err)
+			}
+			sent++
 		}
-	}
-	for i := range 3 {
-		if n := relayed(i); n == 0 {
-			t.Errorf("node %d relayed none of 12 connections the router took in turn", i)
-		}
-	}
+		return relayed(0) > 0 && relayed(1) > 0 && relayed(2) > 0
+	})
+	t.Logf("every node relayed a connection after %d connections", sent)
 
 	// A stream whose lease node 0 keeps (the node it was placed on), to
 	// run out after node 0 is dead.
@@ -274,6 +276,11 @@ func TestFacilitySharedPortNoRouter(t *testing.T) {
 	in0, in1, out := cons.client(0, tok), cons.client(1, tok), prod.client(0, tok)
 	app := newEchoApp(t)
 	ctx := context.Background()
+	// The view names the nodes node 0 knows: wait until it knows both.
+	waitfor.Must(t, 10*time.Second, "node 0 to know both nodes", func() bool {
+		info, err := in0.Info(ctx)
+		return err == nil && len(info.Nodes) == 2
+	})
 	inS, outS, err := client.Wire(ctx, in0, out,
 		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1},
 		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}}, nil)
