@@ -241,6 +241,8 @@ func printed(t *testing.T, o objects, podIP string) (map[string]any, string, err
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
 			env[e.Name] = podIP
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = o.statefulSets[0].Name + "-0" // the first pod's
 		case e.ValueFrom == nil:
 			env[e.Name] = e.Value
 		default:
@@ -293,8 +295,13 @@ func checkFit(t *testing.T, o objects, cfg map[string]any) {
 		}
 		return int(f)
 	}
-	if sts.Spec.ServiceName != svc.Name || *sts.Spec.Replicas != 1 {
-		t.Errorf("StatefulSet serviceName %q replicas %d; want %q and 1", sts.Spec.ServiceName, *sts.Spec.Replicas, svc.Name)
+	// A facility's nodes (s2cs says a node name: the pod's), or one pod.
+	node, _ := cfg["node"].(string)
+	if node == "" && *sts.Spec.Replicas != 1 || node != "" && (node != sts.Name+"-0" || sts.Spec.PodManagementPolicy != "Parallel") {
+		t.Errorf("StatefulSet replicas %d, pods started %q; s2cs node %q: want one pod, or each pod a node named after it, started in parallel", *sts.Spec.Replicas, sts.Spec.PodManagementPolicy, node)
+	}
+	if sts.Spec.ServiceName != svc.Name {
+		t.Errorf("StatefulSet serviceName %q, want %q", sts.Spec.ServiceName, svc.Name)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector)
 	if err != nil || !sel.Matches(labels.Set(pod.Labels)) || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
@@ -340,6 +347,9 @@ func checkFit(t *testing.T, o objects, cfg map[string]any) {
 	}
 	if len(data) > 0 && (data[0] != lo || data[len(data)-1] != hi || len(data) != hi-lo+1) {
 		t.Errorf("Service data ports %d..%d (%d), s2cs's port_range %d-%d", data[0], data[len(data)-1], len(data), lo, hi)
+	}
+	if len(data) > 0 && node != "" {
+		t.Errorf("Service data ports %d..%d in front of a facility's pods: a channel's port lives on one pod, the Service would send its connections to any", data[0], data[len(data)-1])
 	}
 	// Volumes and the paths s2cs reads.
 	vols := map[string]corev1.Volume{}
@@ -490,6 +500,17 @@ config:
 `, []string{"ConfigMap", "Service", "StatefulSet"}},
 		{"no data ports, no auth", "config: {insecure_no_auth: true, port_range: 7000-7999}\nservice: {dataPorts: false}\n",
 			[]string{"ConfigMap", "Service", "StatefulSet"}},
+		{"facility of three behind a route", `
+facility: {enabled: true, replicas: 3, etcdSecret: gw-etcd}
+tokens: {existingSecret: gw-tokens}
+tls: {existingSecret: gw-tls}
+route: {enabled: true}
+config:
+  store: etcd://etcd-0.etcd:2379,etcd-1.etcd:2379
+  wan_port: 8443
+  wan_domain: wan.gw.apps.example.org
+  takeover: 6s
+`, []string{"ConfigMap", "Route", "Service", "StatefulSet"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
@@ -547,6 +568,11 @@ func TestChartRefuses(t *testing.T) {
 		{"tokens both ways", "tokens: {existingSecret: t}\nconfig: {tokens: /etc/t}\n", "config.tokens: the chart sets it"},
 		{"certificate both ways", lines + "tls: {existingSecret: t}\nconfig: {server_crt: /a, server_key: /b}\n", "config.server_crt/server_key: the chart sets them"},
 		{"route without a WAN port", lines + "route: {enabled: true}\n", "route.enabled needs config.wan_port"},
+		{"facility without a certificate", lines + "facility: {enabled: true}\nconfig: {store: 'etcd://etcd:2379'}\n", "facility.enabled needs tls.existingSecret"},
+		{"facility without etcd", lines + "facility: {enabled: true}\ntls: {existingSecret: t}\n", "facility.enabled needs config.store: etcd://"},
+		{"facility with a node name", lines + "facility: {enabled: true}\ntls: {existingSecret: t}\nconfig: {store: 'etcd://etcd:2379', node: a}\n", "config.node: the chart names each node"},
+		{"a node name without a facility", lines + "config: {node: a}\n", "config.node: a gateway of one pod is no node"},
+		{"a facility of none", lines + "facility: {enabled: true, replicas: 0}\n", "at '/facility/replicas'"},
 		{"route without a domain", lines + "route: {enabled: true}\nconfig: {wan_port: 8443}\n", "route.enabled needs config.wan_domain"},
 		{"a huge port range", lines + "config: {port_range: 5000-6000}\n", `config.port_range "5000-6000" has 1001 ports: a Service lists each, so give at most 256`},
 		{"a port range backwards", lines + "config: {port_range: 6000-5000}\n", `config.port_range "6000-5000": give LO-HI`},

@@ -29,6 +29,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "scistream.tokensFile" -}}/etc/scistream/tokens/tokens{{- end -}}
 {{- define "scistream.tlsDir" -}}/etc/scistream/tls{{- end -}}
 {{- define "scistream.stateDir" -}}/var/lib/scistream{{- end -}}
+{{- define "scistream.etcdDir" -}}/etc/scistream/etcd{{- end -}}
 
 {{- define "scistream.tokensSecret" -}}
 {{- .Values.tokens.existingSecret | default (printf "%s-tokens" (include "scistream.fullname" .)) -}}
@@ -66,6 +67,22 @@ starts; the chart's tests run the same check on the rendered file.
 {{- end -}}
 {{- $_ := set $c "server_crt" (printf "%s/tls.crt" (include "scistream.tlsDir" .)) -}}
 {{- $_ := set $c "server_key" (printf "%s/tls.key" (include "scistream.tlsDir" .)) -}}
+{{- end -}}
+{{- if .Values.facility.enabled -}}
+{{- if not .Values.tls.existingSecret -}}
+{{- fail "facility.enabled needs tls.existingSecret: every node presents the same certificate, since a peer pins one per stream (s2cs would generate one per pod)" -}}
+{{- end -}}
+{{- if not (hasPrefix "etcd://" (toString (get $c "store"))) -}}
+{{- fail "facility.enabled needs config.store: etcd://HOST:PORT[,...], the etcd the nodes share their streams in" -}}
+{{- end -}}
+{{- if hasKey $c "node" -}}
+{{- fail "config.node: the chart names each node of the facility after its pod; remove it" -}}
+{{- end -}}
+{{- if not (hasKey $c "store_facility") -}}
+{{- $_ := set $c "store_facility" (include "scistream.fullname" .) -}}
+{{- end -}}
+{{- else if hasKey $c "node" -}}
+{{- fail "config.node: a gateway of one pod is no node of a facility; set facility.enabled to run several" -}}
 {{- end -}}
 {{- if .Values.route.enabled -}}
 {{- if not (get $c "wan_port") -}}
