@@ -147,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Node != "" {
 		s.fac = newFacility(cfg.Node)
 		s.fac.sharedWAN, s.fac.routed = sharedWAN, routed
+		s.env.reread = cfg.Store.Get
 	}
 	return s, nil
 }

@@ -47,6 +47,10 @@ type env struct {
 	// its streams keep no watch leg, which one node of several cannot
 	// speak for.
 	facility bool
+	// reread reads a stream's record from the store again (on a node of a
+	// facility: the pin of an attach stored a moment ago by another
+	// node, stream.pin); nil on a gateway of one node.
+	reread func(store.Key) (*store.Record, error)
 }
 
 // connSlots counts what application connections hold against a cap:
@@ -100,6 +104,7 @@ type stream struct {
 	cancel    context.CancelFunc
 
 	peerPin atomic.Pointer[string]
+	pinRead atomic.Int64 // when pin last read the record again (Unix ns)
 	// peerAt is, per channel of an outbound stream, the peer listener
 	// that last answered when it was not the one first given (the peer
 	// facility moved the channel to another node: dialPeer).
@@ -611,9 +616,39 @@ func (st *stream) leg(rec *store.Record, ch int) *wan.Leg {
 		Channel:    ch,
 		Secret:     rec.Secret,
 		Cert:       st.env.cert,
-		PeerSHA256: func() string { return *st.peerPin.Load() },
+		PeerSHA256: st.pin,
 		ServerName: rec.PeerServerName,
 	}
+}
+
+// pinReread is how often, at most, a stream with nothing pinned yet
+// reads its record again for a leg that came (stream.pin).
+const pinReread = 200 * time.Millisecond
+
+// pin is the fingerprint of the certificate a WAN leg must present. On a
+// node of a facility a leg may come before the node has learnt of the
+// attach that pinned it (another node stored it milliseconds ago, and
+// the application connected at once): while nothing is pinned here, the
+// record is read again from the store, at most every pinReread, so that
+// leg is not refused. Anyone's handshake can cause that read, hence the
+// bound; once pinned, nothing is read.
+func (st *stream) pin() string {
+	cur := st.peerPin.Load()
+	if *cur != "" || st.env.reread == nil {
+		return *cur
+	}
+	now := time.Now().UnixNano()
+	last := st.pinRead.Load()
+	if now-last < int64(pinReread) || !st.pinRead.CompareAndSwap(last, now) {
+		return ""
+	}
+	rec, err := st.env.reread(st.key)
+	if err != nil || rec.PeerCertSHA256 == "" || !rec.Created.Equal(st.record().Created) {
+		return ""
+	}
+	pin := rec.PeerCertSHA256
+	st.peerPin.CompareAndSwap(cur, &pin) // unless an attach stored it meanwhile
+	return pin
 }
 
 func (st *stream) admits(a net.Addr) bool {
