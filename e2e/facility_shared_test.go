@@ -33,7 +33,8 @@ import (
 // byte-exact, new connections go to the other nodes at once (no channel
 // has to be taken over), and a stream whose lease that node kept runs
 // out on another. The node comes back and takes connections again, and a
-// release on one node ends the stream on all.
+// release on one node ends the stream on all. A producer facility keeps
+// pooled legs to it (checkPooledOnFacility).
 func TestFacilitySharedPort(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	tok := localgw.NewToken()
@@ -54,7 +55,7 @@ func TestFacilitySharedPort(t *testing.T) {
 	router := startSNIRouter(t, map[string][]string{"f.wan.test": servers}, "option httpchk GET /healthz", "http-check expect status 200")
 	cons := startFacilityOn(t, "cons", srv.Endpoint, tokens, ips, "--port", "5000",
 		"--wan_port", "8443", "--wan_domain", "f.wan.test", "--wan_advertise", router.addr, "--takeover", "4s")
-	prod := startFacility(t, "prod", srv.Endpoint, tokens, 1)
+	prod := startFacility(t, "prod", srv.Endpoint, tokens, 2, "--takeover", "4s")
 	ctx := context.Background()
 
 	// A node whose shared WAN port differs from the others' cannot join.
@@ -253,6 +254,81 @@ func TestFacilitySharedPort(t *testing.T) {
 		if err := echoOnce(outS.Listeners[i%2], 1024, uint64(400+i)); err == nil {
 			t.Fatalf("connection %d through a released stream was carried", i)
 		}
+	}
+	if len(app.silent) > 0 {
+		t.Fatalf("silent ends: %v", app.silent)
+	}
+
+	checkPooledOnFacility(t, ctx, prod, inC[1], tok, app)
+}
+
+// checkPooledOnFacility: a producer facility of two nodes keeps pooled
+// WAN legs (wan_pool) for the channels each node serves, reuses them, and
+// when a node dies the one that takes its channel over warms legs for it.
+func checkPooledOnFacility(t *testing.T, ctx context.Context, prod *facilityNodes, in *client.Client, tok string, app *echoApp) {
+	t.Helper()
+	outC := []*client.Client{prod.client(0, tok), prod.client(1, tok)}
+	inS, outS, err := client.Wire(ctx, in, outC[0],
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 2},
+		api.OutboundRequest{NumConn: 2, Allow: []string{"127.0.0.0/8"}, WANPool: 2}, nil)
+	if err != nil {
+		t.Fatalf("a pooled stream from a facility to a facility behind its router: %v", err)
+	}
+	node := map[string]int{prod.nodeName(0): 0, prod.nodeName(1): 1}
+	serves := map[int]int{} // prod node -> the channel it serves
+	for _, c := range outS.Channels {
+		serves[node[c.Node]] = c.Channel
+	}
+	if len(serves) != 2 {
+		t.Fatalf("the pooled stream's channels %+v: want one on each producer node", outS.Channels)
+	}
+	stats := func(i int) *api.Stats {
+		t.Helper()
+		v, err := outC[i].Get(ctx, inS.UID)
+		if err != nil {
+			t.Fatalf("producer node %d: %v", i, err)
+		}
+		return v.Stats
+	}
+	for i := range 2 {
+		eventually(t, 15*time.Second, fmt.Sprintf("producer node %d to warm two legs for its channel", i), func() bool { return stats(i).LegsIdle == 2 })
+	}
+	for i := range 6 {
+		if err := echoOnce(outS.Listeners[i%2], 64<<10, uint64(500+i)); err != nil {
+			t.Fatalf("pooled connection %d: %v", i, err)
+		}
+	}
+	for i := range 2 {
+		if s := stats(i); s.LegsReused == 0 {
+			t.Errorf("producer node %d reused none of its pooled legs over 3 connections (%d dialed)", i, s.LegsCreated)
+		}
+	}
+	// Node 1 dies: node 0 takes its channel over and warms legs for it.
+	moved := serves[1]
+	prod.nodes[1].Kill()
+	var addr string
+	eventually(t, 20*time.Second, "producer node 0 to serve the dead node's channel", func() bool {
+		v, err := outC[0].Get(ctx, inS.UID)
+		if err != nil {
+			return false
+		}
+		for _, c := range v.Channels {
+			if c.Channel == moved && c.Node == prod.nodeName(0) {
+				addr = c.Listener
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, 15*time.Second, "producer node 0 to warm legs for both channels", func() bool { return stats(0).LegsIdle == 4 })
+	if err := echoOnce(addr, 64<<10, 600); err != nil {
+		t.Fatalf("a pooled connection on the channel node 0 took over: %v", err)
+	}
+	if _, err := outC[0].Release(ctx, inS.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Release(ctx, inS.UID); err != nil {
+		t.Fatal(err)
 	}
 	if len(app.silent) > 0 {
 		t.Fatalf("silent ends: %v", app.silent)

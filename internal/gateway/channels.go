@@ -23,14 +23,19 @@ import (
 // serves ch already; the caller then releases ln.
 func (st *stream) openChannel(ch int, ln *net.TCPListener) bool {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.stopped || ch >= len(st.listeners) || st.listeners[ch] != nil {
+		st.mu.Unlock()
 		return false
 	}
 	st.listeners[ch] = ln
 	st.sharePaceLocked()
 	st.wg.Add(1)
 	go st.acceptLoop(ch, ln)
+	pooled := st.rec.WANPool > 0
+	st.mu.Unlock()
+	if pooled {
+		st.env.legs.channelOpened(st) // its warmer dials the channel's legs
+	}
 	return true
 }
 
@@ -52,10 +57,14 @@ func (st *stream) closeChannel(ch int) {
 			conns = append(conns, c)
 		}
 	}
+	pooled := st.rec.WANPool > 0
 	st.mu.Unlock()
 	st.env.alloc.Release(ln)
 	for _, c := range conns {
 		relay.Abort(c)
+	}
+	if pooled {
+		st.env.legs.dropChannel(st, ch)
 	}
 }
 

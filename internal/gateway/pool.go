@@ -282,8 +282,9 @@ func (m *legManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 		if err != nil {
 			return want - have, err
 		}
+		served := f.st.hasChannel(f.ch) // not moved to another node meanwhile
 		m.mu.Lock()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !served {
 			m.open[peer]--
 			m.mu.Unlock()
 			pl.p.Quit()
@@ -321,10 +322,32 @@ func (m *legManager) wakeLocked(st *stream) {
 // end with their sessions (the stream aborts them) and come back through
 // release.
 func (m *legManager) drop(st *stream) {
+	m.dropFlows(st, func(flow) bool { return true })
+	m.mu.Lock()
+	delete(m.waiters, st)
+	m.mu.Unlock()
+}
+
+// dropChannel ends the idle legs of channel ch of st, which this node of
+// a facility no longer serves (the node that does warms its own).
+func (m *legManager) dropChannel(st *stream, ch int) {
+	m.dropFlows(st, func(f flow) bool { return f.ch == ch })
+}
+
+// channelOpened wakes st's warmer: a channel it now serves needs legs.
+func (m *legManager) channelOpened(st *stream) {
+	m.mu.Lock()
+	m.wakeLocked(st)
+	m.mu.Unlock()
+}
+
+// dropFlows ends in order the idle legs of st's flows that match, and
+// forgets their teardown counts.
+func (m *legManager) dropFlows(st *stream, match func(flow) bool) {
 	m.mu.Lock()
 	var legs []*pooledLeg
 	for f, fl := range m.byFlow {
-		if f.st == st {
+		if f.st == st && match(f) {
 			legs = append(legs, fl...)
 		}
 	}
@@ -333,11 +356,10 @@ func (m *legManager) drop(st *stream) {
 		m.open[pl.peer]--
 	}
 	for f := range m.teardowns {
-		if f.st == st {
+		if f.st == st && match(f) {
 			delete(m.teardowns, f)
 		}
 	}
-	delete(m.waiters, st)
 	m.mu.Unlock()
 	for _, pl := range legs {
 		pl.p.Quit()
@@ -368,6 +390,9 @@ func (m *legManager) warmer(st *stream, want int) {
 		short := 0
 		rec := st.record()
 		for ch := range rec.NumConn {
+			if !st.hasChannel(ch) {
+				continue // another node of the facility serves it, and warms its legs
+			}
 			target := rec.Targets[ch%len(rec.Targets)]
 			n, err := m.warm(st.ctx, flow{st, ch}, target, st.leg(rec, ch), want)
 			short += n

@@ -168,8 +168,8 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool %d out of range: give 0 to %d idle legs per channel (s2cs --pool_max_warm)", req.WANPool, s.cfg.Pool.MaxWarm)
 	case req.WANPool > 0 && req.WAN != api.WANTLS:
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool needs wan \"tls\": a quic stream's application connections already share one QUIC connection per channel, and a tcp leg would lose its splice; omit wan_pool")
-	case req.WANPool > 0 && (s.fac != nil || len(req.PeerNodes) > 0):
-		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool: pooled legs are not kept across the nodes of a facility yet; omit wan_pool")
+	case req.WANPool > 0 && len(req.PeerNodes) > 0:
+		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool: pooled legs do not follow a channel across the nodes of the peer's facility (peer_nodes) yet; omit wan_pool, or reach the peer facility through its shared WAN port's router")
 	case len(req.PeerNodes) > api.MaxPeerNodes:
 		return nil, api.Errorf(api.CodeInvalidArgument, "peer_nodes: at most %d hosts", api.MaxPeerNodes)
 	}
