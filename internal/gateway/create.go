@@ -64,12 +64,9 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 		s.abandon(rec, err)
 		return nil, storeError("save the stream", err)
 	}
-	if !s.add(st) {
-		st.stop()
-		return nil, api.Errorf(api.CodeUnavailable, "gateway is shutting down")
+	if err := s.launch(st); err != nil {
+		return nil, err
 	}
-	st.start()
-	s.rebalance()
 	if rec.WAN == api.WANTCP {
 		s.log.Warn("stream uses a plaintext WAN leg: data crosses the WAN unencrypted", "uid", rec.UID)
 	}
@@ -163,6 +160,18 @@ func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*stream, erro
 		}
 	}
 	return newStream(s.ctx, s.env, rec, lns, eng)
+}
+
+// launch puts the built stream st in the table and starts it, or stops
+// it and fails once the server is shutting down.
+func (s *Server) launch(st *stream) error {
+	if !s.add(st) {
+		st.stop()
+		return api.Errorf(api.CodeUnavailable, "gateway is shutting down")
+	}
+	st.start()
+	s.rebalance()
+	return nil
 }
 
 // listen binds a new stream's listeners: TCP, plus UDP on the same ports

@@ -573,7 +573,7 @@ func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
 			f.mu.Unlock()
 			continue
 		case errors.Is(err, store.ErrExists):
-			return nil, api.Errorf(api.CodeConflict, "stream %s already exists in this facility; release it first or use another uid", rec.UID)
+			return nil, existsInFacility(rec.UID)
 		case errors.As(err, &taken):
 			return nil, api.Errorf(api.CodeUnavailable, "could not reserve ports: other nodes of the facility took them at the same moment; retry").WithCause(err)
 		}
@@ -605,14 +605,17 @@ func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
 		s.finish(rec, api.StateFailed, "could not start")
 		return nil, api.Errorf(api.CodeInternal, "create stream").WithCause(err)
 	}
-	if !s.add(st) {
-		st.stop()
-		return nil, api.Errorf(api.CodeUnavailable, "gateway is shutting down")
+	if err := s.launch(st); err != nil {
+		return nil, err
 	}
-	st.start()
-	s.rebalance()
 	s.awaitClaims(st, rec)
 	return st, nil
+}
+
+// existsInFacility is the answer to a create whose UID a live stream of
+// the facility holds.
+func existsInFacility(uid string) error {
+	return api.Errorf(api.CodeConflict, "stream %s already exists in this facility; release it first or use another uid", uid)
 }
 
 // createShared is createOnNodes for a stream on the shared WAN port,
@@ -626,7 +629,7 @@ func (s *Server) createShared(rec *store.Record) (*stream, error) {
 	rec.Nodes = s.fac.placement(rec.UID, 1)
 	if err := s.fac.m.Create(rec); err != nil {
 		if errors.Is(err, store.ErrExists) {
-			return nil, api.Errorf(api.CodeConflict, "stream %s already exists in this facility; release it first or use another uid", rec.UID)
+			return nil, existsInFacility(rec.UID)
 		}
 		s.abandon(rec, err)
 		return nil, storeError("save the stream", err)
@@ -636,12 +639,9 @@ func (s *Server) createShared(rec *store.Record) (*stream, error) {
 		s.finish(rec, api.StateFailed, "could not start")
 		return nil, api.Errorf(api.CodeInternal, "create stream").WithCause(err)
 	}
-	if !s.add(st) {
-		st.stop()
-		return nil, api.Errorf(api.CodeUnavailable, "gateway is shutting down")
+	if err := s.launch(st); err != nil {
+		return nil, err
 	}
-	st.start()
-	s.rebalance()
 	return st, nil
 }
 

@@ -14,15 +14,16 @@ import (
 // A peer gateway resets a WAN connection at once, before it sends a byte
 // or any TLS state exists, while it holds too many connections in their
 // handshake from sources it does not trust yet (strangers.go); a source
-// becomes trusted when one of its connections authenticates. So a burst of a stream's
-// first application connections (200 at once, before any leg has
-// authenticated), or strangers flooding the peer's slots, gets resets
-// that a moment later would have been connections. The dialer tries such
-// a leg again, with growing jittered waits, for up to redialWindow; the
-// application connection waits meanwhile, unread, and is reset only if
-// the window passes. A reset after the peer answered (a refused
-// certificate or preface) is an answer, and is not dialled again. Nothing of the application's has crossed yet, so
-// dialling again cannot lose or repeat a byte.
+// becomes trusted when one of its connections authenticates. So a burst
+// of a stream's first application connections (200 at once, before any
+// leg has authenticated), or strangers flooding the peer's slots, gets
+// resets that a moment later would have been connections. The dialer
+// tries such a leg again, with growing jittered waits, for up to
+// redialWindow; the application connection waits meanwhile, unread, and
+// is reset only if the window passes. Nothing of the application's has
+// crossed yet, so dialling again cannot lose or repeat a byte. A reset
+// after the peer answered (a refused certificate or preface) is an
+// answer, and is not dialled again.
 
 const (
 	// redialWindow bounds how long a leg the peer keeps resetting is
