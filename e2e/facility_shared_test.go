@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -37,11 +36,7 @@ import (
 // pooled legs to it (checkPooledOnFacility).
 func TestFacilitySharedPort(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
-	tok := localgw.NewToken()
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := localgw.WriteTokens(tokens, map[string]string{"alice": tok}); err != nil {
-		t.Fatal(err)
-	}
+	tok, tokens := aliceTokens(t)
 	ips := []string{localgw.RandomLoopback(), localgw.RandomLoopback(), localgw.RandomLoopback()}
 	var servers []string
 	for _, ip := range ips {
@@ -342,11 +337,7 @@ func checkPooledOnFacility(t *testing.T, ctx context.Context, prod *facilityNode
 // dials dies, its next connections reach another node by themselves.
 func TestFacilitySharedPortNoRouter(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
-	tok := localgw.NewToken()
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := localgw.WriteTokens(tokens, map[string]string{"alice": tok}); err != nil {
-		t.Fatal(err)
-	}
+	tok, tokens := aliceTokens(t)
 	cons := startFacility(t, "cons", srv.Endpoint, tokens, 2, "--wan_port", "8443", "--wan_domain", "f.wan.test")
 	prod := startFacility(t, "prod", srv.Endpoint, tokens, 1)
 	in0, in1, out := cons.client(0, tok), cons.client(1, tok), prod.client(0, tok)

@@ -77,6 +77,18 @@ func startFacilityOn(t *testing.T, name, etcdEndpoint, tokensFile string, ips []
 	return f
 }
 
+// aliceTokens returns a fresh token of alice's and the token file that
+// knows it, which every node of the facilities of a test shares.
+func aliceTokens(t *testing.T) (token, file string) {
+	t.Helper()
+	token = localgw.NewToken()
+	file = filepath.Join(t.TempDir(), "tokens")
+	if err := localgw.WriteTokens(file, map[string]string{"alice": token}); err != nil {
+		t.Fatal(err)
+	}
+	return token, file
+}
+
 func (f *facilityNodes) nodeName(i int) string { return fmt.Sprintf("%s-%d", f.name, i) }
 
 func (f *facilityNodes) start(i int, ip string) *localgw.Gateway {
@@ -239,11 +251,7 @@ type facStream struct {
 func TestFacility(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	dir := t.TempDir()
-	tok := localgw.NewToken()
-	tokens := filepath.Join(dir, "tokens")
-	if err := localgw.WriteTokens(tokens, map[string]string{"alice": tok}); err != nil {
-		t.Fatal(err)
-	}
+	tok, tokens := aliceTokens(t)
 	cons := startFacility(t, "cons", srv.Endpoint, tokens, 3, "--takeover", "10s")
 	prod := startFacility(t, "prod", srv.Endpoint, tokens, 3)
 	app := newEchoApp(t)
