@@ -534,6 +534,11 @@ type ErrorBody struct {
 	Error Error `json:"error"`
 }
 
+// RequestIDHeader names a request's id: the caller's own in a request
+// (kept by the gateway if short and safe), the one the gateway logged
+// the request under in every answer.
+const RequestIDHeader = "X-Request-Id"
+
 // Error is an API error: a stable code and a public message. The internal
 // cause, if any, is only logged by the server and never sent.
 type Error struct {

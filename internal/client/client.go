@@ -196,7 +196,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	}
 	// Our own id, which the gateway keeps for its log line and answers
 	// with: an error can then name the request the operator looks for.
-	req.Header.Set("X-Request-Id", rand.Text())
+	req.Header.Set(api.RequestIDHeader, rand.Text())
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return c.transportError(err)
@@ -210,7 +210,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		var eb api.ErrorBody
 		if json.Unmarshal(data, &eb) == nil && eb.Error.Code != "" {
 			e := eb.Error
-			e.RequestID = resp.Header.Get("X-Request-Id")
+			e.RequestID = resp.Header.Get(api.RequestIDHeader)
 			return &e
 		}
 		return fmt.Errorf("s2cs %s: HTTP %s", c.addr, resp.Status)

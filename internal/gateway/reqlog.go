@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"scistream/internal/api"
 )
 
 // Request logs: every control request gets an id, returned in the
@@ -18,7 +20,7 @@ import (
 
 // requestIDHeader names the request id in a request (the caller's own,
 // kept if it is short and safe) and in every response.
-const requestIDHeader = "X-Request-Id"
+const requestIDHeader = api.RequestIDHeader
 
 // maxRequestID is the longest caller's id kept: a UUID is 36 bytes.
 const maxRequestID = 64

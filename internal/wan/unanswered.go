@@ -3,7 +3,6 @@ package wan
 import (
 	"errors"
 	"net"
-	"syscall"
 )
 
 // ErrUnanswered marks a dial the peer reset before it sent a byte, as a
@@ -17,7 +16,7 @@ var ErrUnanswered = errors.New("reset by the peer before it answered")
 // received no byte (raw nil: the connect itself was reset). Call it
 // before raw is closed.
 func unanswered(raw net.Conn, err error) error {
-	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+	if !ResetByPeer(err) {
 		return err
 	}
 	if raw != nil {
