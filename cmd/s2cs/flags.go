@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"scistream/internal/bytesize"
 	"scistream/internal/cliflag"
+	"scistream/internal/egress"
 	"scistream/internal/gateway"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
@@ -31,6 +33,8 @@ type options struct {
 	lease, leaseMax    time.Duration
 	maxActive          int
 	tcpWAN             bool
+	allowTargets       string
+	allowPeers         string
 	port               int
 	wanPort            int
 	node               string
@@ -99,6 +103,8 @@ func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	o.id.register(fs)
 	fs.StringVar(&o.stateDir, "state_dir", "s2cs-state", "directory for the state database and any generated certificate")
 	fs.BoolVar(&o.noAuth, "insecure_no_auth", false, "accept control requests without authentication (INSECURE; for isolated testing only)")
+	fs.StringVar(&o.allowTargets, "allow_targets", "", "where inbound streams' applications may be (remote_ip): CIDR prefixes or addresses, comma-separated, e.g. 10.1.0.0/16, or 127.0.0.0/8 for applications on this host; replaces the default, which is any unicast address but loopback, link-local (169.254.0.0/16, fe80::/10: cloud metadata services) and this host's own; this gateway's own control port, metrics listener, data ports and shared WAN port are never dialled, whatever the list says (docs/security.md)")
+	fs.StringVar(&o.allowPeers, "allow_peers", "", "which peer gateways outbound streams may dial (peer_listeners, peer_nodes): CIDR prefixes or addresses, comma-separated, e.g. the partner facilities' gateways; replaces the same default as --allow_targets")
 	fs.BoolVar(&o.tcpWAN, "insecure_tcp_wan", false, "allow streams whose WAN legs are plaintext TCP (for trusted circuits only)")
 	fs.DurationVar(&o.pending, "pending_timeout", gateway.DefaultPendingTimeout, "how long an inbound stream waits for its outbound peer before it expires and frees its ports")
 	fs.DurationVar(&o.appWait, "app_wait_default", gateway.DefaultAppWait, "how long an inbound stream holds a WAN connection whose application cannot be reached (dialing it again with backoff) before it resets it, when the request gives no app_wait_s; whole seconds, 0 to not wait")
@@ -189,6 +195,17 @@ func (o *options) config() (gateway.Config, error) {
 		Takeover:         o.takeover,
 	}
 	var err error
+	for _, l := range []struct {
+		flag, v string
+		to      *[]netip.Prefix
+	}{{"--allow_targets", o.allowTargets, &cfg.AllowTargets}, {"--allow_peers", o.allowPeers, &cfg.AllowPeers}} {
+		if l.v == "" {
+			continue
+		}
+		if *l.to, err = egress.ParseList(l.flag, l.v); err != nil {
+			return cfg, err
+		}
+	}
 	if cfg.Capacity.Rate, err = pace.ParseRate(o.capacityRate); err != nil {
 		return cfg, fmt.Errorf("--capacity_rate %w", err)
 	}

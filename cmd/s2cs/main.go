@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/bytesize"
 	"scistream/internal/certs"
+	"scistream/internal/egress"
 	"scistream/internal/gateway"
 	"scistream/internal/pace"
 	"scistream/internal/sockmap"
@@ -124,6 +126,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
 		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
 		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax)
+	log.Info("what streams may make this gateway dial", "applications", describeAllow(cfg.AllowTargets), "peers", describeAllow(cfg.AllowPeers),
+		"never", "this gateway's own control port, metrics listener, data ports and shared WAN port")
 	if cfg.Capacity.Rate == 0 {
 		log.Info("no --capacity_rate: the rates streams ask for are granted and kept to, but not reserved against the link, and best-effort streams are not paced")
 	}
@@ -256,4 +260,10 @@ func rateOrNone(r pace.Rate) string {
 		return "none"
 	}
 	return r.String()
+}
+
+// describeAllow says what an allow-list (--allow_targets, --allow_peers)
+// lets the gateway dial, for the log.
+func describeAllow(l []netip.Prefix) string {
+	return egress.New(l, "", nil).Describe()
 }

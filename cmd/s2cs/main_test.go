@@ -67,6 +67,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--lease_default", "0s"}, "--lease_default 0s: give a positive duration"},
 		{[]string{"--listener_ip", "127.0.0.1", "--lease_max", "90m", "--lease_default", "2h"}, "--lease_default 2h0m0s exceeds the longest lease (1h30m0s)"},
 		{[]string{"--listener_ip", "127.0.0.1", "--lease_max", "1500ms"}, "--lease_max 1.5s is not a positive whole number of seconds"},
+		{[]string{"--listener_ip", "127.0.0.1", "--allow_targets", "10.0.0.1/8"}, "--allow_targets: 10.0.0.1/8 has bits set past its length: did you mean 10.0.0.0/8?"},
+		{[]string{"--listener_ip", "127.0.0.1", "--allow_targets", "10.0.0.0/8,"}, "--allow_targets \"10.0.0.0/8,\" holds an empty entry"},
+		{[]string{"--listener_ip", "127.0.0.1", "--allow_peers", "gw.example.org"}, `--allow_peers: "gw.example.org" is neither a CIDR prefix nor an address`},
 		{[]string{"--listener_ip", "127.0.0.1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{[]string{"--listener_ip", "127.0.0.1", "stray"}, `unexpected argument "stray"`},
 	} {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"scistream/internal/egress"
 	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/wan"
@@ -104,7 +105,7 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 		}
 	}()
 	for {
-		d := net.Dialer{Timeout: appDialTimeout, Control: resetOnCloseFromStart}
+		d := net.Dialer{Timeout: appDialTimeout, Control: st.appControl}
 		if wait > 0 {
 			d.Deadline = deadline
 			if least := time.Now().Add(appRetryMax); least.After(deadline) {
@@ -112,7 +113,9 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 			}
 		}
 		app, err := d.DialContext(st.ctx, "tcp", target)
-		if err == nil || wait == 0 || st.ctx.Err() != nil {
+		var refused *egress.Refusal
+		if err == nil || wait == 0 || st.ctx.Err() != nil || errors.As(err, &refused) {
+			// A target the policy refuses stays refused: no wait.
 			return app, err
 		}
 		left := time.Until(deadline)
@@ -136,6 +139,17 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 			return nil, &relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("while the connection waited for the application %s: %w", target, err)}
 		}
 	}
+}
+
+// appControl checks the address a dial of the application is about to
+// connect to against the gateway's target policy (a name the request
+// gave may resolve elsewhere now), then sets the socket up as
+// resetOnCloseFromStart says.
+func (st *stream) appControl(network, address string, c syscall.RawConn) error {
+	if err := st.env.targets.Control(network, address, c); err != nil {
+		return err
+	}
+	return resetOnCloseFromStart(network, address, c)
 }
 
 // resetOnCloseFromStart sets SO_LINGER 0 on the application's socket

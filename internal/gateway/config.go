@@ -158,6 +158,16 @@ type Config struct {
 	// zero, the process's soft RLIMIT_NOFILE when Validate runs (which
 	// the Go runtime raised to the hard limit at start).
 	FileLimit int
+	// AllowTargets, if not nil, lists the addresses where inbound
+	// streams' applications may be (remote_ip): the gateway dials those
+	// only. If nil, the default rules of internal/egress: any unicast
+	// address but loopback, link-local and the gateway host's own. The
+	// gateway's own endpoints (control port, metrics listener, data-port
+	// range, shared WAN port) are never dialled, whatever it says.
+	AllowTargets []netip.Prefix
+	// AllowPeers is AllowTargets for the peer gateways outbound streams
+	// dial (peer_listeners, peer_nodes). If nil, the same default rules.
+	AllowPeers []netip.Prefix
 	// LookupHost resolves the host names a request gives (remote_ip,
 	// peer_listeners) when it arrives, so that a name that does not
 	// resolve is refused then, not when data flows. If nil,

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -46,7 +47,8 @@ func startGW(t *testing.T, tokens *auth.Tokens, mods ...func(*Config)) *testGW {
 	}
 	cfg := Config{
 		ListenerIP: ip, PortRange: ports.Range{Lo: 5100, Hi: 5120}, Identity: id, Auth: tokens, Store: st,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		AllowTargets: loopback, AllowPeers: loopback,
 	}
 	for _, mod := range mods {
 		mod(&cfg)
@@ -64,6 +66,11 @@ func startGW(t *testing.T, tokens *auth.Tokens, mods ...func(*Config)) *testGW {
 	t.Cleanup(func() { srv.Shutdown(context.Background()); <-g.done })
 	return g
 }
+
+// loopback is the allow-list of a gateway whose applications and peers
+// run on its own host, as every test's do (s2cs --allow_targets and
+// --allow_peers 127.0.0.0/8,::1).
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
 type testWriter struct{ t testing.TB }
 

@@ -44,6 +44,7 @@ import (
 	"sync"
 	"time"
 
+	"scistream/internal/egress"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/store"
@@ -57,9 +58,10 @@ type Server struct {
 	engines *relay.Engines
 	env     *env // what every stream gets
 	strange *strangers
-	files   Files     // the plan of open files, as Config.Files gave it
-	obs     *observer // what operators look at: metrics, status, rates (observe.go)
-	fac     *facility // the node's facility (facility.go); nil for a gateway of one node
+	self    *egress.Self // the endpoints no stream may make the gateway dial
+	files   Files        // the plan of open files, as Config.Files gave it
+	obs     *observer    // what operators look at: metrics, status, rates (observe.go)
+	fac     *facility    // the node's facility (facility.go); nil for a gateway of one node
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -110,6 +112,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
+	self := ownEndpoints(cfg)
 	strange := newStrangers(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
@@ -118,6 +121,7 @@ func New(cfg Config) (*Server, error) {
 		alloc:   alloc,
 		engines: engines,
 		strange: strange,
+		self:    self,
 		files:   files,
 		env: &env{
 			log:       cfg.Logger,
@@ -126,6 +130,8 @@ func New(cfg Config) (*Server, error) {
 			rates:     newRateSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
 			quic:      cfg.QUIC,
 			strange:   strange,
+			targets:   egress.New(cfg.AllowTargets, "--allow_targets", self),
+			peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
 			advertise: cfg.WANAdvertise,
 			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
 			legs:     newLegManager(cfg.Pool, cfg.Logger),
@@ -165,6 +171,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return http.ErrServerClosed
 	}
+	s.self.AddListener(ln.Addr(), "this gateway's own control port")
 	s.httpSrv = s.httpServer(s.routes())
 	s.httpSrv.TLSConfig = &tls.Config{
 		MinVersion:   tls.VersionTLS12,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/egress"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
@@ -31,6 +32,10 @@ type env struct {
 	quic    wan.QUICConfig   // settings of QUIC WAN legs
 	rates   rateSettings     // how streams sample their rates (rates.go)
 	strange *strangers       // caps and refusals of unauthenticated connections
+	// targets is what the inbound side may dial for its applications,
+	// peers what the outbound side may dial for its peer gateways: each
+	// checked at every dial (Config.AllowTargets, AllowPeers).
+	targets, peers *egress.Policy
 	// port is the shared WAN port and advertise its address for peers,
 	// if the gateway has one (wanport.go).
 	port      *wanPort
@@ -618,6 +623,7 @@ func (st *stream) leg(rec *store.Record, ch int) *wan.Leg {
 		Cert:       st.env.cert,
 		PeerSHA256: st.pin,
 		ServerName: rec.PeerServerName,
+		Control:    st.env.peers.Control,
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -47,10 +46,10 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	if s.fac != nil && req.WAN == api.WANQUIC {
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan \"quic\": this gateway is node %s of a facility of several nodes, whose inbound channels move between nodes over tls and tcp only; use wan \"tls\"", s.cfg.Node)
 	}
-	if err := s.checkTarget(ctx, "remote_ip", req.RemoteIP); err != nil {
-		return nil, err
-	}
 	if len(req.ReceiverPorts) == 0 || len(req.ReceiverPorts) > api.MaxReceiverPorts {
+		if err := checkHost("remote_ip", req.RemoteIP); err != nil {
+			return nil, err
+		}
 		return nil, api.Errorf(api.CodeInvalidArgument, "receiver_ports: give 1 to %d ports of the listening application", api.MaxReceiverPorts)
 	}
 	var targets []string
@@ -59,6 +58,9 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 			return nil, err
 		}
 		targets = append(targets, net.JoinHostPort(req.RemoteIP, strconv.Itoa(p)))
+	}
+	if err := s.checkDial(ctx, s.env.targets, "remote_ip", req.RemoteIP, req.ReceiverPorts); err != nil {
+		return nil, err
 	}
 	uid := req.UID
 	if uid == "" {
@@ -173,19 +175,26 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	case len(req.PeerNodes) > api.MaxPeerNodes:
 		return nil, api.Errorf(api.CodeInvalidArgument, "peer_nodes: at most %d hosts", api.MaxPeerNodes)
 	}
-	for _, h := range req.PeerNodes {
-		if err := s.checkTarget(ctx, "peer_nodes", h); err != nil {
-			return nil, err
-		}
-	}
 	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
 		return nil, err
 	}
 	if len(req.PeerListeners) == 0 || len(req.PeerListeners) > api.MaxReceiverPorts {
 		return nil, api.Errorf(api.CodeInvalidArgument, "peer_listeners: give 1 to %d host:port addresses of the inbound gateway's listeners", api.MaxReceiverPorts)
 	}
+	var peerPorts []int
 	for _, pl := range req.PeerListeners {
-		if err := s.checkHostPort(ctx, "peer_listeners", pl); err != nil {
+		port, err := s.checkHostPort(ctx, s.env.peers, "peer_listeners", pl)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(peerPorts, port) {
+			peerPorts = append(peerPorts, port)
+		}
+	}
+	// A channel whose listener does not answer is dialled at the same
+	// port on the peer facility's other nodes (stream.dialPeer).
+	for _, h := range req.PeerNodes {
+		if err := s.checkDial(ctx, s.env.peers, "peer_nodes", h, peerPorts); err != nil {
 			return nil, err
 		}
 	}
@@ -383,76 +392,6 @@ func checkPort(field string, p int) error {
 		return api.Errorf(api.CodeInvalidArgument, "%s: port %d out of range 1-65535", field, p)
 	}
 	return nil
-}
-
-// checkHostPort checks a "host:port" address of field that this gateway
-// will dial.
-func (s *Server) checkHostPort(ctx context.Context, field, hp string) error {
-	h, p, err := net.SplitHostPort(hp)
-	if err != nil {
-		return api.Errorf(api.CodeInvalidArgument, "%s: %.80q is not host:port", field, hp)
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil || strconv.Itoa(port) != p {
-		return api.Errorf(api.CodeInvalidArgument, "%s: port %.20q is not a number", field, p)
-	}
-	if err := checkPort(field, port); err != nil {
-		return err
-	}
-	return s.checkTarget(ctx, field+" host", h)
-}
-
-// checkTarget checks a host this gateway will dial: a unicast IP
-// address, or a host name that resolves now to unicast addresses only.
-func (s *Server) checkTarget(ctx context.Context, field, host string) error {
-	if err := checkHost(field, host); err != nil {
-		return err
-	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return checkUnicast(field, host, ip)
-	}
-	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	defer cancel()
-	addrs, err := s.cfg.LookupHost(ctx, host)
-	if err == nil && len(addrs) == 0 {
-		err = errors.New("no addresses")
-	}
-	if err != nil {
-		var dnsErr *net.DNSError
-		why := "it does not resolve"
-		if errors.As(err, &dnsErr) && (dnsErr.IsTimeout || dnsErr.IsTemporary) || errors.Is(err, context.DeadlineExceeded) {
-			why = "this gateway could not resolve it now"
-		}
-		return api.Errorf(api.CodeInvalidArgument, "%s %.80q: %s; give an IP address or a name this gateway resolves", field, host, why).WithCause(err)
-	}
-	for _, a := range addrs {
-		if err := checkUnicast(field, host, a); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkUnicast refuses the addresses no stream can lead to: unspecified,
-// broadcast and multicast. host is what the request said (ip itself, or
-// the name that resolved to it).
-func checkUnicast(field, host string, ip netip.Addr) error {
-	ip = ip.Unmap()
-	var kind string
-	switch {
-	case ip.IsUnspecified():
-		kind = "the unspecified address"
-	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		kind = "the broadcast address"
-	case ip.IsMulticast():
-		kind = "a multicast address"
-	default:
-		return nil
-	}
-	if host != ip.String() {
-		return api.Errorf(api.CodeInvalidArgument, "%s %.80q resolves to %s, %s: give the unicast address of one host", field, host, ip, kind)
-	}
-	return api.Errorf(api.CodeInvalidArgument, "%s %s is %s: give the unicast address of one host", field, host, kind)
 }
 
 func checkHost(field, h string) error {

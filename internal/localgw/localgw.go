@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +32,10 @@ type Options struct {
 	// S2CS is the s2cs binary. If empty, FindBinary("s2cs").
 	S2CS string
 	// ListenerIP is the loopback address the gateway uses. Required.
+	// On a loopback address the gateway's applications and peers are on
+	// its own host, which s2cs refuses to dial by default: Start then
+	// passes --allow_targets and --allow_peers 127.0.0.0/8, unless Args
+	// give either.
 	ListenerIP string
 	// PortRange is passed as --port_range. If empty, "5100-5199".
 	PortRange string
@@ -118,6 +123,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		args = append(args, "--tokens", o.TokensFile)
 	} else {
 		args = append(args, "--insecure_no_auth")
+	}
+	if ip := net.ParseIP(o.ListenerIP); ip != nil && ip.IsLoopback() && !hasFlag(o.Args, "allow_targets") && !hasFlag(o.Args, "allow_peers") {
+		args = append(args, "--allow_targets", "127.0.0.0/8", "--allow_peers", "127.0.0.0/8")
 	}
 	args = append(args, o.Args...)
 	g := &Gateway{Opts: o, done: make(chan struct{})}
@@ -314,4 +322,16 @@ func RandomLoopback() string {
 	n, _ := rand.Int(rand.Reader, big.NewInt(250*250*250))
 	v := int(n.Int64())
 	return fmt.Sprintf("127.%d.%d.%d", 1+v/(250*250), 1+v/250%250, 1+v%250)
+}
+
+// hasFlag reports whether args give the flag name (--name or -name, with
+// its value after "=" or as the next argument).
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }

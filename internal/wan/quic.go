@@ -614,6 +614,11 @@ func dial(ctx context.Context, tr *quic.Transport, addr string, l *Leg, cfg QUIC
 	if err != nil {
 		return nil, nil, err
 	}
+	if l.Control != nil {
+		if err := l.Control("udp", ua.String(), nil); err != nil {
+			return nil, nil, &net.OpError{Op: "dial", Net: "udp", Addr: ua, Err: err}
+		}
+	}
 	var pinErr error
 	c, err := tr.Dial(ctx, ua, l.quicTLS(func(err error) { pinErr = err }), cfg.quicConfig(false))
 	if err != nil {

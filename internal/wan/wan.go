@@ -154,6 +154,12 @@ type Leg struct {
 	// route by. If empty, DefaultServerName (a stream's own ports need
 	// none).
 	ServerName string
+	// Control, if not nil, checks the address of each dial of the leg
+	// just before it connects, as net.Dialer.Control does (for QUIC: the
+	// resolved UDP address, with a nil RawConn): an error fails the dial
+	// before a packet leaves. The gateway gives its policy of what peers
+	// it may dial (internal/egress). Unused by Accept.
+	Control func(network, address string, c syscall.RawConn) error
 	// Channels, on the acceptor's side of a shared WAN port, admits a
 	// preface naming any channel below it (or the watch channel), in
 	// place of Channel alone. Zero on every other leg.
@@ -226,7 +232,7 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 	if l.Transport == api.WANQUIC {
 		return nil, ErrQUICOnTCP
 	}
-	d := net.Dialer{Timeout: HandshakeTimeout, KeepAlive: 15 * time.Second}
+	d := net.Dialer{Timeout: HandshakeTimeout, KeepAlive: 15 * time.Second, Control: l.Control}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, unanswered(nil, err)
