@@ -79,13 +79,13 @@ func hostAddr(t *testing.T) netip.Addr {
 func TestTargetPolicyDefault(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.AllowTargets, c.AllowPeers = nil, nil })
 	hosts := map[string]string{
-		"127.0.0.1":       "a loopback address",
-		"::1":             "a loopback address",
-		"127.9.9.9":       "a loopback address",
+		"127.0.0.1":        "a loopback address",
+		"::1":              "a loopback address",
+		"127.9.9.9":        "a loopback address",
 		"::ffff:127.0.0.1": "a loopback address",
-		s.cfg.ListenerIP:  "a loopback address",
-		"169.254.169.254": "a link-local address",
-		"fe80::1":         "a link-local address",
+		s.cfg.ListenerIP:   "a loopback address",
+		"169.254.169.254":  "a link-local address",
+		"fe80::1":          "a link-local address",
 	}
 	if a := hostAddr(t); a.IsValid() {
 		hosts[a.String()] = "an address of this gateway's own host"
