@@ -332,8 +332,6 @@ func (c Config) Validate() error {
 		return fieldError("LeaseMax", "%s is not a positive whole number of seconds: give e.g. 168h", c.LeaseMax)
 	case c.Quota.Pending < 0:
 		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
-	case c.Strangers.PerListener < 0 || c.Strangers.PerSource < 0 || c.Strangers.Total < 0:
-		return fieldError("Strangers", "%+v has a negative limit", c.Strangers)
 	case c.MaxActiveConns < 0:
 		return fieldError("MaxActiveConns", "%d is negative: give the most application connections the gateway relays at once, or 0 to derive it from the limit of open files", c.MaxActiveConns)
 	case c.FileLimit < 0:
@@ -369,6 +367,9 @@ func (c Config) Validate() error {
 	}
 	if d, m := c.leases(); d > m {
 		return fieldError("LeaseDefault", "%s exceeds the longest lease (%s): lower it, or raise the maximum", d, m)
+	}
+	if err := c.Strangers.validate(); err != nil {
+		return err
 	}
 	if err := c.Pool.validate(); err != nil {
 		return err

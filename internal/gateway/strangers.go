@@ -23,11 +23,15 @@ import (
 //
 //   - connections still in their handshake are capped per listener, per
 //     source address and in all (Limits); one over a cap is reset at
-//     once, before any TLS state exists. A source the stream's peer has
-//     authenticated from lately (trust) is not capped: strangers cannot
-//     take the peer's slots (they cannot complete TCP from its address),
-//     so a flood does not keep the peer's next connection out;
-//   - a connection costs no read buffer until it has proven the stream
+//     once, before any TLS state exists;
+//   - a source a stream's peer authenticated from lately (trust) draws
+//     on a pool of its own (Limits.Trusted, also per source), which
+//     strangers cannot take: a flood does not keep the peer's next
+//     connection out. The pool is bounded, so a trusted address (a
+//     user's own gateway, whose legs authenticate because the user holds
+//     the stream's secret) cannot hold more than its share either. Trust
+//     belongs to the stream whose leg authenticated, and ends with it;
+////   - a connection costs no read buffer until it has proven the stream
 //     secret (wan: a leg gets its large buffer once it carried bulk), and
 //     a silent one only a small goroutine until its first byte;
 //   - each refusal is counted by reason, and the log gets one summary line
@@ -46,6 +50,12 @@ type Limits struct {
 	// Total caps the connections in their handshake on the whole
 	// gateway. If zero, 1024.
 	Total int
+	// Trusted is the part of Total kept for sources a stream's peer
+	// authenticated from lately: strangers may hold Total-Trusted at
+	// most, trusted sources Trusted at most (PerSource from each); a
+	// trusted source past its share is counted as a stranger. It must be
+	// below Total. If zero, a quarter of Total.
+	Trusted int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -58,7 +68,21 @@ func (l Limits) withDefaults() Limits {
 	if l.Total == 0 {
 		l.Total = 1024
 	}
+	if l.Trusted == 0 {
+		l.Trusted = l.Total / 4
+	}
 	return l
+}
+
+// validate reports limits New would refuse.
+func (l Limits) validate() error {
+	switch {
+	case l.PerListener < 0 || l.PerSource < 0 || l.Total < 0 || l.Trusted < 0:
+		return fieldError("Strangers", "%+v has a negative limit", l)
+	case l.Trusted != 0 && l.Trusted >= l.withDefaults().Total:
+		return fieldError("Strangers.Trusted", "%d is not below the total of %d: leave strangers a share (the default is a quarter of the total)", l.Trusted, l.withDefaults().Total)
+	}
+	return nil
 }
 
 // Why a connection was refused, the keys of the summary line.
@@ -84,9 +108,11 @@ type strangers struct {
 	limits Limits
 	log    *slog.Logger
 
-	mu       sync.Mutex // guards the following fields
-	total    int
-	bySource map[netip.Addr]int
+	mu        sync.Mutex // guards the following fields
+	total     int                // in their handshake, trusted or not
+	bySource  map[netip.Addr]int // strangers in their handshake, by source
+	trusted   int                // trusted sources' connections in their handshake
+	byTrusted map[netip.Addr]int // the same, by source
 	peak     int                // most in their handshake at once since the last free
 	churn    int                // refusals since the last free
 	refused  map[string]int     // by reason, since the last summary
@@ -99,8 +125,9 @@ func newStrangers(l Limits, log *slog.Logger, now time.Time) *strangers {
 	return &strangers{
 		limits:   l.withDefaults(),
 		log:      log,
-		bySource: map[netip.Addr]int{},
-		refused:  map[string]int{},
+		bySource:  map[netip.Addr]int{},
+		byTrusted: map[netip.Addr]int{},
+		refused:   map[string]int{},
 		sources:  map[netip.Addr]int{},
 		since:    now,
 		ever:     map[string]int64{},
@@ -118,44 +145,67 @@ type listenerSlots struct {
 	n  int
 }
 
+// A slot is one connection's place among those in their handshake,
+// from admit, for release.
+type slot struct {
+	ls      *listenerSlots // nil for a trusted slot
+	src     netip.Addr
+	trusted bool
+}
+
 // admit reserves a handshake slot for a connection from remote on the
-// listener whose slots are ls, or reports false if a cap is reached; a
-// trusted source is counted but never refused. The caller must call
-// release once the connection authenticated or failed.
-func (s *strangers) admit(ls *listenerSlots, remote net.Addr, trusted bool) bool {
+// listener whose slots are ls, or reports false if a cap is reached.
+// trusted says whether remote is a source a stream's peer authenticated
+// from lately: it then takes a slot of the trusted pool while the pool
+// and the source's share of it have room, and is a stranger past that.
+// The caller must release the slot once the connection authenticated or
+// failed.
+func (s *strangers) admit(ls *listenerSlots, remote net.Addr, trusted bool) (slot, bool) {
 	src := sourceOf(remote)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.n >= s.limits.PerListener && !ls.shared && !trusted {
-		return false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if (s.total >= s.limits.Total || s.bySource[src] >= s.limits.PerSource) && !trusted {
-		return false
+	l := s.limits
+	if trusted && s.trusted < l.Trusted && s.byTrusted[src] < l.PerSource {
+		s.trusted++
+		s.byTrusted[src]++
+		s.total++
+		s.peak = max(s.peak, s.total)
+		return slot{src: src, trusted: true}, true
+	}
+	if !ls.shared && ls.n >= l.PerListener || s.total-s.trusted >= l.Total-l.Trusted || s.bySource[src] >= l.PerSource {
+		return slot{}, false
 	}
 	ls.n++
 	s.total++
 	s.bySource[src]++
 	s.peak = max(s.peak, s.total)
-	return true
+	return slot{ls: ls, src: src}, true
 }
 
 // release frees the slot admit reserved.
-func (s *strangers) release(ls *listenerSlots, remote net.Addr) {
-	src := sourceOf(remote)
-	ls.mu.Lock()
-	ls.n--
-	ls.mu.Unlock()
-	s.mu.Lock()
-	s.total--
-	if s.bySource[src]--; s.bySource[src] <= 0 {
-		delete(s.bySource, src)
+func (s *strangers) release(sl slot) {
+	if sl.ls != nil {
+		sl.ls.mu.Lock()
+		sl.ls.n--
+		sl.ls.mu.Unlock()
 	}
-	s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total--
+	counts := s.bySource
+	if sl.trusted {
+		s.trusted--
+		counts = s.byTrusted
+	}
+	if counts[sl.src]--; counts[sl.src] <= 0 {
+		delete(counts, sl.src)
+	}
 }
 
 // trust remembers the sources a stream's peer authenticated from lately.
+// It belongs to the stream, and ends with it.
 type trust struct {
 	mu   sync.Mutex // guards seen
 	seen map[netip.Addr]time.Time
@@ -164,6 +214,10 @@ type trust struct {
 // trustFor is how long a source stays trusted after its last
 // authenticated connection.
 const trustFor = 10 * time.Minute
+
+// maxTrusted bounds the sources one stream trusts at once: a peer has
+// one or a few addresses; past the bound the one seen longest ago goes.
+const maxTrusted = 16
 
 // add notes that remote authenticated at now.
 func (t *trust) add(remote net.Addr, now time.Time) {
@@ -174,19 +228,42 @@ func (t *trust) add(remote net.Addr, now time.Time) {
 		t.seen = map[netip.Addr]time.Time{}
 	}
 	t.seen[src] = now
-	for a, at := range t.seen { // a peer has one or a few addresses
+	var oldest netip.Addr
+	for a, at := range t.seen {
 		if now.Sub(at) > trustFor {
 			delete(t.seen, a)
+		} else if !oldest.IsValid() || at.Before(t.seen[oldest]) {
+			oldest = a
 		}
+	}
+	if len(t.seen) > maxTrusted {
+		delete(t.seen, oldest)
 	}
 }
 
 // has reports whether remote authenticated within trustFor of now.
 func (t *trust) has(remote net.Addr, now time.Time) bool {
+	return t.hasSource(sourceOf(remote), now)
+}
+
+func (t *trust) hasSource(src netip.Addr, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	at, ok := t.seen[sourceOf(remote)]
+	at, ok := t.seen[src]
 	return ok && now.Sub(at) <= trustFor
+}
+
+// sources returns the sources t trusts at now.
+func (t *trust) sources(now time.Time) []netip.Addr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []netip.Addr
+	for a, at := range t.seen {
+		if now.Sub(at) <= trustFor {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // refuse counts a refused connection from remote (nil if unknown).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -162,14 +163,16 @@ func TestFloodOver(t *testing.T) {
 		s.refuse(refusedCap, remote)
 	}
 	var ls listenerSlots
+	var slots []slot
 	for range 20 { // still in the flood: 20 in their handshake
-		s.admit(&ls, remote, true)
+		sl, _ := s.admit(&ls, remote, true)
+		slots = append(slots, sl)
 	}
 	if s.summarize(now) {
 		t.Fatal("a flood reported over while 20 connections are in their handshake")
 	}
-	for range 20 {
-		s.release(&ls, remote)
+	for _, sl := range slots {
+		s.release(sl)
 	}
 	if !s.summarize(now) {
 		t.Fatal("the end of 1,100 refusals not reported")
@@ -202,4 +205,92 @@ func refusedOf(t *testing.T, addr, from string, k int) int {
 		}
 	}
 	return n
+}
+
+// TestTrustBounded (issue 25, finding 2): a source trusted because a leg
+// of the attacker's own stream authenticated from it holds at most its
+// share of the trusted pool and a stranger's share, not every slot: a
+// flood of silent connections from it is reset past that, and another
+// user's peer still gets in.
+func TestTrustBounded(t *testing.T) {
+	const flood = 1100
+	s := newTestServer(t, nil) // the default limits: 128 per source, 1,024 in all, 256 trusted
+	var own, other api.Stream
+	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &own)
+	callOK(t, s, "POST", "/v1/streams/inbound", bobToken, inboundBody(9), 201, &other)
+	s.mu.Lock()
+	st := s.streams[store.Key{Owner: "alice", UID: own.UID}]
+	s.mu.Unlock()
+	st.trusted.add(&net.TCPAddr{IP: net.ParseIP("127.0.0.81")}, time.Now())
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.81")}}
+	conns := make([]net.Conn, 0, flood)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range flood {
+		c, err := d.Dial("tcp", own.Listeners[0])
+		if err != nil {
+			if errors.Is(err, syscall.ECONNRESET) {
+				continue // reset before the connect returned
+			}
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	held := func() int {
+		s.strange.mu.Lock()
+		defer s.strange.mu.Unlock()
+		return s.strange.total
+	}
+	const want = 128 + 128 // its trusted share, and a stranger's per source
+	waitfor.Must(t, 30*time.Second, "every connection of the flood to be admitted or reset", func() bool {
+		return int(st.refused.handshakeCap.Load())+held() == flood
+	})
+	if got := held(); got != want {
+		t.Fatalf("a trusted source held %d of %d silent connections in their handshake, want %d", got, flood, want)
+	}
+	// Bob's peer, a stranger so far, is not reset.
+	if got := refusedOf(t, other.Listeners[0], "127.0.0.82", 1); got != 0 {
+		t.Fatal("another user's peer was reset while the trusted source flooded")
+	}
+}
+
+// TestSharedTrust: on the shared WAN port trust is each stream's, kept
+// for a few sources per stream, and ends with the stream.
+func TestSharedTrust(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	tr := sharedTrust{by: map[netip.Addr]map[*stream]time.Time{}, count: map[*stream]int{}}
+	a, b := &stream{}, &stream{}
+	x := netip.MustParseAddr("192.0.2.1")
+	tr.add(x, a, now)
+	tr.add(x, b, now)
+	if !tr.has(x, now) {
+		t.Fatal("a source two streams trust is not trusted")
+	}
+	tr.forget(a)
+	if !tr.has(x, now) {
+		t.Fatal("a source trusted by a live stream is not trusted once another ended")
+	}
+	tr.forget(b)
+	if tr.has(x, now) {
+		t.Fatal("a source is still trusted after every stream that trusted it ended")
+	}
+	for i := range maxTrusted + 10 {
+		tr.add(netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}), a, now.Add(time.Duration(i)*time.Second))
+	}
+	if n := tr.count[a]; n != maxTrusted || len(tr.by) != maxTrusted {
+		t.Fatalf("a stream trusts %d sources (%d indexed), want at most %d", n, len(tr.by), maxTrusted)
+	}
+	if tr.has(netip.AddrFrom4([4]byte{192, 0, 2, 10}), now.Add(time.Hour/60)) {
+		t.Fatal("the source trusted longest ago was kept past the bound")
+	}
+	if tr.has(netip.AddrFrom4([4]byte{192, 0, 2, 10 + maxTrusted + 9}), now.Add(trustFor+time.Hour)) {
+		t.Fatal("trust outlived trustFor")
+	}
+	tr.forget(a)
+	if len(tr.by) != 0 || len(tr.count) != 0 {
+		t.Fatalf("forget left %d sources, %d streams", len(tr.by), len(tr.count))
+	}
 }

@@ -368,15 +368,19 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			return
 		}
 		backoff = 0
-		if st.role == api.RoleInbound && !st.env.strange.admit(&st.slots[ch], c.RemoteAddr(), st.trusted.has(c.RemoteAddr(), time.Now())) {
-			// Over a cap of connections in their handshake: reset
-			// at once, before any TLS state exists.
-			st.rejected.Add(1)
-			st.refused.handshakeCap.Add(1)
-			st.env.strange.refuse(refusedCap, c.RemoteAddr())
-			st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", c.RemoteAddr().String(), "reason", refusedCap)
-			relay.Abort(c)
-			continue
+		var sl slot
+		if st.role == api.RoleInbound {
+			var ok bool
+			if sl, ok = st.env.strange.admit(&st.slots[ch], c.RemoteAddr(), st.trusted.has(c.RemoteAddr(), time.Now())); !ok {
+				// Over a cap of connections in their handshake:
+				// reset at once, before any TLS state exists.
+				st.rejected.Add(1)
+				st.refused.handshakeCap.Add(1)
+				st.env.strange.refuse(refusedCap, c.RemoteAddr())
+				st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", c.RemoteAddr().String(), "reason", refusedCap)
+				relay.Abort(c)
+				continue
+			}
 		}
 		if st.role == api.RoleOutbound && !st.admitConn(ch, c.RemoteAddr()) {
 			relay.Abort(c) // over a cap of connections at once: reset at once
@@ -391,7 +395,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 		}
 		if !st.trackOn(c, ch) { // stopping: c is reset
 			if st.role == api.RoleInbound {
-				st.env.strange.release(&st.slots[ch], c.RemoteAddr())
+				st.env.strange.release(sl)
 			} else {
 				st.releaseConn()
 			}
@@ -401,7 +405,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 		if st.role == api.RoleOutbound {
 			go st.serveOutbound(ch, c)
 		} else {
-			go st.serveInbound(ch, c)
+			go st.serveInbound(ch, c, sl)
 		}
 	}
 }
@@ -479,8 +483,9 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 }
 
 // serveInbound authenticates a WAN connection accepted on channel ch and
-// relays it to the application's port for that channel.
-func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
+// relays it to the application's port for that channel. sl is its
+// handshake slot (strangers.admit), which it releases.
+func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl slot) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
 	if st.wanT == api.WANTLS {
@@ -490,14 +495,14 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn) {
 		// (On a plaintext leg the acceptor speaks first, its nonce.)
 		raw.SetReadDeadline(time.Now().Add(wan.HandshakeTimeout))
 		if err := sockio.WaitReadable(raw); err != nil {
-			st.env.strange.release(&st.slots[ch], raw.RemoteAddr())
+			st.env.strange.release(sl)
 			raw.Close()
 			st.refuseWAN(ch, raw.RemoteAddr(), fmt.Errorf("%w: %w", wan.ErrBadPreface, err))
 			return
 		}
 	}
 	r, err := wan.AcceptLeg(st.ctx, raw, st.leg(st.record(), ch))
-	st.env.strange.release(&st.slots[ch], raw.RemoteAddr())
+	st.env.strange.release(sl)
 	if err != nil {
 		st.refuseWAN(ch, raw.RemoteAddr(), err)
 		return

@@ -115,7 +115,11 @@ func (s *Server) remove(st *stream) {
 	if st.shared != nil && s.names[st.shared.ServerName] == st {
 		delete(s.names, st.shared.ServerName)
 	}
+	port := s.env.port
 	s.mu.Unlock()
+	if port != nil && st.shared != nil {
+		port.trust.forget(st) // its trust ends with it
+	}
 }
 
 // live returns the streams running now.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,8 +47,8 @@ type wanPort struct {
 	udp  *net.UDPConn
 	quic *wan.QUICListener
 
-	slots   listenerSlots // connections in their handshake
-	trusted trust         // sources some stream's peer authenticated from lately
+	slots listenerSlots // connections in their handshake
+	trust sharedTrust   // the sources each stream's peer authenticated from lately
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -86,6 +87,7 @@ func openWANPort(bind string, port int, proxy bool, e *env, quicCfg wan.QUICConf
 		ln:      ln,
 		udp:     udp,
 		slots:   listenerSlots{shared: true},
+		trust:   sharedTrust{by: map[netip.Addr]map[*stream]time.Time{}, count: map[*stream]int{}},
 		ctx:     ctx,
 		cancel:  cancel,
 		hs:      map[net.Conn]struct{}{},
@@ -180,52 +182,54 @@ func (wp *wanPort) acceptTCP() {
 			return
 		}
 		backoff = 0
-		if !wp.admit(c) {
+		sl, ok := wp.admit(c)
+		if !ok {
 			continue
 		}
 		wp.mu.Lock()
 		if wp.closed {
 			wp.mu.Unlock()
-			wp.release(!wp.proxy, c.RemoteAddr())
+			wp.release(sl)
 			relay.Abort(c)
 			return
 		}
 		wp.hs[c] = struct{}{}
 		wp.wg.Add(1)
 		wp.mu.Unlock()
-		go wp.serve(c)
+		go wp.serve(c, sl)
 	}
 }
 
 // admit takes a handshake slot for c (strangers.admit), or resets c if a
 // cap is reached. Behind a router that speaks the PROXY protocol, c's
 // own address is the router's: c then counts only against the total cap
-// until its header names its source (serve), and takes its slot then.
-func (wp *wanPort) admit(c *net.TCPConn) bool {
+// until its header names its source (serve), and takes its slot then;
+// its slot is the zero slot meanwhile.
+func (wp *wanPort) admit(c *net.TCPConn) (slot, bool) {
 	remote := c.RemoteAddr()
 	if wp.proxy {
 		if wp.unheard.Add(1) > int64(wp.strange.limits.Total) {
 			wp.unheard.Add(-1)
 			wp.strange.refuse(refusedCap, remote)
 			relay.Abort(c)
-			return false
+			return slot{}, false
 		}
-		return true
+		return slot{}, true
 	}
-	if !wp.strange.admit(&wp.slots, remote, wp.trusted.has(remote, time.Now())) {
+	sl, ok := wp.strange.admit(&wp.slots, remote, wp.trust.has(sourceOf(remote), time.Now()))
+	if !ok {
 		wp.strange.refuse(refusedCap, remote)
 		relay.Abort(c)
-		return false
 	}
-	return true
+	return sl, ok
 }
 
 // release frees what admit (or, behind a PROXY router, source) took for
-// a connection: its handshake slot for source remote if held, else its
-// place among the unheard.
-func (wp *wanPort) release(held bool, remote net.Addr) {
-	if held {
-		wp.strange.release(&wp.slots, remote)
+// a connection: its handshake slot if it holds one, else its place among
+// the unheard.
+func (wp *wanPort) release(sl slot) {
+	if sl.ls != nil || sl.trusted {
+		wp.strange.release(sl)
 	} else if wp.proxy {
 		wp.unheard.Add(-1)
 	}
@@ -235,20 +239,21 @@ func (wp *wanPort) release(held bool, remote net.Addr) {
 // handshake slot of the source it names, swapping the unheard count for
 // it. It returns the source, or an error (raw is then closed and counted
 // as refused) with the address to blame.
-func (wp *wanPort) source(raw *net.TCPConn) (net.Addr, error) {
+func (wp *wanPort) source(raw *net.TCPConn) (net.Addr, slot, error) {
 	h, err := proxyproto.Read(raw)
 	wp.unheard.Add(-1)
 	if err != nil {
-		return raw.RemoteAddr(), fmt.Errorf("%w: %w", errProxyHeader, err)
+		return raw.RemoteAddr(), slot{}, fmt.Errorf("%w: %w", errProxyHeader, err)
 	}
 	from := raw.RemoteAddr()
 	if !h.Local && h.Source.IsValid() {
 		from = net.TCPAddrFromAddrPort(h.Source)
 	}
-	if !wp.strange.admit(&wp.slots, from, wp.trusted.has(from, time.Now())) {
-		return from, errOverCap
+	sl, ok := wp.strange.admit(&wp.slots, from, wp.trust.has(sourceOf(from), time.Now()))
+	if !ok {
+		return from, slot{}, errOverCap
 	}
-	return from, nil
+	return from, sl, nil
 }
 
 var (
@@ -258,17 +263,16 @@ var (
 
 // serve authenticates a connection to the shared port and hands it to
 // its stream.
-func (wp *wanPort) serve(raw *net.TCPConn) {
+func (wp *wanPort) serve(raw *net.TCPConn, sl slot) {
 	defer wp.wg.Done()
 	remote := raw.RemoteAddr()
-	held := !wp.proxy // a handshake slot for remote; else unheard
 	untrack := func() {
 		wp.mu.Lock()
 		delete(wp.hs, raw)
 		wp.mu.Unlock()
 	}
 	done := func() {
-		wp.release(held, remote)
+		wp.release(sl)
 		untrack()
 	}
 	// As on a stream's own port: nothing but this goroutine's small
@@ -281,14 +285,14 @@ func (wp *wanPort) serve(raw *net.TCPConn) {
 		return
 	}
 	if wp.proxy {
-		from, err := wp.source(raw)
+		from, fromSlot, err := wp.source(raw)
 		if err != nil {
 			untrack()
 			relay.Abort(raw)
 			wp.refuse(nil, from, err)
 			return
 		}
-		remote, held = from, true
+		remote, sl = from, fromSlot
 	}
 	var st *stream
 	r, err := wan.AcceptRouted(wp.ctx, raw, wp.cert, func(name string) *wan.Leg {
@@ -306,7 +310,7 @@ func (wp *wanPort) serve(raw *net.TCPConn) {
 		wp.refuse(st, remote, err)
 		return
 	}
-	wp.trusted.add(remote, time.Now())
+	wp.trust.add(sourceOf(remote), st, time.Now())
 	if !st.adopt(raw, r.Conn) {
 		return // the stream stopped meanwhile: both are reset
 	}
@@ -357,4 +361,88 @@ func addrString(a net.Addr) string {
 		return ""
 	}
 	return a.String()
+}
+
+// sharedTrust is the trust of the shared port's streams: which sources
+// each stream's peer authenticated from lately (as trust is for a stream
+// on its own ports), indexed by source so that an accept, which does not
+// know its stream yet, asks one map. A source is trusted while a live
+// stream trusts it: forget drops a stream's trust when it ends.
+type sharedTrust struct {
+	mu    sync.Mutex // guards the following fields
+	by    map[netip.Addr]map[*stream]time.Time
+	count map[*stream]int // sources each stream trusts (at most maxTrusted)
+}
+
+// add notes that a leg of st authenticated from src at now.
+func (t *sharedTrust) add(src netip.Addr, st *stream, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.by[src]
+	if _, ok := m[st]; !ok && t.count[st] >= maxTrusted {
+		t.dropOldest(st)
+	}
+	if m == nil {
+		m = map[*stream]time.Time{}
+		t.by[src] = m
+	}
+	if _, ok := m[st]; !ok {
+		t.count[st]++
+	}
+	m[st] = now
+}
+
+// dropOldest drops the source st trusted longest ago. t.mu is held.
+func (t *sharedTrust) dropOldest(st *stream) {
+	var oldest netip.Addr
+	var at time.Time
+	for src, m := range t.by {
+		if a, ok := m[st]; ok && (!oldest.IsValid() || a.Before(at)) {
+			oldest, at = src, a
+		}
+	}
+	if oldest.IsValid() {
+		t.drop(oldest, st)
+	}
+}
+
+// drop forgets that st trusts src. t.mu is held.
+func (t *sharedTrust) drop(src netip.Addr, st *stream) {
+	delete(t.by[src], st)
+	if len(t.by[src]) == 0 {
+		delete(t.by, src)
+	}
+	if t.count[st]--; t.count[st] <= 0 {
+		delete(t.count, st)
+	}
+}
+
+// has reports whether a stream trusts src at now, forgetting the trust
+// of src that ran out.
+func (t *sharedTrust) has(src netip.Addr, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	found := false
+	for st, at := range t.by[src] {
+		if now.Sub(at) > trustFor {
+			t.drop(src, st)
+		} else {
+			found = true
+		}
+	}
+	return found
+}
+
+// forget drops every trust st gave: the stream ended.
+func (t *sharedTrust) forget(st *stream) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.count[st] == 0 {
+		return
+	}
+	for src, m := range t.by {
+		if _, ok := m[st]; ok {
+			t.drop(src, st)
+		}
+	}
 }

@@ -176,10 +176,27 @@ func TestSharedWANPort(t *testing.T) {
 		}
 	}
 	echoOnce("before")
+	trusts := func(uid string) bool {
+		wp := cons.srv.env.port
+		wp.trust.mu.Lock()
+		defer wp.trust.mu.Unlock()
+		for st := range wp.trust.count {
+			if st.uid == uid {
+				return true
+			}
+		}
+		return false
+	}
+	if !trusts(streams[0].inS.UID) {
+		t.Fatal("the shared port does not trust the source stream 0's peer authenticated from")
+	}
 	for _, cl := range []*client.Client{streams[0].out, streams[0].in} {
 		if _, err := cl.Release(ctx, streams[0].inS.UID); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if trusts(streams[0].inS.UID) {
+		t.Fatal("stream 0's trust outlived the stream")
 	}
 	echoOnce("after another stream's release")
 	if _, err := net.Dial("tcp", streams[0].outS.Listeners[0]); err == nil {
@@ -306,7 +323,7 @@ func TestSharedWANPortStrangerCaps(t *testing.T) {
 	}
 	cons := startGW(t, tokens, func(c *Config) {
 		c.WANPort = sharedPort
-		c.Strangers = Limits{PerListener: 2, PerSource: 4, Total: 6}
+		c.Strangers = Limits{PerListener: 2, PerSource: 4, Total: 8, Trusted: 2} // strangers: 6 in all
 	})
 	waitReady(t, cons)
 	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
@@ -315,7 +332,7 @@ func TestSharedWANPortStrangerCaps(t *testing.T) {
 		t.Fatalf("10 strangers from one source, a cap of 4 per source: %d refused, want 6 (the per-listener cap of 2 must not apply)", got)
 	}
 	if got := refused("127.0.0.72", 10); got != 8 {
-		t.Fatalf("10 more from another source, a total cap of 6: %d refused, want 8", got)
+		t.Fatalf("10 more from another source, a strangers' total of 6: %d refused, want 8", got)
 	}
 }
 
