@@ -108,29 +108,29 @@ type strangers struct {
 	limits Limits
 	log    *slog.Logger
 
-	mu        sync.Mutex // guards the following fields
+	mu        sync.Mutex         // guards the following fields
 	total     int                // in their handshake, trusted or not
 	bySource  map[netip.Addr]int // strangers in their handshake, by source
 	trusted   int                // trusted sources' connections in their handshake
 	byTrusted map[netip.Addr]int // the same, by source
-	peak     int                // most in their handshake at once since the last free
-	churn    int                // refusals since the last free
-	refused  map[string]int     // by reason, since the last summary
-	sources  map[netip.Addr]int // refusals by source, since the last summary
-	since    time.Time          // start of the current summary interval
-	ever     map[string]int64   // refusals by reason since the start (metrics.go)
+	peak      int                // most in their handshake at once since the last free
+	churn     int                // refusals since the last free
+	refused   map[string]int     // by reason, since the last summary
+	sources   map[netip.Addr]int // refusals by source, since the last summary
+	since     time.Time          // start of the current summary interval
+	ever      map[string]int64   // refusals by reason since the start (metrics.go)
 }
 
 func newStrangers(l Limits, log *slog.Logger, now time.Time) *strangers {
 	return &strangers{
-		limits:   l.withDefaults(),
-		log:      log,
+		limits:    l.withDefaults(),
+		log:       log,
 		bySource:  map[netip.Addr]int{},
 		byTrusted: map[netip.Addr]int{},
 		refused:   map[string]int{},
-		sources:  map[netip.Addr]int{},
-		since:    now,
-		ever:     map[string]int64{},
+		sources:   map[netip.Addr]int{},
+		since:     now,
+		ever:      map[string]int64{},
 	}
 }
 
