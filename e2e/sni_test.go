@@ -136,7 +136,7 @@ func TestSNIRouter(t *testing.T) {
 		return []string{"--wan_port", "8443", "--wan_domain", domain, "--wan_advertise", router.addr}
 	}
 	// A hears from the router who each peer is (the PROXY protocol).
-	consA := p.start("consA", ipA, pairOpts{args: append(gwArgs("a.wan.test"), "--wan_proxy_protocol")})
+	consA := p.start("consA", ipA, pairOpts{args: append(gwArgs("a.wan.test"), "--wan_proxy_protocol", "--wan_proxy_from", "127.0.0.1")}) // HAProxy's address
 	consB := p.start("consB", ipB, pairOpts{args: gwArgs("b.wan.test")})
 	app := newSink(t, "127.0.0.1", nil)
 

@@ -42,6 +42,7 @@ type options struct {
 	wanDomain          string
 	wanAdvertise       string
 	wanProxy           bool
+	wanProxyFrom       string
 	pool               gateway.PoolConfig
 	certFile, keyFile  string
 	tokensFile         string
@@ -91,6 +92,7 @@ func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.wanPort, "wan_port", 0, "shared WAN port (443 behind an SNI router): one TCP listener and one UDP socket for the inbound WAN legs of every tls and quic stream, told apart by TLS server name; 0: each stream listens on ports of its own from --port_range")
 	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+gateway.DefaultWANDomain+")")
 	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
+	fs.StringVar(&o.wanProxyFrom, "wan_proxy_from", "", "with --wan_proxy_protocol (required there): the routers' addresses, CIDR prefixes or addresses, comma-separated; a connection to the shared WAN port from any other address is reset before its header is read, so no one past the router names a source of their choosing")
 	fs.IntVar(&o.pool.MaxPerPeer, "pool_max_per_peer", 64, "most pooled WAN legs (idle and busy) to one peer gateway; at the cap an idle one is torn down by --pool_policy")
 	fs.StringVar(&o.pool.Policy, "pool_policy", gateway.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
 	fs.IntVar(&o.pool.MaxWarm, "pool_max_warm", 16, "largest wan_pool (idle pooled legs per channel) a stream may ask for")
@@ -198,7 +200,7 @@ func (o *options) config() (gateway.Config, error) {
 	for _, l := range []struct {
 		flag, v string
 		to      *[]netip.Prefix
-	}{{"--allow_targets", o.allowTargets, &cfg.AllowTargets}, {"--allow_peers", o.allowPeers, &cfg.AllowPeers}} {
+	}{{"--allow_targets", o.allowTargets, &cfg.AllowTargets}, {"--allow_peers", o.allowPeers, &cfg.AllowPeers}, {"--wan_proxy_from", o.wanProxyFrom, &cfg.WANProxyFrom}} {
 		if l.v == "" {
 			continue
 		}
@@ -286,6 +288,7 @@ func flagError(err error) error {
 		"Takeover":         "--takeover",
 		"WANDomain":        "--wan_domain",
 		"WANAdvertise":     "--wan_advertise",
+		"WANProxyFrom":     "--wan_proxy_from",
 		"Pool.MaxPerPeer":  "--pool_max_per_peer",
 		"Pool.Policy":      "--pool_policy",
 		"Pool.MaxWarm":     "--pool_max_warm",

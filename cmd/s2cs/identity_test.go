@@ -179,7 +179,7 @@ func TestServeIdentity(t *testing.T) {
 		"--state_dir", filepath.Join(dir, "state"), "--log_format", "json", "--tokens", tokensFile, "--roles", rolesFile,
 		"--oidc_issuer", is.URL, "--oidc_audience", is.Audience, "--oidc_ca", is.CAFile,
 		"--introspection_url", is.URL + "/introspect", "--introspection_client_id", is.IntrospectionClientID,
-		"--introspection_secret_file", secretFile, "--introspection_alias", "globus"})
+		"--introspection_secret_file", secretFile, "--introspection_alias", "globus", "--allow_targets", "127.0.0.0/8"})
 	cert := filepath.Join(dir, "state", "s2cs.crt")
 	jwt := is.Mint(oidctest.Claims{Subject: "alice"})
 	opaque := is.MintOpaque(oidctest.Claims{Subject: "bob"})

@@ -70,6 +70,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--allow_targets", "10.0.0.1/8"}, "--allow_targets: 10.0.0.1/8 has bits set past its length: did you mean 10.0.0.0/8?"},
 		{[]string{"--listener_ip", "127.0.0.1", "--allow_targets", "10.0.0.0/8,"}, "--allow_targets \"10.0.0.0/8,\" holds an empty entry"},
 		{[]string{"--listener_ip", "127.0.0.1", "--allow_peers", "gw.example.org"}, `--allow_peers: "gw.example.org" is neither a CIDR prefix nor an address`},
+		{[]string{"--listener_ip", "127.0.0.1", "--wan_port", "8443", "--wan_proxy_protocol"}, "--wan_proxy_from is required with the PROXY protocol: list the addresses of the routers"},
+		{[]string{"--listener_ip", "127.0.0.1", "--wan_port", "8443", "--wan_proxy_from", "10.0.0.1"}, "--wan_proxy_from applies to the PROXY protocol only"},
 		{[]string{"--listener_ip", "127.0.0.1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{[]string{"--listener_ip", "127.0.0.1", "stray"}, `unexpected argument "stray"`},
 	} {

@@ -95,6 +95,12 @@ type Config struct {
 	// port that nothing but the router can reach: anyone else could name
 	// any source. If false, a connection's own address is its source.
 	WANProxyProtocol bool
+	// WANProxyFrom lists the routers' addresses: with WANProxyProtocol,
+	// a connection to the shared port from any other address is reset
+	// before a byte of it is read, so that no one who reaches the port
+	// past the router names a source of its choosing. Required with
+	// WANProxyProtocol, refused without it.
+	WANProxyFrom []netip.Prefix
 	// AppWaitDefault is how long an inbound stream whose request gives no
 	// app_wait_s holds a WAN connection whose application cannot be
 	// reached, dialing it again with backoff, before it resets the
@@ -348,6 +354,10 @@ func (c Config) Validate() error {
 		return fieldError("WANPort", "%d lies inside the port range %s: give a port outside it", c.WANPort, c.PortRange)
 	case c.WANDomain != "" && (!wan.ValidServerName(c.WANDomain) || len(c.WANDomain) > maxWANDomain):
 		return fieldError("WANDomain", "%.80q is not a lower-case DNS domain of at most %d bytes, e.g. wan.gw1.example.org", c.WANDomain, maxWANDomain)
+	case c.WANProxyProtocol && len(c.WANProxyFrom) == 0:
+		return fieldError("WANProxyFrom", "is required with the PROXY protocol: list the addresses of the routers that send it (e.g. 10.1.0.10/32), so that no one else names a source of their choosing")
+	case !c.WANProxyProtocol && len(c.WANProxyFrom) > 0:
+		return fieldError("WANProxyFrom", "applies to the PROXY protocol only: turn it on too, or leave the routers' addresses out")
 	case (c.WANDomain != "" || c.WANAdvertise != "" || c.WANProxyProtocol) && c.WANPort == 0:
 		return fieldError("WANPort", "is needed by the shared port's domain, advertised address and PROXY protocol: give the port too")
 	case c.AppWaitDefault > 0 && c.AppWaitDefault%time.Second != 0:

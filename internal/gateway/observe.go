@@ -209,7 +209,7 @@ func (s *strangers) refusedSince() map[string]int64 {
 // the metrics' reason label.
 func refusalKeys() []string {
 	return []string{"handshake_cap", "allow_list", "tls", "timeout", "bad_preface", "wrong_stream",
-		"bad_secret", "closed", "quic", "unknown_name", "no_proxy_header", "over_cap", "other"}
+		"bad_secret", "closed", "quic", "unknown_name", "no_proxy_header", "not_a_router", "over_cap", "other"}
 }
 
 // refusalKey is the short name of a refusal reason of strangers.go.
@@ -237,6 +237,8 @@ func refusalKey(reason string) string {
 		return "unknown_name"
 	case refusedProxy:
 		return "no_proxy_header"
+	case refusedProxyFrom:
+		return "not_a_router"
 	case refusedOverCap:
 		return "over_cap"
 	}

@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -180,7 +181,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Unlock()
 
 	if s.cfg.WANPort != 0 {
-		wp, err := openWANPort(s.cfg.BindIP, s.cfg.WANPort, s.cfg.WANProxyProtocol, s.env, s.cfg.QUIC, s.byName)
+		wp, err := openWANPort(s.cfg.BindIP, s.cfg.WANPort, s.proxyFrom(), s.env, s.cfg.QUIC, s.byName)
 		if err != nil {
 			ln.Close()
 			s.Shutdown(context.Background())
@@ -197,7 +198,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			ln.Close()
 			return http.ErrServerClosed
 		}
-		s.log.Info("shared WAN port open", "bind", wp.ln.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol)
+		s.log.Info("shared WAN port open", "bind", wp.ln.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol, "proxy_from", s.cfg.WANProxyFrom)
 	}
 	restore := s.restore
 	if s.fac != nil {
@@ -237,6 +238,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.Shutdown(sctx)
+}
+
+// proxyFrom returns the routers that may send the shared WAN port the
+// PROXY protocol, or nil if it is not spoken there.
+func (s *Server) proxyFrom() []netip.Prefix {
+	if !s.cfg.WANProxyProtocol {
+		return nil
+	}
+	return s.cfg.WANProxyFrom
 }
 
 // httpServer returns an HTTP server of h with the gateway's bounds on a

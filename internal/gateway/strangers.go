@@ -87,19 +87,20 @@ func (l Limits) validate() error {
 
 // Why a connection was refused, the keys of the summary line.
 const (
-	refusedCap      = "over the cap of connections in their handshake"
-	refusedAllow    = "source not in the allow-list"
-	refusedTLS      = "TLS handshake failed (not the pinned certificate, or not TLS)"
-	refusedTimeout  = "handshake or preface too slow"
-	refusedPreface  = "malformed preface"
-	refusedWrong    = "preface names another stream or channel"
-	refusedSecret   = "preface does not prove the stream secret"
-	refusedClosed   = "closed before its preface"
-	refusedQUIC     = "QUIC peer or stream refused"
-	refusedName     = "server name of no stream on the shared WAN port"
-	refusedProxy    = "no PROXY protocol header from the router"
-	refusedOverCap  = "over the cap of application connections at once (the stream's max_active_conns or the gateway's)"
-	summaryInterval = 10 * time.Second
+	refusedCap       = "over the cap of connections in their handshake"
+	refusedAllow     = "source not in the allow-list"
+	refusedTLS       = "TLS handshake failed (not the pinned certificate, or not TLS)"
+	refusedTimeout   = "handshake or preface too slow"
+	refusedPreface   = "malformed preface"
+	refusedWrong     = "preface names another stream or channel"
+	refusedSecret    = "preface does not prove the stream secret"
+	refusedClosed    = "closed before its preface"
+	refusedQUIC      = "QUIC peer or stream refused"
+	refusedName      = "server name of no stream on the shared WAN port"
+	refusedProxy     = "no PROXY protocol header from the router"
+	refusedProxyFrom = "PROXY protocol port reached from an address that is not a router's (s2cs --wan_proxy_from)"
+	refusedOverCap   = "over the cap of application connections at once (the stream's max_active_conns or the gateway's)"
+	summaryInterval  = 10 * time.Second
 )
 
 // strangers counts the gateway's unauthenticated connections and its
@@ -151,6 +152,9 @@ type slot struct {
 	ls      *listenerSlots // nil for a trusted slot
 	src     netip.Addr
 	trusted bool
+	// unheard: a connection from a router whose PROXY header has not
+	// come yet (wanPort.admit), src the router.
+	unheard bool
 }
 
 // admit reserves a handshake slot for a connection from remote on the

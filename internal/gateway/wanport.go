@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"scistream/internal/api"
@@ -39,9 +39,11 @@ type wanPort struct {
 	cert    *tls.Certificate
 	lookup  func(name string) *stream // a live stream by server name, or nil
 	// proxy: every connection starts with a PROXY protocol v2 header
-	// from the router in front (Config.WANProxyProtocol).
-	proxy   bool
-	unheard atomic.Int64 // proxy: connections whose header has not come yet
+	// from a router in front, whose addresses proxyFrom lists
+	// (Config.WANProxyProtocol, WANProxyFrom).
+	proxy     bool
+	proxyFrom []netip.Prefix
+	unheard   unheard // proxy: connections whose header has not come yet
 
 	ln   *net.TCPListener
 	udp  *net.UDPConn
@@ -62,7 +64,9 @@ type wanPort struct {
 
 // openWANPort binds the shared WAN port on bind (TCP and UDP); start
 // starts accepting on it. lookup finds a live stream by its server name.
-func openWANPort(bind string, port int, proxy bool, e *env, quicCfg wan.QUICConfig, lookup func(string) *stream) (*wanPort, error) {
+// proxyFrom, if not nil, lists the routers that send every connection's
+// PROXY protocol header.
+func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *env, quicCfg wan.QUICConfig, lookup func(string) *stream) (*wanPort, error) {
 	addr := net.JoinHostPort(bind, strconv.Itoa(port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
@@ -79,18 +83,20 @@ func openWANPort(bind string, port int, proxy bool, e *env, quicCfg wan.QUICConf
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	wp := &wanPort{
-		log:     e.log,
-		strange: e.strange,
-		cert:    e.cert,
-		lookup:  lookup,
-		proxy:   proxy,
-		ln:      ln,
-		udp:     udp,
-		slots:   listenerSlots{shared: true},
-		trust:   sharedTrust{by: map[netip.Addr]map[*stream]time.Time{}, count: map[*stream]int{}},
-		ctx:     ctx,
-		cancel:  cancel,
-		hs:      map[net.Conn]struct{}{},
+		log:       e.log,
+		strange:   e.strange,
+		cert:      e.cert,
+		lookup:    lookup,
+		proxy:     proxyFrom != nil,
+		proxyFrom: proxyFrom,
+		unheard:   unheard{by: map[netip.Addr]int{}},
+		ln:        ln,
+		udp:       udp,
+		slots:     listenerSlots{shared: true},
+		trust:     sharedTrust{by: map[netip.Addr]map[*stream]time.Time{}, count: map[*stream]int{}},
+		ctx:       ctx,
+		cancel:    cancel,
+		hs:        map[net.Conn]struct{}{},
 	}
 	quicCfg.Logger = e.log.With("wan_port", addr)
 	quicCfg.OnReject = func(remote net.Addr, err error) {
@@ -202,19 +208,24 @@ func (wp *wanPort) acceptTCP() {
 
 // admit takes a handshake slot for c (strangers.admit), or resets c if a
 // cap is reached. Behind a router that speaks the PROXY protocol, c's
-// own address is the router's: c then counts only against the total cap
-// until its header names its source (serve), and takes its slot then;
-// its slot is the zero slot meanwhile.
+// own address is the router's, and must be one of proxyFrom: c then
+// counts among the unheard (in all, and per router) until its header
+// names its source (serve), and takes its slot then.
 func (wp *wanPort) admit(c *net.TCPConn) (slot, bool) {
 	remote := c.RemoteAddr()
 	if wp.proxy {
-		if wp.unheard.Add(1) > int64(wp.strange.limits.Total) {
-			wp.unheard.Add(-1)
+		src := sourceOf(remote)
+		if !slices.ContainsFunc(wp.proxyFrom, func(p netip.Prefix) bool { return p.Contains(src) }) {
+			wp.strange.refuse(refusedProxyFrom, remote)
+			relay.Abort(c)
+			return slot{}, false
+		}
+		if !wp.unheard.take(src, wp.strange.limits.Total) {
 			wp.strange.refuse(refusedCap, remote)
 			relay.Abort(c)
 			return slot{}, false
 		}
-		return slot{}, true
+		return slot{src: src, unheard: true}, true
 	}
 	sl, ok := wp.strange.admit(&wp.slots, remote, wp.trust.has(sourceOf(remote), time.Now()))
 	if !ok {
@@ -228,10 +239,41 @@ func (wp *wanPort) admit(c *net.TCPConn) (slot, bool) {
 // a connection: its handshake slot if it holds one, else its place among
 // the unheard.
 func (wp *wanPort) release(sl slot) {
-	if sl.ls != nil || sl.trusted {
+	if sl.unheard {
+		wp.unheard.give(sl.src)
+	} else {
 		wp.strange.release(sl)
-	} else if wp.proxy {
-		wp.unheard.Add(-1)
+	}
+}
+
+// unheard counts the connections from the routers whose PROXY header has
+// not come yet, in all and by router.
+type unheard struct {
+	mu sync.Mutex // guards the following fields
+	n  int
+	by map[netip.Addr]int
+}
+
+// take counts one more from router src, or reports false if that would
+// pass total in all or half of it from src (so that one router, or one
+// address in the routers' list, cannot keep another out).
+func (u *unheard) take(src netip.Addr, total int) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n >= total || u.by[src] >= max(1, total/2) {
+		return false
+	}
+	u.n++
+	u.by[src]++
+	return true
+}
+
+func (u *unheard) give(src netip.Addr) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.n--
+	if u.by[src]--; u.by[src] <= 0 {
+		delete(u.by, src)
 	}
 }
 
@@ -239,9 +281,9 @@ func (wp *wanPort) release(sl slot) {
 // handshake slot of the source it names, swapping the unheard count for
 // it. It returns the source, or an error (raw is then closed and counted
 // as refused) with the address to blame.
-func (wp *wanPort) source(raw *net.TCPConn) (net.Addr, slot, error) {
+func (wp *wanPort) source(raw *net.TCPConn, heard slot) (net.Addr, slot, error) {
 	h, err := proxyproto.Read(raw)
-	wp.unheard.Add(-1)
+	wp.release(heard)
 	if err != nil {
 		return raw.RemoteAddr(), slot{}, fmt.Errorf("%w: %w", errProxyHeader, err)
 	}
@@ -285,7 +327,7 @@ func (wp *wanPort) serve(raw *net.TCPConn, sl slot) {
 		return
 	}
 	if wp.proxy {
-		from, fromSlot, err := wp.source(raw)
+		from, fromSlot, err := wp.source(raw, sl)
 		if err != nil {
 			untrack()
 			relay.Abort(raw)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -347,6 +349,7 @@ func TestSharedWANPortProxyProtocol(t *testing.T) {
 	cons := startGW(t, tokens, func(c *Config) {
 		c.WANPort = sharedPort
 		c.WANProxyProtocol = true
+		c.WANProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} // the router: the test's address
 		c.Strangers = Limits{PerSource: 2, Total: 100}
 	})
 	waitReady(t, cons)
@@ -390,5 +393,91 @@ func TestSharedWANPortProxyProtocol(t *testing.T) {
 	err = tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "x." + DefaultWANDomain}).Handshake()
 	if err == nil || isTimeoutErr(err) {
 		t.Fatalf("a connection without a PROXY header: handshake %v, want it refused at once", err)
+	}
+}
+
+// TestSharedWANPortProxyFrom (issue 25, finding 6): behind a router that
+// sends the PROXY protocol, only the routers' addresses may speak it: a
+// client that reaches the port directly cannot name a source of its
+// choosing, nor fill the budget of connections whose header has not come,
+// and one router cannot take all of it from another.
+func TestSharedWANPortProxyFrom(t *testing.T) {
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 40
+	cons := startGW(t, tokens, func(c *Config) {
+		c.WANPort = sharedPort
+		c.WANProxyProtocol = true
+		c.WANProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.101/32"), netip.MustParsePrefix("127.0.0.102/32")}
+		c.Strangers = Limits{PerSource: 8, Total: total}
+	})
+	waitReady(t, cons)
+	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
+	dst := netip.MustParseAddrPort(addr)
+	strange := cons.srv.strange
+	refusals := func(reason string) int64 {
+		strange.mu.Lock()
+		defer strange.mu.Unlock()
+		return strange.ever[reason]
+	}
+	wp := cons.srv.env.port
+	unheard := func() int {
+		wp.unheard.mu.Lock()
+		defer wp.unheard.mu.Unlock()
+		return wp.unheard.n
+	}
+	// dial connects from src and sends first, if not nil.
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	dial := func(src string, first []byte) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNRESET) {
+				return
+			}
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if first != nil {
+			c.Write(first)
+		}
+	}
+	// A client past the router names 300 sources of its choosing.
+	for i := range 300 {
+		dial("127.0.0.91", proxyproto.Append(nil, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 4000), dst))
+	}
+	waitfor.Must(t, 30*time.Second, "300 connections past the router refused", func() bool { return refusals(refusedProxyFrom) == 300 })
+	strange.mu.Lock()
+	blamed := topSources(strange.sources, 1)
+	strange.mu.Unlock()
+	if !strings.HasPrefix(blamed, "127.0.0.91 ") {
+		t.Fatalf("the refusals blame %q, want the real address 127.0.0.91", blamed)
+	}
+	// It opens as many silent connections as the budget holds: refused,
+	// so a router's connection still gets in.
+	for range total {
+		dial("127.0.0.91", nil)
+	}
+	waitfor.Must(t, 30*time.Second, "the silent connections past the router refused", func() bool { return refusals(refusedProxyFrom) == 300+total })
+	// One router holds half the budget at most while its headers have
+	// not come; the other router still gets in.
+	for range total {
+		dial("127.0.0.101", nil)
+	}
+	waitfor.Must(t, 30*time.Second, "one router's silent connections admitted or refused", func() bool {
+		return unheard() == total/2 && refusals(refusedCap) == total/2
+	})
+	before := refusals(refusedCap) + refusals(refusedProxyFrom) + refusals(refusedProxy)
+	dial("127.0.0.102", nil)
+	waitfor.Must(t, 30*time.Second, "the second router's connection admitted", func() bool { return unheard() == total/2+1 })
+	if after := refusals(refusedCap) + refusals(refusedProxyFrom) + refusals(refusedProxy); after != before {
+		t.Fatalf("the second router's connection was refused (%d refusals, %d before)", after, before)
 	}
 }
