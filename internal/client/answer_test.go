@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,10 +46,9 @@ func (r *recorder) take() []string {
 
 // TestPathSegments: a UID is one path segment of the request whatever
 // it holds: a "/", "?" or "#" in it does not make the request go to
-// another path (attach of "x/attach", the info of "a/../../info"), and
-// the redirect a server answers for a path with ".." in it (as Go's
-// ServeMux does) is not followed. "", "." and "..", which cannot be one
-// segment, send nothing.
+// another path (attach of "x/attach"; "a/../../info", which the
+// ServeMux behind would clean and redirect to /v1/info). "", "." and
+// "..", which cannot be one segment, send nothing.
 func TestPathSegments(t *testing.T) {
 	id := newIdentity(t)
 	rec := &recorder{}
@@ -210,5 +210,32 @@ func TestSessionsNameNoOtherFile(t *testing.T) {
 	}
 	if s, err := ss.Load(uid1); err != nil || s.UID != uid1 {
 		t.Fatalf("Load of a saved record: %+v, %v", s, err)
+	}
+}
+
+// TestNoRedirect: a gateway that answers a redirect does not get the
+// request, and its token, sent to the path (or host) it names: the
+// control API never redirects, so the redirect is an error.
+func TestNoRedirect(t *testing.T) {
+	id := newIdentity(t)
+	rec := &recorder{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/info", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/v1/elsewhere", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/v1/streams/{uid}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/v1/streams/"+uid1+"/attach", http.StatusPermanentRedirect)
+	})
+	srv := tlsServer(t, id, rec.wrap(mux))
+	addr := srv.Listener.Addr().String()
+	c := newClient(t, client.Config{Addr: addr, ServerCert: id.file, Token: "secret-token", Timeout: 5 * time.Second})
+	if _, err := c.Info(context.Background()); err == nil || !strings.Contains(err.Error(), "HTTP 307") {
+		t.Errorf("Info redirected: %v, want the redirect as an error", err)
+	}
+	if _, err := c.Release(context.Background(), uid1); err == nil || !strings.Contains(err.Error(), "HTTP 308") {
+		t.Errorf("Release redirected: %v, want the redirect as an error", err)
+	}
+	if got, want := rec.take(), []string{"GET /v1/info", "DELETE /v1/streams/" + uid1}; !slices.Equal(got, want) {
+		t.Errorf("sent %q, want only %q", got, want)
 	}
 }
