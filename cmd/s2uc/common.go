@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -72,6 +71,8 @@ func hint(err error) error {
 	case errors.As(err, &ae) && ae.RequestID != "" && operatorsCode(ae.Code):
 		// Not the caller's to fix: name the request the gateway logged.
 		return fmt.Errorf("%w (request %s in the gateway's log)", err, ae.RequestID)
+	case errors.Is(err, client.ErrBadAnswer):
+		return fmt.Errorf("%w; s2uc kept and forwarded nothing of it: check that --s2cs and --server_cert name a SciStream gateway you trust", err)
 	case errors.Is(err, client.ErrCertificate):
 		return fmt.Errorf("%w; pass the gateway's certificate with --server_cert (s2cs prints its path at start)", err)
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrNotHTTPS):
@@ -242,13 +243,6 @@ func checkMaxActive(n int) error {
 }
 
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
-
-// printJSON writes v as one indented JSON object.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
 
 // public strips what must never be printed (the stream secret) and the
 // bulky PEM from a stream view.

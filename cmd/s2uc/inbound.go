@@ -73,9 +73,11 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if cl.output == "json" {
 		return printJSON(stdout, public(s))
 	}
-	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
+	// The UID, listeners and server name were checked by client.Inbound:
+	// the next line quotes them as a command to run.
+	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, printableList(s.Listeners, " "))
 	if s.WANServerName != "" {
-		fmt.Fprintf(stdout, "server name: %s (on the shared WAN port; outbound-request sends it)\n", s.WANServerName)
+		fmt.Fprintf(stdout, "server name: %s (on the shared WAN port; outbound-request sends it)\n", printable(s.WANServerName))
 	}
 	printTerms(stdout, s)
 	fmt.Fprintf(stdout, "next: s2uc outbound-request --s2cs PRODUCER_GATEWAY:PORT --server_cert FILE --remote_ip %s --receiver_ports %s --num_conn %d %s %s\n",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"scistream/internal/pace"
@@ -28,14 +27,14 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cl.output == "json" {
 		return printJSON(stdout, info)
 	}
-	as := info.Identity
+	as := printable(info.Identity)
 	if len(info.Roles) > 0 {
-		as += " (" + strings.Join(info.Roles, ", ") + ")"
+		as += " (" + printableList(info.Roles, ", ") + ")"
 	}
 	fmt.Fprintf(stdout, "s2cs %s at %s as %s\n  listener_ip %s, ports %s\n  engines %s (default %s), wan %s\n  app wait %s (default), at most %s\n  certificate sha256 %s\n",
-		info.Version, gw.s2cs, as, info.ListenerIP, info.PortRange,
-		strings.Join(info.Engines, ","), info.DefaultEngine, strings.Join(info.WAN, ","),
-		time.Duration(info.AppWaitDefaultS)*time.Second, time.Duration(info.AppWaitMaxS)*time.Second, info.WANCertSHA256)
+		printable(info.Version), gw.s2cs, as, printable(info.ListenerIP), printable(info.PortRange),
+		printableList(info.Engines, ","), printable(info.DefaultEngine), printableList(info.WAN, ","),
+		time.Duration(info.AppWaitDefaultS)*time.Second, time.Duration(info.AppWaitMaxS)*time.Second, printable(info.WANCertSHA256))
 	capacity := "undeclared (rates are kept to, not reserved)"
 	if info.CapacityRate > 0 {
 		capacity = fmt.Sprintf("%s, %s reserved", pace.Rate(info.CapacityRate), rateBound(info.ReservedRate, "nothing"))

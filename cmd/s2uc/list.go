@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"scistream/internal/api"
@@ -44,14 +43,14 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintln(tw, "UID\tROLE\tSTATE\tLISTENERS\tCONNS\tTO WAN\tFROM WAN\tRATE TO/FROM WAN")
 	for _, s := range list {
 		if owners {
-			fmt.Fprintf(tw, "%s\t", s.Owner)
+			fmt.Fprintf(tw, "%s\t", printable(s.Owner))
 		}
 		st := s.Stats
 		if st == nil {
 			st = &api.Stats{}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s / %s\n", s.UID, s.Role, s.State,
-			strings.Join(s.Listeners, ","), st.ActiveConns, bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s / %s\n", s.UID, printable(string(s.Role)), printable(string(s.State)),
+			printableList(s.Listeners, ","), st.ActiveConns, bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN),
 			fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
 	}
 	return tw.Flush()

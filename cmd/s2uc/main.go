@@ -54,6 +54,12 @@ func tool() *subcmd.Tool {
 	}
 }
 
+// run runs s2uc with args, the command line after its name. The message
+// of the error it returns is printable (printableError): it may carry a
+// gateway's text.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return hint(tool().Run(ctx, args, stdout, stderr))
+	if err := hint(tool().Run(ctx, args, stdout, stderr)); err != nil {
+		return printableError{err}
+	}
+	return nil
 }

@@ -115,7 +115,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if cl.output == "json" {
 		return printJSON(stdout, public(s))
 	}
-	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, strings.Join(s.Listeners, " "))
+	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, printableList(s.Listeners, " "))
 	printTerms(stdout, s)
 	return nil
 }

@@ -78,7 +78,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		released = append(released, public(s))
 		dropSide(sess, t.gw.s2cs)
 		if cl.output == "text" {
-			line := fmt.Sprintf("released %s on %s (%s)", uid, t.gw.s2cs, s.Role)
+			line := fmt.Sprintf("released %s on %s (%s)", uid, t.gw.s2cs, printable(string(s.Role)))
 			if s.Stats != nil {
 				line += fmt.Sprintf(": %s to WAN, %s from WAN", bytesize.Human(s.Stats.BytesToWAN), bytesize.Human(s.Stats.BytesFromWAN))
 			}

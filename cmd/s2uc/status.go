@@ -92,11 +92,11 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	if st == nil {
 		st = &api.Stats{}
 	}
-	fmt.Fprintf(w, "%s on %s: %s %s", s.UID, addr, s.Role, s.State)
+	fmt.Fprintf(w, "%s on %s: %s %s", s.UID, addr, printable(string(s.Role)), printable(string(s.State)))
 	if s.Reason != "" {
-		fmt.Fprintf(w, " (%s)", s.Reason)
+		fmt.Fprintf(w, " (%s)", printable(s.Reason))
 	}
-	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s", strings.Join(s.Listeners, ","), strings.Join(s.Targets, ","), s.WAN, s.Engine)
+	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s", printableList(s.Listeners, ","), printableList(s.Targets, ","), printable(s.WAN), printable(s.Engine))
 	if s.AppWaitS != nil {
 		fmt.Fprintf(w, ", app wait %s", time.Duration(*s.AppWaitS)*time.Second)
 	}
@@ -122,27 +122,27 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 			s.WANPool, st.LegsIdle, st.LegsCreated, st.LegsReused, st.LegsTornDown)
 	}
 	if s.WANServerName != "" {
-		fmt.Fprintf(w, "  on the shared WAN port as %s\n", s.WANServerName)
+		fmt.Fprintf(w, "  on the shared WAN port as %s\n", printable(s.WANServerName))
 	}
 	if len(s.Channels) > 0 {
 		fmt.Fprint(w, "  channels:")
 		for _, c := range s.Channels {
-			node := c.Node
+			node := printable(c.Node)
 			if node == "" {
 				node = "no node (being taken over)"
 			}
-			fmt.Fprintf(w, " %d %s on %s;", c.Channel, c.Listener, node)
+			fmt.Fprintf(w, " %d %s on %s;", c.Channel, printable(c.Listener), node)
 		}
 		fmt.Fprintln(w)
 	}
 	fmt.Fprint(w, "  ")
 	printTerms(w, s)
 	if s.EngineNote != "" {
-		fmt.Fprintf(w, "  engine: %s\n", s.EngineNote)
+		fmt.Fprintf(w, "  engine: %s\n", printable(s.EngineNote))
 	}
 	for _, k := range api.EndKinds() {
 		if l, ok := st.LastErrors[k]; ok {
-			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), l.Reason)
+			fmt.Fprintf(w, "  last %s %s: %s\n", endName(k), l.Time.Local().Format("2006-01-02 15:04:05"), printable(l.Reason))
 		}
 	}
 	fmt.Fprintf(w, "  bytes %s to WAN, %s from WAN; rate %s to WAN, %s from WAN\n",

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 
 	"scistream/internal/api"
 	"scistream/internal/client"
@@ -99,12 +98,12 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		})
 	}
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\ninbound listeners: %s\n", inS.UID,
-		strings.Join(outS.Listeners, " "), strings.Join(inS.Listeners, " "))
+		printableList(outS.Listeners, " "), printableList(inS.Listeners, " "))
 	printTerms(stdout, outS)
 	// Named by role, not as producer and consumer: with ZeroMQ PUB/SUB
 	// the producer is the one that listens.
-	fmt.Fprintf(stdout, "the application that connects: connect it to %s\n", strings.Join(outS.Listeners, " "))
-	fmt.Fprintf(stdout, "the application that listens: listen on %s; the inbound gateway connects to it\n", strings.Join(inS.Targets, " "))
+	fmt.Fprintf(stdout, "the application that connects: connect it to %s\n", printableList(outS.Listeners, " "))
+	fmt.Fprintf(stdout, "the application that listens: listen on %s; the inbound gateway connects to it\n", printableList(inS.Targets, " "))
 	return nil
 }
 

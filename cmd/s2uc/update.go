@@ -131,7 +131,7 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 		if cl.output == "text" {
-			fmt.Fprintf(stdout, "updated %s on %s (%s): ", uid, sd.gw.s2cs, s.Role)
+			fmt.Fprintf(stdout, "updated %s on %s (%s): ", uid, sd.gw.s2cs, printable(string(s.Role)))
 			printTerms(stdout, s)
 		}
 	}

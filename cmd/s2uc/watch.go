@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -167,7 +166,7 @@ func (w *watcher) spark(gw string, s *api.Stream) *sparks {
 func (w *watcher) lines(ctx context.Context, interval time.Duration, count int) error {
 	return w.loop(ctx, interval, count, nil, func(v *view) error {
 		if w.json {
-			return json.NewEncoder(w.out).Encode(map[string]any{"time": v.at, "gateways": v.gws})
+			return writeJSON(w.out, map[string]any{"time": v.at, "gateways": v.gws}, "")
 		}
 		for _, l := range v.lines() {
 			if _, err := fmt.Fprintln(w.out, l); err != nil {
@@ -233,7 +232,7 @@ func (v *view) lines() []string {
 			out = append(out, fmt.Sprintf("time=%s gateway=%s uid=%s role=%s state=%s active=%d total=%d waiting=%d refused=%d aborted=%d"+
 				" bytes_to_wan=%d bytes_from_wan=%d rate_to_wan=%.1fMB/s rate_from_wan=%.1fMB/s"+
 				" window_to_wan=%sMB/s window_from_wan=%sMB/s steady_to_wan=%sMB/s steady_from_wan=%sMB/s",
-				at, g.Gateway, s.UID, s.Role, s.State, st.ActiveConns, st.TotalConns, st.WaitingConns, st.RejectedConns, st.AbortedConns,
+				at, g.Gateway, s.UID, printable(string(s.Role)), printable(string(s.State)), st.ActiveConns, st.TotalConns, st.WaitingConns, st.RejectedConns, st.AbortedConns,
 				st.BytesToWAN, st.BytesFromWAN, st.RateToWAN/1e6, st.RateFromWAN/1e6,
 				fmtMeanSD(r.ToWAN.Window), fmtMeanSD(r.FromWAN.Window), fmtMeanSD(r.ToWAN.Steady), fmtMeanSD(r.FromWAN.Steady)))
 		}
@@ -291,7 +290,7 @@ func (w *watcher) frame(v *view, interval time.Duration, hint string, cols, rows
 		lines = append(lines, "")
 		switch {
 		case g.Error != "":
-			lines = append(lines, fmt.Sprintf("gateway %s: %s", g.Gateway, g.Error))
+			lines = append(lines, fmt.Sprintf("gateway %s: %s", g.Gateway, printable(g.Error)))
 			continue
 		case len(g.Streams) == 0:
 			lines = append(lines, fmt.Sprintf("gateway %s: no live stream", g.Gateway))
@@ -335,10 +334,10 @@ func streamLines(s *api.Stream, sp *sparks) []string {
 	}
 	peer := ""
 	if st.Peer != "" {
-		peer = ", peer gateway " + st.Peer
+		peer = ", peer gateway " + printable(st.Peer)
 	}
 	return []string{
-		fmt.Sprintf("  %s  %s %s%s", s.UID, s.Role, s.State, peer),
+		fmt.Sprintf("  %s  %s %s%s", s.UID, printable(string(s.Role)), printable(string(s.State)), peer),
 		fmt.Sprintf("    conns %d active, %d waiting, %d total, %d refused, %d aborted; bytes %s to WAN, %s from WAN",
 			st.ActiveConns, st.WaitingConns, st.TotalConns, st.RejectedConns, st.AbortedConns, bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN)),
 		dir("to WAN", st.RateToWAN, r.ToWAN, sp.line(0)),

@@ -82,6 +82,29 @@ const (
 // by its pinned certificate (so requests must carry peer_cert).
 func WANPinned(w string) bool { return w == WANTLS || w == WANQUIC }
 
+// ValidUID reports whether uid is a stream UID as gateways make and
+// accept them: a lower-case UUID of 36 characters, such as
+// 0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c. Such a UID is safe as a file
+// name and a URL path segment; a client checks a UID a gateway answers
+// with before it uses it as either.
+func ValidUID(uid string) bool {
+	if len(uid) != 36 {
+		return false
+	}
+	for i := 0; i < len(uid); i++ {
+		switch c := uid[i]; {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // InboundRequest asks the gateway in front of the listening application to
 // open num_conn WAN listeners that lead to remote_ip:receiver_ports.
 type InboundRequest struct {

@@ -7,8 +7,16 @@
 // Errors say what the library knows and leave the remedy to the caller,
 // which knows how the user configured it: a request that fails before
 // the gateway answers wraps ErrUnreachable, ErrCertificate or ErrNotHTTPS
-// (test with errors.Is); a gateway's refusal is an *api.Error; a Config
+// (test with errors.Is); a gateway's refusal is an *api.Error; an answer
+// the client will not act on wraps ErrBadAnswer (answer.go); a Config
 // that New cannot use is a *ConfigError.
+//
+// A gateway is not trusted beyond its stream: every UID it answers is
+// checked (api.ValidUID) before it names a URL or a local record, what
+// the client relays to the other gateway is checked for its form, every
+// path segment is escaped, and redirects are not followed. The text of
+// an answer (reasons, names, an *api.Error's message) is passed on as it
+// came; a caller that prints it makes it printable first.
 package client
 
 import (
@@ -117,7 +125,16 @@ func New(cfg Config) (*Client, error) {
 		MaxIdleConnsPerHost: 4,
 		ForceAttemptHTTP2:   true,
 	}
-	return &Client{addr: cfg.Addr, token: cfg.Token, pinned: cfg.ServerCert != "", hc: &http.Client{Transport: tr, Timeout: cfg.Timeout}}, nil
+	hc := &http.Client{
+		Transport: tr,
+		Timeout:   cfg.Timeout,
+		// The control API never redirects. Following a redirect would
+		// take a request, and its token, to a path or host the gateway
+		// names rather than the one the client built: a redirect is
+		// answered as the error it is (HTTP 3xx).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &Client{addr: cfg.Addr, token: cfg.Token, pinned: cfg.ServerCert != "", hc: hc}, nil
 }
 
 // Addr returns the gateway's control address.
@@ -273,38 +290,45 @@ func (c *Client) Info(ctx context.Context) (*api.Info, error) {
 	return &out, c.Do(ctx, "GET", "/v1/info", nil, &out)
 }
 
-// Inbound creates the inbound side of a stream.
+// Inbound creates the inbound side of a stream. An answer the client
+// refuses (ErrBadAnswer) is released again if it names a stream.
 func (c *Client) Inbound(ctx context.Context, req *api.InboundRequest) (*api.Stream, error) {
 	var out api.Stream
-	return &out, c.Do(ctx, "POST", "/v1/streams/inbound", req, &out)
+	if err := c.Do(ctx, "POST", "/v1/streams/inbound", req, &out); err != nil {
+		return nil, err
+	}
+	if err := c.checkCreated(&out, req.UID, req.WAN, true); err != nil {
+		return nil, c.undo(ctx, out.UID, err)
+	}
+	return &out, nil
 }
 
-// Outbound creates the outbound side of a stream.
+// Outbound creates the outbound side of a stream. An answer the client
+// refuses (ErrBadAnswer) is released again if it names a stream.
 func (c *Client) Outbound(ctx context.Context, req *api.OutboundRequest) (*api.Stream, error) {
 	var out api.Stream
-	return &out, c.Do(ctx, "POST", "/v1/streams/outbound", req, &out)
+	if err := c.Do(ctx, "POST", "/v1/streams/outbound", req, &out); err != nil {
+		return nil, err
+	}
+	if err := c.checkCreated(&out, req.UID, req.WAN, false); err != nil {
+		return nil, c.undo(ctx, out.UID, err)
+	}
+	return &out, nil
 }
 
 // Attach pins the outbound gateway's certificate on the inbound side.
 func (c *Client) Attach(ctx context.Context, uid string, req *api.AttachRequest) (*api.Stream, error) {
-	var out api.Stream
-	return &out, c.Do(ctx, "POST", "/v1/streams/"+uid+"/attach", req, &out)
+	return c.streamDo(ctx, "POST", "", uid, "/attach", req)
 }
 
 // Get returns one stream.
 func (c *Client) Get(ctx context.Context, uid string) (*api.Stream, error) {
-	var out api.Stream
-	return &out, c.Do(ctx, "GET", "/v1/streams/"+uid, nil, &out)
+	return c.GetOf(ctx, "", uid)
 }
 
 // List returns the caller's streams; all includes ended ones.
 func (c *Client) List(ctx context.Context, all bool) ([]api.Stream, error) {
-	var out api.StreamList
-	path := "/v1/streams"
-	if all {
-		path += "?all=true"
-	}
-	return out.Streams, c.Do(ctx, "GET", path, nil, &out)
+	return c.ListOf(ctx, "", false, all)
 }
 
 // Update changes a running stream on this gateway (its rate, allow-list
@@ -315,6 +339,23 @@ func (c *Client) Update(ctx context.Context, uid string, req *api.UpdateRequest)
 
 // Release ends a stream on this gateway.
 func (c *Client) Release(ctx context.Context, uid string) (*api.Stream, error) {
+	return c.ReleaseOf(ctx, "", uid)
+}
+
+// streamDo sends a request about stream uid of owner ("": the caller's)
+// to its path followed by suffix, and returns the stream the gateway
+// answered with, checked to be that stream.
+func (c *Client) streamDo(ctx context.Context, method, owner, uid, suffix string, in any) (*api.Stream, error) {
+	path, err := streamPath(uid, suffix)
+	if err != nil {
+		return nil, fmt.Errorf("s2cs %s: %w", c.addr, err)
+	}
 	var out api.Stream
-	return &out, c.Do(ctx, "DELETE", "/v1/streams/"+uid, nil, &out)
+	if err := c.Do(ctx, method, path+ownerQuery(owner), in, &out); err != nil {
+		return nil, err
+	}
+	if err := c.checkView(&out, uid); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

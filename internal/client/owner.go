@@ -21,20 +21,17 @@ func ownerQuery(owner string) string {
 
 // GetOf returns the stream uid of owner.
 func (c *Client) GetOf(ctx context.Context, owner, uid string) (*api.Stream, error) {
-	var out api.Stream
-	return &out, c.Do(ctx, "GET", "/v1/streams/"+url.PathEscape(uid)+ownerQuery(owner), nil, &out)
+	return c.streamDo(ctx, "GET", owner, uid, "", nil)
 }
 
 // UpdateOf changes the running stream uid of owner on this gateway.
 func (c *Client) UpdateOf(ctx context.Context, owner, uid string, req *api.UpdateRequest) (*api.Stream, error) {
-	var out api.Stream
-	return &out, c.Do(ctx, "PATCH", "/v1/streams/"+url.PathEscape(uid)+ownerQuery(owner), req, &out)
+	return c.streamDo(ctx, "PATCH", owner, uid, "", req)
 }
 
 // ReleaseOf ends the stream uid of owner on this gateway.
 func (c *Client) ReleaseOf(ctx context.Context, owner, uid string) (*api.Stream, error) {
-	var out api.Stream
-	return &out, c.Do(ctx, "DELETE", "/v1/streams/"+url.PathEscape(uid)+ownerQuery(owner), nil, &out)
+	return c.streamDo(ctx, "DELETE", owner, uid, "", nil)
 }
 
 // ListOf returns owner's streams, or every identity's with allOwners;
@@ -55,5 +52,13 @@ func (c *Client) ListOf(ctx context.Context, owner string, allOwners, all bool) 
 		path += "?" + q.Encode()
 	}
 	var out api.StreamList
-	return out.Streams, c.Do(ctx, "GET", path, nil, &out)
+	if err := c.Do(ctx, "GET", path, nil, &out); err != nil {
+		return nil, err
+	}
+	for i := range out.Streams {
+		if err := c.checkView(&out.Streams[i], ""); err != nil {
+			return nil, err
+		}
+	}
+	return out.Streams, nil
 }

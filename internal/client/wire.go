@@ -149,10 +149,23 @@ func Home() (string, error) {
 	return filepath.Join(h, ".scistream"), nil
 }
 
-func (s Sessions) path(uid string) string { return filepath.Join(s.Dir, uid+".json") }
+// path is the file of the record of uid. A uid that is not a stream UID
+// (api.ValidUID) names no file, so that neither a gateway's answer nor a
+// command-line argument reaches one outside Dir.
+func (s Sessions) path(uid string) (string, bool) {
+	if !api.ValidUID(uid) {
+		return "", false
+	}
+	return filepath.Join(s.Dir, uid+".json"), true
+}
 
-// Save writes sess (mode 0600).
+// Save writes sess (mode 0600). It refuses a session whose UID is not a
+// stream UID.
 func (s Sessions) Save(sess *Session) error {
+	p, ok := s.path(sess.UID)
+	if !ok {
+		return fmt.Errorf("no record of uid %.80q: not a stream UID", sess.UID)
+	}
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return err
 	}
@@ -160,29 +173,38 @@ func (s Sessions) Save(sess *Session) error {
 	if err != nil {
 		return err
 	}
-	tmp := s.path(sess.UID) + ".tmp"
+	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, s.path(sess.UID))
+	return os.Rename(tmp, p)
 }
 
-// Load reads the session of uid; os.ErrNotExist if there is none.
+// Load reads the session of uid; os.ErrNotExist if there is none, as
+// there is none of a uid that is not a stream UID.
 func (s Sessions) Load(uid string) (*Session, error) {
-	b, err := os.ReadFile(s.path(uid))
+	p, ok := s.path(uid)
+	if !ok {
+		return nil, fmt.Errorf("no record of %.80q, which is not a stream UID: %w", uid, os.ErrNotExist)
+	}
+	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
 	var sess Session
 	if err := json.Unmarshal(b, &sess); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.path(uid), err)
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &sess, nil
 }
 
 // Remove deletes the session of uid, if any.
 func (s Sessions) Remove(uid string) error {
-	err := os.Remove(s.path(uid))
+	p, ok := s.path(uid)
+	if !ok {
+		return nil // there is none
+	}
+	err := os.Remove(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
