@@ -83,7 +83,7 @@ func checkRefusal(t *testing.T, what string, err error) bool {
 // checkRecord fails t unless rec is a record the gateway can run.
 func checkRecord(t *testing.T, s *Server, rec *store.Record) {
 	t.Helper()
-	if !validUID(rec.UID) || rec.Owner != "alice" || len(rec.Secret) != wan.SecretLen {
+	if !api.ValidUID(rec.UID) || rec.Owner != "alice" || len(rec.Secret) != wan.SecretLen {
 		t.Fatalf("record with uid %q, owner %q, %d-byte secret", rec.UID, rec.Owner, len(rec.Secret))
 	}
 	if rec.NumConn < 1 || rec.NumConn > s.cfg.PortRange.Size() || len(rec.Targets) == 0 {

@@ -354,28 +354,10 @@ func (s *Server) defaultAllow() string {
 }
 
 func checkUID(uid string) error {
-	if !validUID(uid) {
+	if !api.ValidUID(uid) {
 		return api.Errorf(api.CodeInvalidArgument, "uid %.80q is not a stream UID (a lower-case UUID such as 0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c)", uid)
 	}
 	return nil
-}
-
-func validUID(uid string) bool {
-	if len(uid) != 36 {
-		return false
-	}
-	for i, c := range uid {
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return false
-			}
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // newUID returns a random (version 4) UUID.

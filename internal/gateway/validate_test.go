@@ -1,6 +1,10 @@
 package gateway
 
-import "testing"
+import (
+	"testing"
+
+	"scistream/internal/api"
+)
 
 func TestValidUID(t *testing.T) {
 	for uid, want := range map[string]bool{
@@ -12,8 +16,8 @@ func TestValidUID(t *testing.T) {
 		"../../../../etc/passwd/aaaaaaaaaaaaa": false, // path in a URL or a file name
 		"":                                     false,
 	} {
-		if got := validUID(uid); got != want {
-			t.Errorf("validUID(%q) = %v, want %v", uid, got, want)
+		if got := api.ValidUID(uid); got != want {
+			t.Errorf("api.ValidUID(%q) = %v, want %v", uid, got, want)
 		}
 	}
 }
