@@ -8,12 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"scistream/internal/auth"
 	"scistream/internal/idp"
+	"scistream/internal/secretfile"
 )
 
 // idOptions are the flags of the identity providers s2cs trusts beside
@@ -199,22 +199,15 @@ func (o *idOptions) chain(ctx context.Context, static *auth.Tokens, log *slog.Lo
 // maxSecret bounds a client secret file.
 const maxSecret = 4 << 10
 
-// readSecret reads a client secret from a file that only its owner may
-// read (as ssh demands of a private key): a secret others can read is
-// no secret. The secret is never put in an error.
+// readSecret reads a client secret from a file no other user may read
+// (internal/secretfile): a secret others can read is no secret. The
+// secret is never put in an error.
 func readSecret(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := secretfile.Open("client secret", path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if st.Mode().IsRegular() && st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%s can be read or written by others (mode %04o): chmod 600 %s", path, st.Mode().Perm(), path)
-	}
 	b, err := io.ReadAll(io.LimitReader(f, maxSecret+1))
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)

@@ -139,7 +139,7 @@ func TestIdentityFlagsRefused(t *testing.T) {
 		{oidc, "--oidc_jwks_file"},
 		{[]string{"--introspection_url", "https://idp.example/introspect"}, "--introspection_url needs --introspection_client_id"},
 		{intro, "--introspection_url needs --introspection_secret_file"},
-		{append(intro, "--introspection_secret_file", open), "can be read or written by others (mode 0644): chmod 600"},
+		{append(intro, "--introspection_secret_file", open), "can be read or written by other users (mode 0644): chmod 600"},
 		{append(intro, "--introspection_secret_file", empty), "is empty"},
 		{append(intro, "--introspection_secret_file", twoLines), "more than one line"},
 		{append(intro, "--introspection_secret_file", secret, "--introspection_max_in_flight", "0"), "--introspection_max_in_flight 0"},

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"scistream/internal/certs"
+	"scistream/internal/secretfile"
 	"scistream/internal/store"
 )
 
@@ -26,6 +27,7 @@ type storeOptions struct {
 	facility           string
 	ca, cert, key      string
 	user, passwordFile string
+	insecure           bool
 }
 
 const etcdScheme = "etcd://"
@@ -37,6 +39,7 @@ func (o *storeOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cert, "etcd_cert", "", "PEM client certificate to present to etcd (with --etcd_key and --etcd_ca)")
 	fs.StringVar(&o.key, "etcd_key", "", "PEM private key of --etcd_cert")
 	fs.StringVar(&o.user, "etcd_user", "", "etcd user to authenticate as (with --etcd_password_file)")
+	fs.BoolVar(&o.insecure, "insecure_etcd", false, "talk to etcd without TLS although it is not on this host, or send --etcd_user's password without TLS: the password and every stream's secret (in its record) cross the network in plaintext (INSECURE; a network no one else can read only)")
 	fs.StringVar(&o.passwordFile, "etcd_password_file", "", "file that holds the password of --etcd_user (one line; it is never printed or logged)")
 }
 
@@ -47,7 +50,7 @@ func (o *storeOptions) config() (*store.EtcdConfig, error) {
 	if o.url == "" {
 		for _, f := range []struct{ name, v string }{
 			{"--store_facility", o.facility}, {"--etcd_ca", o.ca}, {"--etcd_cert", o.cert}, {"--etcd_key", o.key},
-			{"--etcd_user", o.user}, {"--etcd_password_file", o.passwordFile},
+			{"--etcd_user", o.user}, {"--etcd_password_file", o.passwordFile}, {"--insecure_etcd", map[bool]string{true: "true"}[o.insecure]},
 		} {
 			if f.v != "" {
 				return nil, fmt.Errorf("%s applies only to an etcd store: give --store %sHOST:PORT too, or leave %s out", f.name, etcdScheme, f.name)
@@ -83,7 +86,27 @@ func (o *storeOptions) config() (*store.EtcdConfig, error) {
 			return nil, fmt.Errorf("--etcd_password_file %w", err)
 		}
 	}
+	switch {
+	case cfg.TLS != nil && o.insecure:
+		return nil, errors.New("--insecure_etcd: the connection to etcd is TLS (--etcd_ca); leave --insecure_etcd out")
+	case cfg.TLS == nil && o.user != "" && !o.insecure:
+		return nil, fmt.Errorf("--etcd_user %q without TLS would send its password, and every stream's secret, to etcd in plaintext: give --etcd_ca (the CA of etcd's certificate) to connect over TLS, or --insecure_etcd on a network no one else can read", o.user)
+	case cfg.TLS == nil && !o.insecure && !allLoopback(eps):
+		return nil, fmt.Errorf("--store %s without TLS would send every stream's secret (in its record) to etcd in plaintext: give --etcd_ca (the CA of etcd's certificate) to connect over TLS, or --insecure_etcd on a network no one else can read", o.url)
+	}
 	return cfg, nil
+}
+
+// allLoopback reports whether every endpoint (host:port) is on this host:
+// a loopback address, or localhost. Plaintext to them leaves no host.
+func allLoopback(eps []string) bool {
+	for _, ep := range eps {
+		h, _, _ := net.SplitHostPort(ep)
+		if ip := net.ParseIP(h); h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
 }
 
 // parseEtcdURL returns the host:port endpoints of etcd://HOST:PORT[,...].
@@ -171,9 +194,10 @@ func (o *storeOptions) tls() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// readPassword reads a password file: one line, its newline dropped.
+// readPassword reads a password file: one line, its newline dropped,
+// from a file no other user may read (internal/secretfile).
 func readPassword(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := secretfile.Open("password file", path)
 	if err != nil {
 		return "", err
 	}
@@ -226,5 +250,8 @@ func openStore(cfg *store.EtcdConfig, stateDir string, log *slog.Logger, stdout 
 	}
 	fmt.Fprintf(stdout, "s2cs: stream records in etcd at %s under /scistream/%s/ (%s)\n", where, cfg.Facility, how)
 	log.Info("state store", "kind", "etcd", "endpoints", where, "prefix", "/scistream/"+cfg.Facility+"/", "tls", cfg.TLS != nil, "user", cfg.Username)
+	if cfg.TLS == nil && (cfg.Username != "" || !allLoopback(cfg.Endpoints)) {
+		log.Warn("INSECURE: --insecure_etcd is set: the stream records, with every stream's secret, and the etcd password if any, go to etcd in plaintext", "endpoints", where)
+	}
 	return s, nil
 }

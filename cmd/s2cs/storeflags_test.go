@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/certs"
 	"scistream/internal/etcdtest"
 	"scistream/internal/localgw"
 )
@@ -29,6 +30,14 @@ func TestStoreFlagsRefused(t *testing.T) {
 		return p
 	}
 	empty, twoLines, pw := file("empty", ""), file("two", "a\nb\n"), file("pw", "s3cret\n")
+	_, caFile, _, err := certs.LoadOrGenerate(dir, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose := file("loose", "s3cret\n")
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	notPEM := file("ca.txt", "not a certificate")
 	base := []string{"--state_dir", state, "--insecure_no_auth", "--listener_ip", "127.0.0.1"}
 	etcd := []string{"--store", "etcd://127.0.0.1:2379", "--store_facility", "f"}
@@ -64,6 +73,14 @@ func TestStoreFlagsRefused(t *testing.T) {
 		{append(etcd, "--etcd_user", "u", "--etcd_password_file", twoLines), "holds more than one line"},
 		{append(etcd, "--etcd_user", "u", "--etcd_password_file", filepath.Join(dir, "nope")), "--etcd_password_file open"},
 		{append(etcd, "--etcd_user", "u\x07", "--etcd_password_file", pw), "holds a control character"},
+		// Issue 25, finding 7: a password file others may read, and a
+		// password or stream secrets in plaintext, without a word.
+		{append(etcd, "--etcd_user", "u", "--etcd_password_file", loose), "password file " + loose + " can be read or written by other users (mode 0644): chmod 600"},
+		{append(etcd, "--etcd_user", "u", "--etcd_password_file", pw), `--etcd_user "u" without TLS would send its password, and every stream's secret, to etcd in plaintext: give --etcd_ca`},
+		{[]string{"--store", "etcd://10.0.0.5:2379", "--store_facility", "f"}, "--store etcd://10.0.0.5:2379 without TLS would send every stream's secret (in its record) to etcd in plaintext: give --etcd_ca (the CA of etcd's certificate) to connect over TLS, or --insecure_etcd"},
+		{[]string{"--store", "etcd://127.0.0.1:2379,etcd.example.org:2379", "--store_facility", "f"}, "or --insecure_etcd"},
+		{[]string{"--insecure_etcd"}, "--insecure_etcd applies only to an etcd store"},
+		{append(etcd, "--etcd_ca", caFile, "--insecure_etcd"), "--insecure_etcd: the connection to etcd is TLS"},
 		{[]string{"--node", "n1"}, "--node n1: the nodes of a facility share their state in etcd: give --store etcd://"},
 		{append(etcd, "--node", "n1"), "--node n1: every node of a facility presents the same WAN certificate"},
 		{append(etcd, "--node", "a/b", "--server_crt", pw, "--server_key", pw), `--node "a/b": use ASCII letters`},

@@ -507,6 +507,7 @@ tls: {existingSecret: gw-tls}
 route: {enabled: true}
 config:
   store: etcd://etcd-0.etcd:2379,etcd-1.etcd:2379
+  insecure_etcd: true # the test has no etcd CA file for etcd_ca
   wan_port: 8443
   wan_domain: wan.gw.apps.example.org
   takeover: 6s

@@ -24,6 +24,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"scistream/internal/secretfile"
 )
 
 // Identity is a loaded certificate and key.
@@ -54,21 +56,11 @@ func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
 	return tls.LoadX509KeyPair(certFile, keyFile)
 }
 
-// CheckPrivate refuses a private key file that others can read or write
-// (mode bits for "other"), naming the fix. Its group may read it: a
-// Kubernetes Secret volume gives the pod's fsGroup read access (mode
-// 0440), and a service account's group is how operators share a key.
-// Anything not a regular file after symlinks (a pipe, /dev/stdin) is
-// left to the caller.
+// CheckPrivate refuses a private key file others may read or write, or
+// its group may write, naming the fix: the rule of every secret file
+// (internal/secretfile).
 func CheckPrivate(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if st.Mode().IsRegular() && st.Mode().Perm()&0o007 != 0 {
-		return fmt.Errorf("private key %s can be read or written by any user (mode %04o): chmod 600 %s (or 640 for a group that must read it)", path, st.Mode().Perm(), path)
-	}
-	return nil
+	return secretfile.Check("private key", path)
 }
 
 func fromTLS(c tls.Certificate) (*Identity, error) {

@@ -374,7 +374,7 @@ func TestLoadRefusesOpenKey(t *testing.T) {
 	for _, c := range []struct {
 		mode os.FileMode
 		ok   bool
-	}{{0o600, true}, {0o400, true}, {0o640, true}, {0o440, true}, {0o644, false}, {0o602, false}, {0o666, false}} {
+	}{{0o600, true}, {0o400, true}, {0o640, true}, {0o440, true}, {0o644, false}, {0o602, false}, {0o666, false}, {0o660, false}} {
 		if err := os.Chmod(keyFile, c.mode); err != nil {
 			t.Fatal(err)
 		}
