@@ -53,7 +53,24 @@ func (s *Server) routes() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
+		drain(r)
 	}))
+}
+
+// maxDrain bounds what drain reads of a request body its handler left.
+const maxDrain = 16 << 20
+
+// drain reads, and throws away, what is left of r's body, up to
+// maxDrain, before the answer goes out: a client that sends its whole
+// body before it reads the answer (Python's http.client, curl at times)
+// then reads the refusal of a body too large (api.MaxBodyBytes), of the
+// wrong type, or of a caller not authenticated. Without it the server
+// closes the connection with unread data in it, the kernel answers that
+// with a reset, and the reset takes the answer with it. A body larger
+// still is cut off that way: draining it all would let anyone make the
+// gateway read without end. The server's ReadTimeout bounds the time.
+func drain(r *http.Request) {
+	io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
 }
 
 // cleanPath is the path ServeMux would redirect p to.
