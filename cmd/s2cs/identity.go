@@ -52,7 +52,7 @@ func (o *idOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.introAlias, "introspection_alias", "", "prefix of the identities and groups the endpoint vouches for (default: its host name)")
 	fs.DurationVar(&o.introCacheTTL, "introspection_cache_ttl", idp.DefaultCacheTTL, "longest an active introspection answer is reused (never past the token's expiry)")
 	fs.IntVar(&o.introInFlight, "introspection_max_in_flight", idp.DefaultMaxInFlight, "most introspection requests at once; more token checks wait, then answer unavailable")
-	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and a reader")
+	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and nobody a reader: the status and the metrics, which show every identity's streams, then answer permission_denied to every token (docs/identity.md)")
 }
 
 // jwt reports whether JWTs of an issuer are trusted; opaque whether an

@@ -14,7 +14,7 @@ import (
 
 // Access control: who the caller is (its auth.Principal, in the
 // request's context) and what it may do, by the roles Config.Roles gives
-// it (all of a user's and a reader's when Roles is nil):
+// it (a user's only when Roles is nil: nobody is a reader then):
 //
 //   - user: create streams, and list, read, attach and release its own;
 //   - operator: all a user and a reader may, and list, read and release

@@ -45,8 +45,9 @@ type Config struct {
 	Auth auth.Authenticator
 	// Roles gives callers their roles (access.go): user (own streams),
 	// operator (every identity's streams), reader (info, status and
-	// metrics). If nil, every authenticated caller is a user and a
-	// reader, as before roles existed.
+	// metrics). If nil, every authenticated caller is a user, and
+	// nobody a reader or an operator: the status and the metrics, which
+	// show every identity's streams, are refused to every token.
 	Roles *auth.Policy
 	// Store persists stream records. Required. Shutdown closes it.
 	Store store.Store
