@@ -29,6 +29,7 @@
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
 //	pool.go      pooled WAN legs of outbound streams: warm, reused, torn down by LRU or LRU-M
 //	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
+//	targets.go   a request's addresses checked against what the gateway may dial (internal/egress)
 //	admission.go what a stream may hold (capacity, quotas, rate granted) and the buckets that pace it
 //	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
 package gateway
