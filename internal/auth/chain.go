@@ -2,6 +2,8 @@ package auth
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 )
@@ -31,6 +33,19 @@ type Chain struct {
 	Static *Tokens
 	JWT    TokenVerifier
 	Opaque TokenVerifier
+}
+
+// Close closes the verifiers that are io.Closers (an idp.JWTVerifier
+// stops its keys' background refresh) and waits for what they run. The
+// chain still answers afterwards.
+func (c *Chain) Close() error {
+	var errs []error
+	for _, v := range []TokenVerifier{c.JWT, c.Opaque} {
+		if cl, ok := v.(io.Closer); ok {
+			errs = append(errs, cl.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Authenticate returns the caller's identity.
