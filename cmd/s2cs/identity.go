@@ -51,7 +51,7 @@ func (o *idOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.introGroupsClaim, "introspection_groups_claim", "groups", "the introspection answer's field that lists the caller's groups")
 	fs.StringVar(&o.introAlias, "introspection_alias", "", "prefix of the identities and groups the endpoint vouches for (default: its host name); must differ from --oidc_alias")
 	fs.DurationVar(&o.introCacheTTL, "introspection_cache_ttl", idp.DefaultCacheTTL, "longest an active introspection answer is reused (never past the token's expiry)")
-	fs.IntVar(&o.introInFlight, "introspection_max_in_flight", idp.DefaultMaxInFlight, "most introspection requests at once; more token checks wait, then answer unavailable")
+	fs.IntVar(&o.introInFlight, "introspection_max_in_flight", idp.DefaultMaxInFlight, "most introspection requests at once, a quarter of them (at least 1 of 2 or more) kept for addresses a token was accepted from lately; more token checks wait, then answer unavailable (docs/identity.md: fair checks)")
 	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and a reader")
 }
 
