@@ -42,16 +42,16 @@ func (o *idOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.skew, "oidc_clock_skew", idp.DefaultClockSkew, "how far a token's exp, nbf and iat may be off this host's clock, at most 10m (also for introspection)")
 	fs.StringVar(&o.idClaim, "oidc_identity_claim", "sub", "the JWT claim that names the caller, e.g. sub, preferred_username or email")
 	fs.StringVar(&o.groupsClaim, "oidc_groups_claim", "groups", "the JWT claim that lists the caller's groups (for --roles)")
-	fs.StringVar(&o.alias, "oidc_alias", "", "prefix of the identities and groups the issuer vouches for, \"ALIAS:name\" (default: the issuer's host name)")
+	fs.StringVar(&o.alias, "oidc_alias", "", "prefix of the identities and groups the issuer vouches for, \"ALIAS:name\" (default: the issuer's host name); must differ from --introspection_alias")
 	fs.StringVar(&o.introURL, "introspection_url", "", "check opaque tokens at this RFC 7662 introspection endpoint (https URL), e.g. Globus Auth's")
 	fs.StringVar(&o.introClientID, "introspection_client_id", "", "this gateway's client id at the introspection endpoint (required with --introspection_url)")
 	fs.StringVar(&o.introSecretFile, "introspection_secret_file", "", "file holding the client secret for the introspection endpoint, readable by its owner only (required with --introspection_url)")
 	fs.StringVar(&o.introAudience, "introspection_audience", "", "if set, a value the introspection answer's \"aud\" must hold")
 	fs.StringVar(&o.introIDClaim, "introspection_identity_claim", "sub", "the introspection answer's field that names the caller, e.g. sub or username (Globus Auth)")
 	fs.StringVar(&o.introGroupsClaim, "introspection_groups_claim", "groups", "the introspection answer's field that lists the caller's groups")
-	fs.StringVar(&o.introAlias, "introspection_alias", "", "prefix of the identities and groups the endpoint vouches for (default: its host name)")
+	fs.StringVar(&o.introAlias, "introspection_alias", "", "prefix of the identities and groups the endpoint vouches for (default: its host name); must differ from --oidc_alias")
 	fs.DurationVar(&o.introCacheTTL, "introspection_cache_ttl", idp.DefaultCacheTTL, "longest an active introspection answer is reused (never past the token's expiry)")
-	fs.IntVar(&o.introInFlight, "introspection_max_in_flight", idp.DefaultMaxInFlight, "most introspection requests at once; more token checks wait, then answer unavailable")
+	fs.IntVar(&o.introInFlight, "introspection_max_in_flight", idp.DefaultMaxInFlight, "most introspection requests at once, a quarter of them (at least 1 of 2 or more) kept for addresses a token was accepted from lately; more token checks wait, then answer unavailable (docs/identity.md: fair checks)")
 	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and nobody a reader: the status and the metrics, which show every identity's streams, then answer permission_denied to every token (docs/identity.md)")
 }
 
@@ -92,7 +92,29 @@ func (o *idOptions) check() error {
 	case o.introInFlight < 1:
 		return fmt.Errorf("--introspection_max_in_flight %d: give at least 1", o.introInFlight)
 	}
+	if o.jwt() && o.opaque() {
+		if a, b := o.oidcAlias(), o.introspectionAlias(); a == b {
+			return fmt.Errorf("--oidc_alias and --introspection_alias are both %q (each defaults to its provider's host name): "+
+				"the users of the two providers would share one set of identities; give one of them another alias, e.g. --introspection_alias globus", a)
+		}
+	}
 	return nil
+}
+
+// oidcAlias and introspectionAlias are the aliases the providers' users
+// are named under: the flag's, or the host name of the provider's URL.
+func (o *idOptions) oidcAlias() string {
+	if o.alias != "" {
+		return o.alias
+	}
+	return defaultAlias(o.issuer)
+}
+
+func (o *idOptions) introspectionAlias() string {
+	if o.introAlias != "" {
+		return o.introAlias
+	}
+	return defaultAlias(o.introURL)
 }
 
 // skewSetting is the skew in idp's terms: there a zero is the default,
@@ -126,9 +148,7 @@ func (o *idOptions) chain(ctx context.Context, static *auth.Tokens, log *slog.Lo
 	}
 	var aliases []string
 	if o.jwt() {
-		if o.alias == "" {
-			o.alias = defaultAlias(o.issuer)
-		}
+		o.alias = o.oidcAlias()
 		cfg := idp.JWTConfig{
 			Issuer: o.issuer, Audience: o.audience, Algorithms: strings.FieldsFunc(o.algs, func(r rune) bool { return r == ',' || r == ' ' }), ClockSkew: o.skewSetting(),
 			Claims: idp.ClaimMap{Alias: o.alias, Identity: o.idClaim, Groups: o.groupsClaim},
@@ -168,9 +188,7 @@ func (o *idOptions) chain(ctx context.Context, static *auth.Tokens, log *slog.Lo
 		if err != nil {
 			return nil, fmt.Errorf("--introspection_secret_file: %w", err)
 		}
-		if o.introAlias == "" {
-			o.introAlias = defaultAlias(o.introURL)
-		}
+		o.introAlias = o.introspectionAlias()
 		in, err := idp.NewIntrospector(idp.IntrospectConfig{
 			URL: o.introURL, ClientID: o.introClientID, Secret: secret, Client: hc, Audience: o.introAudience,
 			ClockSkew: o.skewSetting(), CacheTTL: o.introCacheTTL, MaxInFlight: o.introInFlight,

@@ -145,6 +145,13 @@ func TestIdentityFlagsRefused(t *testing.T) {
 		{append(intro, "--introspection_secret_file", secret, "--introspection_max_in_flight", "0"), "--introspection_max_in_flight 0"},
 		{append(intro, "--introspection_secret_file", secret, "--introspection_cache_ttl", "0s"), "--introspection_cache_ttl 0s"},
 		{append(intro, "--introspection_secret_file", secret, "--introspection_alias", "idp.example", "--tokens", tokens), `identity "idp.example:bob" takes a name of the identity provider`},
+		// Two providers on one host: by default both would name their
+		// users "idp.example:NAME", one namespace for two realms. (The
+		// missing JWKS file makes the test fail, not serve, without the
+		// check.)
+		{append(append(oidc[:6:6], intro...), "--introspection_secret_file", secret), `--oidc_alias and --introspection_alias are both "idp.example"`},
+		{append(append(oidc[:6:6], intro...), "--introspection_secret_file", secret, "--oidc_alias", "realm", "--introspection_alias", "realm"), `are both "realm"`},
+		{append(append(oidc[:6:6], intro...), "--introspection_secret_file", secret, "--introspection_alias", "idp.example"), "give one of them another alias, e.g. --introspection_alias"},
 		{[]string{"--insecure_no_auth", "--oidc_issuer", "https://idp.example", "--oidc_audience", "gw"}, "--insecure_no_auth excludes --oidc_issuer"},
 		{[]string{"--tokens", tokens, "--roles", roles}, "--roles: " + roles + `: line 2: unknown role "admin"`},
 		{[]string{"--tokens", tokens, "--roles", filepath.Join(dir, "missing")}, "--roles: open"},

@@ -82,6 +82,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if cfg.Auth, err = o.authenticator(ctx, log); err != nil {
 		return err
 	}
+	if c, ok := cfg.Auth.(io.Closer); ok {
+		defer c.Close() // the issuer's keys are refreshed in the background (idp.RemoteKeys)
+	}
 	if cfg.Roles, err = o.id.policy(log); err != nil {
 		return err
 	}

@@ -9,7 +9,9 @@
 // Tokens from identity providers (JWTs, opaque tokens checked by
 // introspection) are verified by package idp, through the TokenVerifier
 // interface; Chain tries the static tokens and those verifiers in turn
-// (chain.go) and returns a Principal (principal.go). A Policy, the
+// (chain.go) and returns a Principal (principal.go), within a Budget of
+// checks per source address for callers no token was accepted from
+// lately (budget.go). A Policy, the
 // gateway's roles file, gives a principal its roles (roles.go).
 package auth
 

@@ -139,3 +139,24 @@ func FuzzChain(f *testing.F) {
 		}
 	})
 }
+
+// closingVerifier counts its Close calls.
+type closingVerifier struct {
+	countingVerifier
+	closes atomic.Int64
+}
+
+func (v *closingVerifier) Close() error { v.closes.Add(1); return nil }
+
+// TestChainClose: Close closes the verifiers that can be closed (an
+// issuer's keys refreshed in the background) and skips the others.
+func TestChainClose(t *testing.T) {
+	jwt := &closingVerifier{}
+	ch := &auth.Chain{JWT: jwt, Opaque: &countingVerifier{}}
+	if err := ch.Close(); err != nil || jwt.closes.Load() != 1 {
+		t.Fatalf("Close = %v, %d closes of the JWT verifier", err, jwt.closes.Load())
+	}
+	if err := (&auth.Chain{}).Close(); err != nil {
+		t.Fatalf("Close of an empty chain = %v", err)
+	}
+}

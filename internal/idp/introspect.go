@@ -1,6 +1,7 @@
 package idp
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -36,20 +37,34 @@ type IntrospectConfig struct {
 	// CacheTTL is the longest an active answer is reused, and never past
 	// the token's expiry. If zero, DefaultCacheTTL.
 	CacheTTL time.Duration
-	// NegativeTTL is how long an inactive answer is reused: a client
-	// that retries a revoked token asks once per NegativeTTL. If zero,
-	// DefaultNegativeTTL; if negative, inactive answers are not kept.
+	// NegativeTTL is how long a refusal (an inactive token, one for
+	// another audience...) is reused: a client that retries a revoked
+	// token asks once per NegativeTTL. If zero, DefaultNegativeTTL; if
+	// negative, refusals are not kept.
 	NegativeTTL time.Duration
 	// MaxInFlight bounds the requests to the endpoint at once: a flood
 	// of distinct garbage tokens costs the endpoint at most this many
 	// requests at a time. If zero, DefaultMaxInFlight.
 	MaxInFlight int
+	// ReservedInFlight of the MaxInFlight requests are kept for checks
+	// from sources that authenticated lately (auth.KnownSource, which
+	// auth.Chain's Budget says): strangers, whose checks may all be
+	// garbage, never hold them all. It must be less than MaxInFlight. If
+	// zero, a quarter of MaxInFlight, and at least one when MaxInFlight
+	// is 2 or more; if negative, none.
+	ReservedInFlight int
 	// MaxWait is how long a check waits for one of MaxInFlight before it
 	// answers auth.ErrUnavailable. If zero, 5 seconds.
 	MaxWait time.Duration
-	// MaxEntries bounds the cache; when it is full, expired answers go
-	// first, then arbitrary ones. If zero, DefaultMaxEntries.
+	// MaxEntries bounds the cache of accepted tokens; when it is full,
+	// expired answers go first, then arbitrary ones. If zero,
+	// DefaultMaxEntries.
 	MaxEntries int
+	// MaxRefusals bounds the cache of refusals, apart from the accepted
+	// ones, so that a flood of garbage tokens never pushes a valid
+	// token's answer out. When it is full, expired refusals go first,
+	// then arbitrary ones. If zero, DefaultMaxRefusals.
+	MaxRefusals int
 	// Claims names the caller; Claims.Alias is required.
 	Claims ClaimMap
 	// Now is the clock. If nil, time.Now.
@@ -62,6 +77,7 @@ const (
 	DefaultNegativeTTL = 10 * time.Second
 	DefaultMaxInFlight = 8
 	DefaultMaxEntries  = 10000
+	DefaultMaxRefusals = 4096
 )
 
 // Validate reports what in c NewIntrospector would refuse.
@@ -80,28 +96,36 @@ func (c IntrospectConfig) Validate() error {
 		return fmt.Errorf("clock skew %s is more than %s", c.ClockSkew, MaxClockSkew)
 	case c.CacheTTL < 0:
 		return fmt.Errorf("cache TTL %s is negative", c.CacheTTL)
-	case c.MaxInFlight < 0 || c.MaxEntries < 0 || c.MaxWait < 0:
+	case c.MaxInFlight < 0 || c.MaxEntries < 0 || c.MaxRefusals < 0 || c.MaxWait < 0:
 		return errors.New("introspection limits must not be negative")
+	case c.ReservedInFlight > 0 && c.ReservedInFlight >= cmp.Or(c.MaxInFlight, DefaultMaxInFlight):
+		return fmt.Errorf("%d requests reserved for known sources leave none of %d for the others: reserve fewer", c.ReservedInFlight, cmp.Or(c.MaxInFlight, DefaultMaxInFlight))
 	}
 	return c.Claims.validate()
 }
 
 // Introspector checks opaque tokens at an RFC 7662 endpoint and keeps
 // the answers, by the token's SHA-256 (never the token), for no longer
-// than the token lives. Concurrent checks of one token share one
-// request. An endpoint that cannot be reached, fails, or answers
-// nonsense makes the check auth.ErrUnavailable: nobody is let in on a
-// failure, and it is not cached.
+// than the token lives: accepted ones and refusals in caches of their
+// own, each bounded. Concurrent checks of one token share one request.
+// Of the MaxInFlight requests at once, ReservedInFlight serve only
+// checks from known sources (auth.KnownSource). An endpoint that cannot
+// be reached, fails, or answers nonsense makes the check
+// auth.ErrUnavailable: nobody is let in on a failure, and it is not
+// cached.
 type Introspector struct {
 	cfg  IntrospectConfig
 	skew time.Duration
 	hc   *http.Client
-	sem  chan struct{} // one token per request in flight
+	// One token per request in flight: open serves every check,
+	// reserved only those from known sources.
+	open, reserved chan struct{}
 
-	mu      sync.Mutex // guards the following fields
-	cache   map[[32]byte]cached
-	flights map[[32]byte]*flight
-	calls   int
+	mu       sync.Mutex          // guards the following fields
+	cache    map[[32]byte]cached // accepted tokens
+	refusals map[[32]byte]cached
+	flights  map[[32]byte]*flight
+	calls    int
 }
 
 type cached struct {
@@ -136,6 +160,15 @@ func NewIntrospector(cfg IntrospectConfig) (*Introspector, error) {
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = DefaultMaxEntries
 	}
+	if cfg.MaxRefusals == 0 {
+		cfg.MaxRefusals = DefaultMaxRefusals
+	}
+	switch {
+	case cfg.ReservedInFlight < 0:
+		cfg.ReservedInFlight = 0
+	case cfg.ReservedInFlight == 0 && cfg.MaxInFlight >= 2:
+		cfg.ReservedInFlight = max(1, cfg.MaxInFlight/4)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -149,8 +182,9 @@ func NewIntrospector(cfg IntrospectConfig) (*Introspector, error) {
 	}
 	return &Introspector{
 		cfg: cfg, skew: skew, hc: noRedirects(cfg.Client),
-		sem:   make(chan struct{}, cfg.MaxInFlight),
-		cache: map[[32]byte]cached{}, flights: map[[32]byte]*flight{},
+		open:     make(chan struct{}, cfg.MaxInFlight-cfg.ReservedInFlight),
+		reserved: make(chan struct{}, cfg.ReservedInFlight),
+		cache:    map[[32]byte]cached{}, refusals: map[[32]byte]cached{}, flights: map[[32]byte]*flight{},
 	}, nil
 }
 
@@ -169,15 +203,17 @@ func (in *Introspector) VerifyToken(ctx context.Context, tok string) (*auth.Prin
 	}
 	key := sha256.Sum256([]byte(tok))
 	in.mu.Lock()
-	if c, ok := in.cache[key]; ok {
-		if in.cfg.Now().Before(c.until) {
-			in.mu.Unlock()
-			if c.p == nil {
-				return nil, c.err
+	for _, m := range []map[[32]byte]cached{in.cache, in.refusals} {
+		if c, ok := m[key]; ok {
+			if in.cfg.Now().Before(c.until) {
+				in.mu.Unlock()
+				if c.p == nil {
+					return nil, c.err
+				}
+				return c.p.Clone(), nil
 			}
-			return c.p.Clone(), nil
+			delete(m, key)
 		}
-		delete(in.cache, key)
 	}
 	f := in.flights[key]
 	if f == nil { // this check asks; the others wait for its answer
@@ -205,50 +241,68 @@ func (in *Introspector) VerifyToken(ctx context.Context, tok string) (*auth.Prin
 }
 
 // keep caches an answer: an active one until the token's expiry or
-// CacheTTL, whichever is first; a refusal for NegativeTTL; an
-// unavailable endpoint not at all. in.mu must be held.
+// CacheTTL, whichever is first; a refusal for NegativeTTL, in its own
+// cache; an unavailable endpoint not at all. in.mu must be held.
 func (in *Introspector) keep(key [32]byte, p *auth.Principal, err error) {
 	now := in.cfg.Now()
-	var until time.Time
 	switch {
 	case p != nil:
-		until = now.Add(in.cfg.CacheTTL)
+		until := now.Add(in.cfg.CacheTTL)
 		if !p.Expiry.IsZero() && p.Expiry.Before(until) {
 			until = p.Expiry
 		}
+		put(in.cache, in.cfg.MaxEntries, now, key, cached{p: p, until: until})
 	case errors.Is(err, auth.ErrUnavailable) || in.cfg.NegativeTTL < 0:
-		return
 	default:
-		until = now.Add(in.cfg.NegativeTTL)
+		put(in.refusals, in.cfg.MaxRefusals, now, key, cached{err: err, until: now.Add(in.cfg.NegativeTTL)})
 	}
-	if len(in.cache) >= in.cfg.MaxEntries {
-		for k, c := range in.cache {
-			if !now.Before(c.until) {
-				delete(in.cache, k)
-			}
-		}
-		for k := range in.cache { // still full: drop arbitrary ones
-			if len(in.cache) < in.cfg.MaxEntries {
-				break
-			}
-			delete(in.cache, k)
-		}
-	}
-	in.cache[key] = cached{p: p, err: err, until: until}
 }
 
-// ask sends one introspection request, within MaxInFlight.
+// put sets m[key] to c, first making room when m holds limit answers:
+// expired ones go first, then arbitrary ones.
+func put(m map[[32]byte]cached, limit int, now time.Time, key [32]byte, c cached) {
+	if len(m) >= limit {
+		for k, old := range m {
+			if !now.Before(old.until) {
+				delete(m, k)
+			}
+		}
+		for k := range m { // still full: drop arbitrary ones
+			if len(m) < limit {
+				break
+			}
+			delete(m, k)
+		}
+	}
+	m[key] = c
+}
+
+// ask sends one introspection request, within MaxInFlight: a check
+// from a known source takes whichever request slot frees first, any
+// other only one of those not reserved.
 func (in *Introspector) ask(ctx context.Context, tok string) (*auth.Principal, error) {
 	wait := time.NewTimer(in.cfg.MaxWait)
 	defer wait.Stop()
+	reserved := in.reserved
+	if !auth.KnownSource(ctx) {
+		reserved = nil // never ready
+	}
+	var slot chan struct{}
 	select {
-	case in.sem <- struct{}{}:
+	case in.open <- struct{}{}:
+		slot = in.open
+	case reserved <- struct{}{}:
+		slot = reserved
 	case <-wait.C:
-		return nil, fmt.Errorf("%w: %d token checks already in flight", auth.ErrUnavailable, in.cfg.MaxInFlight)
+		if reserved == nil && in.cfg.ReservedInFlight > 0 {
+			return nil, fmt.Errorf("%w: %d token checks already in flight, %d more kept for addresses that authenticated lately: retry shortly",
+				auth.ErrUnavailable, cap(in.open), in.cfg.ReservedInFlight)
+		}
+		return nil, fmt.Errorf("%w: %d token checks already in flight: retry shortly", auth.ErrUnavailable, in.cfg.MaxInFlight)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %w", auth.ErrUnavailable, ctx.Err())
 	}
-	defer func() { <-in.sem }()
+	defer func() { <-slot }()
 	in.mu.Lock()
 	in.calls++
 	in.mu.Unlock()

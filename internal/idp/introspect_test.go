@@ -156,7 +156,9 @@ func TestIntrospectUnavailable(t *testing.T) {
 
 // TestIntrospectFlood: distinct garbage tokens reach the endpoint at
 // most MaxInFlight at a time, and those that wait longer than MaxWait
-// are unavailable; many checks of one token make one request.
+// are unavailable; many checks of one token make one request. (From a
+// known source, which may use every request slot: TestIntrospectFair
+// is about strangers.)
 func TestIntrospectFlood(t *testing.T) {
 	is := oidctest.Start(t, oidctest.Options{Opaque: true, Alg: "ES256"})
 	const inFlight = 4
@@ -164,11 +166,12 @@ func TestIntrospectFlood(t *testing.T) {
 	is.Hold()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
+	known := auth.WithKnownSource(context.Background())
 	for i := 0; i < 64; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := in.VerifyToken(context.Background(), fmt.Sprintf("garbage-%d", i%32)) // each twice
+			_, err := in.VerifyToken(known, fmt.Sprintf("garbage-%d", i%32)) // each twice
 			errs <- err
 		}()
 	}
@@ -200,19 +203,43 @@ func TestIntrospectFlood(t *testing.T) {
 	}
 }
 
-// TestIntrospectCacheBound: a flood of distinct tokens never grows the
-// cache past MaxEntries.
+// TestIntrospectCacheBound: a flood of distinct tokens, good or
+// garbage, never grows the caches past MaxEntries and MaxRefusals.
 func TestIntrospectCacheBound(t *testing.T) {
 	is := oidctest.Start(t, oidctest.Options{Opaque: true, Alg: "ES256"})
-	in := introspector(t, is, newClock(), func(c *IntrospectConfig) { c.MaxEntries = 10 })
+	in := introspector(t, is, newClock(), func(c *IntrospectConfig) { c.MaxEntries = 10; c.MaxRefusals = 5 })
 	for i := 0; i < 50; i++ {
 		in.VerifyToken(context.Background(), fmt.Sprintf("t%d", i))
+		in.VerifyToken(context.Background(), is.MintOpaque(oidctest.Claims{Subject: "alice"}))
 		in.mu.Lock()
-		n := len(in.cache)
+		good, bad := len(in.cache), len(in.refusals)
 		in.mu.Unlock()
-		if n > 10 {
-			t.Fatalf("cache holds %d answers, more than MaxEntries 10", n)
+		if good > 10 || bad > 5 {
+			t.Fatalf("caches hold %d answers and %d refusals, more than MaxEntries 10 or MaxRefusals 5", good, bad)
 		}
+	}
+}
+
+// TestIntrospectGarbageKeepsAnswers: a flood of distinct garbage tokens
+// does not push a valid token's answer out of the cache, so its next
+// check asks nobody. (Before, one cache of MaxEntries held both, and
+// the garbage made room by dropping arbitrary answers.)
+func TestIntrospectGarbageKeepsAnswers(t *testing.T) {
+	is := oidctest.Start(t, oidctest.Options{Opaque: true, Alg: "ES256"})
+	in := introspector(t, is, newClock(), func(c *IntrospectConfig) { c.MaxEntries = 10 })
+	ctx := context.Background()
+	tok := is.MintOpaque(oidctest.Claims{Subject: "alice"})
+	if _, err := in.VerifyToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := in.VerifyToken(ctx, fmt.Sprintf("garbage-%d", i)); !errors.Is(err, auth.ErrTokenInactive) {
+			t.Fatalf("garbage: %v", err)
+		}
+	}
+	calls := in.Calls()
+	if _, err := in.VerifyToken(ctx, tok); err != nil || in.Calls() != calls {
+		t.Fatalf("valid token after the garbage: %v, %d more calls; want its cached answer", err, in.Calls()-calls)
 	}
 }
 
@@ -226,6 +253,10 @@ func TestIntrospectConfigValidate(t *testing.T) {
 		{"no client id", func(c *IntrospectConfig) { c.ClientID = "" }, "client id"},
 		{"no secret", func(c *IntrospectConfig) { c.Secret = "" }, "secret"},
 		{"negative TTL", func(c *IntrospectConfig) { c.CacheTTL = -1 }, "negative"},
+		{"every request reserved", func(c *IntrospectConfig) { c.MaxInFlight = 4; c.ReservedInFlight = 4 }, "reserve fewer"},
+		{"default in flight reserved", func(c *IntrospectConfig) { c.ReservedInFlight = DefaultMaxInFlight }, "reserve fewer"},
+		{"some reserved", func(c *IntrospectConfig) { c.MaxInFlight = 4; c.ReservedInFlight = 3 }, ""},
+		{"negative refusals", func(c *IntrospectConfig) { c.MaxRefusals = -1 }, "negative"},
 		{"bad alias", func(c *IntrospectConfig) { c.Claims.Alias = "" }, "alias"},
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -115,6 +116,16 @@ func NewJWT(cfg JWTConfig) (*JWTVerifier, error) {
 	}
 	v.cfg.Claims = cfg.Claims.withDefaults()
 	return v, nil
+}
+
+// Close closes the verifier's KeySource when it is an io.Closer
+// (RemoteKeys: its background refresh): the verifier owns its keys. It
+// still verifies afterwards.
+func (v *JWTVerifier) Close() error {
+	if c, ok := v.cfg.Keys.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // header is what a JWT's protected header must say before any key is

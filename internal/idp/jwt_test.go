@@ -46,6 +46,7 @@ func remoteVerifier(t *testing.T, is *oidctest.Issuer, clk *clock, mod ...func(*
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { keys.Close() })
 	cfg := JWTConfig{Issuer: is.URL, Audience: is.Audience, Keys: keys, Now: clk.Now, Claims: ClaimMap{Alias: "idp.test"}}
 	for _, m := range mod {
 		m(&cfg)

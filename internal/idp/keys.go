@@ -119,8 +119,8 @@ type RemoteConfig struct {
 	// Client makes the requests. Required (HTTPClient).
 	Client *http.Client
 	// MaxAge is how long fetched keys are used before they are fetched
-	// again; until a fetch succeeds, the old ones stay in use. If zero,
-	// one hour.
+	// again, in the background: until a fetch succeeds, the old ones
+	// stay in use. If zero, one hour.
 	MaxAge time.Duration
 	// MinInterval is the least time between two fetches, however many
 	// tokens name a key ID the set does not hold: a flood of forged
@@ -133,8 +133,14 @@ type RemoteConfig struct {
 // RemoteKeys are an issuer's keys, fetched over HTTPS when first
 // needed, again when older than MaxAge, and when a token names a key ID
 // they do not hold (the provider rolled its keys over), never more
-// often than MinInterval. It starts no goroutine: a fetch runs in the
-// request that needs it, one at a time, and the others wait for it.
+// often than MinInterval, one fetch at a time.
+//
+// Only a check that needs a key the set does not hold (a new kid, or no
+// keys yet) waits for a fetch, in its own goroutine; the others wait
+// for it, then look again. Keys older than MaxAge serve as they are
+// while one background goroutine fetches them again: a hung provider
+// makes no check of a known key wait. That goroutine ends with its
+// request (RequestTimeout at most); Close stops it and waits for it.
 //
 // Why not go-oidc's RemoteKeySet: it fetches the keys again whenever a
 // signature fails to verify, so each forged token would cost the
@@ -142,7 +148,13 @@ type RemoteConfig struct {
 // for. Discovery is go-oidc's.
 type RemoteKeys struct {
 	cfg   RemoteConfig
-	fetch chan struct{} // holds one token while a fetch runs
+	fetch chan struct{} // holds one token while a fetch runs, in a check or in the background
+
+	// life ends at Close: it bounds the background refresh, which
+	// refreshes counts.
+	life      context.Context
+	endLife   context.CancelFunc
+	refreshes sync.WaitGroup
 
 	mu       sync.Mutex // guards the following fields
 	jwksURL  string
@@ -151,10 +163,11 @@ type RemoteKeys struct {
 	lastTry  time.Time // of the last fetch, whatever its result
 	lastErr  error
 	fetchesN int
+	closed   bool // no background refresh starts
 }
 
 // NewRemoteKeys returns the key set cfg describes; it fetches nothing
-// yet.
+// yet. Close it to stop its background refresh.
 func NewRemoteKeys(cfg RemoteConfig) (*RemoteKeys, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("idp: RemoteConfig.Client is required")
@@ -175,12 +188,26 @@ func NewRemoteKeys(cfg RemoteConfig) (*RemoteKeys, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &RemoteKeys{cfg: cfg, fetch: make(chan struct{}, 1), jwksURL: cfg.JWKSURL}, nil
+	life, end := context.WithCancel(context.Background())
+	return &RemoteKeys{cfg: cfg, fetch: make(chan struct{}, 1), jwksURL: cfg.JWKSURL, life: life, endLife: end}, nil
+}
+
+// Close stops the background refresh, waiting for one that runs. The
+// keys held still serve afterwards, and a check of a kid they lack
+// still fetches, in its own goroutine. Close may be called more than
+// once.
+func (r *RemoteKeys) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.endLife()
+	r.refreshes.Wait()
+	return nil
 }
 
 // Keys returns the keys of kid, fetching them as RemoteKeys says.
 func (r *RemoteKeys) Keys(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
-	if keys, ok := r.cached(kid); ok {
+	if keys, ok := r.held(kid); ok {
 		return keys, nil
 	}
 	select { // one fetch at a time; the others wait for it, then look again
@@ -189,7 +216,7 @@ func (r *RemoteKeys) Keys(ctx context.Context, kid string) ([]jose.JSONWebKey, e
 		return nil, fmt.Errorf("%w: waiting for the issuer's keys: %w", auth.ErrUnavailable, ctx.Err())
 	}
 	defer func() { <-r.fetch }()
-	if keys, ok := r.cached(kid); ok {
+	if keys, ok := r.held(kid); ok {
 		return keys, nil
 	}
 	r.mu.Lock()
@@ -203,7 +230,9 @@ func (r *RemoteKeys) Keys(ctx context.Context, kid string) ([]jose.JSONWebKey, e
 	r.fetchesN++
 	r.mu.Unlock()
 
-	got, err := r.get(ctx)
+	// The answer may serve other checks waiting for it: the request
+	// does not end with this caller's context, only with its timeout.
+	got, err := r.get(context.WithoutCancel(ctx))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lastErr = err
@@ -231,18 +260,54 @@ func (r *RemoteKeys) settle(keys []jose.JSONWebKey, fetched time.Time, lastErr e
 	return nil, nil
 }
 
-// cached returns the keys of kid when they are held and fresh.
-func (r *RemoteKeys) cached(kid string) ([]jose.JSONWebKey, bool) {
+// held returns the keys of kid when the set holds some, however old;
+// keys older than MaxAge start a background refresh.
+func (r *RemoteKeys) held(kid string) ([]jose.JSONWebKey, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.fetched.IsZero() || r.cfg.Now().Sub(r.fetched) >= r.cfg.MaxAge {
+	if r.fetched.IsZero() {
 		return nil, false
 	}
 	keys := byKID(r.keys, kid)
-	return keys, len(keys) > 0
+	if len(keys) == 0 {
+		return nil, false
+	}
+	if now := r.cfg.Now(); now.Sub(r.fetched) >= r.cfg.MaxAge {
+		r.refresh(now)
+	}
+	return keys, true
 }
 
-// Fetches returns how many fetches were made.
+// refresh starts fetching the keys in the background, unless a fetch
+// runs (its keys will do), one was tried within MinInterval (a provider
+// that fails is asked once per interval, not once per check), or the
+// set is closed. r.mu must be held.
+func (r *RemoteKeys) refresh(now time.Time) {
+	if r.closed || now.Sub(r.lastTry) < r.cfg.MinInterval {
+		return
+	}
+	select {
+	case r.fetch <- struct{}{}:
+	default:
+		return
+	}
+	r.lastTry = now
+	r.fetchesN++
+	r.refreshes.Add(1)
+	go func() {
+		defer r.refreshes.Done()
+		got, err := r.get(r.life)
+		r.mu.Lock()
+		r.lastErr = err
+		if err == nil {
+			r.keys, r.fetched = got, r.cfg.Now()
+		}
+		r.mu.Unlock()
+		<-r.fetch // after the keys are in: a check waiting for the fetch looks again
+	}()
+}
+
+// Fetches returns how many fetches were made (or started).
 func (r *RemoteKeys) Fetches() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -256,9 +321,10 @@ func (r *RemoteKeys) Prefetch(ctx context.Context) error {
 	return err
 }
 
-// get discovers the JWKS URL if needed and fetches the keys.
+// get discovers the JWKS URL if needed and fetches the keys, within
+// RequestTimeout and ctx.
 func (r *RemoteKeys) get(ctx context.Context) ([]jose.JSONWebKey, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	r.mu.Lock()
 	u := r.jwksURL
