@@ -160,15 +160,15 @@ func (b *Budget) admit(src netip.Prefix) (known bool, done func(accepted bool), 
 			b.forgetIdle(now)
 		}
 		if len(b.strangers) >= b.cfg.MaxSources {
-			return false, nil, fmt.Errorf("%w: token checks from more than %d addresses that did not authenticate lately are under way: retry in a minute",
-				ErrUnavailable, b.cfg.MaxSources)
+			return false, nil, &BudgetError{fmt.Sprintf("token checks from more than %d addresses that did not authenticate lately are under way: retry in a minute",
+				b.cfg.MaxSources)}
 		}
 		a = &allowance{next: now}
 		b.strangers[src] = a
 	}
 	if a.pending >= b.cfg.MaxPending {
-		return false, nil, fmt.Errorf("%w: %d token checks from %s are already waiting for the identity provider: wait for their answers before sending more",
-			ErrUnavailable, a.pending, source(src))
+		return false, nil, &BudgetError{fmt.Sprintf("%d token checks from %s are already waiting for the identity provider: wait for their answers before sending more",
+			a.pending, source(src))}
 	}
 	next := a.next
 	if next.Before(now) {
@@ -176,8 +176,8 @@ func (b *Budget) admit(src netip.Prefix) (known bool, done func(accepted bool), 
 	}
 	next = next.Add(b.cfg.Refill)
 	if over := next.Sub(now) - time.Duration(b.cfg.Burst)*b.cfg.Refill; over > 0 {
-		return false, nil, fmt.Errorf("%w: too many token checks from %s that did not authenticate lately: retry in %s with a valid token",
-			ErrUnavailable, source(src), (over + time.Second - 1).Truncate(time.Second))
+		return false, nil, &BudgetError{fmt.Sprintf("too many token checks from %s that did not authenticate lately: retry in %s with a valid token",
+			source(src), (over + time.Second - 1).Truncate(time.Second))}
 	}
 	a.next = next
 	a.pending++
@@ -257,3 +257,15 @@ func KnownSource(ctx context.Context) bool {
 	known, _ := ctx.Value(knownKey{}).(bool)
 	return known
 }
+
+// A BudgetError is a token check a Budget refused before any provider
+// was asked. It is ErrUnavailable (errors.Is), and its Public message is
+// the caller's to read: it names only the caller's own address and what
+// to do.
+type BudgetError struct{ msg string }
+
+func (e *BudgetError) Error() string { return ErrUnavailable.Error() + ": " + e.msg }
+func (e *BudgetError) Unwrap() error { return ErrUnavailable }
+
+// Public returns the message for the caller.
+func (e *BudgetError) Public() string { return e.msg }

@@ -111,6 +111,10 @@ const relogin = "run s2uc login again, or get a new token"
 // for the log (it never holds the token). A provider that could not be
 // asked is unavailable, not a refusal.
 func authError(err error) *api.Error {
+	var be *auth.BudgetError
+	if errors.As(err, &be) {
+		return api.Errorf(api.CodeUnavailable, "%s", be.Public()).WithCause(err)
+	}
 	if errors.Is(err, auth.ErrUnavailable) {
 		return api.Errorf(api.CodeUnavailable, "the identity provider that vouches for this token could not be asked; retry shortly").WithCause(err)
 	}

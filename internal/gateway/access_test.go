@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -265,4 +267,25 @@ func TestIdentityProviderTokens(t *testing.T) {
 			t.Fatalf("the gateway's log holds a token or the client secret:\n%s", log)
 		}
 	}
+}
+
+// inactive is an opaque-token verifier that refuses every token, as an
+// introspection endpoint does garbage.
+type inactive struct{}
+
+func (inactive) VerifyToken(context.Context, string) (*auth.Principal, error) {
+	return nil, auth.ErrTokenInactive
+}
+
+// TestBudgetRefusalSaid: a caller over its address's budget of token
+// checks (auth.Budget) hears that, and when to retry, not that the
+// identity provider could not be asked.
+func TestBudgetRefusalSaid(t *testing.T) {
+	s := newTestServer(t, func(c *Config) {
+		c.Auth = &auth.Chain{Opaque: inactive{}, Budget: auth.NewBudget(auth.BudgetConfig{Burst: 2, Refill: time.Hour})}
+	})
+	for i := range 2 {
+		callErr(t, s, "GET", "/v1/streams", fmt.Sprintf("garbage-%d", i), "", 401, api.CodeUnauthenticated, "not active")
+	}
+	callErr(t, s, "GET", "/v1/streams", "garbage-2", "", 503, api.CodeUnavailable, "too many token checks from 192.0.2.1 that did not authenticate lately: retry in")
 }
