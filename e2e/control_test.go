@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -401,4 +402,39 @@ func TestSetupTime(t *testing.T) {
 		out.Release(ctx, inS.UID)
 	}
 	t.Logf("stream setup (inbound+outbound+attach) over HTTPS, 10 runs: %v", durs)
+}
+
+// TestTargetPolicy (issue 25, finding 1): real gateways started without
+// --allow_targets (the consumer's) or --allow_peers (the producer's)
+// refuse a stream that would make them dial their own host or a cloud
+// metadata service, and the user reads which flag would allow it.
+func TestTargetPolicy(t *testing.T) {
+	// Giving one list keeps localgw from giving both (its loopback
+	// default), so each gateway has the other default.
+	p := newPair(t, pairOpts{consArgs: []string{"--allow_peers", "127.0.0.0/8"}, prodArgs: []string{"--allow_targets", "127.0.0.0/8"}})
+	consHost, _, _ := net.SplitHostPort(p.cons.Addr)
+	for _, host := range []string{"127.0.0.1", consHost, "169.254.169.254"} {
+		_, errs, code := p.s2uc("alice", "inbound-request", "--server_cert", p.cons.CertFile, "--s2cs", p.cons.Addr,
+			"--remote_ip", host, "--receiver_ports", "8080", "--num_conn", "1")
+		if code == 0 || !strings.Contains(errs, "remote_ip "+host+" port 8080") || !strings.Contains(errs, "s2cs --allow_targets") {
+			t.Errorf("inbound-request --remote_ip %s: exit %d, %q; want a refusal naming the field and --allow_targets", host, code, errs)
+		}
+	}
+	status, e, body := rawCall(t, p.prod.Addr, "POST", "/v1/streams/outbound", p.tokens["alice"],
+		`{"uid":"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c","num_conn":1,"peer_listeners":["127.0.0.1:443"],"secret":"`+strings.Repeat("A", 43)+`="}`)
+	if status != 403 || e.Code != api.CodePermissionDenied || !strings.Contains(e.Message, "--allow_peers") {
+		t.Errorf("outbound to 127.0.0.1:443: %d %s; want 403 naming --allow_peers", status, body)
+	}
+	// Each gateway's own list lets the other kind through: an
+	// application on 127.0.0.1 behind the producer's gateway, a peer on
+	// loopback for the consumer's, and its own data ports never.
+	status, e, body = rawCall(t, p.prod.Addr, "POST", "/v1/streams/inbound", p.tokens["alice"], `{"remote_ip":"127.0.0.1","receiver_ports":[8080],"num_conn":1}`)
+	if status != 201 {
+		t.Errorf("inbound to 127.0.0.1 where --allow_targets lists it: %d %s", status, body)
+	}
+	prodHost, _, _ := net.SplitHostPort(p.prod.Addr)
+	status, e, body = rawCall(t, p.prod.Addr, "POST", "/v1/streams/inbound", p.tokens["alice"], `{"remote_ip":"`+prodHost+`","receiver_ports":[5100],"num_conn":1}`)
+	if status != 403 || !strings.Contains(e.Message, "this gateway's own data-port range") {
+		t.Errorf("inbound to the gateway's own data port: %d %s", status, body)
+	}
 }

@@ -247,27 +247,10 @@ func (t *trust) add(remote net.Addr, now time.Time) {
 
 // has reports whether remote authenticated within trustFor of now.
 func (t *trust) has(remote net.Addr, now time.Time) bool {
-	return t.hasSource(sourceOf(remote), now)
-}
-
-func (t *trust) hasSource(src netip.Addr, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	at, ok := t.seen[src]
+	at, ok := t.seen[sourceOf(remote)]
 	return ok && now.Sub(at) <= trustFor
-}
-
-// sources returns the sources t trusts at now.
-func (t *trust) sources(now time.Time) []netip.Addr {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []netip.Addr
-	for a, at := range t.seen {
-		if now.Sub(at) <= trustFor {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // refuse counts a refused connection from remote (nil if unknown).
