@@ -157,7 +157,9 @@ func startContainer(t *testing.T, p *podman, image, name, tokens string) *contai
 	if err := os.WriteFile(filepath.Join(etc, "tokens"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	config := fmt.Sprintf("listener_ip: %s\nport: %d\nport_range: 5100-5103\ntokens: /etc/scistream/tokens\nlog_format: json\n", ip, port)
+	// The applications and the peer gateway are on this host's loopback
+	// (docs/security.md: a gateway dials loopback only when listed).
+	config := fmt.Sprintf("listener_ip: %s\nport: %d\nport_range: 5100-5103\ntokens: /etc/scistream/tokens\nlog_format: json\nallow_targets: 127.0.0.0/8\nallow_peers: 127.0.0.0/8\n", ip, port)
 	if err := os.WriteFile(filepath.Join(etc, "s2cs.yaml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
