@@ -20,6 +20,7 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
+	"scistream/internal/strangers"
 	"scistream/internal/wan"
 )
 
@@ -146,7 +147,7 @@ type Config struct {
 	Takeover time.Duration
 	// Strangers caps the WAN connections still in their handshake. Its
 	// zero value is the defaults documented on Limits.
-	Strangers Limits
+	Strangers strangers.Limits
 	// Observe sets the plain metrics listener and the sampling of rates
 	// (observe.go). Its zero value is the defaults documented on
 	// ObserveConfig.
@@ -379,8 +380,10 @@ func (c Config) Validate() error {
 	if d, m := c.leases(); d > m {
 		return fieldError("LeaseDefault", "%s exceeds the longest lease (%s): lower it, or raise the maximum", d, m)
 	}
-	if err := c.Strangers.validate(); err != nil {
-		return err
+	if err := c.Strangers.Validate(); err != nil {
+		var le *strangers.LimitsError
+		errors.As(err, &le)
+		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
 	}
 	if err := c.Pool.validate(); err != nil {
 		return err
@@ -452,7 +455,7 @@ func (c Config) Files() (Files, error) {
 	if c.PortRange.Hi >= c.PortRange.Lo {
 		ports = c.PortRange.Hi - c.PortRange.Lo + 1
 	}
-	f.Fixed = 2*ports + c.Strangers.withDefaults().Total + FilesSlack
+	f.Fixed = 2*ports + c.Strangers.WithDefaults().Total + FilesSlack
 	left := f.Limit - f.Fixed
 	if f.MaxActiveConns == 0 {
 		f.Derived = true
@@ -460,12 +463,12 @@ func (c Config) Files() (Files, error) {
 		if f.MaxActiveConns < 1 {
 			return f, &ConfigError{Field: "MaxActiveConns", Problem: fmt.Sprintf(
 				"cannot be had: the limit of %d open files does not even cover the %d that %d ports, %d strangers in their handshake and %d others take: raise it to at least %d (ulimit -n, or LimitNOFILE= in a systemd unit), or narrow the port range",
-				f.Limit, f.Fixed, ports, c.Strangers.withDefaults().Total, FilesSlack, f.Fixed+2*FilesPerConn*minDerivedConns)}
+				f.Limit, f.Fixed, ports, c.Strangers.WithDefaults().Total, FilesSlack, f.Fixed+2*FilesPerConn*minDerivedConns)}
 		}
 	} else if need := f.Fixed + FilesPerConn*f.MaxActiveConns; need > f.Limit {
 		return f, &ConfigError{Field: "MaxActiveConns", Problem: fmt.Sprintf(
 			"%d needs %d open files (%d per connection, plus %d for %d ports, %d strangers in their handshake and %d others), over the limit of %d: give at most %d, or raise the limit to %d (ulimit -n %d, or LimitNOFILE=%d in a systemd unit; the hard limit as root)",
-			f.MaxActiveConns, need, FilesPerConn, f.Fixed, ports, c.Strangers.withDefaults().Total, FilesSlack, f.Limit, max(0, left/FilesPerConn), need, need, need)}
+			f.MaxActiveConns, need, FilesPerConn, f.Fixed, ports, c.Strangers.WithDefaults().Total, FilesSlack, f.Limit, max(0, left/FilesPerConn), need, need, need)}
 	}
 	f.MaxPipes = max(0, (left-FilesPerConn*f.MaxActiveConns)/2)
 	return f, nil

@@ -112,12 +112,12 @@ func (s *Server) janitor() {
 // streams that waited longer than Config.PendingTimeout for their peer
 // (the sampler, rates.go, samples their rates), stores the ends of
 // streams the store refused before, says the connections refused in the last
-// interval (strangers.go), and, if a minute has passed since
+// interval (internal/strangers), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
 // Config.Retention ago. It returns the time of the last prune.
 func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 	s.saveUnsaved()
-	if s.strange.summarize(now) {
+	if s.strange.Summarize(now) {
 		// A flood of strangers ended: give its memory (goroutine
 		// stacks, TLS state) back to the system now rather than in
 		// minutes.

@@ -12,13 +12,14 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/pace"
+	"scistream/internal/strangers"
 	"scistream/internal/version"
 )
 
 // The Prometheus metrics. Each Server has its own registry (no global
 // one): the Go runtime's and the process's collectors, and collector
 // below, which reads at scrape time the counters the streams keep anyway
-// (stream.go, ends.go, pool.go, strangers.go, rates.go), so that no
+// (stream.go, ends.go, pool.go, rates.go, and internal/strangers), so that no
 // increment on the data path is done twice. Live streams are read from
 // the server's table at each scrape: an ended stream's series are gone
 // from the next scrape on. Labels are a stream's uid, owner and role and
@@ -146,7 +147,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, code := range api.Codes() {
 		counter(c.apiErrors, float64(h.APIErrors[string(code)]), string(code))
 	}
-	for _, k := range refusalKeys() {
+	for _, k := range strangers.Keys() {
 		counter(c.refused, float64(h.Refused[k]), k)
 	}
 	gauge(c.capacityRate, c.s.cfg.Capacity.Rate.BytesPerSecond())

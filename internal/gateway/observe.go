@@ -184,67 +184,6 @@ func (m *legManager) legCounts() (idle, open int) {
 	return idle, open
 }
 
-// inHandshake returns the connections in their handshake now.
-func (s *strangers) inHandshake() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.total
-}
-
-// refusedSince returns the refusals since the start, by short reason.
-func (s *strangers) refusedSince() map[string]int64 {
-	out := map[string]int64{}
-	for _, k := range refusalKeys() {
-		out[k] = 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for r, n := range s.ever {
-		out[refusalKey(r)] += n
-	}
-	return out
-}
-
-// refusalKeys are the short names of the refusal reasons, the values of
-// the metrics' reason label.
-func refusalKeys() []string {
-	return []string{"handshake_cap", "allow_list", "tls", "timeout", "bad_preface", "wrong_stream",
-		"bad_secret", "closed", "quic", "unknown_name", "no_proxy_header", "not_a_router", "over_cap", "other"}
-}
-
-// refusalKey is the short name of a refusal reason of strangers.go.
-func refusalKey(reason string) string {
-	switch reason {
-	case refusedCap:
-		return "handshake_cap"
-	case refusedAllow:
-		return "allow_list"
-	case refusedTLS:
-		return "tls"
-	case refusedTimeout:
-		return "timeout"
-	case refusedPreface:
-		return "bad_preface"
-	case refusedWrong:
-		return "wrong_stream"
-	case refusedSecret:
-		return "bad_secret"
-	case refusedClosed:
-		return "closed"
-	case refusedQUIC:
-		return "quic"
-	case refusedName:
-		return "unknown_name"
-	case refusedProxy:
-		return "no_proxy_header"
-	case refusedProxyFrom:
-		return "not_a_router"
-	case refusedOverCap:
-		return "over_cap"
-	}
-	return "other"
-}
-
 // health returns what the gateway holds and has refused: the status
 // page's health and the gateway-wide metrics, from one reading.
 func (s *Server) health() api.GatewayHealth {
@@ -255,9 +194,9 @@ func (s *Server) health() api.GatewayHealth {
 		PortsCapacity:     s.cfg.PortRange.Size(),
 		ConnFilesInUse:    s.env.files.n.Load(),
 		ConnFilesCapacity: s.env.files.max,
-		WANConns:          map[string]int64{"handshake": int64(s.strange.inHandshake())},
+		WANConns:          map[string]int64{"handshake": int64(s.strange.InHandshake())},
 		APIErrors:         map[string]int64{},
-		Refused:           s.strange.refusedSince(),
+		Refused:           s.strange.RefusedSince(),
 	}
 	for _, st := range []api.State{api.StateRequested, api.StateListening, api.StateConnected} {
 		h.Streams[string(st)] = 0

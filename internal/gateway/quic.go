@@ -6,6 +6,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/relay"
+	"scistream/internal/strangers"
 	"scistream/internal/wan"
 )
 
@@ -35,7 +36,7 @@ func (st *stream) quicConfig() wan.QUICConfig {
 	cfg.OnReject = func(remote net.Addr, err error) {
 		st.rejected.Add(1)
 		st.refused.wanAuth.Add(1)
-		st.env.strange.refuse(refusedQUIC, remote)
+		st.env.strange.Refuse(strangers.ReasonQUIC, remote)
 		peer := ""
 		if remote != nil {
 			peer = remote.String()

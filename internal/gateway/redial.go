@@ -13,7 +13,7 @@ import (
 //
 // A peer gateway resets a WAN connection at once, before it sends a byte
 // or any TLS state exists, while it holds too many connections in their
-// handshake from sources it does not trust yet (strangers.go); a source
+// handshake from sources it does not trust yet (internal/strangers); a source
 // becomes trusted when one of its connections authenticates. So a burst
 // of a stream's first application connections (200 at once, before any
 // leg has authenticated), or strangers flooding the peer's slots, gets

@@ -13,6 +13,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/client"
 	"scistream/internal/store"
+	"scistream/internal/strangers"
 	"scistream/internal/waitfor"
 	"scistream/internal/wan"
 )
@@ -92,7 +93,7 @@ func TestRedialHandshakeCap(t *testing.T) {
 		t.Run(wanT, func(t *testing.T) {
 			p := startPair(t, func(c *Config) {
 				c.AllowTCPWAN = true
-				c.Strangers = Limits{PerListener: 100, PerSource: 2, Total: 100}
+				c.Strangers = strangers.Limits{PerListener: 100, PerSource: 2, Total: 100}
 			}, func(c *Config) { c.AllowTCPWAN = true })
 			ctx := context.Background()
 			inS, outS, err := client.Wire(ctx, p.in, p.out,
@@ -102,9 +103,7 @@ func TestRedialHandshakeCap(t *testing.T) {
 				t.Fatal(err)
 			}
 			inHandshake := func() int {
-				p.cons.srv.strange.mu.Lock()
-				defer p.cons.srv.strange.mu.Unlock()
-				return p.cons.srv.strange.total
+				return p.cons.srv.strange.InHandshake()
 			}
 			// Two silent strangers from the source the producer gateway
 			// dials from (neither binds one) hold the source's slots.

@@ -50,6 +50,7 @@ import (
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/store"
+	"scistream/internal/strangers"
 )
 
 // Server is a SciStream gateway's control server.
@@ -59,7 +60,7 @@ type Server struct {
 	alloc   *ports.Allocator
 	engines *relay.Engines
 	env     *env // what every stream gets
-	strange *strangers
+	strange *strangers.Gate
 	self    *egress.Self // the endpoints no stream may make the gateway dial
 	files   Files        // the plan of open files, as Config.Files gave it
 	obs     *observer    // what operators look at: metrics, status, rates (observe.go)
@@ -115,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
 	self := ownEndpoints(cfg)
-	strange := newStrangers(cfg.Strangers, cfg.Logger, cfg.Now())
+	strange := strangers.New(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg:     cfg,

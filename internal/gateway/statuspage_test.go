@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"scistream/internal/api"
+	"scistream/internal/strangers"
 )
 
 // TestStatusPageServed: the page needs no token and holds no data; its
@@ -85,7 +86,7 @@ func TestStatusAPI(t *testing.T) {
 	}
 	h := v.Health
 	if !h.Ready || h.Streams["listening"] != 2 || h.Streams["released"] != 0 || h.PortsInUse != 2 || h.PortsCapacity != 4 ||
-		h.APIErrors["unauthenticated"] != 2 || len(h.Refused) != len(refusalKeys()) || h.WANConns["relaying"] != 0 {
+		h.APIErrors["unauthenticated"] != 2 || len(h.Refused) != len(strangers.Keys()) || h.WANConns["relaying"] != 0 {
 		t.Errorf("health: %+v", h)
 	}
 	if v.Version == "" || v.ListenerIP != s.cfg.ListenerIP || v.Started.IsZero() {

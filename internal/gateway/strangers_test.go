@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/store"
+	"scistream/internal/strangers"
 	"scistream/internal/waitfor"
 )
 
@@ -23,14 +23,12 @@ import (
 func TestSilentStrangerCost(t *testing.T) {
 	const n = 2000
 	s := newTestServer(t, func(c *Config) {
-		c.Strangers = Limits{PerListener: 2 * n, PerSource: 2 * n, Total: 2 * n}
+		c.Strangers = strangers.Limits{PerListener: 2 * n, PerSource: 2 * n, Total: 2 * n}
 	})
 	var st api.Stream
 	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &st)
 	in := func() int {
-		s.strange.mu.Lock()
-		defer s.strange.mu.Unlock()
-		return s.strange.total
+		return s.strange.InHandshake()
 	}
 	measure := func() uint64 {
 		runtime.GC()
@@ -84,7 +82,7 @@ func TestStrangerCaps(t *testing.T) {
 	var logs logLines
 	clk := &clock{t: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
 	s := newTestServer(t, func(c *Config) {
-		c.Strangers = Limits{PerListener: 8, PerSource: 4, Total: 100}
+		c.Strangers = strangers.Limits{PerListener: 8, PerSource: 4, Total: 100}
 		c.Now = clk.Now
 		c.Logger = logs.logger()
 	})
@@ -100,16 +98,16 @@ func TestStrangerCaps(t *testing.T) {
 	// The peer's address, once it authenticated, is not capped.
 	peer := &net.TCPAddr{IP: net.ParseIP("127.0.0.63")}
 	s.mu.Lock()
-	s.streams[store.Key{Owner: "alice", UID: st.UID}].trusted.add(peer, time.Now())
+	s.streams[store.Key{Owner: "alice", UID: st.UID}].trusted.Add(peer, time.Now())
 	s.mu.Unlock()
 	if got := refused("127.0.0.63", 3); got != 0 {
 		t.Fatalf("the peer's address was refused %d times over the strangers' caps", got)
 	}
-	s.sweep(clk.Add(summaryInterval), clk.Now())
+	s.sweep(clk.Add(strangers.SummaryInterval), clk.Now())
 	if n := logs.count("refused "); n != 1 {
 		t.Fatalf("%d refusal lines, want one summary:\n%s", n, logs.String())
 	}
-	if !logs.has("refused 12 connections in the last 10s") || !logs.has("12 "+refusedCap) {
+	if !logs.has("refused 12 connections in the last 10s") || !logs.has("12 "+strangers.ReasonCap) {
 		t.Fatalf("summary line does not count the 12 refusals by reason:\n%s", logs.String())
 	}
 	if logs.count("level=WARN") != 1 {
@@ -145,42 +143,6 @@ func (l *logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l
 
 func (l *logLines) count(s string) int { return strings.Count(l.String(), s) }
 func (l *logLines) has(s string) bool  { return strings.Contains(l.String(), s) }
-
-// TestFloodOver: the end of a flood (many in their handshake at once, or
-// many refused) is reported once, when the handshakes are back to a few,
-// so the gateway gives the memory back; ordinary traffic never is.
-func TestFloodOver(t *testing.T) {
-	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	s := newStrangers(Limits{}, slog.New(slog.DiscardHandler), now)
-	remote := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}
-	for range 100 {
-		s.refuse(refusedCap, remote)
-	}
-	if s.summarize(now) {
-		t.Fatal("100 refusals reported as a flood")
-	}
-	for range 1000 {
-		s.refuse(refusedCap, remote)
-	}
-	var ls listenerSlots
-	var slots []slot
-	for range 20 { // still in the flood: 20 in their handshake
-		sl, _ := s.admit(&ls, remote, true)
-		slots = append(slots, sl)
-	}
-	if s.summarize(now) {
-		t.Fatal("a flood reported over while 20 connections are in their handshake")
-	}
-	for _, sl := range slots {
-		s.release(sl)
-	}
-	if !s.summarize(now) {
-		t.Fatal("the end of 1,100 refusals not reported")
-	}
-	if s.summarize(now) {
-		t.Fatal("the end of one flood reported twice")
-	}
-}
 
 // refusedOf opens k connections to addr from the source address from,
 // and returns how many the gateway reset (during the connect, or at once
@@ -221,7 +183,7 @@ func TestTrustBounded(t *testing.T) {
 	s.mu.Lock()
 	st := s.streams[store.Key{Owner: "alice", UID: own.UID}]
 	s.mu.Unlock()
-	st.trusted.add(&net.TCPAddr{IP: net.ParseIP("127.0.0.81")}, time.Now())
+	st.trusted.Add(&net.TCPAddr{IP: net.ParseIP("127.0.0.81")}, time.Now())
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.81")}}
 	conns := make([]net.Conn, 0, flood)
 	defer func() {
@@ -240,9 +202,7 @@ func TestTrustBounded(t *testing.T) {
 		conns = append(conns, c)
 	}
 	held := func() int {
-		s.strange.mu.Lock()
-		defer s.strange.mu.Unlock()
-		return s.strange.total
+		return s.strange.InHandshake()
 	}
 	const want = 128 + 128 // its trusted share, and a stranger's per source
 	waitfor.Must(t, 30*time.Second, "every connection of the flood to be admitted or reset", func() bool {
@@ -254,43 +214,5 @@ func TestTrustBounded(t *testing.T) {
 	// Bob's peer, a stranger so far, is not reset.
 	if got := refusedOf(t, other.Listeners[0], "127.0.0.82", 1); got != 0 {
 		t.Fatal("another user's peer was reset while the trusted source flooded")
-	}
-}
-
-// TestSharedTrust: on the shared WAN port trust is each stream's, kept
-// for a few sources per stream, and ends with the stream.
-func TestSharedTrust(t *testing.T) {
-	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	tr := sharedTrust{by: map[netip.Addr]map[*stream]time.Time{}, count: map[*stream]int{}}
-	a, b := &stream{}, &stream{}
-	x := netip.MustParseAddr("192.0.2.1")
-	tr.add(x, a, now)
-	tr.add(x, b, now)
-	if !tr.has(x, now) {
-		t.Fatal("a source two streams trust is not trusted")
-	}
-	tr.forget(a)
-	if !tr.has(x, now) {
-		t.Fatal("a source trusted by a live stream is not trusted once another ended")
-	}
-	tr.forget(b)
-	if tr.has(x, now) {
-		t.Fatal("a source is still trusted after every stream that trusted it ended")
-	}
-	for i := range maxTrusted + 10 {
-		tr.add(netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}), a, now.Add(time.Duration(i)*time.Second))
-	}
-	if n := tr.count[a]; n != maxTrusted || len(tr.by) != maxTrusted {
-		t.Fatalf("a stream trusts %d sources (%d indexed), want at most %d", n, len(tr.by), maxTrusted)
-	}
-	if tr.has(netip.AddrFrom4([4]byte{192, 0, 2, 10}), now.Add(time.Hour/60)) {
-		t.Fatal("the source trusted longest ago was kept past the bound")
-	}
-	if tr.has(netip.AddrFrom4([4]byte{192, 0, 2, 10 + maxTrusted + 9}), now.Add(trustFor+time.Hour)) {
-		t.Fatal("trust outlived trustFor")
-	}
-	tr.forget(a)
-	if len(tr.by) != 0 || len(tr.count) != 0 {
-		t.Fatalf("forget left %d sources, %d streams", len(tr.by), len(tr.count))
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
 	"scistream/internal/store"
+	"scistream/internal/strangers"
 	"scistream/internal/wan"
 )
 
@@ -31,7 +32,7 @@ type env struct {
 	cert    *tls.Certificate // the gateway's certificate, for WAN legs
 	quic    wan.QUICConfig   // settings of QUIC WAN legs
 	rates   rateSettings     // how streams sample their rates (rates.go)
-	strange *strangers       // caps and refusals of unauthenticated connections
+	strange *strangers.Gate  // caps and refusals of unauthenticated connections
 	// targets is what the inbound side may dial for its applications,
 	// peers what the outbound side may dial for its peer gateways: each
 	// checked at every dial (Config.AllowTargets, AllowPeers).
@@ -122,9 +123,9 @@ type stream struct {
 	mu        sync.Mutex // guards the following fields
 	rec       *store.Record
 	listeners []*net.TCPListener
-	slots     []listenerSlots  // per listener: connections in their handshake
-	trusted   trust            // sources the peer authenticated from lately
-	conns     map[net.Conn]int // every connection, by the channel it arrived on (-1: another leg of one)
+	slots     []strangers.Listener // per listener: connections in their handshake
+	trusted   strangers.Trust      // sources the peer authenticated from lately
+	conns     map[net.Conn]int     // every connection, by the channel it arrived on (-1: another leg of one)
 	stopped   bool
 	quic      quicLegs   // WAN legs over QUIC (quic.go)
 	watch     *wan.Watch // the watch leg, while open (watch.go)
@@ -174,7 +175,7 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		cancel:    cancel,
 		rec:       rec,
 		listeners: lns,
-		slots:     make([]listenerSlots, len(lns)),
+		slots:     make([]strangers.Listener, len(lns)),
 		conns:     map[net.Conn]int{},
 		open:      connSlots{max: int64(rec.MaxActiveConns)},
 		rates:     newRateTracker(e.rates, time.Now()),
@@ -368,16 +369,16 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			return
 		}
 		backoff = 0
-		var sl slot
+		var sl strangers.Slot
 		if st.role == api.RoleInbound {
 			var ok bool
-			if sl, ok = st.env.strange.admit(&st.slots[ch], c.RemoteAddr(), st.trusted.has(c.RemoteAddr(), time.Now())); !ok {
+			if sl, ok = st.env.strange.Admit(&st.slots[ch], c.RemoteAddr(), st.trusted.Has(c.RemoteAddr(), time.Now())); !ok {
 				// Over a cap of connections in their handshake:
 				// reset at once, before any TLS state exists.
 				st.rejected.Add(1)
 				st.refused.handshakeCap.Add(1)
-				st.env.strange.refuse(refusedCap, c.RemoteAddr())
-				st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", c.RemoteAddr().String(), "reason", refusedCap)
+				st.env.strange.Refuse(strangers.ReasonCap, c.RemoteAddr())
+				st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", c.RemoteAddr().String(), "reason", strangers.ReasonCap)
 				relay.Abort(c)
 				continue
 			}
@@ -395,7 +396,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 		}
 		if !st.trackOn(c, ch) { // stopping: c is reset
 			if st.role == api.RoleInbound {
-				st.env.strange.release(sl)
+				st.env.strange.Release(sl)
 			} else {
 				st.releaseConn()
 			}
@@ -424,8 +425,8 @@ func (st *stream) admitConn(ch int, remote net.Addr) bool {
 	}
 	st.rejected.Add(1)
 	st.overCap.Add(1)
-	st.env.strange.refuse(refusedOverCap, remote)
-	st.env.log.Debug("connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "reason", refusedOverCap,
+	st.env.strange.Refuse(strangers.ReasonOverCap, remote)
+	st.env.log.Debug("connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "reason", strangers.ReasonOverCap,
 		"stream_cap", st.open.max, "gateway_files", st.env.files.max)
 	return false
 }
@@ -451,7 +452,7 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 	if !st.admits(app.RemoteAddr()) {
 		st.rejected.Add(1)
 		st.refused.allow.Add(1)
-		st.env.strange.refuse(refusedAllow, app.RemoteAddr())
+		st.env.strange.Refuse(strangers.ReasonAllow, app.RemoteAddr())
 		log.Debug("connection refused: source not in the stream's allow-list", "allow", st.record().Allow)
 		relay.Abort(app)
 		return
@@ -484,8 +485,8 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 
 // serveInbound authenticates a WAN connection accepted on channel ch and
 // relays it to the application's port for that channel. sl is its
-// handshake slot (strangers.admit), which it releases.
-func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl slot) {
+// handshake slot (strangers.Gate.Admit), which it releases.
+func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl strangers.Slot) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
 	if st.wanT == api.WANTLS {
@@ -495,14 +496,14 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl slot) {
 		// (On a plaintext leg the acceptor speaks first, its nonce.)
 		raw.SetReadDeadline(time.Now().Add(wan.HandshakeTimeout))
 		if err := sockio.WaitReadable(raw); err != nil {
-			st.env.strange.release(sl)
+			st.env.strange.Release(sl)
 			raw.Close()
 			st.refuseWAN(ch, raw.RemoteAddr(), fmt.Errorf("%w: %w", wan.ErrBadPreface, err))
 			return
 		}
 	}
 	r, err := wan.AcceptLeg(st.ctx, raw, st.leg(st.record(), ch))
-	st.env.strange.release(sl)
+	st.env.strange.Release(sl)
 	if err != nil {
 		st.refuseWAN(ch, raw.RemoteAddr(), err)
 		return
@@ -521,7 +522,7 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl slot) {
 // (one session after another), or a leg of one application connection.
 // The caller tracks r.Conn.
 func (st *stream) serveLeg(from net.Addr, r *wan.Routed) {
-	st.trusted.add(from, time.Now())
+	st.trusted.Add(from, time.Now())
 	log := st.env.log.With("uid", st.uid, "channel", r.Channel, "peer", from.String())
 	if r.Watch() {
 		st.serveWatch(log, r.Conn)
@@ -574,7 +575,7 @@ func (st *stream) refuseWAN(ch int, remote net.Addr, err error) {
 	}
 	st.rejected.Add(1)
 	st.refused.wanAuth.Add(1)
-	st.env.strange.refuse(refusalReason(err), remote)
+	st.env.strange.Refuse(strangers.ReasonOf(err), remote)
 	st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "err", err)
 }
 

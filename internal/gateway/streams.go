@@ -118,7 +118,7 @@ func (s *Server) remove(st *stream) {
 	port := s.env.port
 	s.mu.Unlock()
 	if port != nil && st.shared != nil {
-		port.trust.forget(st) // its trust ends with it
+		port.trust.Forget(st) // its trust ends with it
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"scistream/internal/proxyproto"
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
+	"scistream/internal/strangers"
 	"scistream/internal/wan"
 )
 
@@ -35,7 +36,7 @@ import (
 // wanPort is a running shared WAN port.
 type wanPort struct {
 	log     *slog.Logger
-	strange *strangers
+	strange *strangers.Gate
 	cert    *tls.Certificate
 	lookup  func(name string) *stream // a live stream by server name, or nil
 	// proxy: every connection starts with a PROXY protocol v2 header
@@ -43,14 +44,14 @@ type wanPort struct {
 	// (Config.WANProxyProtocol, WANProxyFrom).
 	proxy     bool
 	proxyFrom []netip.Prefix
-	unheard   unheard // proxy: connections whose header has not come yet
+	unheard   strangers.Unheard // proxy: connections whose header has not come yet
 
 	ln   *net.TCPListener
 	udp  *net.UDPConn
 	quic *wan.QUICListener
 
-	slots listenerSlots // connections in their handshake
-	trust sharedTrust   // the sources each stream's peer authenticated from lately
+	slots strangers.Listener             // connections in their handshake
+	trust strangers.SharedTrust[*stream] // the sources each stream's peer authenticated from lately
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -89,18 +90,17 @@ func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *env, quicCf
 		lookup:    lookup,
 		proxy:     proxyFrom != nil,
 		proxyFrom: proxyFrom,
-		unheard:   unheard{by: map[netip.Addr]int{}},
 		ln:        ln,
 		udp:       udp,
-		slots:     listenerSlots{shared: true},
-		trust:     sharedTrust{by: map[netip.Addr]map[*stream]time.Time{}, count: map[*stream]int{}},
+		slots:     strangers.Listener{Shared: true},
+		trust:     strangers.SharedTrust[*stream]{},
 		ctx:       ctx,
 		cancel:    cancel,
 		hs:        map[net.Conn]struct{}{},
 	}
 	quicCfg.Logger = e.log.With("wan_port", addr)
 	quicCfg.OnReject = func(remote net.Addr, err error) {
-		wp.strange.refuse(refusalReason(err), remote)
+		wp.strange.Refuse(strangers.ReasonOf(err), remote)
 		wp.log.Debug("WAN connection refused", "wan", api.WANQUIC, "peer", addrString(remote), "err", err)
 	}
 	wp.quic, err = wan.ListenQUICRouted(udp, e.cert, wp.route, quicCfg)
@@ -206,106 +206,63 @@ func (wp *wanPort) acceptTCP() {
 	}
 }
 
-// admit takes a handshake slot for c (strangers.admit), or resets c if a
+// admit takes a handshake slot for c (strangers.Gate.Admit), or resets c if a
 // cap is reached. Behind a router that speaks the PROXY protocol, c's
 // own address is the router's, and must be one of proxyFrom: c then
 // counts among the unheard (in all, and per router) until its header
 // names its source (serve), and takes its slot then.
-func (wp *wanPort) admit(c *net.TCPConn) (slot, bool) {
+func (wp *wanPort) admit(c *net.TCPConn) (strangers.Slot, bool) {
 	remote := c.RemoteAddr()
 	if wp.proxy {
-		src := sourceOf(remote)
+		src := strangers.SourceOf(remote)
 		if !slices.ContainsFunc(wp.proxyFrom, func(p netip.Prefix) bool { return p.Contains(src) }) {
-			wp.strange.refuse(refusedProxyFrom, remote)
+			wp.strange.Refuse(strangers.ReasonProxyFrom, remote)
 			relay.Abort(c)
-			return slot{}, false
+			return strangers.Slot{}, false
 		}
-		if !wp.unheard.take(src, wp.strange.limits.Total) {
-			wp.strange.refuse(refusedCap, remote)
+		sl, ok := wp.unheard.Take(src, wp.strange.Limits().Total)
+		if !ok {
+			wp.strange.Refuse(strangers.ReasonCap, remote)
 			relay.Abort(c)
-			return slot{}, false
 		}
-		return slot{src: src, unheard: true}, true
+		return sl, ok
 	}
-	sl, ok := wp.strange.admit(&wp.slots, remote, wp.trust.has(sourceOf(remote), time.Now()))
+	sl, ok := wp.strange.Admit(&wp.slots, remote, wp.trust.Has(strangers.SourceOf(remote), time.Now()))
 	if !ok {
-		wp.strange.refuse(refusedCap, remote)
+		wp.strange.Refuse(strangers.ReasonCap, remote)
 		relay.Abort(c)
 	}
 	return sl, ok
 }
 
 // release frees what admit (or, behind a PROXY router, source) took for
-// a connection: its handshake slot if it holds one, else its place among
-// the unheard.
-func (wp *wanPort) release(sl slot) {
-	if sl.unheard {
-		wp.unheard.give(sl.src)
-	} else {
-		wp.strange.release(sl)
-	}
-}
-
-// unheard counts the connections from the routers whose PROXY header has
-// not come yet, in all and by router.
-type unheard struct {
-	mu sync.Mutex // guards the following fields
-	n  int
-	by map[netip.Addr]int
-}
-
-// take counts one more from router src, or reports false if that would
-// pass total in all or half of it from src (so that one router, or one
-// address in the routers' list, cannot keep another out).
-func (u *unheard) take(src netip.Addr, total int) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.n >= total || u.by[src] >= max(1, total/2) {
-		return false
-	}
-	u.n++
-	u.by[src]++
-	return true
-}
-
-func (u *unheard) give(src netip.Addr) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.n--
-	if u.by[src]--; u.by[src] <= 0 {
-		delete(u.by, src)
-	}
-}
+// a connection: its handshake slot, or its place among the unheard.
+func (wp *wanPort) release(sl strangers.Slot) { wp.strange.Release(sl) }
 
 // source reads the PROXY header of raw (behind a router) and takes the
 // handshake slot of the source it names, swapping the unheard count for
 // it. It returns the source, or an error (raw is then closed and counted
 // as refused) with the address to blame.
-func (wp *wanPort) source(raw *net.TCPConn, heard slot) (net.Addr, slot, error) {
+func (wp *wanPort) source(raw *net.TCPConn, heard strangers.Slot) (net.Addr, strangers.Slot, error) {
 	h, err := proxyproto.Read(raw)
 	wp.release(heard)
 	if err != nil {
-		return raw.RemoteAddr(), slot{}, fmt.Errorf("%w: %w", errProxyHeader, err)
+		return raw.RemoteAddr(), strangers.Slot{}, fmt.Errorf("%w: %w", strangers.ErrNoProxyHeader, err)
 	}
 	from := raw.RemoteAddr()
 	if !h.Local && h.Source.IsValid() {
 		from = net.TCPAddrFromAddrPort(h.Source)
 	}
-	sl, ok := wp.strange.admit(&wp.slots, from, wp.trust.has(sourceOf(from), time.Now()))
+	sl, ok := wp.strange.Admit(&wp.slots, from, wp.trust.Has(strangers.SourceOf(from), time.Now()))
 	if !ok {
-		return from, slot{}, errOverCap
+		return from, strangers.Slot{}, strangers.ErrOverCap
 	}
 	return from, sl, nil
 }
 
-var (
-	errProxyHeader = errors.New("no valid PROXY protocol v2 header from the router")
-	errOverCap     = errors.New("over the cap of connections in their handshake")
-)
-
 // serve authenticates a connection to the shared port and hands it to
 // its stream.
-func (wp *wanPort) serve(raw *net.TCPConn, sl slot) {
+func (wp *wanPort) serve(raw *net.TCPConn, sl strangers.Slot) {
 	defer wp.wg.Done()
 	remote := raw.RemoteAddr()
 	untrack := func() {
@@ -352,7 +309,7 @@ func (wp *wanPort) serve(raw *net.TCPConn, sl slot) {
 		wp.refuse(st, remote, err)
 		return
 	}
-	wp.trust.add(sourceOf(remote), st, time.Now())
+	wp.trust.Add(strangers.SourceOf(remote), st, time.Now())
 	if !st.adopt(raw, r.Conn) {
 		return // the stream stopped meanwhile: both are reset
 	}
@@ -370,7 +327,7 @@ func (wp *wanPort) refuse(st *stream, remote net.Addr, err error) {
 		st.refuseWAN(-1, remote, err)
 		return
 	}
-	wp.strange.refuse(refusalReason(err), remote)
+	wp.strange.Refuse(strangers.ReasonOf(err), remote)
 	wp.log.Debug("WAN connection refused", "wan_port", wp.ln.Addr().String(), "peer", remote.String(), "err", err)
 }
 
@@ -403,88 +360,4 @@ func addrString(a net.Addr) string {
 		return ""
 	}
 	return a.String()
-}
-
-// sharedTrust is the trust of the shared port's streams: which sources
-// each stream's peer authenticated from lately (as trust is for a stream
-// on its own ports), indexed by source so that an accept, which does not
-// know its stream yet, asks one map. A source is trusted while a live
-// stream trusts it: forget drops a stream's trust when it ends.
-type sharedTrust struct {
-	mu    sync.Mutex // guards the following fields
-	by    map[netip.Addr]map[*stream]time.Time
-	count map[*stream]int // sources each stream trusts (at most maxTrusted)
-}
-
-// add notes that a leg of st authenticated from src at now.
-func (t *sharedTrust) add(src netip.Addr, st *stream, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := t.by[src]
-	if _, ok := m[st]; !ok && t.count[st] >= maxTrusted {
-		t.dropOldest(st)
-	}
-	if m == nil {
-		m = map[*stream]time.Time{}
-		t.by[src] = m
-	}
-	if _, ok := m[st]; !ok {
-		t.count[st]++
-	}
-	m[st] = now
-}
-
-// dropOldest drops the source st trusted longest ago. t.mu is held.
-func (t *sharedTrust) dropOldest(st *stream) {
-	var oldest netip.Addr
-	var at time.Time
-	for src, m := range t.by {
-		if a, ok := m[st]; ok && (!oldest.IsValid() || a.Before(at)) {
-			oldest, at = src, a
-		}
-	}
-	if oldest.IsValid() {
-		t.drop(oldest, st)
-	}
-}
-
-// drop forgets that st trusts src. t.mu is held.
-func (t *sharedTrust) drop(src netip.Addr, st *stream) {
-	delete(t.by[src], st)
-	if len(t.by[src]) == 0 {
-		delete(t.by, src)
-	}
-	if t.count[st]--; t.count[st] <= 0 {
-		delete(t.count, st)
-	}
-}
-
-// has reports whether a stream trusts src at now, forgetting the trust
-// of src that ran out.
-func (t *sharedTrust) has(src netip.Addr, now time.Time) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	found := false
-	for st, at := range t.by[src] {
-		if now.Sub(at) > trustFor {
-			t.drop(src, st)
-		} else {
-			found = true
-		}
-	}
-	return found
-}
-
-// forget drops every trust st gave: the stream ended.
-func (t *sharedTrust) forget(st *stream) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.count[st] == 0 {
-		return
-	}
-	for src, m := range t.by {
-		if _, ok := m[st]; ok {
-			t.drop(src, st)
-		}
-	}
 }

@@ -23,6 +23,7 @@ import (
 	"scistream/internal/client"
 	"scistream/internal/localgw"
 	"scistream/internal/proxyproto"
+	"scistream/internal/strangers"
 	"scistream/internal/waitfor"
 	"scistream/internal/wan"
 )
@@ -178,18 +179,14 @@ func TestSharedWANPort(t *testing.T) {
 		}
 	}
 	echoOnce("before")
-	trusts := func(uid string) bool {
-		wp := cons.srv.env.port
-		wp.trust.mu.Lock()
-		defer wp.trust.mu.Unlock()
-		for st := range wp.trust.count {
-			if st.uid == uid {
-				return true
-			}
+	var st0 *stream
+	for _, st := range cons.srv.live() {
+		if st.uid == streams[0].inS.UID {
+			st0 = st
 		}
-		return false
 	}
-	if !trusts(streams[0].inS.UID) {
+	trust := &cons.srv.env.port.trust
+	if st0 == nil || !trust.Trusts(st0) {
 		t.Fatal("the shared port does not trust the source stream 0's peer authenticated from")
 	}
 	for _, cl := range []*client.Client{streams[0].out, streams[0].in} {
@@ -197,7 +194,7 @@ func TestSharedWANPort(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if trusts(streams[0].inS.UID) {
+	if trust.Trusts(st0) {
 		t.Fatal("stream 0's trust outlived the stream")
 	}
 	echoOnce("after another stream's release")
@@ -325,7 +322,7 @@ func TestSharedWANPortStrangerCaps(t *testing.T) {
 	}
 	cons := startGW(t, tokens, func(c *Config) {
 		c.WANPort = sharedPort
-		c.Strangers = Limits{PerListener: 2, PerSource: 4, Total: 8, Trusted: 2} // strangers: 6 in all
+		c.Strangers = strangers.Limits{PerListener: 2, PerSource: 4, Total: 8, Trusted: 2} // strangers: 6 in all
 	})
 	waitReady(t, cons)
 	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
@@ -350,7 +347,7 @@ func TestSharedWANPortProxyProtocol(t *testing.T) {
 		c.WANPort = sharedPort
 		c.WANProxyProtocol = true
 		c.WANProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} // the router: the test's address
-		c.Strangers = Limits{PerSource: 2, Total: 100}
+		c.Strangers = strangers.Limits{PerSource: 2, Total: 100}
 	})
 	waitReady(t, cons)
 	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
@@ -411,22 +408,18 @@ func TestSharedWANPortProxyFrom(t *testing.T) {
 		c.WANPort = sharedPort
 		c.WANProxyProtocol = true
 		c.WANProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.101/32"), netip.MustParsePrefix("127.0.0.102/32")}
-		c.Strangers = Limits{PerSource: 8, Total: total}
+		c.Strangers = strangers.Limits{PerSource: 8, Total: total}
 	})
 	waitReady(t, cons)
 	addr := net.JoinHostPort(cons.srv.cfg.ListenerIP, "5443")
 	dst := netip.MustParseAddrPort(addr)
 	strange := cons.srv.strange
 	refusals := func(reason string) int64 {
-		strange.mu.Lock()
-		defer strange.mu.Unlock()
-		return strange.ever[reason]
+		return strange.RefusedSince()[strangers.Key(reason)]
 	}
 	wp := cons.srv.env.port
 	unheard := func() int {
-		wp.unheard.mu.Lock()
-		defer wp.unheard.mu.Unlock()
-		return wp.unheard.n
+		return wp.unheard.N()
 	}
 	// dial connects from src and sends first, if not nil.
 	var conns []net.Conn
@@ -453,10 +446,8 @@ func TestSharedWANPortProxyFrom(t *testing.T) {
 	for i := range 300 {
 		dial("127.0.0.91", proxyproto.Append(nil, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 4000), dst))
 	}
-	waitfor.Must(t, 30*time.Second, "300 connections past the router refused", func() bool { return refusals(refusedProxyFrom) == 300 })
-	strange.mu.Lock()
-	blamed := topSources(strange.sources, 1)
-	strange.mu.Unlock()
+	waitfor.Must(t, 30*time.Second, "300 connections past the router refused", func() bool { return refusals(strangers.ReasonProxyFrom) == 300 })
+	blamed := strange.TopRefused(1)
 	if !strings.HasPrefix(blamed, "127.0.0.91 ") {
 		t.Fatalf("the refusals blame %q, want the real address 127.0.0.91", blamed)
 	}
@@ -465,19 +456,19 @@ func TestSharedWANPortProxyFrom(t *testing.T) {
 	for range total {
 		dial("127.0.0.91", nil)
 	}
-	waitfor.Must(t, 30*time.Second, "the silent connections past the router refused", func() bool { return refusals(refusedProxyFrom) == 300+total })
+	waitfor.Must(t, 30*time.Second, "the silent connections past the router refused", func() bool { return refusals(strangers.ReasonProxyFrom) == 300+total })
 	// One router holds half the budget at most while its headers have
 	// not come; the other router still gets in.
 	for range total {
 		dial("127.0.0.101", nil)
 	}
 	waitfor.Must(t, 30*time.Second, "one router's silent connections admitted or refused", func() bool {
-		return unheard() == total/2 && refusals(refusedCap) == total/2
+		return unheard() == total/2 && refusals(strangers.ReasonCap) == total/2
 	})
-	before := refusals(refusedCap) + refusals(refusedProxyFrom) + refusals(refusedProxy)
+	before := refusals(strangers.ReasonCap) + refusals(strangers.ReasonProxyFrom) + refusals(strangers.ReasonProxy)
 	dial("127.0.0.102", nil)
 	waitfor.Must(t, 30*time.Second, "the second router's connection admitted", func() bool { return unheard() == total/2+1 })
-	if after := refusals(refusedCap) + refusals(refusedProxyFrom) + refusals(refusedProxy); after != before {
+	if after := refusals(strangers.ReasonCap) + refusals(strangers.ReasonProxyFrom) + refusals(strangers.ReasonProxy); after != before {
 		t.Fatalf("the second router's connection was refused (%d refusals, %d before)", after, before)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 // ErrUnanswered marks a dial the peer reset before it sent a byte, as a
 // gateway resets a connection over its cap of connections in their
-// handshake, before any TLS state exists (gateway/strangers.go): dialling
+// handshake, before any TLS state exists (internal/strangers): dialling
 // again a moment later may succeed. A reset after the peer answered (a
 // certificate it refused, a preface it did not accept) is not one.
 var ErrUnanswered = errors.New("reset by the peer before it answered")
