@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"scistream/internal/api"
+	"scistream/internal/rates"
 	"scistream/internal/version"
 )
 
@@ -19,7 +20,7 @@ import (
 // gateway's status for the status page (GET /v1/status, statuspage.go),
 // and the optional plain-HTTP metrics listener, all read from the same
 // counters the streams and the server keep anyway; the sampled rates are
-// in rates.go.
+// internal/rates'.
 //
 // Who may look: readers and operators (operatorView), whom a roles file
 // names (s2cs --roles); the metrics and the status show every identity's
@@ -27,6 +28,16 @@ import (
 // The plain metrics listener authenticates nobody and encrypts nothing:
 // it is off unless the operator gives it, and it serves GET /metrics and
 // nothing else, never the API.
+
+// The bounds and defaults of ObserveConfig's rate settings, as
+// internal/rates has them.
+const (
+	DefaultRateInterval = rates.DefaultInterval
+	DefaultRateWindow   = rates.DefaultWindow
+	MinRateInterval     = rates.MinInterval
+	MaxRateInterval     = rates.MaxInterval
+	MaxWindowSamples    = rates.MaxWindowSamples
+)
 
 // ObserveConfig configures the gateway's metrics listener and how it
 // samples its streams' rates. Its zero value: no plain metrics listener,
@@ -40,7 +51,7 @@ type ObserveConfig struct {
 	// the metrics are on the control API only, authenticated.
 	MetricsListener net.Listener
 	// RateInterval is the time between two samples of every stream's
-	// rates (rates.go), MinRateInterval to MaxRateInterval. If zero,
+	// rates (internal/rates), MinRateInterval to MaxRateInterval. If zero,
 	// DefaultRateInterval.
 	RateInterval time.Duration
 	// RateWindow is the span of the recent rates (their mean, standard
@@ -235,7 +246,7 @@ func (s *Server) handleStatus(r *http.Request) (int, any, error) {
 	}
 	for _, st := range s.live() {
 		v := s.view(st.record(), st)
-		v.Stats.Rates = st.rates.view(true)
+		v.Stats.Rates = st.rates.View(true)
 		out.Streams = append(out.Streams, v)
 	}
 	sort.Slice(out.Streams, func(i, j int) bool {

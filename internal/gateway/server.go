@@ -22,7 +22,7 @@
 //	end.go       a stream ended (released, expired, failed) and the janitor
 //	stream.go    a running stream: listeners, accept loops, relays, counters
 //	quic.go      the QUIC side of a running stream
-//	rates.go     the sampler and each stream's rates: mean, standard deviation, peak, steady state
+//	rates.go     the sampler of every stream's rates (internal/rates: mean, standard deviation, peak, steady state)
 //	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
 //	metrics.go   the Prometheus metrics, read from the counters at scrape time
 //	statuspage.go the status page (HTML, embedded)
@@ -48,6 +48,7 @@ import (
 
 	"scistream/internal/egress"
 	"scistream/internal/ports"
+	"scistream/internal/rates"
 	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/strangers"
@@ -130,7 +131,7 @@ func New(cfg Config) (*Server, error) {
 			log:       cfg.Logger,
 			alloc:     alloc,
 			cert:      &cfg.Identity.TLS,
-			rates:     newRateSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
+			rates:     rates.NewSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
 			quic:      cfg.QUIC,
 			strange:   strange,
 			targets:   egress.New(cfg.AllowTargets, "--allow_targets", self),

@@ -17,6 +17,7 @@ import (
 	"scistream/internal/egress"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
+	"scistream/internal/rates"
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
 	"scistream/internal/store"
@@ -31,7 +32,7 @@ type env struct {
 	alloc   *ports.Allocator // where its listeners return when it stops
 	cert    *tls.Certificate // the gateway's certificate, for WAN legs
 	quic    wan.QUICConfig   // settings of QUIC WAN legs
-	rates   rateSettings     // how streams sample their rates (rates.go)
+	rates   rates.Settings   // how streams sample their rates (internal/rates)
 	strange *strangers.Gate  // caps and refusals of unauthenticated connections
 	// targets is what the inbound side may dial for its applications,
 	// peers what the outbound side may dial for its peer gateways: each
@@ -143,8 +144,8 @@ type stream struct {
 	ends                                  ends       // aborted connections, by kind (ends.go)
 	watchSt                               watchState // what the watch leg says of the peer (watch.go)
 
-	refused refusals     // refusals by reason, for the metrics (metrics.go)
-	rates   *rateTracker // sampled rates (rates.go)
+	refused refusals       // refusals by reason, for the metrics (metrics.go)
+	rates   *rates.Tracker // sampled rates (internal/rates)
 }
 
 // newStream builds the runtime of rec on its bound listeners, one per
@@ -178,7 +179,7 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		slots:     make([]strangers.Listener, len(lns)),
 		conns:     map[net.Conn]int{},
 		open:      connSlots{max: int64(rec.MaxActiveConns)},
-		rates:     newRateTracker(e.rates, time.Now()),
+		rates:     rates.NewTracker(e.rates, time.Now()),
 		peerAt:    make([]atomic.Pointer[string], rec.NumConn),
 	}
 	st.allow.Store(&allow)
@@ -719,7 +720,7 @@ func (st *stream) pendingSince(now time.Time) time.Duration {
 }
 
 func (st *stream) stats() *api.Stats {
-	rt, rf := st.rates.current()
+	rt, rf := st.rates.Current()
 	s := &api.Stats{
 		ActiveConns:   st.active.Load(),
 		WaitingConns:  st.waitingApp.Load(),
@@ -730,7 +731,7 @@ func (st *stream) stats() *api.Stats {
 		BytesFromWAN:  st.fromWAN.Load(),
 		RateToWAN:     rt,
 		RateFromWAN:   rf,
-		Rates:         st.rates.view(false),
+		Rates:         st.rates.View(false),
 	}
 	st.ends.fill(s)
 	s.Peer = peerName(st.watchSt.peer.Load())

@@ -1,4 +1,4 @@
-package gateway
+package rates
 
 import (
 	"math"
@@ -11,12 +11,12 @@ import (
 // feed samples tr once per interval from start, the counter to the WAN
 // starting at to and growing by each step (the one from it by half as
 // much), and returns the time of the last sample and the counter.
-func feed(tr *rateTracker, start time.Time, to int64, interval time.Duration, steps []int64) (time.Time, int64) {
+func feed(tr *Tracker, start time.Time, to int64, interval time.Duration, steps []int64) (time.Time, int64) {
 	now := start
 	for _, b := range steps {
 		now = now.Add(interval)
 		to += b
-		tr.sample(now, to, to/2)
+		tr.Sample(now, to, to/2)
 	}
 	return now, to
 }
@@ -35,23 +35,23 @@ func checkStat(t *testing.T, what string, got api.RateStat, n int64, mean, sd, p
 // ones, a partial last one, idle again. The steady state is the three
 // full seconds; the life counts every sample.
 func TestRatesSteadyState(t *testing.T) {
-	set := newRateSettings(time.Second, time.Minute)
+	set := NewSettings(time.Second, time.Minute)
 	if set.trim != 1 || set.window != 60 {
 		t.Fatalf("settings at 1s/1m: trim %d window %d, want 1 and 60", set.trim, set.window)
 	}
 	start := time.Unix(1000, 0)
-	tr := newRateTracker(set, start)
+	tr := NewTracker(set, start)
 	now, _ := feed(tr, start, 0, time.Second, []int64{0, 0, 50, 100, 120, 80, 30})
 
-	v := tr.view(false)
+	v := tr.View(false)
 	// Still in the run: the last sample (30) may be the tail, so it is
 	// pending; 100, 120 and 80 counted (50 is the ramp-up).
 	checkStat(t, "steady before the run ended", v.ToWAN.Steady, 3, 100, math.Sqrt(800.0/3), 120)
 	if r := v.ToWAN.LastRun; r == nil || r.Ended || r.Samples != 5 || r.Bytes != 380 || !r.Start.Equal(start.Add(3*time.Second)) {
 		t.Fatalf("last run while in it: %+v", r)
 	}
-	tr.sample(now.Add(time.Second), 380, 190) // idle: the run ends, 30 was its tail
-	v = tr.view(true)
+	tr.Sample(now.Add(time.Second), 380, 190) // idle: the run ends, 30 was its tail
+	v = tr.View(true)
 	checkStat(t, "steady", v.ToWAN.Steady, 3, 100, math.Sqrt(800.0/3), 120)
 	checkStat(t, "last run's steady", v.ToWAN.LastRun.Steady, 3, 100, math.Sqrt(800.0/3), 120)
 	if !v.ToWAN.LastRun.Ended {
@@ -66,7 +66,7 @@ func TestRatesSteadyState(t *testing.T) {
 	if h := v.History; h == nil || len(h.ToWAN) != 8 || h.ToWAN[2] != 50 || h.ToWAN[7] != 0 || !h.End.Equal(now.Add(time.Second)) {
 		t.Errorf("history: %+v", h)
 	}
-	if cur, _ := tr.current(); cur != 0 {
+	if cur, _ := tr.Current(); cur != 0 {
 		t.Errorf("current rate %g after an idle second, want 0", cur)
 	}
 }
@@ -75,9 +75,9 @@ func TestRatesSteadyState(t *testing.T) {
 // becomes the last run; a run too short for a steady state adds nothing.
 func TestRatesRuns(t *testing.T) {
 	start := time.Unix(0, 0)
-	tr := newRateTracker(newRateSettings(time.Second, time.Minute), start)
+	tr := NewTracker(NewSettings(time.Second, time.Minute), start)
 	now, to := feed(tr, start, 0, time.Second, []int64{10, 40, 40, 10, 0, 5, 5, 0, 20, 60, 60, 60, 20, 0})
-	v := tr.view(false)
+	v := tr.View(false)
 	// Steady: 40, 40 of the first run, nothing of the second (5 is its
 	// ramp-up, 5 its tail), 60, 60, 60 of the third.
 	sd := math.Sqrt((2*144 + 3*64) / 5.0)
@@ -89,7 +89,7 @@ func TestRatesRuns(t *testing.T) {
 	checkStat(t, "last run's steady", r.Steady, 3, 60, 0, 60)
 	// A short run (2 samples: ramp-up and tail only).
 	feed(tr, now, to, time.Second, []int64{7, 7, 0})
-	v = tr.view(false)
+	v = tr.View(false)
 	if r := v.ToWAN.LastRun; r.Samples != 2 || r.Steady.Samples != 0 || !r.Ended {
 		t.Errorf("short run: %+v, want 2 samples and no steady state", r)
 	}
@@ -100,12 +100,12 @@ func TestRatesRuns(t *testing.T) {
 // oldest first, and its statistics are theirs alone.
 func TestRatesWindow(t *testing.T) {
 	start := time.Unix(0, 0)
-	tr := newRateTracker(newRateSettings(100*time.Millisecond, 500*time.Millisecond), start)
+	tr := NewTracker(NewSettings(100*time.Millisecond, 500*time.Millisecond), start)
 	if tr.set.window != 5 || tr.set.trim != 10 {
 		t.Fatalf("settings at 100ms/500ms: window %d trim %d, want 5 and 10", tr.set.window, tr.set.trim)
 	}
 	feed(tr, start, 0, 100*time.Millisecond, []int64{1, 2, 3, 4, 5, 6, 7})
-	v := tr.view(true)
+	v := tr.View(true)
 	want := []float64{30, 40, 50, 60, 70} // bytes per 0.1 s
 	for i, w := range want {
 		if !near(v.History.ToWAN[i], w) {
@@ -122,15 +122,15 @@ func TestRatesWindow(t *testing.T) {
 // passed, and a sample not after the previous one is ignored.
 func TestRatesTiming(t *testing.T) {
 	start := time.Unix(0, 0)
-	tr := newRateTracker(newRateSettings(time.Second, time.Minute), start)
-	tr.sample(start.Add(2500*time.Millisecond), 1000, 0) // the sampler woke late
-	if to, _ := tr.current(); !near(to, 400) {
+	tr := NewTracker(NewSettings(time.Second, time.Minute), start)
+	tr.Sample(start.Add(2500*time.Millisecond), 1000, 0) // the sampler woke late
+	if to, _ := tr.Current(); !near(to, 400) {
 		t.Errorf("rate over 2.5 s of 1000 bytes: %g, want 400", to)
 	}
-	tr.sample(start.Add(2500*time.Millisecond), 5000, 0) // same instant
-	tr.sample(start.Add(time.Second), 9000, 0)           // the past
-	if to, _ := tr.current(); !near(to, 400) || tr.view(false).ToWAN.Life.Samples != 1 {
-		t.Errorf("samples at or before the previous one were taken: rate %g, %d samples", to, tr.view(false).ToWAN.Life.Samples)
+	tr.Sample(start.Add(2500*time.Millisecond), 5000, 0) // same instant
+	tr.Sample(start.Add(time.Second), 9000, 0)           // the past
+	if to, _ := tr.Current(); !near(to, 400) || tr.View(false).ToWAN.Life.Samples != 1 {
+		t.Errorf("samples at or before the previous one were taken: rate %g, %d samples", to, tr.View(false).ToWAN.Life.Samples)
 	}
 }
 
@@ -138,7 +138,7 @@ func TestRatesTiming(t *testing.T) {
 // once) weigh by their time, so the means are the bytes over the time.
 func TestRatesWeighted(t *testing.T) {
 	start := time.Unix(0, 0)
-	tr := newRateTracker(newRateSettings(time.Second, time.Minute), start)
+	tr := NewTracker(NewSettings(time.Second, time.Minute), start)
 	// 100 B/s throughout, sampled at 1 s, 2.6 s (late), 3 s, 4 s, 5 s,
 	// 6 s, then a burst of 700 B in the 7th second, then idle.
 	var to int64
@@ -146,12 +146,12 @@ func TestRatesWeighted(t *testing.T) {
 	for _, at := range []time.Duration{1000, 2600, 3000, 4000, 5000, 6000} {
 		now := start.Add(at * time.Millisecond)
 		to += int64(100 * now.Sub(last).Seconds())
-		tr.sample(now, to, 0)
+		tr.Sample(now, to, 0)
 		last = now
 	}
-	tr.sample(start.Add(7*time.Second), to+700, 0)
-	tr.sample(start.Add(8*time.Second), to+700, 0)
-	v := tr.view(false)
+	tr.Sample(start.Add(7*time.Second), to+700, 0)
+	tr.Sample(start.Add(8*time.Second), to+700, 0)
+	v := tr.View(false)
 	// Life: 1300 B over 8 s, whatever the samples' lengths.
 	if v.ToWAN.Life.Samples != 8 || !near(v.ToWAN.Life.MeanBps, 1300.0/8) {
 		t.Errorf("life %+v, want 8 samples of mean %g", v.ToWAN.Life, 1300.0/8)
@@ -187,7 +187,7 @@ func TestRateSettingsBounds(t *testing.T) {
 		{time.Minute, time.Minute, 1, 1},
 		{300 * time.Millisecond, time.Second, 3, 4},
 	} {
-		s := newRateSettings(c.iv, c.win)
+		s := NewSettings(c.iv, c.win)
 		if s.window != c.window || s.trim != c.trim {
 			t.Errorf("interval %s window %s: %d samples, trim %d; want %d, %d", c.iv, c.win, s.window, s.trim, c.window, c.trim)
 		}
