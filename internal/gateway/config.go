@@ -258,11 +258,6 @@ type Capacity struct {
 	Conns int
 }
 
-// BestEffortFloor is the share of Capacity.Rate that best-effort
-// streams keep however much is reserved: they slow down, but a
-// connection never stalls for good.
-const BestEffortFloor = 0.01
-
 // DefaultLease is a stream's lease when neither its request nor
 // Config.LeaseDefault gives one: a working day and then some, so that a
 // stream someone forgot frees its ports and reservation by the next day.

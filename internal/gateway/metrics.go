@@ -3,7 +3,6 @@ package gateway
 import (
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -211,12 +210,4 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// refusals counts a stream's refused connections by the reasons the
-// metrics tell apart (over_cap is stream.overCap).
-type refusals struct {
-	allow        atomic.Int64 // sources outside the allow-list
-	handshakeCap atomic.Int64 // over a cap of WAN connections in their handshake
-	wanAuth      atomic.Int64 // WAN connections that failed authentication
 }

@@ -742,3 +742,59 @@ func (st *stream) stats() *api.Stats {
 	}
 	return s
 }
+
+// change applies f to st's record under its lock and returns a copy of
+// the result.
+func (st *stream) change(f func(*store.Record)) *store.Record {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f(st.rec)
+	r := *st.rec
+	return &r
+}
+
+// hasStopped reports whether st has stopped (it is ending or ended).
+func (st *stream) hasStopped() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.stopped
+}
+
+// lease returns when st's lease runs out, and its length in seconds.
+func (st *stream) lease() (time.Time, int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.rec.Expires, st.rec.LeaseS
+}
+
+// kernelPaths reports whether st's open connections may be redirected in
+// the kernel (sockmap between plain TCP sockets), beyond any pacing.
+func (st *stream) kernelPaths() bool {
+	return st.env.kernel && st.engine.Name() == "sockmap" && st.wanT == api.WANTCP && !st.paced() && st.active.Load() > 0
+}
+
+// parseAllow reads an allow-list whose entries parsePrefix accepts.
+func parseAllow(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, a := range list {
+		p, err := parsePrefix(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parsePrefix reads an allow-list entry: a CIDR prefix or one address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}

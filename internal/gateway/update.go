@@ -130,33 +130,3 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 	s.log.Info("stream updated", "uid", st.uid, "owner", st.key.Owner, "rate", rateText(nr.Rate), "allow", nr.Allow, "expires", nr.Expires)
 	return nr, nil
 }
-
-// change applies f to st's record under its lock and returns a copy of
-// the result.
-func (st *stream) change(f func(*store.Record)) *store.Record {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f(st.rec)
-	r := *st.rec
-	return &r
-}
-
-// hasStopped reports whether st has stopped (it is ending or ended).
-func (st *stream) hasStopped() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.stopped
-}
-
-// lease returns when st's lease runs out, and its length in seconds.
-func (st *stream) lease() (time.Time, int) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.rec.Expires, st.rec.LeaseS
-}
-
-// kernelPaths reports whether st's open connections may be redirected in
-// the kernel (sockmap between plain TCP sockets), beyond any pacing.
-func (st *stream) kernelPaths() bool {
-	return st.env.kernel && st.engine.Name() == "sockmap" && st.wanT == api.WANTCP && !st.paced() && st.active.Load() > 0
-}

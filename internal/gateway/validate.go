@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -397,32 +396,6 @@ func checkHost(field, h string) error {
 		}
 	}
 	return nil
-}
-
-// parseAllow reads an allow-list whose entries parsePrefix accepts.
-func parseAllow(list []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, a := range list {
-		p, err := parsePrefix(a)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
-
-// parsePrefix reads an allow-list entry: a CIDR prefix or one address.
-func parsePrefix(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
-	}
-	a = a.Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // ownSubnet returns the prefix of the interface network that holds ip, or
