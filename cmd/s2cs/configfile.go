@@ -15,7 +15,9 @@ import (
 
 // The configuration file (--config): every flag is a key of the same
 // name, so a flag added to flagSet is settable from the file with no
-// further line anywhere (TestConfigEveryFlag checks it). Values go
+// further line anywhere (TestConfigEveryFlag checks it); its place in
+// flagGroups puts its key in its section of --print_config, as in
+// --help (TestFlagGroups checks it has one). Values go
 // through the flags' own parsing and then through options.config and
 // gateway.Config.Validate, exactly as the command line's do.
 
@@ -38,10 +40,11 @@ func (o *opsOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log_level", "info", "least level logged: debug, info, warn or error (--verbose is debug)")
 }
 
-// configSchema is the configuration file of the flags in fs. The
-// flags that do something rather than set something have no key.
+// configSchema is the configuration file of the flags in fs, in the
+// groups --help lists them in. The flags that do something rather than
+// set something have no key.
 func configSchema(fs *flag.FlagSet) cfgfile.Schema {
-	return cfgfile.Schema{FlagSet: fs, Actions: []string{"config", "print_config", "version"}}
+	return cfgfile.Schema{FlagSet: fs, Actions: []string{"config", "print_config", "version"}, Groups: flagGroups()}
 }
 
 // load reads --config, if given, into fs, which holds every flag,
@@ -58,7 +61,7 @@ func (o *opsOptions) load(fs *flag.FlagSet) error {
 	// Every key is checked, also those the command line overrides: a
 	// mistake in a file under configuration management must not wait
 	// for the day the override goes. A scratch flag set takes them all.
-	if _, err := configSchema(new(options).flagSet(io.Discard)).Apply(o.configFile, data, nil); err != nil {
+	if _, err := configSchema(new(options).flagSet()).Apply(o.configFile, data, nil); err != nil {
 		return err
 	}
 	set, err := configSchema(fs).Apply(o.configFile, data, cliflag.Seen(fs))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func flagSample(t *testing.T, f *flag.Flag) (yamlValue string, args []string) {
 // takes a secret inline fails here: secrets are given as files.
 func TestConfigEveryFlag(t *testing.T) {
 	dir := t.TempDir()
-	fs := new(options).flagSet(io.Discard)
+	fs := new(options).flagSet()
 	actions := map[string]bool{"config": true, "print_config": true, "version": true}
 	keys := 0
 	fs.VisitAll(func(f *flag.Flag) {
@@ -174,6 +175,7 @@ log_level: warn
 	if strings.Contains(first, marker) {
 		t.Fatal("--print_config printed the contents of the tokens file")
 	}
+	checkConfigSections(t, first)
 	printed := writeFile(t, dir, "printed.yaml", first)
 	second := print("--config", printed)
 	body := func(s string) string { // without the header, which names the file
@@ -199,6 +201,37 @@ log_level: warn
 	}
 	if _, err := os.Stat("s2cs-state"); !os.IsNotExist(err) {
 		t.Errorf("--print_config created the default state directory (stat: %v)", err)
+	}
+}
+
+// checkConfigSections checks that a file --print_config printed holds
+// the keys by group, as --help lists the flags: each group with keys
+// under a "# Title" comment line of its own (a blank line below it), and
+// under it exactly its flags' keys, in its order; no key twice, none
+// left out (the actions of the last group have none).
+func checkConfigSections(t *testing.T, printed string) {
+	t.Helper()
+	var got, want []string
+	title := ""
+	lines := strings.Split(printed, "\n")
+	for i, line := range lines {
+		switch key, _, ok := strings.Cut(line, ":"); {
+		case strings.HasPrefix(line, "# ") && i+1 < len(lines) && lines[i+1] == "":
+			title = strings.TrimPrefix(line, "# ")
+		case ok && !strings.HasPrefix(line, "#"):
+			got = append(got, title+" / "+key)
+		}
+	}
+	actions := configSchema(new(options).flagSet()).Actions
+	for _, g := range flagGroups() {
+		for _, name := range g.Flags {
+			if !slices.Contains(actions, name) {
+				want = append(want, g.Title+" / "+cfgfile.KeyName(name))
+			}
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("--print_config's keys by section:\n%s\nwant, as the groups of --help:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -59,12 +59,20 @@ type options struct {
 
 // parseFlags reads args, and the configuration file --config names
 // (configfile.go): a flag on the command line overrides its key in the
-// file. --help prints the usage and returns flag.ErrHelp.
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
+// file. --help (-h) prints the usage to help and returns flag.ErrHelp;
+// a flag that is not s2cs's, or a value its flag refuses, is an error of
+// one line that says where the flags are listed (run prints it on
+// stderr), not the usage.
+func parseFlags(args []string, help io.Writer) (*options, error) {
 	var o options
-	fs := o.flagSet(stderr)
+	fs := o.flagSet()
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(help)
+			fs.Usage()
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w (s2cs --help lists every flag)", err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
@@ -76,10 +84,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 }
 
 // flagSet defines s2cs's flags on o's fields. Each flag is also a key of
-// the configuration file, by the same name (configfile.go).
-func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
+// the configuration file, by the same name (configfile.go), and belongs
+// to one of flagGroups. Its Usage writes the usage, by group, to its
+// Output, which is io.Discard: the flag package calls Usage on every
+// error too, and parseFlags sets the Output only when --help asks.
+func (o *options) flagSet() *flag.FlagSet {
 	fs := flag.NewFlagSet("s2cs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	o.ops.register(fs)
 	fs.StringVar(&o.certFile, "server_crt", "", "PEM certificate of this gateway (control API and WAN legs); if empty, a self-signed one is generated in --state_dir")
 	fs.StringVar(&o.keyFile, "server_key", "", "PEM private key for --server_crt")
@@ -127,10 +138,50 @@ func (o *options) flagSet(stderr io.Writer) *flag.FlagSet {
 	o.store.register(fs)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]\n\n")
-		cliflag.PrintDefaults(fs)
+		fmt.Fprint(fs.Output(), `usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]
+
+Every flag is also a key of the --config file, and answers to its
+kebab-case spelling too (--port-range); --print_config writes the keys
+in these groups.
+
+`)
+		cliflag.PrintGroups(fs.Output(), fs, flagGroups())
 	}
 	return fs
+}
+
+// flagGroups are s2cs's flags by concern, in the order --help lists
+// them and --print_config writes their keys; every flag is in exactly
+// one (TestFlagGroups).
+func flagGroups() []cliflag.Group {
+	return []cliflag.Group{
+		{Title: "The gateway (addresses, ports, certificate, state)", Flags: []string{
+			"listener_ip", "bind", "port", "port_range", "server_crt", "server_key", "state_dir"}},
+		{Title: "Data plane", Flags: []string{
+			"type", "buffer_size", "no_sockmap", "max_active_conns"}},
+		{Title: "WAN legs (plaintext TCP, the shared WAN port, pooled legs)", Flags: []string{
+			"insecure_tcp_wan", "wan_port", "wan_domain", "wan_advertise", "wan_proxy_protocol", "wan_proxy_from",
+			"pool_max_per_peer", "pool_policy", "pool_max_warm"}},
+		{Title: "What streams may make this gateway dial", Flags: []string{
+			"allow_targets", "allow_peers"}},
+		{Title: "Identity and access (tokens, identity providers, roles)", Flags: []string{
+			"tokens",
+			"oidc_issuer", "oidc_audience", "oidc_jwks_file", "oidc_algs", "oidc_clock_skew", "oidc_identity_claim", "oidc_groups_claim", "oidc_alias",
+			"introspection_url", "introspection_client_id", "introspection_secret_file", "introspection_audience",
+			"introspection_identity_claim", "introspection_groups_claim", "introspection_alias", "introspection_cache_ttl", "introspection_max_in_flight",
+			"oidc_ca", "roles", "insecure_no_auth"}},
+		{Title: "Limits and admission (quotas, capacity, timeouts, leases)", Flags: []string{
+			"quota_streams", "quota_ports", "quota_pending", "quota_rate",
+			"capacity_rate", "capacity_streams", "capacity_conns",
+			"pending_timeout", "app_wait_default", "app_wait_max", "lease_default", "lease_max"}},
+		{Title: "Facility and state store (etcd, nodes)", Flags: []string{
+			"store", "store_facility", "etcd_ca", "etcd_cert", "etcd_key", "etcd_user", "etcd_password_file", "insecure_etcd",
+			"node", "takeover"}},
+		{Title: "Observability (metrics, rates, logs)", Flags: []string{
+			"metrics_listen", "rate_interval", "rate_window", "log_format", "log_level", "verbose"}},
+		{Title: "The command itself", Flags: []string{
+			"config", "print_config", "version"}},
+	}
 }
 
 // config turns the options into the gateway's settings and checks them

@@ -48,7 +48,7 @@ func exitCode(err error, stderr io.Writer) int {
 
 // run starts the gateway that args describe and serves until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stdout) // --help is asked for: it goes to stdout, to be paged or grepped
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/cliflag"
 	"scistream/internal/gateway"
 	"scistream/internal/localgw"
 	"scistream/internal/version"
@@ -127,6 +128,11 @@ func TestAppWaitFlags(t *testing.T) {
 	}
 }
 
+// TestHelp: --help, -h and -help print the usage on stdout (to be
+// paged or grepped: s2cs --help | grep tls), nothing on stderr, and exit
+// 0; the usage lists every flag once, under the heading of its group,
+// without the kebab-case aliases, each default once and as the flag
+// takes it.
 func TestHelp(t *testing.T) {
 	for _, arg := range []string{"--help", "-h", "-help"} {
 		var stdout, stderr bytes.Buffer
@@ -138,14 +144,114 @@ func TestHelp(t *testing.T) {
 		if code := exitCode(err, &msg); code != 0 || msg.Len() != 0 {
 			t.Fatalf("%s: exit status %d, message %q; want 0 and no error line", arg, code, msg.String())
 		}
-		usage := stderr.String()
-		for _, want := range []string{"usage: s2cs", "--listener_ip", "--port_range", "--buffer_size"} {
-			if !strings.Contains(usage, want) {
-				t.Fatalf("%s: usage lacks %q:\n%s", arg, want, usage)
+		if stderr.Len() != 0 {
+			t.Fatalf("%s: wrote to stderr:\n%s", arg, stderr.String())
+		}
+		usage := stdout.String()
+		if !strings.HasPrefix(usage, "usage: s2cs --listener_ip=IP") {
+			t.Fatalf("%s: usage does not begin with the usage line:\n%s", arg, usage)
+		}
+		if strings.Contains(usage, "alias of") { // and checkHelpLayout finds no entry but the groups' flags
+			t.Fatalf("%s: usage lists the kebab-case aliases:\n%s", arg, usage)
+		}
+		checkHelpLayout(t, usage)
+	}
+}
+
+// checkHelpLayout checks s2cs's usage against flagGroups: each group's
+// title a heading line, in order; under each, exactly its flags, in its
+// order; every entry's default said at most once, never quoted when a
+// number or duration, never a zero value.
+func checkHelpLayout(t *testing.T, usage string) {
+	t.Helper()
+	type entry struct{ heading, text string }
+	var headings, order []string
+	entries := map[string]*entry{}
+	var cur *entry
+	heading := ""
+	for _, line := range strings.Split(usage, "\n") {
+		switch {
+		case strings.HasPrefix(line, "  --"):
+			name := strings.Fields(line)[0][2:]
+			if entries[name] != nil {
+				t.Errorf("--%s listed twice", name)
+			}
+			cur = &entry{heading: heading, text: line + "\n"}
+			entries[name] = cur
+			order = append(order, name)
+		case strings.TrimLeft(line, " \t") != line && cur != nil: // the usage below the name
+			cur.text += line + "\n"
+		case strings.HasSuffix(line, ":") && !strings.HasPrefix(line, " "):
+			heading = strings.TrimSuffix(line, ":")
+			headings = append(headings, heading)
+			cur = nil
+		}
+	}
+	var titles, want []string
+	for _, g := range flagGroups() {
+		titles = append(titles, g.Title)
+		want = append(want, g.Flags...)
+		for _, name := range g.Flags {
+			if e := entries[name]; e == nil || e.heading != g.Title {
+				t.Errorf("--%s is not under the heading %q: %+v", name, g.Title, e)
 			}
 		}
-		if strings.Contains(usage, "alias of") {
-			t.Fatalf("%s: usage lists the kebab-case aliases:\n%s", arg, usage)
+	}
+	if !slices.Equal(headings, titles) {
+		t.Errorf("headings %q; want the groups' titles %q", headings, titles)
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("flags listed in the order\n%v\nwant the groups'\n%v", order, want)
+	}
+	quoted := regexp.MustCompile(`\(default "[0-9]`)
+	for name, e := range entries {
+		switch text := e.text; {
+		case strings.Count(text, "(default") > 1:
+			t.Errorf("--%s says its default twice:\n%s", name, text)
+		case quoted.MatchString(text):
+			t.Errorf("--%s quotes a number or a duration:\n%s", name, text)
+		case strings.Contains(text, "(default 0s)") || strings.Contains(text, "(default false)") || strings.Contains(text, `(default "")`):
+			t.Errorf("--%s prints a zero default:\n%s", name, text)
+		}
+	}
+	for name, want := range map[string]string{
+		"port":           "(default 5000)",
+		"lease_max":      "(default 168h)",
+		"takeover":       "at least 4s\n        (default 10s)\n",
+		"type":           "(default splice)",
+		"capacity_conns": "(0: no bound but\n        the ports)\n",
+	} {
+		if e := entries[name]; e == nil || !strings.Contains(e.text, want) {
+			t.Errorf("--%s lacks %q: %+v", name, want, e)
+		}
+	}
+}
+
+// TestFlagGroups: every flag of s2cs is in exactly one group of
+// flagGroups, which --help and --print_config are laid out by, and each
+// group names flags only (no alias, no flag that went away).
+func TestFlagGroups(t *testing.T) {
+	if err := cliflag.CheckGroups(new(options).flagSet(), flagGroups()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadFlagIsShort: a flag s2cs does not have, or a value its flag
+// refuses, is one line on stderr that says where the flags are listed
+// (exit status 2), not the usage: the usage is for --help.
+func TestBadFlagIsShort(t *testing.T) {
+	for _, args := range [][]string{{"--frobnicate"}, {"--port", "http"}, {"--listener_ip"}} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		var msg bytes.Buffer
+		if code := exitCode(err, &msg); code != 2 {
+			t.Errorf("%v: exit status %d, want 2", args, code)
+		}
+		if stdout.Len() != 0 || stderr.Len() != 0 {
+			t.Errorf("%v: printed more than the error:\nstdout:\n%s\nstderr:\n%s", args, stdout.String(), stderr.String())
+		}
+		if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.HasSuffix(line, "(s2cs --help lists every flag)\n") {
+			t.Errorf("%v: message %q; want one line that points to s2cs --help", args, line)
 		}
 	}
 }

@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"scistream/internal/cliflag"
 )
 
 // MaxBytes is the largest configuration file Apply reads: a real one is a
@@ -55,6 +57,13 @@ type Schema struct {
 	// something (the flag naming the file itself, --print_config,
 	// --version): they have no key, and a key of that name is refused.
 	Actions []string
+	// Groups, if any, are the sections Write writes the keys in, each
+	// under its title as a comment, in the order of the groups and of
+	// their flags (as --help lists them, cliflag.PrintGroups); keys in
+	// no group come last, under cliflag.OtherTitle. If nil, Write writes
+	// the keys in one section, by name. Reading ignores them: the file
+	// is one flat mapping whatever its sections.
+	Groups []cliflag.Group
 }
 
 // Error is a problem with one key of a configuration file.

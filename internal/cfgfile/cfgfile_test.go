@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"scistream/internal/cliflag"
 )
 
 // list is a repeated flag: each Set appends.
@@ -247,6 +249,80 @@ func TestWriteRoundTrip(t *testing.T) {
 	}
 }
 
+// testGroups group testSet's flags as a command would, leaving some in
+// no group and naming an action, a secret and an alias, which have no
+// key.
+func testGroups() []cliflag.Group {
+	return []cliflag.Group{
+		{Title: "The gateway", Flags: []string{"port", "listener_ip", "port_range", "port-range"}},
+		{Title: "Access", Flags: []string{"tokens", "client_secret", "client_secret_file", "insecure_no_auth"}},
+		{Title: "The command", Flags: []string{"config", "version"}},
+		{Title: "Limits", Flags: []string{"pending_timeout", "max_bytes"}},
+	}
+}
+
+// TestWriteGroups: with Groups, Write writes the keys group by group,
+// each group under its title and in its order, the keys of no group
+// last under cliflag.OtherTitle, and no title of a group without keys;
+// the file reads back to the same values.
+func TestWriteGroups(t *testing.T) {
+	fs := testSet()
+	if err := fs.Parse([]string{"--listener_ip", "10.0.0.3", "--port", "7000", "--allow", "10.0.0.0/8", "--pending_timeout", "90s", "--client_secret", "hunter2"}); err != nil {
+		t.Fatal(err)
+	}
+	s := schema(fs)
+	s.Groups = testGroups()
+	var out bytes.Buffer
+	if err := s.Write(&out, "header"); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	t.Logf("written:\n%s", text)
+	// Each key, in order, with the title it stands under: a comment
+	// line with a blank line below it.
+	var got []string
+	title := ""
+	lines := strings.Split(text, "\n")
+	for i, line := range lines {
+		switch k, _, ok := strings.Cut(line, ":"); {
+		case strings.HasPrefix(line, "# ") && i+1 < len(lines) && lines[i+1] == "":
+			title = strings.TrimPrefix(line, "# ")
+		case ok && !strings.HasPrefix(line, "#"):
+			got = append(got, title+"/"+k)
+		}
+	}
+	want := []string{
+		"The gateway/port", "The gateway/listener_ip", "The gateway/port_range",
+		"Access/tokens", "Access/client_secret_file", "Access/insecure_no_auth",
+		"Limits/pending_timeout", "Limits/max_bytes",
+		cliflag.OtherTitle + "/allow", cliflag.OtherTitle + "/custom", cliflag.OtherTitle + "/ratio",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("keys by title:\n got  %v\n want %v", got, want)
+	}
+	for _, absent := range []string{"The command", "hunter2", "version:", "config:", "client_secret:", "port-range"} {
+		if strings.Contains(text, absent) {
+			t.Errorf("written file has %q", absent)
+		}
+	}
+	if !strings.Contains(text, "# header\n\n# The gateway\n\n# control port\nport: 7000\n") {
+		t.Errorf("the first group does not follow the header, a blank line apart, its title a blank line above the first key's usage")
+	}
+	if !strings.Contains(text, "port_range: 5100-5199\n\n# Access\n\n# token file\ntokens: \"\"\n") {
+		t.Errorf("a group does not stand a blank line apart from the one before")
+	}
+	back := testSet()
+	if _, err := schema(back).Apply("printed.yaml", out.Bytes(), nil); err != nil {
+		t.Fatal(err)
+	}
+	wantV, gotV := flagValues(fs), flagValues(back)
+	delete(wantV, "client_secret")
+	delete(gotV, "client_secret")
+	if fmt.Sprint(wantV) != fmt.Sprint(gotV) {
+		t.Errorf("round trip changed values:\n before %v\n after  %v", wantV, gotV)
+	}
+}
+
 func TestNearest(t *testing.T) {
 	keys := []string{"listener_ip", "port", "port_range", "pending_timeout", "tokens"}
 	for in, want := range map[string]string{
@@ -278,16 +354,20 @@ func FuzzApply(f *testing.F) {
 			}
 			return
 		}
-		var out bytes.Buffer
-		if err := schema(fs).Write(&out, "fuzz"); err != nil {
-			t.Fatal(err)
-		}
-		back := testSet()
-		if _, err := schema(back).Apply("printed.yaml", out.Bytes(), nil); err != nil {
-			t.Fatalf("Write's output refused: %v\n%s", err, out.String())
-		}
-		if a, b := fmt.Sprint(flagValues(fs)), fmt.Sprint(flagValues(back)); a != b {
-			t.Fatalf("round trip changed values:\n %s\n %s\n%s", a, b, out.String())
+		grouped := schema(fs)
+		grouped.Groups = testGroups()
+		for _, s := range []Schema{schema(fs), grouped} {
+			var out bytes.Buffer
+			if err := s.Write(&out, "fuzz"); err != nil {
+				t.Fatal(err)
+			}
+			back := testSet()
+			if _, err := schema(back).Apply("printed.yaml", out.Bytes(), nil); err != nil {
+				t.Fatalf("Write's output refused: %v\n%s", err, out.String())
+			}
+			if a, b := fmt.Sprint(flagValues(fs)), fmt.Sprint(flagValues(back)); a != b {
+				t.Fatalf("round trip changed values:\n %s\n %s\n%s", a, b, out.String())
+			}
 		}
 	})
 }

@@ -8,20 +8,35 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"scistream/internal/cliflag"
 )
 
 // Write writes the flag set's current values as a configuration file
-// that Apply reads back to the same values: every key, in order, each
-// under its flag's usage as a comment, after header (comment lines,
-// without their "# "). Flags that look like secrets (Secret) are named
-// in a comment, never written with their value.
+// that Apply reads back to the same values: every key, each under its
+// flag's usage as a comment, after header (comment lines, without
+// their "# "); with Groups, the keys by group, each group under its
+// title. Flags that look like secrets (Secret) are named in a comment,
+// never written with their value.
 func (s Schema) Write(w io.Writer, header string) error {
-	keys, flags := s.Keys()
 	root := &yaml.Node{Kind: yaml.MappingNode}
-	for _, k := range keys {
-		f := flags[k]
-		kn := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k, HeadComment: wrap(f.Usage, 76)}
-		root.Content = append(root.Content, kn, valueNode(f))
+	for j, g := range s.sections() {
+		for i, k := range g.keys {
+			f := g.flags[i]
+			comment := wrap(f.Usage, 76)
+			if i == 0 && g.title != "" {
+				// yaml.v3 writes the blank lines: the title stands
+				// apart from the group before it (the header stands
+				// apart from the first on its own) and from the
+				// first key's usage.
+				comment = wrap(g.title, 76) + "\n\n" + comment
+				if j > 0 {
+					comment = "\n" + comment
+				}
+			}
+			kn := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k, HeadComment: comment}
+			root.Content = append(root.Content, kn, valueNode(f))
+		}
 	}
 	var withheld []string
 	s.FlagSet.VisitAll(func(f *flag.Flag) {
@@ -39,6 +54,42 @@ func (s Schema) Write(w io.Writer, header string) error {
 		return fmt.Errorf("write configuration: %w", err)
 	}
 	return enc.Close()
+}
+
+// section is a run of keys Write writes under one title.
+type section struct {
+	title string // empty without Groups
+	keys  []string
+	flags []*flag.Flag // of keys, in order
+}
+
+// sections are the keys by Groups (cliflag.Arrange: then those in no
+// group), or all of them, by name, under no title if there are no
+// Groups. Groups that end up with no key (--config, --version) are
+// left out.
+func (s Schema) sections() []section {
+	keys, flags := s.Keys()
+	if s.Groups == nil {
+		sec := section{keys: keys}
+		for _, k := range keys {
+			sec.flags = append(sec.flags, flags[k])
+		}
+		return []section{sec}
+	}
+	var out []section
+	for _, g := range cliflag.Arrange(s.FlagSet, s.Groups) {
+		sec := section{title: g.Title}
+		for _, name := range g.Flags {
+			if f := flags[KeyName(name)]; f != nil && f.Name == name {
+				sec.keys = append(sec.keys, KeyName(name))
+				sec.flags = append(sec.flags, f)
+			}
+		}
+		if len(sec.keys) > 0 {
+			out = append(out, sec)
+		}
+	}
+	return out
 }
 
 // valueNode is the YAML spelling of f's current value, tagged so that
