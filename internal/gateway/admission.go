@@ -35,9 +35,9 @@ func (s *Server) rebalance() {
 	defer s.mu.Unlock()
 	var sum pace.Rate
 	for _, st := range s.streams {
-		sum += st.pace.rate()
+		sum += st.Pace.Rate()
 	}
-	s.env.be.set(sum)
+	s.env.BestEffort.Set(sum)
 }
 
 // held sums what the live and pending streams hold, but the one of key
@@ -56,7 +56,7 @@ func (s *Server) heldLocked(owner string, skip store.Key) (all, mine pace.Rate, 
 		conns += numConn
 	}
 	for k, st := range s.streams {
-		add(k, st.pace.rate(), st.numConn)
+		add(k, st.Pace.Rate(), st.NumConn)
 	}
 	for k, r := range s.pending {
 		if s.streams[k] == nil { // else counted above: create adds it before it unreserves

@@ -171,7 +171,7 @@ func TestUpdate(t *testing.T) {
 	}
 	got = api.Stream{} // an absent rate is best effort
 	callOK(t, s, "PATCH", path, aliceToken, `{"rate":0}`, 200, &got)
-	if got.Rate != 0 || info(t, s).ReservedRate != 500e6 || liveStream(t, s, a.UID).pace.buckets[dirToWAN].Load() != nil {
+	if got.Rate != 0 || info(t, s).ReservedRate != 500e6 || liveStream(t, s, a.UID).Pace.buckets[dirToWAN].Load() != nil {
 		t.Fatalf("after PATCH rate 0: rate %d, reserved %d", got.Rate, info(t, s).ReservedRate)
 	}
 	// With bob's 500M reserved, alice's best-effort stream shares what is left.
@@ -211,12 +211,12 @@ func TestUpdateAllow(t *testing.T) {
 		PeerCert: inS.WANCert, Secret: inS.Secret, Allow: []string{"127.0.0.0/8"}})
 	callOK(t, out, "POST", "/v1/streams/outbound", aliceToken, string(ob), 201, &outS)
 	st := liveStream(t, out, inS.UID)
-	if !st.admits(tcpAddr("127.0.0.5")) {
+	if !st.Admits(tcpAddr("127.0.0.5")) {
 		t.Fatal("the first allow-list refuses 127.0.0.5")
 	}
 	var got api.Stream
 	callOK(t, out, "PATCH", "/v1/streams/"+inS.UID, aliceToken, `{"allow":["10.1.0.0/16","192.0.2.7"]}`, 200, &got)
-	if strings.Join(got.Allow, ",") != "10.1.0.0/16,192.0.2.7" || st.admits(tcpAddr("127.0.0.5")) || !st.admits(tcpAddr("10.1.3.4")) || !st.admits(tcpAddr("192.0.2.7")) {
+	if strings.Join(got.Allow, ",") != "10.1.0.0/16,192.0.2.7" || st.Admits(tcpAddr("127.0.0.5")) || !st.Admits(tcpAddr("10.1.3.4")) || !st.Admits(tcpAddr("192.0.2.7")) {
 		t.Fatalf("after the update: allow %v", got.Allow)
 	}
 	callErr(t, out, "PATCH", "/v1/streams/"+inS.UID, aliceToken, `{"allow":["10.1.0.0/33"]}`, 400, api.CodeInvalidArgument, "allow")
@@ -281,8 +281,8 @@ func TestEngineNote(t *testing.T) {
 		if (got.EngineNote != "") != c.note || got.Engine != "sockmap" {
 			t.Fatalf("rate %d on sockmap: engine %s, note %q", c.rate, got.Engine, got.EngineNote)
 		}
-		if st := liveStream(t, s, got.UID); (st.engineFor().Name() == "splice") != c.note {
-			t.Fatalf("rate %d on sockmap: connections run on %s", c.rate, st.engineFor().Name())
+		if st := liveStream(t, s, got.UID); (st.EngineFor().Name() == "splice") != c.note {
+			t.Fatalf("rate %d on sockmap: connections run on %s", c.rate, st.EngineFor().Name())
 		}
 	}
 }
@@ -413,9 +413,9 @@ func BenchmarkAdmit(b *testing.B) {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			s := newTestServer(b, func(c *Config) { c.Capacity.Rate = pace.Max; c.Quota.Rate = pace.Max })
 			for i := range n {
-				st := &stream{numConn: 1}
+				st := &Stream{NumConn: 1}
 				if i%2 == 0 {
-					st.pace.set(1e6)
+					st.Pace.Set(1e6)
 				}
 				s.streams[store.Key{Owner: fmt.Sprint("user", i%50), UID: fmt.Sprint(i)}] = st
 			}
@@ -431,7 +431,7 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 			b.StopTimer()
 			s.mu.Lock()
-			s.streams = map[store.Key]*stream{} // not live: nothing to stop
+			s.streams = map[store.Key]*Stream{} // not live: nothing to stop
 			s.mu.Unlock()
 		})
 	}
@@ -442,7 +442,7 @@ func BenchmarkAdmit(b *testing.B) {
 // whole grant, and best effort (no grant) stays unpaced whatever the
 // share (a share of nothing once paced it at 1 bit/s).
 func TestStreamPaceShare(t *testing.T) {
-	var p streamPace
+	var p Pacing
 	rateNow := func() pace.Rate {
 		b := p.buckets[dirToWAN].Load()
 		if b == nil {
@@ -467,17 +467,17 @@ func TestStreamPaceShare(t *testing.T) {
 		{2, 1, 3, 1},         // never below 1 bit/s
 		{0, 3, 3, 0},
 	} {
-		p.setShare(c.served, c.total)
-		p.set(c.grant)
+		p.SetShare(c.served, c.total)
+		p.Set(c.grant)
 		if got := rateNow(); got != c.want {
 			t.Errorf("grant %v, %d of %d channels here: paced at %v, want %v", c.grant, c.served, c.total, got, c.want)
 		}
-		if p.rate() != c.grant {
-			t.Errorf("grant %v: rate() %v; admission counts the whole grant", c.grant, p.rate())
+		if p.Rate() != c.grant {
+			t.Errorf("grant %v: rate() %v; admission counts the whole grant", c.grant, p.Rate())
 		}
 	}
-	p.set(90e6)
-	p.setShare(1, 3) // a channel moved away: the share changes the bucket in place
+	p.Set(90e6)
+	p.SetShare(1, 3) // a channel moved away: the share changes the bucket in place
 	if got := rateNow(); got != 30e6 {
 		t.Errorf("after the share changed: paced at %v, want 30 Mbit/s", got)
 	}

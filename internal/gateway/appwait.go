@@ -62,11 +62,11 @@ const (
 // waits for its application: the record's wait (the gateway's default
 // for a record written before it had one), capped by the gateway's
 // maximum now in force.
-func (e *env) appWaitFor(rec *store.Record) time.Duration {
+func (e *Env) appWaitFor(rec *store.Record) time.Duration {
 	if rec.AppWaitS == nil {
-		return e.appWait
+		return e.AppWait
 	}
-	return min(time.Duration(*rec.AppWaitS)*time.Second, e.appWaitMax)
+	return min(time.Duration(*rec.AppWaitS)*time.Second, e.AppWaitMax)
 }
 
 // appWaitError ends a wait for an application that never answered.
@@ -94,14 +94,14 @@ func (e *appWaitError) Unwrap() error { return e.err }
 // when wait is zero or the stream stopped, an *appWaitError when the wait
 // ran out, or a *relay.Error on w (relay.B) when the leg ended meanwhile.
 // It never reads w.
-func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time.Duration) (net.Conn, error) {
+func (st *Stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time.Duration) (net.Conn, error) {
 	deadline := time.Now().Add(wait)
 	backoff := appRetryMin
 	var timer *time.Timer // set once the connection waits
 	defer func() {
 		if timer != nil {
 			timer.Stop()
-			st.waitingApp.Add(-1)
+			st.WaitingApp.Add(-1)
 		}
 	}()
 	for {
@@ -123,7 +123,7 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 			return nil, &appWaitError{target: target, wait: wait, err: err}
 		}
 		if timer == nil {
-			st.waitingApp.Add(1)
+			st.WaitingApp.Add(1)
 			st.appAway(log, target, wait, err)
 			timer = time.NewTimer(min(backoff, left))
 		} else {
@@ -145,8 +145,8 @@ func (st *stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 // connect to against the gateway's target policy (a name the request
 // gave may resolve elsewhere now), then sets the socket up as
 // resetOnCloseFromStart says.
-func (st *stream) appControl(network, address string, c syscall.RawConn) error {
-	if err := st.env.targets.Control(network, address, c); err != nil {
+func (st *Stream) appControl(network, address string, c syscall.RawConn) error {
+	if err := st.env.Targets.Control(network, address, c); err != nil {
 		return err
 	}
 	return resetOnCloseFromStart(network, address, c)

@@ -74,10 +74,10 @@ func newLateEnv(t *testing.T, wanT string, wait *int, numConn int) *lateEnv {
 }
 
 // stream returns the running stream on g.
-func (e *lateEnv) stream(t *testing.T, g *testGW) *stream {
+func (e *lateEnv) stream(t *testing.T, g *testGW) *Stream {
 	t.Helper()
 	for _, st := range g.srv.live() {
-		if st.uid == e.uid {
+		if st.UID == e.uid {
 			return st
 		}
 	}
@@ -102,7 +102,7 @@ func (e *lateEnv) producer(t *testing.T, ch int) *net.TCPConn {
 func (e *lateEnv) waiting(t *testing.T, n int64) {
 	t.Helper()
 	st := e.stream(t, e.cons)
-	waitfor.Must(t, 20*time.Second, strconv.FormatInt(n, 10)+" connections waiting for the application", func() bool { return st.waitingApp.Load() == n })
+	waitfor.Must(t, 20*time.Second, strconv.FormatInt(n, 10)+" connections waiting for the application", func() bool { return st.WaitingApp.Load() == n })
 }
 
 // viewWait returns the app_wait_s of the stream's inbound view, -1 if
@@ -157,10 +157,10 @@ func TestLateApplication(t *testing.T) {
 			}()
 			e.waiting(t, 1)
 			st := e.stream(t, e.cons)
-			if st.fromWAN.Load() != 0 || st.active.Load() != 0 {
-				t.Fatalf("while the connection waits: %d bytes read from the WAN, %d active; want none read (the bytes wait in the sockets)", st.fromWAN.Load(), st.active.Load())
+			if st.FromWAN.Load() != 0 || st.Active.Load() != 0 {
+				t.Fatalf("while the connection waits: %d bytes read from the WAN, %d active; want none read (the bytes wait in the sockets)", st.FromWAN.Load(), st.Active.Load())
 			}
-			if s := st.stats(); s.WaitingConns != 1 || s.ActiveConns != 0 {
+			if s := st.Stats(); s.WaitingConns != 1 || s.ActiveConns != 0 {
 				t.Fatalf("stats while waiting: waiting_conns %d, active_conns %d; want 1, 0", s.WaitingConns, s.ActiveConns)
 			}
 
@@ -188,8 +188,8 @@ func TestLateApplication(t *testing.T) {
 			if b, err := io.ReadAll(c); err != nil || len(b) != 0 {
 				t.Fatalf("producer read %d bytes, %v after the application closed; want a clean EOF", len(b), err)
 			}
-			waitfor.Must(t, 10*time.Second, "the relay to end", func() bool { return st.active.Load() == 0 && st.total.Load() == 1 })
-			if s := st.stats(); s.WaitingConns != 0 || s.AbortedConns != 0 {
+			waitfor.Must(t, 10*time.Second, "the relay to end", func() bool { return st.Active.Load() == 0 && st.Total.Load() == 1 })
+			if s := st.Stats(); s.WaitingConns != 0 || s.AbortedConns != 0 {
 				t.Fatalf("stats after the connection: %+v; want none waiting, none aborted", s)
 			}
 			if !e.consLog.has("cannot reach the application") || !e.consLog.has("the application answers again") {
@@ -228,8 +228,8 @@ func TestAppWaitExpires(t *testing.T) {
 				t.Fatalf("resets came %s after the connections, for a wait of 1s", el)
 			}
 			st := e.stream(t, e.cons)
-			waitfor.Must(t, 10*time.Second, "every abort to be counted", func() bool { return st.stats().AbortedConns == n })
-			s := st.stats()
+			waitfor.Must(t, 10*time.Second, "every abort to be counted", func() bool { return st.Stats().AbortedConns == n })
+			s := st.Stats()
 			reason := s.LastErrors[api.EndDialFailed].Reason
 			if s.AbortedByKind[api.EndDialFailed] != n || s.WaitingConns != 0 || !strings.Contains(reason, "not reachable for 1s") || !strings.Contains(reason, "connection refused") {
 				t.Fatalf("consumer's gateway after the wait ran out: %+v; want %d dial_failed, the last saying \"not reachable for 1s: ... connection refused\"", s, n)
@@ -250,9 +250,9 @@ func TestAppWaitZero(t *testing.T) {
 	start := time.Now()
 	mustReset(t, c)
 	st := e.stream(t, e.cons)
-	waitfor.Must(t, 10*time.Second, "the abort to be counted", func() bool { return st.stats().AbortedByKind[api.EndDialFailed] == 1 })
-	if st.waitingApp.Load() != 0 || e.consLog.has("WAN connections wait for it") {
-		t.Fatalf("a stream that does not wait had a connection wait (waiting %d)", st.waitingApp.Load())
+	waitfor.Must(t, 10*time.Second, "the abort to be counted", func() bool { return st.Stats().AbortedByKind[api.EndDialFailed] == 1 })
+	if st.WaitingApp.Load() != 0 || e.consLog.has("WAN connections wait for it") {
+		t.Fatalf("a stream that does not wait had a connection wait (waiting %d)", st.WaitingApp.Load())
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("reset %s after the connection; a stream that does not wait resets at once", el)
@@ -274,8 +274,8 @@ func TestAppWaitProducerGivesUp(t *testing.T) {
 			e.waiting(t, 0)
 			st := e.stream(t, e.cons)
 			// The wait ends before the abort is counted: wait for it.
-			waitfor.Cond(10*time.Second, func() bool { return st.stats().AbortedConns >= 1 })
-			if s := st.stats(); s.AbortedByKind[api.EndPeerReset] != 1 || s.AbortedConns != 1 {
+			waitfor.Cond(10*time.Second, func() bool { return st.Stats().AbortedConns >= 1 })
+			if s := st.Stats(); s.AbortedByKind[api.EndPeerReset] != 1 || s.AbortedConns != 1 {
 				t.Fatalf("after the producer gave up: %+v; want one peer_reset", s)
 			}
 			// The stream still works: the next connection, with the
@@ -332,7 +332,7 @@ func TestAppWaitRelease(t *testing.T) {
 			}
 			if side == "inbound" {
 				// Released: stop waited for every goroutine.
-				if n := st.waitingApp.Load(); n != 0 {
+				if n := st.WaitingApp.Load(); n != 0 {
 					t.Fatalf("%d connections still wait after the release", n)
 				}
 			} else {
@@ -340,9 +340,9 @@ func TestAppWaitRelease(t *testing.T) {
 				// A connection stops counting as waiting before its
 				// end is counted: wait for the count.
 				waitfor.Must(t, 10*time.Second, "6 peer_reset on the inbound side", func() bool {
-					return st.stats().AbortedByKind[api.EndPeerReset] == 6
+					return st.Stats().AbortedByKind[api.EndPeerReset] == 6
 				})
-				if s := st.stats(); s.AbortedByKind[api.EndPeerReset] != 6 || s.AbortedConns != 6 {
+				if s := st.Stats(); s.AbortedByKind[api.EndPeerReset] != 6 || s.AbortedConns != 6 {
 					t.Fatalf("inbound side after the outbound side's release: %+v; want 6 peer_reset", s)
 				}
 			}

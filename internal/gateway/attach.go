@@ -16,9 +16,9 @@ import (
 // rate on rate (what the outbound gateway granted; 0 keeps it) and
 // persists the change. Attaching again with the same pin succeeds and
 // changes nothing but the rate; another pin is a conflict.
-func (s *Server) attach(st *stream, pin string, rate int64) (*store.Record, error) {
+func (s *Server) attach(st *Stream, pin string, rate int64) (*store.Record, error) {
 	if rate != 0 {
-		cur := st.record()
+		cur := st.Record()
 		switch {
 		case rate < 0 || rate > cur.Rate:
 			return nil, api.Errorf(api.CodeInvalidArgument, "rate %d: attach may only lower the rate granted to the inbound side (%d bit/s) to what the outbound side granted; use PATCH to raise it", rate, cur.Rate)
@@ -26,18 +26,18 @@ func (s *Server) attach(st *stream, pin string, rate int64) (*store.Record, erro
 			return nil, api.Errorf(api.CodeInvalidArgument, "rate %d is below the stream's min_rate %d", rate, cur.MinRate)
 		}
 	}
-	st.saveMu.Lock() // as update does: never store a live record over the end's
-	defer st.saveMu.Unlock()
-	if st.hasStopped() {
-		return nil, api.Errorf(api.CodeConflict, "stream %s has ended; request a new one", st.uid)
+	st.SaveMu.Lock() // as update does: never store a live record over the end's
+	defer st.SaveMu.Unlock()
+	if st.HasStopped() {
+		return nil, api.Errorf(api.CodeConflict, "stream %s has ended; request a new one", st.UID)
 	}
-	rec, ok := st.attach(pin, s.cfg.Now())
+	rec, ok := st.Attach(pin, s.cfg.Now())
 	if !ok {
 		return nil, api.Errorf(api.CodeConflict, "stream %s is already attached to another peer certificate; release it and request a new stream", rec.UID)
 	}
 	if rate != 0 && rate != rec.Rate {
-		st.pace.set(pace.Rate(rate))
-		rec = st.change(func(r *store.Record) { r.Rate = rate })
+		st.Pace.Set(pace.Rate(rate))
+		rec = st.Change(func(r *store.Record) { r.Rate = rate })
 		s.rebalance()
 	}
 	if err := s.cfg.Store.Put(rec); err != nil {

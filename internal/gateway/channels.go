@@ -18,10 +18,10 @@ import (
 // stream whose peer is a facility finds a moved channel on the peer's
 // other nodes.
 
-// openChannel starts serving channel ch on ln, a listener bound for it
+// OpenChannel starts serving channel ch on ln, a listener bound for it
 // after the stream started. It reports false if the stream stopped or
 // serves ch already; the caller then releases ln.
-func (st *stream) openChannel(ch int, ln *net.TCPListener) bool {
+func (st *Stream) OpenChannel(ch int, ln *net.TCPListener) bool {
 	st.mu.Lock()
 	if st.stopped || ch >= len(st.listeners) || st.listeners[ch] != nil {
 		st.mu.Unlock()
@@ -34,15 +34,15 @@ func (st *stream) openChannel(ch int, ln *net.TCPListener) bool {
 	pooled := st.rec.WANPool > 0
 	st.mu.Unlock()
 	if pooled {
-		st.env.legs.channelOpened(st) // its warmer dials the channel's legs
+		st.env.Legs.channelOpened(st) // its warmer dials the channel's legs
 	}
 	return true
 }
 
-// closeChannel stops serving channel ch: its listener closes (its port
+// CloseChannel stops serving channel ch: its listener closes (its port
 // returns to the allocator) and the connections accepted on it are
 // reset.
-func (st *stream) closeChannel(ch int) {
+func (st *Stream) CloseChannel(ch int) {
 	st.mu.Lock()
 	if ch >= len(st.listeners) || st.listeners[ch] == nil {
 		st.mu.Unlock()
@@ -59,20 +59,20 @@ func (st *stream) closeChannel(ch int) {
 	}
 	pooled := st.rec.WANPool > 0
 	st.mu.Unlock()
-	st.env.alloc.Release(ln)
+	st.env.Alloc.Release(ln)
 	for _, c := range conns {
 		relay.Abort(c)
 	}
 	if pooled {
-		st.env.legs.dropChannel(st, ch)
+		st.env.Legs.dropChannel(st, ch)
 	}
 }
 
 // sharePaceLocked gives the stream's buckets the part of its grant that
 // the channels served here carry (streamPace); on a gateway of one node
 // they keep the whole grant. st.mu must be held.
-func (st *stream) sharePaceLocked() {
-	if !st.env.facility {
+func (st *Stream) sharePaceLocked() {
+	if !st.env.Facility {
 		return
 	}
 	served := 0
@@ -81,12 +81,12 @@ func (st *stream) sharePaceLocked() {
 			served++
 		}
 	}
-	st.pace.setShare(served, len(st.listeners))
+	st.Pace.SetShare(served, len(st.listeners))
 }
 
-// channelIdle reports whether no connection accepted on channel ch is
+// ChannelIdle reports whether no connection accepted on channel ch is
 // open.
-func (st *stream) channelIdle(ch int) bool {
+func (st *Stream) ChannelIdle(ch int) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, on := range st.conns {
@@ -97,8 +97,8 @@ func (st *stream) channelIdle(ch int) bool {
 	return true
 }
 
-// hasChannel reports whether the stream serves channel ch here.
-func (st *stream) hasChannel(ch int) bool {
+// HasChannel reports whether the stream serves channel ch here.
+func (st *Stream) HasChannel(ch int) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return ch < len(st.listeners) && st.listeners[ch] != nil
@@ -119,7 +119,7 @@ const peerStagger = 500 * time.Millisecond
 // one after another as each fails or stays silent for peerStagger,
 // remembering the one that answers. A channel's port is the facility's
 // alone, so only the node serving the channel can answer on it.
-func (st *stream) dialPeer(log *slog.Logger, ch int, rec *store.Record, leg *wan.Leg) (net.Conn, error) {
+func (st *Stream) dialPeer(log *slog.Logger, ch int, rec *store.Record, leg *wan.Leg) (net.Conn, error) {
 	first := rec.Targets[ch%len(rec.Targets)]
 	if p := st.peerAt[ch].Load(); p != nil {
 		first = *p

@@ -380,7 +380,7 @@ func (c Config) Validate() error {
 		errors.As(err, &le)
 		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
 	}
-	if err := c.Pool.validate(); err != nil {
+	if err := c.Pool.Validate(); err != nil {
 		return err
 	}
 	if err := c.Observe.Validate(); err != nil {
@@ -512,7 +512,7 @@ func (c Config) withDefaults() Config {
 	c.AppWaitDefault, c.AppWaitMax = c.appWaits()
 	c.LeaseDefault, c.LeaseMax = c.leases()
 	c.Quota = c.Quota.withDefaults()
-	c.Pool = c.Pool.withDefaults()
+	c.Pool = c.Pool.WithDefaults()
 	if c.WANPort != 0 {
 		if c.WANDomain == "" {
 			c.WANDomain = DefaultWANDomain

@@ -156,16 +156,16 @@ func expect(t *testing.T, c net.Conn, want string) {
 }
 
 // streamOf returns g's running stream uid.
-func streamOf(t *testing.T, g *testGW, uid string) *stream {
+func streamOf(t *testing.T, g *testGW, uid string) *Stream {
 	t.Helper()
 	return liveStream(t, g.srv, uid)
 }
 
 // liveStream returns the running stream uid of s.
-func liveStream(t *testing.T, s *Server, uid string) *stream {
+func liveStream(t *testing.T, s *Server, uid string) *Stream {
 	t.Helper()
 	for _, st := range s.live() {
-		if st.uid == uid {
+		if st.UID == uid {
 			return st
 		}
 	}

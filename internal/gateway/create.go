@@ -17,7 +17,7 @@ import (
 // outbound one), or restored from the store after a restart.
 
 // create reserves rec.UID, binds its listeners, persists it and starts it.
-func (s *Server) create(rec *store.Record) (*stream, error) {
+func (s *Server) create(rec *store.Record) (*Stream, error) {
 	now := s.cfg.Now()
 	rec.Created, rec.Updated = now, now
 	rec.Expires = now.Add(time.Duration(rec.LeaseS) * time.Second)
@@ -71,7 +71,7 @@ func (s *Server) create(rec *store.Record) (*stream, error) {
 		s.log.Warn("stream uses a plaintext WAN leg: data crosses the WAN unencrypted", "uid", rec.UID)
 	}
 	s.log.Info("stream created", "uid", rec.UID, "role", rec.Role, "owner", rec.Owner,
-		"listeners", st.listenerAddrs(), "targets", rec.Targets, "wan", rec.WAN, "engine", rec.Engine,
+		"listeners", st.ListenerAddrs(), "targets", rec.Targets, "wan", rec.WAN, "engine", rec.Engine,
 		"rate", rateText(rec.Rate), "expires", rec.Expires)
 	return st, nil
 }
@@ -127,16 +127,16 @@ func (s *Server) restore() error {
 			continue
 		}
 		if !s.add(st) {
-			st.stop()
+			st.Stop()
 			return nil // shutting down
 		}
-		st.start()
-		s.log.Info("stream restored", "uid", rec.UID, "role", rec.Role, "state", rec.State, "listeners", st.listenerAddrs(), "rate", rateText(rec.Rate), "expires", rec.Expires)
+		st.Start()
+		s.log.Info("stream restored", "uid", rec.UID, "role", rec.Role, "state", rec.State, "listeners", st.ListenerAddrs(), "rate", rateText(rec.Rate), "expires", rec.Expires)
 	}
 	// Reservations come back as they were, admitted or not: they were
 	// admitted once, and the capacity may only have shrunk since.
 	s.rebalance()
-	if all := pace.Rate(s.env.be.reserved.Load()); s.cfg.Capacity.Rate > 0 && all > s.cfg.Capacity.Rate {
+	if all := pace.Rate(s.env.BestEffort.reserved.Load()); s.cfg.Capacity.Rate > 0 && all > s.cfg.Capacity.Rate {
 		s.log.Warn("restored streams reserve more than --capacity_rate; new reservations wait until enough of them end", "reserved", all, "capacity", s.cfg.Capacity.Rate)
 	}
 	return nil
@@ -144,7 +144,7 @@ func (s *Server) restore() error {
 
 // build makes the runtime of rec on its bound listeners, with the engine
 // it asks for.
-func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*stream, error) {
+func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*Stream, error) {
 	eng, err := s.engines.Get(rec.Engine)
 	if err != nil {
 		return nil, err
@@ -159,17 +159,17 @@ func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*stream, erro
 			s.log.Info("engine sockmap redirects only between plain TCP sockets: this stream's WAN legs are encrypted (tls or quic), so they are copied in user space; use --wan tcp on trusted circuits for the kernel redirect", "uid", rec.UID, "wan", rec.WAN)
 		}
 	}
-	return newStream(s.ctx, s.env, rec, lns, eng)
+	return NewStream(s.ctx, s.env, rec, lns, eng)
 }
 
 // launch puts the built stream st in the table and starts it, or stops
 // it and fails once the server is shutting down.
-func (s *Server) launch(st *stream) error {
+func (s *Server) launch(st *Stream) error {
 	if !s.add(st) {
-		st.stop()
+		st.Stop()
 		return api.Errorf(api.CodeUnavailable, "gateway is shutting down")
 	}
-	st.start()
+	st.Start()
 	s.rebalance()
 	return nil
 }

@@ -16,21 +16,21 @@ import (
 // prunes it.
 
 // end stops a live stream for good and records its terminal state.
-func (s *Server) end(st *stream, state api.State, reason string) *store.Record {
+func (s *Server) end(st *Stream, state api.State, reason string) *store.Record {
 	if s.fac != nil { // not to be mirrored again before the store has its end
-		s.fac.noteEnded(st.key, st.record().Created)
+		s.fac.noteEnded(st.Key, st.Record().Created)
 	}
 	s.remove(st)
-	st.watchSt.ended.Store(true) // the watch leg says released, not stopping
-	st.stop()
+	st.SayEnded() // the watch leg says released, not stopping
+	st.Stop()
 	s.rebalance() // its reservation is free
 	// An update or attach that got in first stores its record before
 	// the terminal one; those that come later see the stream stopped.
-	st.saveMu.Lock()
-	defer st.saveMu.Unlock()
-	rec := st.record()
+	st.SaveMu.Lock()
+	defer st.SaveMu.Unlock()
+	rec := st.Record()
 	s.finish(rec, state, reason)
-	st.setRecord(rec)
+	st.SetRecord(rec)
 	return rec
 }
 
@@ -127,13 +127,13 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 		if !s.stewards(st) {
 			continue // another node of the facility expires it
 		}
-		if st.pendingSince(now) > s.cfg.PendingTimeout {
-			s.log.Info("stream expired waiting for its outbound peer", "uid", st.uid, "timeout", s.cfg.PendingTimeout)
+		if st.PendingSince(now) > s.cfg.PendingTimeout {
+			s.log.Info("stream expired waiting for its outbound peer", "uid", st.UID, "timeout", s.cfg.PendingTimeout)
 			s.end(st, api.StateExpired, fmt.Sprintf("no outbound peer attached within %s", s.cfg.PendingTimeout))
 			continue
 		}
-		if exp, lease := st.lease(); !now.Before(exp) {
-			s.log.Info("stream expired: its lease ran out", "uid", st.uid, "owner", st.key.Owner, "lease_s", lease, "expires", exp)
+		if exp, lease := st.Lease(); !now.Before(exp) {
+			s.log.Info("stream expired: its lease ran out", "uid", st.UID, "owner", st.Key.Owner, "lease_s", lease, "expires", exp)
 			s.end(st, api.StateExpired, fmt.Sprintf("its lease (%s) ran out at %s; renew a lease before it ends with s2uc update UID --lease DURATION", time.Duration(lease)*time.Second, exp.UTC().Format(time.RFC3339)))
 		}
 	}

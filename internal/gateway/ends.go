@@ -151,7 +151,7 @@ func isBroken(err error) bool {
 
 // ended records how a relayed connection of st ended (err nil: in order)
 // and logs it at the level its kind deserves.
-func (st *stream) ended(log *slog.Logger, err error) {
+func (st *Stream) ended(log *slog.Logger, err error) {
 	if err == nil {
 		st.wanUp(log)
 		return
@@ -177,7 +177,7 @@ func (st *stream) ended(log *slog.Logger, err error) {
 // dialFailed records an application connection aborted because the
 // other leg could not be dialed: the peer gateway (toPeer) or the
 // application.
-func (st *stream) dialFailed(log *slog.Logger, toPeer bool, target string, err error) {
+func (st *Stream) dialFailed(log *slog.Logger, toPeer bool, target string, err error) {
 	if st.ctx.Err() != nil {
 		return
 	}
@@ -196,7 +196,7 @@ func (st *stream) dialFailed(log *slog.Logger, toPeer bool, target string, err e
 
 // appAway notes that a connection waits for the application to answer
 // (appwait.go): said at warn once until it answers, as dialFailed does.
-func (st *stream) appAway(log *slog.Logger, target string, wait time.Duration, err error) {
+func (st *Stream) appAway(log *slog.Logger, target string, wait time.Duration, err error) {
 	if st.ends.appDown.CompareAndSwap(false, true) {
 		log.Warn("cannot reach the application: WAN connections wait for it, unread, then are reset (said once until it answers)", "target", target, "wait", wait, "err", err)
 	} else {
@@ -205,7 +205,7 @@ func (st *stream) appAway(log *slog.Logger, target string, wait time.Duration, e
 }
 
 // appUp notes that the application answered a dial again.
-func (st *stream) appUp(log *slog.Logger) {
+func (st *Stream) appUp(log *slog.Logger) {
 	if st.ends.appDown.CompareAndSwap(true, false) {
 		log.Info("the application answers again")
 	}
@@ -213,7 +213,7 @@ func (st *stream) appUp(log *slog.Logger) {
 
 // wanDown notes a failure of the WAN side: said at warn the first time
 // since a leg last worked, then at debug.
-func (st *stream) wanDown(log *slog.Logger, msg string, err error) {
+func (st *Stream) wanDown(log *slog.Logger, msg string, err error) {
 	if st.ends.peerDown.CompareAndSwap(false, true) {
 		log.Warn(msg+" (said once until a WAN leg works again)", "err", err)
 	} else {
@@ -223,7 +223,7 @@ func (st *stream) wanDown(log *slog.Logger, msg string, err error) {
 
 // wanUp notes that a WAN leg works (it was dialed or accepted, or a
 // relayed connection ended in order).
-func (st *stream) wanUp(log *slog.Logger) {
+func (st *Stream) wanUp(log *slog.Logger) {
 	if st.ends.peerDown.CompareAndSwap(true, false) {
 		log.Info("the peer gateway answers again")
 	}
@@ -231,7 +231,7 @@ func (st *stream) wanUp(log *slog.Logger) {
 
 // fault logs a gateway fault or a timeout at warn, at most once a second
 // per stream (a failing resource fails many connections at once).
-func (st *stream) fault(log *slog.Logger, kind string, err error) {
+func (st *Stream) fault(log *slog.Logger, kind string, err error) {
 	st.ends.faultMu.Lock()
 	now := time.Now()
 	quiet := now.Sub(st.ends.lastFaultLog) < time.Second

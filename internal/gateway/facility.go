@@ -168,7 +168,7 @@ func (s *Server) reconcile() {
 		rec := sv.Rec
 		k := rec.Key()
 		if rec.State.Terminal() {
-			if st := s.local(k); st != nil && st.record().Created.Equal(rec.Created) {
+			if st := s.local(k); st != nil && st.Record().Created.Equal(rec.Created) {
 				s.stopMirror(st, rec)
 			}
 			continue
@@ -181,12 +181,12 @@ func (s *Server) reconcile() {
 		}
 	}
 	for _, st := range s.live() {
-		if seen[st.key] || s.isPending(st.key) {
+		if seen[st.Key] || s.isPending(st.Key) {
 			continue
 		}
 		// Not in the view: created here a moment ago (the watch has
 		// not brought it yet), or deleted. Ask etcd.
-		if _, err := s.cfg.Store.Get(st.key); errors.Is(err, store.ErrNotFound) {
+		if _, err := s.cfg.Store.Get(st.Key); errors.Is(err, store.ErrNotFound) {
 			s.stopMirror(st, nil)
 		}
 	}
@@ -194,7 +194,7 @@ func (s *Server) reconcile() {
 }
 
 // local returns the live stream of k in the table, or nil.
-func (s *Server) local(k store.Key) *stream {
+func (s *Server) local(k store.Key) *Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.streams[k]
@@ -208,7 +208,7 @@ func (s *Server) isPending(k store.Key) bool {
 
 // mirror is mirrorLocked for a handler that found rec in the store but
 // not in the table (the reconciler has not brought it yet).
-func (s *Server) mirror(rec *store.Record) *stream {
+func (s *Server) mirror(rec *store.Record) *Stream {
 	s.fac.recMu.Lock()
 	defer s.fac.recMu.Unlock()
 	return s.mirrorLocked(rec)
@@ -219,13 +219,13 @@ func (s *Server) mirror(rec *store.Record) *stream {
 // the channels this node serves). It returns nil for a stream being
 // created or ended on this node, or if the stream cannot be built.
 // f.recMu must be held.
-func (s *Server) mirrorLocked(rec *store.Record) *stream {
+func (s *Server) mirrorLocked(rec *store.Record) *Stream {
 	k := rec.Key()
 	s.mu.Lock()
 	st, pending, closed := s.streams[k], s.pending[k] != nil, s.closed
 	s.mu.Unlock()
 	if st != nil {
-		if st.record().Created.Equal(rec.Created) {
+		if st.Record().Created.Equal(rec.Created) {
 			s.applyRecord(st, rec)
 		}
 		return st
@@ -239,67 +239,67 @@ func (s *Server) mirrorLocked(rec *store.Record) *stream {
 		return nil
 	}
 	if !s.add(st) {
-		st.stop()
+		st.Stop()
 		return nil
 	}
-	st.start()
+	st.Start()
 	s.rebalance()
 	return st
 }
 
 // applyRecord applies to st what another node changed in its record:
 // the pin of an attach, the rate, the allow-list, the lease.
-func (s *Server) applyRecord(st *stream, rec *store.Record) {
-	st.saveMu.Lock()
-	defer st.saveMu.Unlock()
-	cur := st.record()
+func (s *Server) applyRecord(st *Stream, rec *store.Record) {
+	st.SaveMu.Lock()
+	defer st.SaveMu.Unlock()
+	cur := st.Record()
 	if rec.Updated.Equal(cur.Updated) && rec.State == cur.State && rec.PeerCertSHA256 == cur.PeerCertSHA256 &&
 		rec.Rate == cur.Rate && slices.Equal(rec.Allow, cur.Allow) && rec.Expires.Equal(cur.Expires) {
 		return
 	}
 	if rec.PeerCertSHA256 != cur.PeerCertSHA256 {
 		pin := rec.PeerCertSHA256
-		st.peerPin.Store(&pin)
+		st.PeerPin.Store(&pin)
 	}
 	if !slices.Equal(rec.Allow, cur.Allow) {
-		if allow, err := parseAllow(rec.Allow); err == nil { // the node that stored it checked it
-			st.allow.Store(&allow)
+		if allow, err := ParseAllow(rec.Allow); err == nil { // the node that stored it checked it
+			st.Allow.Store(&allow)
 		}
 	}
-	st.setRecord(rec)
+	st.SetRecord(rec)
 	if rec.Rate != cur.Rate {
-		st.pace.set(pace.Rate(rec.Rate))
+		st.Pace.Set(pace.Rate(rec.Rate))
 		s.rebalance()
 	}
 }
 
 // stopMirror stops this node's part of a stream that ended on another
 // node (rec, its final record) or whose record was deleted (rec nil).
-func (s *Server) stopMirror(st *stream, rec *store.Record) {
+func (s *Server) stopMirror(st *Stream, rec *store.Record) {
 	s.remove(st)
-	st.watchSt.ended.Store(true)
-	st.stop()
+	st.SayEnded()
+	st.Stop()
 	s.rebalance()
 	if rec != nil {
-		st.setRecord(rec)
+		st.SetRecord(rec)
 	}
-	s.log.Info("stream ended on another node of the facility", "uid", st.uid, "owner", st.key.Owner)
+	s.log.Info("stream ended on another node of the facility", "uid", st.UID, "owner", st.Key.Owner)
 }
 
 // placeChannels serves, keeps, gives up or takes over each channel of
 // st as the facility's claims say.
-func (s *Server) placeChannels(st *stream, rec *store.Record, nodes []store.NodeInfo, now time.Time, renew bool) {
+func (s *Server) placeChannels(st *Stream, rec *store.Record, nodes []store.NodeInfo, now time.Time, renew bool) {
 	f := s.fac
 	k := rec.Key()
 	owners := f.m.Owners(k, rec.NumConn)
 	for ch, o := range owners {
-		has := st.hasChannel(ch)
+		has := st.HasChannel(ch)
 		switch o {
 		case f.node:
 			f.claimed(chanRef{k, ch})
 			if renew { // a new lease: move the claim onto it
 				if ok, err := f.m.Claim(k, ch); err == nil && !ok {
-					st.closeChannel(ch)
+					st.CloseChannel(ch)
 					continue
 				}
 			}
@@ -314,7 +314,7 @@ func (s *Server) placeChannels(st *stream, rec *store.Record, nodes []store.Node
 				// away. Claim again; give the channel up if another
 				// node took it meanwhile.
 				if ok, err := f.m.Claim(k, ch); err == nil && !ok {
-					st.closeChannel(ch)
+					st.CloseChannel(ch)
 				}
 				continue
 			}
@@ -327,7 +327,7 @@ func (s *Server) placeChannels(st *stream, rec *store.Record, nodes []store.Node
 			delete(f.serving, chanRef{k, ch})
 			f.mu.Unlock()
 			if has {
-				st.closeChannel(ch)
+				st.CloseChannel(ch)
 				s.log.Warn("channel now served by another node of the facility: stopped serving it here", "uid", rec.UID, "channel", ch, "node", o)
 			}
 		}
@@ -337,7 +337,7 @@ func (s *Server) placeChannels(st *stream, rec *store.Record, nodes []store.Node
 // serveChannel binds channel ch's port on this node and serves it,
 // claiming it first if claim is set (else the node holds the claim and
 // gives it up if it cannot bind the port).
-func (s *Server) serveChannel(st *stream, rec *store.Record, ch int, claim bool) {
+func (s *Server) serveChannel(st *Stream, rec *store.Record, ch int, claim bool) {
 	f := s.fac
 	k := rec.Key()
 	lns, err := s.alloc.ListenPorts([]int{rec.Ports[ch]})
@@ -362,7 +362,7 @@ func (s *Server) serveChannel(st *stream, rec *store.Record, ch int, claim bool)
 			return
 		}
 	}
-	if !st.openChannel(ch, lns[0]) {
+	if !st.OpenChannel(ch, lns[0]) {
 		s.alloc.Release(lns[0])
 		return
 	}
@@ -386,7 +386,7 @@ func (s *Server) serveChannel(st *stream, rec *store.Record, ch int, claim bool)
 // resets a channel's connections): it gives up its claim, and the
 // placed node claims the channel at its next reconcile. So a stream's
 // channels spread over the nodes again after a node comes back.
-func (s *Server) giveBack(st *stream, rec *store.Record, ch int, nodes []store.NodeInfo, now time.Time) {
+func (s *Server) giveBack(st *Stream, rec *store.Record, ch int, nodes []store.NodeInfo, now time.Time) {
 	f := s.fac
 	c := chanRef{rec.Key(), ch}
 	f.mu.Lock()
@@ -396,13 +396,13 @@ func (s *Server) giveBack(st *stream, rec *store.Record, ch int, nodes []store.N
 		return
 	}
 	placed := rec.Nodes[ch]
-	if !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return n.Name == placed }) || !st.channelIdle(ch) {
+	if !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return n.Name == placed }) || !st.ChannelIdle(ch) {
 		return
 	}
 	if err := f.m.Unclaim(c.k, ch); err != nil {
 		return
 	}
-	st.closeChannel(ch)
+	st.CloseChannel(ch)
 	f.mu.Lock()
 	delete(f.serving, c)
 	f.mu.Unlock()
@@ -536,7 +536,7 @@ func (f *facility) placement(uid string, numConn int) []string {
 // three nodes (TestFacility, once in CI).
 const createPortAttempts = 16
 
-func (s *Server) createOnNodes(rec *store.Record) (*stream, error) {
+func (s *Server) createOnNodes(rec *store.Record) (*Stream, error) {
 	if rec.Shared() {
 		return s.createShared(rec)
 	}
@@ -624,7 +624,7 @@ func existsInFacility(uid string) error {
 // sends a leg to any of them), so it only stores the record; the other
 // nodes serve it once their reconcile mirrors it, within milliseconds.
 // rec.Nodes[0] names the node that stewards it while it lives.
-func (s *Server) createShared(rec *store.Record) (*stream, error) {
+func (s *Server) createShared(rec *store.Record) (*Stream, error) {
 	rec.Ports = nil
 	rec.Nodes = s.fac.placement(rec.UID, 1)
 	if err := s.fac.m.Create(rec); err != nil {
@@ -647,7 +647,7 @@ func (s *Server) createShared(rec *store.Record) (*stream, error) {
 
 // awaitClaims waits, up to claimWait, for every channel of the new
 // stream st to have a node, and serves those still without one itself.
-func (s *Server) awaitClaims(st *stream, rec *store.Record) {
+func (s *Server) awaitClaims(st *Stream, rec *store.Record) {
 	f := s.fac
 	k := rec.Key()
 	deadline := time.NewTimer(claimWait)
@@ -669,7 +669,7 @@ wait:
 	f.recMu.Lock()
 	defer f.recMu.Unlock()
 	for ch, o := range f.m.Owners(k, rec.NumConn) {
-		if o == "" && !st.hasChannel(ch) {
+		if o == "" && !st.HasChannel(ch) {
 			s.log.Warn("a node of the facility did not serve the channel placed on it in time: serving it here", "uid", rec.UID, "channel", ch, "placed_on", rec.Nodes[ch])
 			s.serveChannel(st, rec, ch, true)
 		}
@@ -682,11 +682,11 @@ wait:
 // on the shared WAN port, whose channels every node serves, is stewarded
 // by the node it was placed on while that node lives, else by the first
 // live node of an order derived from its UID.
-func (s *Server) stewards(st *stream) bool {
+func (s *Server) stewards(st *Stream) bool {
 	if s.fac == nil {
 		return true
 	}
-	rec := st.record()
+	rec := st.Record()
 	if rec.Shared() {
 		return s.fac.sharedSteward(rec) == s.fac.node
 	}

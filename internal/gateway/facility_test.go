@@ -78,7 +78,7 @@ func TestPinReread(t *testing.T) {
 	stream := s.local(key)
 	reads := 0
 	var stored *store.Record // what another node stored, as this node's reread sees it
-	s.env.reread = func(k store.Key) (*store.Record, error) {
+	s.env.Reread = func(k store.Key) (*store.Record, error) {
 		reads++
 		r := *stored
 		return &r, nil

@@ -106,7 +106,7 @@ func checkRecord(t *testing.T, s *Server, rec *store.Record) {
 		t.Fatalf("%s record on wan %q with pin %q", rec.Role, rec.WAN, rec.PeerCertSHA256)
 	}
 	for _, a := range rec.Allow {
-		if _, err := parsePrefix(a); err != nil {
+		if _, err := ParsePrefix(a); err != nil {
 			t.Fatalf("allow %q: %v", a, err)
 		}
 	}

@@ -50,7 +50,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
 		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
 		CapacityRate:    int64(s.cfg.Capacity.Rate),
-		ReservedRate:    s.env.be.reserved.Load(),
+		ReservedRate:    s.env.BestEffort.reserved.Load(),
 		CapacityStreams: s.cfg.Capacity.Streams,
 		CapacityConns:   s.cfg.Capacity.Conns,
 		QuotaRate:       int64(s.cfg.Quota.Rate),
@@ -96,7 +96,7 @@ func createFrom[Req any](s *Server, r *http.Request, toRecord func(context.Conte
 	if err != nil {
 		return nil, api.Stream{}, err
 	}
-	v := s.view(st.record(), st)
+	v := s.view(st.Record(), st)
 	v.WANCert = string(s.cfg.Identity.PEM)
 	return rec, v, nil
 }
@@ -140,9 +140,9 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 	out := api.StreamList{Streams: []api.Stream{}}
 	live := map[store.Key]bool{}
 	for _, st := range s.live() {
-		if mine(st.key.Owner) {
-			live[st.key] = true
-			out.Streams = append(out.Streams, s.view(st.record(), st))
+		if mine(st.Key.Owner) {
+			live[st.Key] = true
+			out.Streams = append(out.Streams, s.view(st.Record(), st))
 		}
 	}
 	if showEnded {
@@ -189,7 +189,7 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 		// Already ended: releasing again is a no-op that reports the end.
 		return http.StatusOK, s.view(rec, nil), nil
 	}
-	final := st.stats()
+	final := st.Stats()
 	nr := s.end(st, api.StateReleased, "released by "+identity(r))
 	v := s.view(nr, nil)
 	v.Stats = final
@@ -199,7 +199,7 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 
 // view returns the public view of a record, with the live stats of st
 // if it runs.
-func (s *Server) view(rec *store.Record, st *stream) api.Stream {
+func (s *Server) view(rec *store.Record, st *Stream) api.Stream {
 	v := api.Stream{
 		UID:            rec.UID,
 		Role:           rec.Role,
@@ -239,8 +239,8 @@ func (s *Server) view(rec *store.Record, st *stream) api.Stream {
 	v.PeerServerName = rec.PeerServerName
 	v.WANPool = rec.WANPool
 	if st != nil {
-		v.Stats = st.stats()
-		v.EngineNote = st.engineNote()
+		v.Stats = st.Stats()
+		v.EngineNote = st.EngineNote()
 	}
 	return v
 }

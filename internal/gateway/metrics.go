@@ -150,16 +150,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.refused, float64(h.Refused[k]), k)
 	}
 	gauge(c.capacityRate, c.s.cfg.Capacity.Rate.BytesPerSecond())
-	gauge(c.reservedRate, pace.Rate(c.s.env.be.reserved.Load()).BytesPerSecond())
+	gauge(c.reservedRate, pace.Rate(c.s.env.BestEffort.reserved.Load()).BytesPerSecond())
 	for _, st := range c.s.live() {
 		c.collectStream(st, gauge, counter)
 	}
 }
 
 // collectStream sends the series of one live stream.
-func (c *collector) collectStream(st *stream, gauge, counter func(*prometheus.Desc, float64, ...string)) {
-	rec := st.record()
-	s := st.stats()
+func (c *collector) collectStream(st *Stream, gauge, counter func(*prometheus.Desc, float64, ...string)) {
+	rec := st.Record()
+	s := st.Stats()
 	l := []string{rec.UID, rec.Owner, string(rec.Role)}
 	with := func(more ...string) []string { return append(append([]string{}, l...), more...) }
 	peer := s.Peer
@@ -172,10 +172,10 @@ func (c *collector) collectStream(st *stream, gauge, counter func(*prometheus.De
 	gauge(c.conns, float64(s.ActiveConns), with("active")...)
 	gauge(c.conns, float64(s.WaitingConns), with("waiting")...)
 	counter(c.connsTotal, float64(s.TotalConns), l...)
-	counter(c.connsRefused, float64(st.refused.allow.Load()), with("allow_list")...)
+	counter(c.connsRefused, float64(st.Refused.Allow.Load()), with("allow_list")...)
 	counter(c.connsRefused, float64(s.OverCapConns), with("over_cap")...)
-	counter(c.connsRefused, float64(st.refused.handshakeCap.Load()), with("handshake_cap")...)
-	counter(c.handshakeFails, float64(st.refused.wanAuth.Load()), l...)
+	counter(c.connsRefused, float64(st.Refused.HandshakeCap.Load()), with("handshake_cap")...)
+	counter(c.handshakeFails, float64(st.Refused.WANAuth.Load()), l...)
 	for _, k := range api.EndKinds() {
 		counter(c.aborted, float64(s.AbortedByKind[k]), with(k)...)
 	}

@@ -181,19 +181,6 @@ func (o *observer) close() {
 	}
 }
 
-// legCounts returns the pooled legs idle now and open in all (idle,
-// busy and being dialed).
-func (m *legManager) legCounts() (idle, open int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, n := range m.open {
-		open += n
-	}
-	for _, legs := range m.idle {
-		idle += len(legs)
-	}
-	return idle, open
-}
 
 // health returns what the gateway holds and has refused: the status
 // page's health and the gateway-wide metrics, from one reading.
@@ -203,8 +190,8 @@ func (s *Server) health() api.GatewayHealth {
 		Streams:           map[string]int64{},
 		PortsInUse:        s.alloc.InUse(),
 		PortsCapacity:     s.cfg.PortRange.Size(),
-		ConnFilesInUse:    s.env.files.n.Load(),
-		ConnFilesCapacity: s.env.files.max,
+		ConnFilesInUse:    s.env.Files.n.Load(),
+		ConnFilesCapacity: s.env.Files.max,
 		WANConns:          map[string]int64{"handshake": int64(s.strange.InHandshake())},
 		APIErrors:         map[string]int64{},
 		Refused:           s.strange.RefusedSince(),
@@ -217,15 +204,15 @@ func (s *Server) health() api.GatewayHealth {
 	s.mu.Unlock()
 	var waiting, relaying int64
 	for _, st := range s.live() {
-		h.Streams[string(st.record().State)]++
-		waiting += st.waitingApp.Load()
-		relaying += st.active.Load()
+		h.Streams[string(st.Record().State)]++
+		waiting += st.WaitingApp.Load()
+		relaying += st.Active.Load()
 	}
 	for i, k := range endedStates() {
 		h.Streams[string(k)] = s.obs.endedBy[i].Load()
 	}
 	h.WANConns["waiting"], h.WANConns["relaying"] = waiting, relaying
-	idle, open := s.env.legs.legCounts()
+	idle, open := s.env.Legs.Counts()
 	h.PooledLegs = map[string]int64{"idle": int64(idle), "busy": int64(max(0, open-idle))}
 	for i, c := range api.Codes() {
 		h.APIErrors[string(c)] = s.obs.apiErrors[i].Load()
@@ -245,8 +232,8 @@ func (s *Server) handleStatus(r *http.Request) (int, any, error) {
 		Streams:    []api.Stream{},
 	}
 	for _, st := range s.live() {
-		v := s.view(st.record(), st)
-		v.Stats.Rates = st.rates.View(true)
+		v := s.view(st.Record(), st)
+		v.Stats.Rates = st.Rates.View(true)
 		out.Streams = append(out.Streams, v)
 	}
 	sort.Slice(out.Streams, func(i, j int) bool {

@@ -25,7 +25,7 @@ const (
 	dirFromWAN = 1
 )
 
-// streamPace is a stream's grant and the buckets that keep to it.
+// Pacing is a stream's grant and the buckets that keep to it.
 //
 // On a node of a facility (facility.go) each node paces only the
 // channels it serves, so the grant is split: a node serving k of a
@@ -33,7 +33,7 @@ const (
 // nodes together never pass it (one node serving every channel, or a
 // gateway of one node, paces at the whole grant). A stream that uses
 // fewer channels than it has gets less than its grant there.
-type streamPace struct {
+type Pacing struct {
 	grant   atomic.Int64                   // pace.Rate reserved, 0 for best effort
 	buckets [2]atomic.Pointer[pace.Bucket] // by direction; nil for best effort
 
@@ -42,18 +42,18 @@ type streamPace struct {
 	total  int
 }
 
-// set changes the grant; connections running keep going, paced at the
+// Set changes the grant; connections running keep going, paced at the
 // new rate from their next chunk.
-func (p *streamPace) set(r pace.Rate) {
+func (p *Pacing) Set(r pace.Rate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.grant.Store(int64(r))
 	p.apply()
 }
 
-// setShare says that this node serves served of the stream's total
+// SetShare says that this node serves served of the stream's total
 // channels (facility.go); the buckets take that part of the grant.
-func (p *streamPace) setShare(served, total int) {
+func (p *Pacing) SetShare(served, total int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.served, p.total = served, total
@@ -62,7 +62,7 @@ func (p *streamPace) setShare(served, total int) {
 
 // here is the rate this node's buckets keep to: the grant, or its share.
 // p.mu must be held.
-func (p *streamPace) here() pace.Rate {
+func (p *Pacing) here() pace.Rate {
 	r := pace.Rate(p.grant.Load())
 	if r == 0 || p.total == 0 || p.served == 0 || p.served >= p.total {
 		return r
@@ -71,7 +71,7 @@ func (p *streamPace) here() pace.Rate {
 }
 
 // apply brings the buckets to the grant and share. p.mu must be held.
-func (p *streamPace) apply() {
+func (p *Pacing) apply() {
 	r := p.here()
 	for d := range p.buckets {
 		switch b := p.buckets[d].Load(); {
@@ -85,26 +85,26 @@ func (p *streamPace) apply() {
 	}
 }
 
-func (p *streamPace) rate() pace.Rate { return pace.Rate(p.grant.Load()) }
+func (p *Pacing) Rate() pace.Rate { return pace.Rate(p.grant.Load()) }
 
-// bestEffort is the pacing that best-effort streams share.
-type bestEffort struct {
+// BestEffort is the pacing that best-effort streams share.
+type BestEffort struct {
 	capacity pace.Rate    // Capacity.Rate; 0: never paced
 	reserved atomic.Int64 // what live streams have reserved (pace.Rate)
 	active   atomic.Bool  // something is reserved: best effort is paced
 	buckets  [2]*pace.Bucket
 }
 
-func newBestEffort(capacity pace.Rate) *bestEffort {
-	b := &bestEffort{capacity: capacity}
+func NewBestEffort(capacity pace.Rate) *BestEffort {
+	b := &BestEffort{capacity: capacity}
 	if capacity > 0 {
 		b.buckets = [2]*pace.Bucket{pace.NewBucket(capacity), pace.NewBucket(capacity)}
 	}
 	return b
 }
 
-// set takes the rate reserved now and gives best effort what is left.
-func (b *bestEffort) set(reserved pace.Rate) {
+// Set takes the rate reserved now and gives best effort what is left.
+func (b *BestEffort) Set(reserved pace.Rate) {
 	b.reserved.Store(int64(reserved))
 	if b.capacity == 0 {
 		return
@@ -117,23 +117,23 @@ func (b *bestEffort) set(reserved pace.Rate) {
 }
 
 // bucket returns the bucket that paces direction d of st now, or nil.
-func (st *stream) bucket(d int) *pace.Bucket {
-	if b := st.pace.buckets[d].Load(); b != nil {
+func (st *Stream) bucket(d int) *pace.Bucket {
+	if b := st.Pace.buckets[d].Load(); b != nil {
 		return b
 	}
-	if be := st.env.be; be.active.Load() {
+	if be := st.env.BestEffort; be.active.Load() {
 		return be.buckets[d]
 	}
 	return nil
 }
 
 // paced reports whether st's connections are paced now.
-func (st *stream) paced() bool { return st.bucket(dirToWAN) != nil }
+func (st *Stream) paced() bool { return st.bucket(dirToWAN) != nil }
 
 // counter returns the count function of direction d of one connection
 // for relay.Relay: it counts the bytes written and waits until they fit
 // the stream's pace, or until ctx (the connection's) ends.
-func (st *stream) counter(ctx context.Context, d int, n *atomic.Int64) func(int64) {
+func (st *Stream) counter(ctx context.Context, d int, n *atomic.Int64) func(int64) {
 	return func(k int64) {
 		n.Add(k)
 		if b := st.bucket(d); b != nil {
@@ -142,30 +142,30 @@ func (st *stream) counter(ctx context.Context, d int, n *atomic.Int64) func(int6
 	}
 }
 
-// engineFor returns the engine a new connection of st runs on: the
+// EngineFor returns the engine a new connection of st runs on: the
 // stream's, unless it is sockmap and the connection must be paced.
-func (st *stream) engineFor() relay.Engine {
+func (st *Stream) EngineFor() relay.Engine {
 	if st.engine.Name() == "sockmap" && st.paced() {
-		return st.env.paceable
+		return st.env.Paceable
 	}
 	return st.engine
 }
 
-// engineNote says why st's new connections run on another engine than
+// EngineNote says why st's new connections run on another engine than
 // the one it asked for, or "".
-func (st *stream) engineNote() string {
+func (st *Stream) EngineNote() string {
 	if st.engine.Name() == "sockmap" && st.paced() {
 		return "sockmap cannot pace a rate (the kernel moves the bytes): this stream's connections run on splice while it is paced"
 	}
 	return ""
 }
 
-// refusals counts a stream's refused connections by the reasons the
+// Refusals counts a stream's refused connections by the reasons the
 // metrics tell apart (over_cap is stream.overCap).
-type refusals struct {
-	allow        atomic.Int64 // sources outside the allow-list
-	handshakeCap atomic.Int64 // over a cap of WAN connections in their handshake
-	wanAuth      atomic.Int64 // WAN connections that failed authentication
+type Refusals struct {
+	Allow        atomic.Int64 // sources outside the allow-list
+	HandshakeCap atomic.Int64 // over a cap of WAN connections in their handshake
+	WANAuth      atomic.Int64 // WAN connections that failed authentication
 }
 
 // BestEffortFloor is the share of Capacity.Rate that best-effort

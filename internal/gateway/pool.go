@@ -55,7 +55,7 @@ const (
 	PolicyLRUM = "lrum"
 )
 
-func (c PoolConfig) withDefaults() PoolConfig {
+func (c PoolConfig) WithDefaults() PoolConfig {
 	if c.MaxPerPeer == 0 {
 		c.MaxPerPeer = 64
 	}
@@ -68,7 +68,7 @@ func (c PoolConfig) withDefaults() PoolConfig {
 	return c
 }
 
-func (c PoolConfig) validate() error {
+func (c PoolConfig) Validate() error {
 	switch {
 	case c.MaxPerPeer < 0:
 		return fieldError("Pool.MaxPerPeer", "%d is negative: give the most pooled WAN legs to one peer gateway, e.g. 64", c.MaxPerPeer)
@@ -82,7 +82,7 @@ func (c PoolConfig) validate() error {
 
 // flow is one channel of one stream, the unit LRU-M queues by.
 type flow struct {
-	st *stream
+	st *Stream
 	ch int
 }
 
@@ -94,8 +94,8 @@ type pooledLeg struct {
 	used uint64 // the manager's tick when it last went idle (LRU order)
 }
 
-// legManager holds every pooled leg of the gateway's outbound streams.
-type legManager struct {
+// LegManager holds every pooled leg of the gateway's outbound streams.
+type LegManager struct {
 	cfg PoolConfig
 	log *slog.Logger
 
@@ -105,18 +105,18 @@ type legManager struct {
 	idle      map[string]map[*pooledLeg]bool // by peer: idle legs
 	byFlow    map[flow][]*pooledLeg          // idle legs of each flow, most recently used last
 	teardowns map[flow]int                   // legs of each flow torn down at the cap
-	waiters   map[*stream]chan struct{}      // warmers to wake when a flow's idle leg was taken
+	waiters   map[*Stream]chan struct{}      // warmers to wake when a flow's idle leg was taken
 }
 
-func newLegManager(cfg PoolConfig, log *slog.Logger) *legManager {
-	return &legManager{
-		cfg:       cfg.withDefaults(),
+func NewLegManager(cfg PoolConfig, log *slog.Logger) *LegManager {
+	return &LegManager{
+		cfg:       cfg.WithDefaults(),
 		log:       log,
 		open:      map[string]int{},
 		idle:      map[string]map[*pooledLeg]bool{},
 		byFlow:    map[flow][]*pooledLeg{},
 		teardowns: map[flow]int{},
-		waiters:   map[*stream]chan struct{}{},
+		waiters:   map[*Stream]chan struct{}{},
 	}
 }
 
@@ -127,7 +127,7 @@ var errPoolFull = errors.New("every pooled WAN leg to the peer gateway is busy")
 // ended), or dials a new one (tearing down an idle leg of the peer by
 // the policy if the peer is at the cap). fresh says it was dialed now. The caller must give the leg back with
 // release.
-func (m *legManager) acquire(ctx context.Context, f flow, target string, leg *wan.Leg) (pl *pooledLeg, fresh bool, err error) {
+func (m *LegManager) acquire(ctx context.Context, f flow, target string, leg *wan.Leg) (pl *pooledLeg, fresh bool, err error) {
 	peer := peerOf(target)
 	var stale []*pooledLeg
 	defer func() {
@@ -191,7 +191,7 @@ func peerOf(target string) string {
 
 // dial opens a pooled leg of flow f to target; its slot in the peer's
 // count is taken already, and given back if the dial fails.
-func (m *legManager) dial(ctx context.Context, f flow, target string, leg *wan.Leg) (*pooledLeg, error) {
+func (m *LegManager) dial(ctx context.Context, f flow, target string, leg *wan.Leg) (*pooledLeg, error) {
 	peer := peerOf(target)
 	p, err := redial(ctx, redialWindow, func(ctx context.Context) (*wan.Pooled, error) { return wan.DialPooled(ctx, target, leg) }, f.st.redialed(target))
 	if err != nil {
@@ -206,7 +206,7 @@ func (m *legManager) dial(ctx context.Context, f flow, target string, leg *wan.L
 
 // release gives back a leg acquire returned: idle again if its session
 // was clean and its stream still runs, else it is gone.
-func (m *legManager) release(pl *pooledLeg, clean bool) {
+func (m *LegManager) release(pl *pooledLeg, clean bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if clean && pl.p.Idle() && pl.flow.st.ctx.Err() == nil {
@@ -217,7 +217,7 @@ func (m *legManager) release(pl *pooledLeg, clean bool) {
 	pl.p.Abort()
 }
 
-func (m *legManager) idleLocked(pl *pooledLeg) {
+func (m *LegManager) idleLocked(pl *pooledLeg) {
 	m.tick++
 	pl.used = m.tick
 	if m.idle[pl.peer] == nil {
@@ -227,7 +227,7 @@ func (m *legManager) idleLocked(pl *pooledLeg) {
 	m.byFlow[pl.flow] = append(m.byFlow[pl.flow], pl)
 }
 
-func (m *legManager) unidleLocked(pl *pooledLeg) {
+func (m *LegManager) unidleLocked(pl *pooledLeg) {
 	delete(m.idle[pl.peer], pl)
 	legs := m.byFlow[pl.flow]
 	for i, l := range legs {
@@ -243,7 +243,7 @@ func (m *legManager) unidleLocked(pl *pooledLeg) {
 
 // victimLocked picks the idle leg of peer to tear down, by the policy;
 // nil if none is idle.
-func (m *legManager) victimLocked(peer string) *pooledLeg {
+func (m *LegManager) victimLocked(peer string) *pooledLeg {
 	var best *pooledLeg
 	for pl := range m.idle[peer] {
 		if best == nil || m.beforeLocked(pl, best) {
@@ -254,7 +254,7 @@ func (m *legManager) victimLocked(peer string) *pooledLeg {
 }
 
 // beforeLocked reports whether a goes before b as a victim.
-func (m *legManager) beforeLocked(a, b *pooledLeg) bool {
+func (m *LegManager) beforeLocked(a, b *pooledLeg) bool {
 	if m.cfg.Policy == PolicyLRUM {
 		ta, tb := m.teardowns[a.flow], m.teardowns[b.flow]
 		if ta != tb {
@@ -267,7 +267,7 @@ func (m *legManager) beforeLocked(a, b *pooledLeg) bool {
 // warm dials idle legs for the flow until it has want of them, without
 // tearing down anything (below the cap only). It returns the number it
 // still lacks and the last dial error.
-func (m *legManager) warm(ctx context.Context, f flow, target string, leg *wan.Leg, want int) (int, error) {
+func (m *LegManager) warm(ctx context.Context, f flow, target string, leg *wan.Leg, want int) (int, error) {
 	peer := peerOf(target)
 	for {
 		m.mu.Lock()
@@ -282,7 +282,7 @@ func (m *legManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 		if err != nil {
 			return want - have, err
 		}
-		served := f.st.hasChannel(f.ch) // not moved to another node meanwhile
+		served := f.st.HasChannel(f.ch) // not moved to another node meanwhile
 		m.mu.Lock()
 		if ctx.Err() != nil || !served {
 			m.open[peer]--
@@ -296,7 +296,7 @@ func (m *legManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 }
 
 // idleOf returns how many idle legs st holds, over its channels.
-func (m *legManager) idleOf(st *stream) int {
+func (m *LegManager) idleOf(st *Stream) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
@@ -309,7 +309,7 @@ func (m *legManager) idleOf(st *stream) int {
 }
 
 // wakeLocked tells st's warmer that one of its idle legs was taken.
-func (m *legManager) wakeLocked(st *stream) {
+func (m *LegManager) wakeLocked(st *Stream) {
 	if c := m.waiters[st]; c != nil {
 		select {
 		case c <- struct{}{}:
@@ -321,7 +321,7 @@ func (m *legManager) wakeLocked(st *stream) {
 // drop ends every idle leg of st in order and forgets st; its busy legs
 // end with their sessions (the stream aborts them) and come back through
 // release.
-func (m *legManager) drop(st *stream) {
+func (m *LegManager) drop(st *Stream) {
 	m.dropFlows(st, func(flow) bool { return true })
 	m.mu.Lock()
 	delete(m.waiters, st)
@@ -330,12 +330,12 @@ func (m *legManager) drop(st *stream) {
 
 // dropChannel ends the idle legs of channel ch of st, which this node of
 // a facility no longer serves (the node that does warms its own).
-func (m *legManager) dropChannel(st *stream, ch int) {
+func (m *LegManager) dropChannel(st *Stream, ch int) {
 	m.dropFlows(st, func(f flow) bool { return f.ch == ch })
 }
 
 // channelOpened wakes st's warmer: a channel it now serves needs legs.
-func (m *legManager) channelOpened(st *stream) {
+func (m *LegManager) channelOpened(st *Stream) {
 	m.mu.Lock()
 	m.wakeLocked(st)
 	m.mu.Unlock()
@@ -343,7 +343,7 @@ func (m *legManager) channelOpened(st *stream) {
 
 // dropFlows ends in order the idle legs of st's flows that match, and
 // forgets their teardown counts.
-func (m *legManager) dropFlows(st *stream, match func(flow) bool) {
+func (m *LegManager) dropFlows(st *Stream, match func(flow) bool) {
 	m.mu.Lock()
 	var legs []*pooledLeg
 	for f, fl := range m.byFlow {
@@ -369,7 +369,7 @@ func (m *legManager) dropFlows(st *stream, match func(flow) bool) {
 // warmer keeps st's flows at want idle legs each until st stops,
 // dialing again with backoff (1 s to 30 s) while the peer refuses (as
 // it does until the inbound side is attached).
-func (m *legManager) warmer(st *stream, want int) {
+func (m *LegManager) warmer(st *Stream, want int) {
 	defer st.wg.Done()
 	wake := make(chan struct{}, 1)
 	m.mu.Lock()
@@ -388,9 +388,9 @@ func (m *legManager) warmer(st *stream, want int) {
 	for {
 		var lastErr error
 		short := 0
-		rec := st.record()
+		rec := st.Record()
 		for ch := range rec.NumConn {
-			if !st.hasChannel(ch) {
+			if !st.HasChannel(ch) {
 				continue // another node of the facility serves it, and warms its legs
 			}
 			target := rec.Targets[ch%len(rec.Targets)]
@@ -403,7 +403,7 @@ func (m *legManager) warmer(st *stream, want int) {
 		var wait <-chan time.Time
 		if lastErr != nil {
 			backoff = min(max(2*backoff, time.Second), 30*time.Second)
-			st.env.log.Debug("warm WAN legs", "uid", st.uid, "short", short, "err", lastErr, "retry_in", backoff)
+			st.env.Log.Debug("warm WAN legs", "uid", st.UID, "short", short, "err", lastErr, "retry_in", backoff)
 			wait = time.After(backoff)
 		} else {
 			backoff = 0
@@ -420,8 +420,8 @@ func (m *legManager) warmer(st *stream, want int) {
 // relayPooled relays an application connection accepted on channel ch
 // of an outbound stream with wan_pool over a pooled leg to target: an
 // idle one of the flow if there is one (no handshake), else a new one.
-func (st *stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target string, leg *wan.Leg) {
-	legs := st.env.legs
+func (st *Stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target string, leg *wan.Leg) {
+	legs := st.env.Legs
 	var pl *pooledLeg
 	var s *wan.Session
 	for {
@@ -457,4 +457,18 @@ func (st *stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target str
 	st.relay(log, app, s)
 	st.untrack(s)
 	legs.release(pl, s.Clean())
+}
+
+// Counts returns the pooled legs idle now and open in all (idle,
+// busy and being dialed).
+func (m *LegManager) Counts() (idle, open int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, n := range m.open {
+		open += n
+	}
+	for _, legs := range m.idle {
+		idle += len(legs)
+	}
+	return idle, open
 }

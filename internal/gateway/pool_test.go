@@ -80,7 +80,7 @@ func TestPooledLegs(t *testing.T) {
 	})
 	// Every leg the manager holds is idle and sound: the reset one is
 	// gone, not back in the pool.
-	m := prod.srv.env.legs
+	m := prod.srv.env.Legs
 	waitfor.Must(t, 10*time.Second, "only sound idle legs", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -116,13 +116,13 @@ func TestPooledLegs(t *testing.T) {
 // idle leg; LRU-M first spares the flows whose legs were torn down
 // before.
 func TestPoolVictims(t *testing.T) {
-	a, b := &stream{}, &stream{}
+	a, b := &Stream{}, &Stream{}
 	fa, fb := flow{a, 0}, flow{b, 0}
 	for _, c := range []struct {
 		policy string
 		want   flow
 	}{{PolicyLRU, fa}, {PolicyLRUM, fb}} {
-		m := newLegManager(PoolConfig{Policy: c.policy}, nil)
+		m := NewLegManager(PoolConfig{Policy: c.policy}, nil)
 		// fa's leg idles first (least recent); fa was torn down once.
 		m.idleLocked(&pooledLeg{flow: fa, peer: "p"})
 		m.idleLocked(&pooledLeg{flow: fb, peer: "p"})
@@ -168,7 +168,7 @@ func TestPoolCap(t *testing.T) {
 	if sa, sb := stats(a), stats(b); sa.LegsTornDown != 1 || sb.LegsCreated < 1 {
 		t.Fatalf("at the cap: a had %d legs torn down, b dialed %d; want 1 and at least 1", sa.LegsTornDown, sb.LegsCreated)
 	}
-	m := prod.srv.env.legs
+	m := prod.srv.env.Legs
 	m.mu.Lock()
 	open := m.open[peerOf(bAddr)]
 	m.mu.Unlock()
@@ -205,7 +205,7 @@ func TestPoolStaleLegNotReused(t *testing.T) {
 	// Not attached yet: the warm leg the warmer dialed is refused by
 	// the peer, unknown to the dialer.
 	waitfor.Must(t, 15*time.Second, "the warm leg dialed before the attach", func() bool { return stats().LegsIdle == 1 })
-	m := prod.srv.env.legs
+	m := prod.srv.env.Legs
 	waitfor.Must(t, 10*time.Second, "the peer's refusal of the warm leg", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()

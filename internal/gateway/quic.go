@@ -30,46 +30,46 @@ type quicLegs struct {
 	dialer    *wan.QUICDialer     // outbound
 }
 
-func (st *stream) quicConfig() wan.QUICConfig {
-	cfg := st.env.quic
-	cfg.Logger = st.env.log.With("uid", st.uid)
+func (st *Stream) quicConfig() wan.QUICConfig {
+	cfg := st.env.QUIC
+	cfg.Logger = st.env.Log.With("uid", st.UID)
 	cfg.OnReject = func(remote net.Addr, err error) {
 		st.rejected.Add(1)
-		st.refused.wanAuth.Add(1)
-		st.env.strange.Refuse(strangers.ReasonQUIC, remote)
+		st.Refused.WANAuth.Add(1)
+		st.env.Strangers.Refuse(strangers.ReasonQUIC, remote)
 		peer := ""
 		if remote != nil {
 			peer = remote.String()
 		}
-		st.env.log.Debug("WAN connection refused", "uid", st.uid, "wan", api.WANQUIC, "peer", peer, "err", err)
+		st.env.Log.Debug("WAN connection refused", "uid", st.UID, "wan", api.WANQUIC, "peer", peer, "err", err)
 	}
 	return cfg
 }
 
 // startQUIC starts the QUIC side of the stream. st.mu must be held.
-func (st *stream) startQUIC() {
+func (st *Stream) startQUIC() {
 	if st.rec.WAN != api.WANQUIC {
 		return
 	}
-	if st.role == api.RoleOutbound {
+	if st.Role == api.RoleOutbound {
 		st.quic.dialer = wan.NewQUICDialer(st.quicConfig())
 		return
 	}
-	if st.shared != nil {
+	if st.Shared != nil {
 		return // the shared WAN port's QUIC listener serves it (wanport.go)
 	}
 	for ch, ln := range st.listeners {
 		if ln == nil {
 			continue
 		}
-		udp := st.env.alloc.UDP(ln)
+		udp := st.env.Alloc.UDP(ln)
 		if udp == nil {
-			st.env.log.Error("quic stream without a UDP socket on its port", "uid", st.uid, "channel", ch)
+			st.env.Log.Error("quic stream without a UDP socket on its port", "uid", st.UID, "channel", ch)
 			continue
 		}
 		ql, err := wan.ListenQUIC(udp, st.leg(st.rec, ch), st.quicConfig())
 		if err != nil {
-			st.env.log.Error("listen quic", "uid", st.uid, "channel", ch, "err", err)
+			st.env.Log.Error("listen quic", "uid", st.UID, "channel", ch, "err", err)
 			continue
 		}
 		st.quic.listeners = append(st.quic.listeners, ql)
@@ -80,54 +80,54 @@ func (st *stream) startQUIC() {
 
 // stopQUIC closes the stream's QUIC connections. Called by stop, before
 // the listeners' ports (and so the UDP sockets) are released.
-func (st *stream) stopQUIC() {
+func (st *Stream) stopQUIC() {
 	st.mu.Lock()
 	q := st.quic
 	st.mu.Unlock()
 	for _, ql := range q.listeners {
 		ql.Close()
 	}
-	if st.shared != nil && st.wanT == api.WANQUIC {
-		st.env.port.quic.CloseLeg(st.shared)
+	if st.Shared != nil && st.wanT == api.WANQUIC {
+		st.env.Port.quic.CloseLeg(st.Shared)
 	}
 	if q.dialer != nil {
 		q.dialer.Close()
 	}
 }
 
-func (st *stream) quicAcceptLoop(ch int, ql *wan.QUICListener) {
+func (st *Stream) quicAcceptLoop(ch int, ql *wan.QUICListener) {
 	defer st.wg.Done()
 	for {
 		w, err := ql.Accept(st.ctx)
 		if err != nil {
 			return // released or shut down
 		}
-		if !st.admitConn(ch, w.RemoteAddr()) {
+		if !st.AdmitConn(ch, w.RemoteAddr()) {
 			relay.Abort(w) // over a cap of connections at once: reset at once
 			continue
 		}
 		if !st.track(w) {
-			st.releaseConn()
+			st.ReleaseConn()
 			continue
 		}
 		st.wg.Add(1)
-		go st.serveInboundQUIC(ch, w)
+		go st.ServeInboundQUIC(ch, w)
 	}
 }
 
-// serveInboundQUIC relays an authenticated QUIC stream of channel ch to
+// ServeInboundQUIC relays an authenticated QUIC stream of channel ch to
 // the application's port for that channel.
-func (st *stream) serveInboundQUIC(ch int, w net.Conn) {
+func (st *Stream) ServeInboundQUIC(ch int, w net.Conn) {
 	defer st.wg.Done()
-	defer st.releaseConn()
+	defer st.ReleaseConn()
 	defer st.untrack(w)
-	log := st.env.log.With("uid", st.uid, "channel", ch, "peer", w.RemoteAddr().String())
-	rec := st.record()
+	log := st.env.Log.With("uid", st.UID, "channel", ch, "peer", w.RemoteAddr().String())
+	rec := st.Record()
 	st.relayToApp(log, rec, ch, w)
 }
 
 // dialWAN opens the WAN leg of an application connection on channel ch.
-func (st *stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net.Conn, error) {
+func (st *Stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net.Conn, error) {
 	if leg.Transport == api.WANQUIC {
 		st.mu.Lock()
 		d := st.quic.dialer
@@ -142,9 +142,9 @@ func (st *stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net
 
 // redialed returns what redial tells of a leg to target it dials again:
 // counted, and logged at debug (a burst gets one line per dial).
-func (st *stream) redialed(target string) func(error) {
+func (st *Stream) redialed(target string) func(error) {
 	return func(err error) {
 		st.redials.Add(1)
-		st.env.log.Debug("the peer reset a WAN dial before it answered: dialling again", "uid", st.uid, "target", target, "err", err)
+		st.env.Log.Debug("the peer reset a WAN dial before it answered: dialling again", "uid", st.UID, "target", target, "err", err)
 	}
 }

@@ -6,7 +6,7 @@ import "time"
 // server shuts down.
 func (s *Server) sampler() {
 	defer s.wg.Done()
-	tick := time.NewTicker(s.env.rates.Interval())
+	tick := time.NewTicker(s.env.Rates.Interval())
 	defer tick.Stop()
 	for {
 		select {
@@ -16,7 +16,7 @@ func (s *Server) sampler() {
 		}
 		now := time.Now()
 		for _, st := range s.live() {
-			st.rates.Sample(now, st.toWAN.Load(), st.fromWAN.Load())
+			st.Rates.Sample(now, st.ToWAN.Load(), st.FromWAN.Load())
 		}
 	}
 }

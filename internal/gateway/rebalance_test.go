@@ -20,7 +20,7 @@ func TestRebalanceConcurrent(t *testing.T) {
 		c.PortRange = ports.Range{Lo: 5100, Hi: 5115}
 		c.Quota.Streams, c.Quota.Ports = n, n
 	})
-	var sts []*stream
+	var sts []*Stream
 	for range n {
 		var got api.Stream
 		callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, rateBody(0, 0, 0), 201, &got)
@@ -33,9 +33,9 @@ func TestRebalanceConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				if round%2 == 0 || i%2 == 0 {
-					st.pace.set(10e6)
+					st.Pace.Set(10e6)
 				} else {
-					st.pace.set(0)
+					st.Pace.Set(0)
 				}
 				s.rebalance()
 			}()
@@ -43,9 +43,9 @@ func TestRebalanceConcurrent(t *testing.T) {
 		wg.Wait()
 		var sum int64
 		for _, st := range sts {
-			sum += int64(st.pace.rate())
+			sum += int64(st.Pace.Rate())
 		}
-		if got := s.env.be.reserved.Load(); got != sum {
+		if got := s.env.BestEffort.reserved.Load(); got != sum {
 			t.Fatalf("round %d: best effort set for %d reserved, the streams hold %d", round, got, sum)
 		}
 	}

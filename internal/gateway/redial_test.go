@@ -118,7 +118,7 @@ func TestRedialHandshakeCap(t *testing.T) {
 			}
 			waitfor.Must(t, 10*time.Second, "the strangers to hold both slots", func() bool { return inHandshake() == 2 })
 
-			stream := func(g *testGW) *stream {
+			stream := func(g *testGW) *Stream {
 				g.srv.mu.Lock()
 				defer g.srv.mu.Unlock()
 				return g.srv.streams[store.Key{Owner: "alice", UID: inS.UID}]
@@ -133,7 +133,7 @@ func TestRedialHandshakeCap(t *testing.T) {
 			if _, err := app.Write(want); err != nil {
 				t.Fatal(err)
 			}
-			waitfor.Must(t, 10*time.Second, "the consumer gateway to reset a dial", func() bool { return in.refused.handshakeCap.Load() >= 1 })
+			waitfor.Must(t, 10*time.Second, "the consumer gateway to reset a dial", func() bool { return in.Refused.HandshakeCap.Load() >= 1 })
 			for _, c := range strangers {
 				c.Close()
 			}
@@ -142,7 +142,7 @@ func TestRedialHandshakeCap(t *testing.T) {
 			if _, err := io.ReadFull(app, got); err != nil || string(got) != string(want) {
 				t.Fatalf("echo through the gateways after the slots were freed: %q, %v; want %q", got, err, want)
 			}
-			if r, n := in.refused.handshakeCap.Load(), out.redials.Load(); n < 1 || n != r {
+			if r, n := in.Refused.HandshakeCap.Load(), out.redials.Load(); n < 1 || n != r {
 				t.Errorf("the consumer gateway reset %d dials, the producer gateway dialled again %d times; want as many, at least 1", r, n)
 			}
 			s, err := p.out.Get(ctx, inS.UID)

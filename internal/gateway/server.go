@@ -60,7 +60,7 @@ type Server struct {
 	log     *slog.Logger
 	alloc   *ports.Allocator
 	engines *relay.Engines
-	env     *env // what every stream gets
+	env     *Env // what every stream gets
 	strange *strangers.Gate
 	self    *egress.Self // the endpoints no stream may make the gateway dial
 	files   Files        // the plan of open files, as Config.Files gave it
@@ -71,8 +71,8 @@ type Server struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex // guards the following fields
-	streams map[store.Key]*stream
-	names   map[string]*stream          // the streams on the shared WAN port, by server name
+	streams map[store.Key]*Stream
+	names   map[string]*Stream          // the streams on the shared WAN port, by server name
 	pending map[store.Key]*store.Record // being created, for reserve
 	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
@@ -127,28 +127,28 @@ func New(cfg Config) (*Server, error) {
 		strange: strange,
 		self:    self,
 		files:   files,
-		env: &env{
-			log:       cfg.Logger,
-			alloc:     alloc,
-			cert:      &cfg.Identity.TLS,
-			rates:     rates.NewSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
-			quic:      cfg.QUIC,
-			strange:   strange,
-			targets:   egress.New(cfg.AllowTargets, "--allow_targets", self),
-			peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
-			advertise: cfg.WANAdvertise,
-			appWait:   cfg.AppWaitDefault, appWaitMax: cfg.AppWaitMax,
-			legs:     newLegManager(cfg.Pool, cfg.Logger),
-			files:    &connSlots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
-			be:       newBestEffort(cfg.Capacity.Rate),
-			paceable: paceable,
-			kernel:   engines.Kernel(),
-			facility: cfg.Node != "",
+		env: &Env{
+			Log:       cfg.Logger,
+			Alloc:     alloc,
+			Cert:      &cfg.Identity.TLS,
+			Rates:     rates.NewSettings(cfg.Observe.RateInterval, cfg.Observe.RateWindow),
+			QUIC:      cfg.QUIC,
+			Strangers:   strange,
+			Targets:   egress.New(cfg.AllowTargets, "--allow_targets", self),
+			Peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
+			Advertise: cfg.WANAdvertise,
+			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
+			Legs:     NewLegManager(cfg.Pool, cfg.Logger),
+			Files:    &Slots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
+			BestEffort:       NewBestEffort(cfg.Capacity.Rate),
+			Paceable: paceable,
+			Kernel:   engines.Kernel(),
+			Facility: cfg.Node != "",
 		},
 		ctx:     ctx,
 		cancel:  cancel,
-		streams: map[store.Key]*stream{},
-		names:   map[string]*stream{},
+		streams: map[store.Key]*Stream{},
+		names:   map[string]*Stream{},
 		pending: map[store.Key]*store.Record{},
 		unsaved: map[store.Key]*store.Record{},
 		done:    make(chan struct{}),
@@ -157,7 +157,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Node != "" {
 		s.fac = newFacility(cfg.Node)
 		s.fac.sharedWAN, s.fac.routed = sharedWAN, routed
-		s.env.reread = cfg.Store.Get
+		s.env.Reread = cfg.Store.Get
 	}
 	return s, nil
 }
@@ -193,7 +193,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.mu.Lock()
 		closed := s.closed
 		if !closed {
-			s.env.port = wp
+			s.env.Port = wp
 		}
 		s.mu.Unlock()
 		if closed {
@@ -212,8 +212,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.Shutdown(context.Background())
 		return err
 	}
-	if s.env.port != nil {
-		s.env.port.start()
+	if s.env.Port != nil {
+		s.env.Port.start()
 	}
 	s.wg.Add(1)
 	go s.janitor()
@@ -276,7 +276,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closed = true
 		s.ready = false
 		hs := s.httpSrv
-		port := s.env.port
+		port := s.env.Port
 		s.mu.Unlock()
 		close(s.done)
 		if hs != nil {
@@ -289,14 +289,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			port.close() // no new legs; the streams' own end below
 		}
 		for _, st := range s.live() {
-			st.stop()
+			st.Stop()
 		}
 		s.cancel()
 		s.wg.Wait()
 		s.leaveFacility() // its channels move to the other nodes now
 		s.saveUnsaved()   // a last try
 		s.mu.Lock()
-		s.streams = map[store.Key]*stream{}
+		s.streams = map[store.Key]*Stream{}
 		s.mu.Unlock()
 		err = s.cfg.Store.Close()
 	})

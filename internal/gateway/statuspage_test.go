@@ -66,7 +66,7 @@ func TestStatusAPI(t *testing.T) {
 	callErr(t, s, "GET", "/v1/status", "nope", "", 401, api.CodeUnauthenticated, "not recognised")
 	callErr(t, s, "GET", "/v1/status", aliceToken, "", 403, api.CodePermissionDenied, "needs the role reader")
 	st := s.live()[0]
-	st.rates.Sample(st.rates.Last().Add(s.env.rates.Interval()), 1000, 0)
+	st.Rates.Sample(st.Rates.Last().Add(s.env.Rates.Interval()), 1000, 0)
 
 	var v api.GatewayStatus
 	code, body := call(t, s, "GET", "/v1/status", bobToken, "")

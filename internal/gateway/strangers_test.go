@@ -206,7 +206,7 @@ func TestTrustBounded(t *testing.T) {
 	}
 	const want = 128 + 128 // its trusted share, and a stranger's per source
 	waitfor.Must(t, 30*time.Second, "every connection of the flood to be admitted or reset", func() bool {
-		return int(st.refused.handshakeCap.Load())+held() == flood
+		return int(st.Refused.HandshakeCap.Load())+held() == flood
 	})
 	if got := held(); got != want {
 		t.Fatalf("a trusted source held %d of %d silent connections in their handshake, want %d", got, flood, want)

@@ -25,50 +25,50 @@ import (
 	"scistream/internal/wan"
 )
 
-// env is what a running stream needs from its gateway, shared by every
+// Env is what a running stream needs from its gateway, shared by every
 // stream of one Server and never changed.
-type env struct {
-	log     *slog.Logger
-	alloc   *ports.Allocator // where its listeners return when it stops
-	cert    *tls.Certificate // the gateway's certificate, for WAN legs
-	quic    wan.QUICConfig   // settings of QUIC WAN legs
-	rates   rates.Settings   // how streams sample their rates (internal/rates)
-	strange *strangers.Gate  // caps and refusals of unauthenticated connections
-	// targets is what the inbound side may dial for its applications,
-	// peers what the outbound side may dial for its peer gateways: each
+type Env struct {
+	Log     *slog.Logger
+	Alloc   *ports.Allocator // where its listeners return when it stops
+	Cert    *tls.Certificate // the gateway's certificate, for WAN legs
+	QUIC    wan.QUICConfig   // settings of QUIC WAN legs
+	Rates   rates.Settings   // how streams sample their rates (internal/rates)
+	Strangers *strangers.Gate  // caps and refusals of unauthenticated connections
+	// Targets is what the inbound side may dial for its applications,
+	// Peers what the outbound side may dial for its peer gateways: each
 	// checked at every dial (Config.AllowTargets, AllowPeers).
-	targets, peers *egress.Policy
-	// port is the shared WAN port and advertise its address for peers,
+	Targets, Peers *egress.Policy
+	// Port is the shared WAN Port and advertise its address for peers,
 	// if the gateway has one (wanport.go).
-	port      *wanPort
-	advertise string
-	legs      *legManager // pooled WAN legs of outbound streams (pool.go)
-	// appWait is Config.AppWaitDefault, appWaitMax Config.AppWaitMax,
+	Port      *wanPort
+	Advertise string
+	Legs      *LegManager // pooled WAN legs of outbound streams (pool.go)
+	// AppWait is Config.AppWaitDefault, AppWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
-	appWait, appWaitMax time.Duration
-	files               *connSlots   // the open files application connections may hold (Files)
-	be                  *bestEffort  // the pacing best-effort streams share (admission.go)
-	paceable            relay.Engine // splice: what a paced connection of a sockmap stream runs on
-	kernel              bool         // the sockmap program is loaded (relay.Engines.Kernel)
-	// facility is set on a node of a facility of several (facility.go):
+	AppWait, AppWaitMax time.Duration
+	Files               *Slots   // the open files application connections may hold (Files)
+	BestEffort                  *BestEffort  // the pacing best-effort streams share (admission.go)
+	Paceable            relay.Engine // splice: what a paced connection of a sockmap stream runs on
+	Kernel              bool         // the sockmap program is loaded (relay.Engines.Kernel)
+	// Facility is set on a node of a Facility of several (Facility.go):
 	// its streams keep no watch leg, which one node of several cannot
 	// speak for.
-	facility bool
-	// reread reads a stream's record from the store again (on a node of a
+	Facility bool
+	// Reread reads a stream's record from the store again (on a node of a
 	// facility: the pin of an attach stored a moment ago by another
 	// node, stream.pin); nil on a gateway of one node.
-	reread func(store.Key) (*store.Record, error)
+	Reread func(store.Key) (*store.Record, error)
 }
 
-// connSlots counts what application connections hold against a cap:
+// Slots counts what application connections hold against a cap:
 // connections (a stream's max_active_conns) or open files (the gateway's).
-type connSlots struct {
+type Slots struct {
 	max int64 // 0: no cap
 	n   atomic.Int64
 }
 
 // take reserves k units, or reports false if that would pass the cap.
-func (c *connSlots) take(k int64) bool {
+func (c *Slots) take(k int64) bool {
 	for {
 		n := c.n.Load()
 		if c.max > 0 && n+k > c.max {
@@ -80,46 +80,46 @@ func (c *connSlots) take(k int64) bool {
 	}
 }
 
-func (c *connSlots) give(k int64) { c.n.Add(-k) }
+func (c *Slots) give(k int64) { c.n.Add(-k) }
 
-// filesPerConn is what one application connection of a stream over
+// FilesOf is what one application connection of a stream over
 // transport wanT holds open in the gateway: its socket and its WAN leg's,
 // or over QUIC its socket alone (the channel's UDP socket carries every
 // leg).
-func filesPerConn(wanT string) int64 {
+func FilesOf(wanT string) int64 {
 	if wanT == api.WANQUIC {
 		return 1
 	}
 	return FilesPerConn
 }
 
-// stream is the running proxy of one stream: one listener per channel and
+// Stream is the running proxy of one Stream: one listener per channel and
 // every connection accepted on them.
-type stream struct {
-	env       *env
-	key       store.Key // owner and UID
-	uid       string
-	portsHeld int    // ports of the gateway's range held (quotas)
+type Stream struct {
+	env       *Env
+	Key       store.Key // owner and UID
+	UID       string
+	PortsHeld int    // ports of the gateway's range held (quotas)
 	wanT      string // WAN transport
-	role      api.Role
-	numConn   int
+	Role      api.Role
+	NumConn   int
 	engine    relay.Engine
-	allow     atomic.Pointer[[]netip.Prefix] // replaced by an update; read per connection
-	pace      streamPace                     // the rate granted and its buckets (admission.go)
-	saveMu    sync.Mutex                     // orders the end's store write after any update's (end.go)
+	Allow     atomic.Pointer[[]netip.Prefix] // replaced by an update; read per connection
+	Pace      Pacing                     // the rate granted and its buckets (admission.go)
+	SaveMu    sync.Mutex                     // orders the end's store write after any update's (end.go)
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	peerPin atomic.Pointer[string]
+	PeerPin atomic.Pointer[string]
 	pinRead atomic.Int64 // when pin last read the record again (Unix ns)
 	// peerAt is, per channel of an outbound stream, the peer listener
 	// that last answered when it was not the one first given (the peer
 	// facility moved the channel to another node: dialPeer).
 	peerAt []atomic.Pointer[string]
-	// shared is the leg of an inbound stream on the shared WAN port (its
+	// Shared is the leg of an inbound stream on the Shared WAN port (its
 	// Channels admits every channel), which the port's router returns
 	// for the stream's server name; nil for a stream with its own ports.
-	shared *wan.Leg
+	Shared *wan.Leg
 
 	mu        sync.Mutex // guards the following fields
 	rec       *store.Record
@@ -133,44 +133,44 @@ type stream struct {
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
-	open                    connSlots // admitted application connections, against the stream's max_active_conns
-	active, total, rejected atomic.Int64
+	open                    Slots // admitted application connections, against the stream's max_active_conns
+	Active, Total, rejected atomic.Int64
 	// pooled legs (pool.go): dialed, taken from the pool, torn down at the cap
 	legsCreated, legsReused, legsTornDown atomic.Int64
-	waitingApp                            atomic.Int64 // WAN legs waiting for the application (appwait.go)
+	WaitingApp                            atomic.Int64 // WAN legs waiting for the application (appwait.go)
 	overCap                               atomic.Int64 // refused over the stream's or the gateway's cap
 	redials                               atomic.Int64 // WAN dials the peer reset, dialled again (redial.go)
-	toWAN, fromWAN                        atomic.Int64
+	ToWAN, FromWAN                        atomic.Int64
 	ends                                  ends       // aborted connections, by kind (ends.go)
 	watchSt                               watchState // what the watch leg says of the peer (watch.go)
 
-	refused refusals       // refusals by reason, for the metrics (metrics.go)
-	rates   *rates.Tracker // sampled rates (internal/rates)
+	Refused Refusals       // refusals by reason, for the metrics (metrics.go)
+	Rates   *rates.Tracker // sampled rates (internal/rates)
 }
 
-// newStream builds the runtime of rec on its bound listeners, one per
+// NewStream builds the runtime of rec on its bound listeners, one per
 // channel, relaying with engine eng. parent is the context whose end
 // stops it. It starts nothing: see start.
-func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*stream, error) {
+func NewStream(parent context.Context, e *Env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*Stream, error) {
 	if len(lns) != rec.PortsHeld() || len(rec.Targets) == 0 {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
 	}
-	if rec.Shared() && (e.port == nil || rec.Role != api.RoleInbound) {
+	if rec.Shared() && (e.Port == nil || rec.Role != api.RoleInbound) {
 		return nil, fmt.Errorf("record names a stream on the shared WAN port (%s), which this gateway does not have; start s2cs with --wan_port", rec.ServerName)
 	}
-	allow, err := parseAllow(rec.Allow)
+	allow, err := ParseAllow(rec.Allow)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(parent)
-	st := &stream{
+	st := &Stream{
 		env:       e,
-		key:       rec.Key(),
-		portsHeld: rec.PortsHeld(),
+		Key:       rec.Key(),
+		PortsHeld: rec.PortsHeld(),
 		wanT:      rec.WAN,
-		uid:       rec.UID,
-		role:      rec.Role,
-		numConn:   rec.NumConn,
+		UID:       rec.UID,
+		Role:      rec.Role,
+		NumConn:   rec.NumConn,
 		engine:    eng,
 		ctx:       ctx,
 		cancel:    cancel,
@@ -178,38 +178,38 @@ func newStream(parent context.Context, e *env, rec *store.Record, lns []*net.TCP
 		listeners: lns,
 		slots:     make([]strangers.Listener, len(lns)),
 		conns:     map[net.Conn]int{},
-		open:      connSlots{max: int64(rec.MaxActiveConns)},
-		rates:     rates.NewTracker(e.rates, time.Now()),
+		open:      Slots{max: int64(rec.MaxActiveConns)},
+		Rates:     rates.NewTracker(e.Rates, time.Now()),
 		peerAt:    make([]atomic.Pointer[string], rec.NumConn),
 	}
-	st.allow.Store(&allow)
-	st.pace.set(pace.Rate(rec.Rate))
+	st.Allow.Store(&allow)
+	st.Pace.Set(pace.Rate(rec.Rate))
 	pin := rec.PeerCertSHA256
-	st.peerPin.Store(&pin)
+	st.PeerPin.Store(&pin)
 	if rec.Shared() {
-		st.shared = st.leg(rec, 0)
-		st.shared.Channels = rec.NumConn
-		st.shared.ServerName = rec.ServerName // the router's key (wanPort.acceptQUIC)
+		st.Shared = st.leg(rec, 0)
+		st.Shared.Channels = rec.NumConn
+		st.Shared.ServerName = rec.ServerName // the router's key (wanPort.acceptQUIC)
 	}
 	return st, nil
 }
 
-func (st *stream) record() *store.Record {
+func (st *Stream) Record() *store.Record {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	r := *st.rec
 	return &r
 }
 
-func (st *stream) setRecord(r *store.Record) {
+func (st *Stream) SetRecord(r *store.Record) {
 	st.mu.Lock()
 	st.rec = r
 	st.mu.Unlock()
 }
 
-func (st *stream) listenerAddrs() []string {
-	if st.shared != nil {
-		return []string{st.env.advertise}
+func (st *Stream) ListenerAddrs() []string {
+	if st.Shared != nil {
+		return []string{st.env.Advertise}
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -222,9 +222,9 @@ func (st *stream) listenerAddrs() []string {
 	return out
 }
 
-// start runs one accept loop per channel. It does nothing once the
+// Start runs one accept loop per channel. It does nothing once the
 // stream has stopped.
-func (st *stream) start() {
+func (st *Stream) Start() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.stopped {
@@ -238,15 +238,15 @@ func (st *stream) start() {
 		}
 	}
 	st.startQUIC()
-	if st.role == api.RoleOutbound && st.rec.WANPool > 0 {
+	if st.Role == api.RoleOutbound && st.rec.WANPool > 0 {
 		st.wg.Add(1)
-		go st.env.legs.warmer(st, st.rec.WANPool)
+		go st.env.Legs.warmer(st, st.rec.WANPool)
 	}
 }
 
-// stop closes the listeners (freeing their ports), aborts every
+// Stop closes the listeners (freeing their ports), aborts every
 // connection and waits for every goroutine of the stream. Idempotent.
-func (st *stream) stop() {
+func (st *Stream) Stop() {
 	st.mu.Lock()
 	if st.stopped {
 		st.mu.Unlock()
@@ -261,12 +261,12 @@ func (st *stream) stop() {
 	}
 	st.mu.Unlock()
 	st.cancel()
-	st.env.legs.drop(st)
+	st.env.Legs.drop(st)
 	st.closeWatch()
 	st.stopQUIC()
 	for _, ln := range lns {
 		if ln != nil {
-			st.env.alloc.Release(ln)
+			st.env.Alloc.Release(ln)
 		}
 	}
 	for _, c := range conns {
@@ -277,7 +277,7 @@ func (st *stream) stop() {
 
 // track registers c so stop can abort it; it reports false (and aborts c)
 // if the stream is already stopping.
-func (st *stream) track(c net.Conn) bool {
+func (st *Stream) track(c net.Conn) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.stopped {
@@ -290,7 +290,7 @@ func (st *stream) track(c net.Conn) bool {
 
 // trackOn is track for a connection accepted on channel ch's listener:
 // closeChannel aborts it.
-func (st *stream) trackOn(c net.Conn, ch int) bool {
+func (st *Stream) trackOn(c net.Conn, ch int) bool {
 	if !st.track(c) {
 		return false
 	}
@@ -300,11 +300,11 @@ func (st *stream) trackOn(c net.Conn, ch int) bool {
 	return true
 }
 
-// adopt registers conns, a leg accepted on the shared WAN port, so stop
+// Adopt registers conns, a leg accepted on the shared WAN port, so stop
 // can abort them, and counts the goroutine that will serve them in the
 // stream's WaitGroup; it reports false (and aborts them) if the stream is
 // already stopping.
-func (st *stream) adopt(conns ...net.Conn) bool {
+func (st *Stream) Adopt(conns ...net.Conn) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.stopped {
@@ -320,32 +320,32 @@ func (st *stream) adopt(conns ...net.Conn) bool {
 	return true
 }
 
-// serveRouted serves a TLS leg of this stream that the shared WAN port
+// ServeRouted serves a TLS leg of this stream that the shared WAN port
 // authenticated (raw its TCP connection, from the peer address from), as
 // serveInbound serves one accepted on the stream's own port; adopt
 // registered both.
-func (st *stream) serveRouted(raw net.Conn, from net.Addr, r *wan.Routed) {
+func (st *Stream) ServeRouted(raw net.Conn, from net.Addr, r *wan.Routed) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
 	defer st.untrack(r.Conn)
 	st.serveLeg(from, r)
 }
 
-func (st *stream) untrack(c net.Conn) {
+func (st *Stream) untrack(c net.Conn) {
 	st.mu.Lock()
 	delete(st.conns, c)
 	st.mu.Unlock()
 }
 
-func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
+func (st *Stream) acceptLoop(ch int, ln *net.TCPListener) {
 	defer st.wg.Done()
-	if st.role == api.RoleOutbound || st.wanT == api.WANTCP {
+	if st.Role == api.RoleOutbound || st.wanT == api.WANTCP {
 		// Connections accepted here are armed below (relay.ResetOnClose);
 		// arming the listener arms them from their handshake on, so this
 		// process's death before that call resets them too. Not a TLS
 		// leg's listener: a refused handshake's alert must reach the peer.
 		if err := relay.ResetOnCloseListener(ln); err != nil {
-			st.env.log.Warn("arm the listener to reset on close", "uid", st.uid, "channel", ch, "err", err)
+			st.env.Log.Warn("arm the listener to reset on close", "uid", st.UID, "channel", ch, "err", err)
 		}
 	}
 	var backoff time.Duration
@@ -358,7 +358,7 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
 				// e.g. EMFILE: back off instead of spinning.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				st.env.log.Warn("accept", "uid", st.uid, "channel", ch, "err", err, "retry_in", backoff)
+				st.env.Log.Warn("accept", "uid", st.UID, "channel", ch, "err", err, "retry_in", backoff)
 				select {
 				case <-time.After(backoff):
 					continue
@@ -366,29 +366,29 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 					return
 				}
 			}
-			st.env.log.Debug("accept loop ends", "uid", st.uid, "channel", ch, "err", err)
+			st.env.Log.Debug("accept loop ends", "uid", st.UID, "channel", ch, "err", err)
 			return
 		}
 		backoff = 0
 		var sl strangers.Slot
-		if st.role == api.RoleInbound {
+		if st.Role == api.RoleInbound {
 			var ok bool
-			if sl, ok = st.env.strange.Admit(&st.slots[ch], c.RemoteAddr(), st.trusted.Has(c.RemoteAddr(), time.Now())); !ok {
+			if sl, ok = st.env.Strangers.Admit(&st.slots[ch], c.RemoteAddr(), st.trusted.Has(c.RemoteAddr(), time.Now())); !ok {
 				// Over a cap of connections in their handshake:
 				// reset at once, before any TLS state exists.
 				st.rejected.Add(1)
-				st.refused.handshakeCap.Add(1)
-				st.env.strange.Refuse(strangers.ReasonCap, c.RemoteAddr())
-				st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", c.RemoteAddr().String(), "reason", strangers.ReasonCap)
+				st.Refused.HandshakeCap.Add(1)
+				st.env.Strangers.Refuse(strangers.ReasonCap, c.RemoteAddr())
+				st.env.Log.Debug("WAN connection refused", "uid", st.UID, "channel", ch, "peer", c.RemoteAddr().String(), "reason", strangers.ReasonCap)
 				relay.Abort(c)
 				continue
 			}
 		}
-		if st.role == api.RoleOutbound && !st.admitConn(ch, c.RemoteAddr()) {
+		if st.Role == api.RoleOutbound && !st.AdmitConn(ch, c.RemoteAddr()) {
 			relay.Abort(c) // over a cap of connections at once: reset at once
 			continue
 		}
-		if st.role == api.RoleOutbound || st.wanT == api.WANTCP {
+		if st.Role == api.RoleOutbound || st.wanT == api.WANTCP {
 			// The application's socket, or a plaintext WAN leg (which
 			// has no close_notify to tell an end from a death): from
 			// now on only an orderly end of the relay may end it with
@@ -396,15 +396,15 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 			relay.ResetOnClose(c)
 		}
 		if !st.trackOn(c, ch) { // stopping: c is reset
-			if st.role == api.RoleInbound {
-				st.env.strange.Release(sl)
+			if st.Role == api.RoleInbound {
+				st.env.Strangers.Release(sl)
 			} else {
-				st.releaseConn()
+				st.ReleaseConn()
 			}
 			continue
 		}
 		st.wg.Add(1)
-		if st.role == api.RoleOutbound {
+		if st.Role == api.RoleOutbound {
 			go st.serveOutbound(ch, c)
 		} else {
 			go st.serveInbound(ch, c, sl)
@@ -412,29 +412,29 @@ func (st *stream) acceptLoop(ch int, ln *net.TCPListener) {
 	}
 }
 
-// admitConn takes a slot of the stream's cap and the gateway's open
+// AdmitConn takes a slot of the stream's cap and the gateway's open
 // files for one application connection from remote (on an inbound
 // stream: an authenticated WAN leg), or counts a refusal and reports
 // false: the caller then resets the connection. releaseConn gives them
 // back.
-func (st *stream) admitConn(ch int, remote net.Addr) bool {
+func (st *Stream) AdmitConn(ch int, remote net.Addr) bool {
 	if st.open.take(1) {
-		if st.env.files.take(filesPerConn(st.wanT)) {
+		if st.env.Files.take(FilesOf(st.wanT)) {
 			return true
 		}
 		st.open.give(1)
 	}
 	st.rejected.Add(1)
 	st.overCap.Add(1)
-	st.env.strange.Refuse(strangers.ReasonOverCap, remote)
-	st.env.log.Debug("connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "reason", strangers.ReasonOverCap,
-		"stream_cap", st.open.max, "gateway_files", st.env.files.max)
+	st.env.Strangers.Refuse(strangers.ReasonOverCap, remote)
+	st.env.Log.Debug("connection refused", "uid", st.UID, "channel", ch, "peer", remote.String(), "reason", strangers.ReasonOverCap,
+		"stream_cap", st.open.max, "gateway_files", st.env.Files.max)
 	return false
 }
 
-func (st *stream) releaseConn() {
+func (st *Stream) ReleaseConn() {
 	st.open.give(1)
-	st.env.files.give(filesPerConn(st.wanT))
+	st.env.Files.give(FilesOf(st.wanT))
 }
 
 func isTemporary(err error) bool {
@@ -445,20 +445,20 @@ func isTemporary(err error) bool {
 
 // serveOutbound relays an application connection accepted on the LAN
 // listener of channel ch to the peer gateway's listener ch.
-func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
+func (st *Stream) serveOutbound(ch int, app *net.TCPConn) {
 	defer st.wg.Done()
-	defer st.releaseConn()
+	defer st.ReleaseConn()
 	defer st.untrack(app)
-	log := st.env.log.With("uid", st.uid, "channel", ch, "app", app.RemoteAddr().String())
-	if !st.admits(app.RemoteAddr()) {
+	log := st.env.Log.With("uid", st.UID, "channel", ch, "app", app.RemoteAddr().String())
+	if !st.Admits(app.RemoteAddr()) {
 		st.rejected.Add(1)
-		st.refused.allow.Add(1)
-		st.env.strange.Refuse(strangers.ReasonAllow, app.RemoteAddr())
-		log.Debug("connection refused: source not in the stream's allow-list", "allow", st.record().Allow)
+		st.Refused.Allow.Add(1)
+		st.env.Strangers.Refuse(strangers.ReasonAllow, app.RemoteAddr())
+		log.Debug("connection refused: source not in the stream's allow-list", "allow", st.Record().Allow)
 		relay.Abort(app)
 		return
 	}
-	rec := st.record()
+	rec := st.Record()
 	target := rec.Targets[ch%len(rec.Targets)]
 	leg := st.leg(rec, ch)
 	if rec.WANPool > 0 {
@@ -487,7 +487,7 @@ func (st *stream) serveOutbound(ch int, app *net.TCPConn) {
 // serveInbound authenticates a WAN connection accepted on channel ch and
 // relays it to the application's port for that channel. sl is its
 // handshake slot (strangers.Gate.Admit), which it releases.
-func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl strangers.Slot) {
+func (st *Stream) serveInbound(ch int, raw *net.TCPConn, sl strangers.Slot) {
 	defer st.wg.Done()
 	defer st.untrack(raw)
 	if st.wanT == api.WANTLS {
@@ -497,16 +497,16 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl strangers.Slot) {
 		// (On a plaintext leg the acceptor speaks first, its nonce.)
 		raw.SetReadDeadline(time.Now().Add(wan.HandshakeTimeout))
 		if err := sockio.WaitReadable(raw); err != nil {
-			st.env.strange.Release(sl)
+			st.env.Strangers.Release(sl)
 			raw.Close()
-			st.refuseWAN(ch, raw.RemoteAddr(), fmt.Errorf("%w: %w", wan.ErrBadPreface, err))
+			st.RefuseWAN(ch, raw.RemoteAddr(), fmt.Errorf("%w: %w", wan.ErrBadPreface, err))
 			return
 		}
 	}
-	r, err := wan.AcceptLeg(st.ctx, raw, st.leg(st.record(), ch))
-	st.env.strange.Release(sl)
+	r, err := wan.AcceptLeg(st.ctx, raw, st.leg(st.Record(), ch))
+	st.env.Strangers.Release(sl)
 	if err != nil {
-		st.refuseWAN(ch, raw.RemoteAddr(), err)
+		st.RefuseWAN(ch, raw.RemoteAddr(), err)
 		return
 	}
 	if r.Conn != net.Conn(raw) {
@@ -522,21 +522,21 @@ func (st *stream) serveInbound(ch int, raw *net.TCPConn, sl strangers.Slot) {
 // the stream's own port or the shared one: the watch leg, a pooled leg
 // (one session after another), or a leg of one application connection.
 // The caller tracks r.Conn.
-func (st *stream) serveLeg(from net.Addr, r *wan.Routed) {
+func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 	st.trusted.Add(from, time.Now())
-	log := st.env.log.With("uid", st.uid, "channel", r.Channel, "peer", from.String())
+	log := st.env.Log.With("uid", st.UID, "channel", r.Channel, "peer", from.String())
 	if r.Watch() {
 		st.serveWatch(log, r.Conn)
 		return
 	}
 	st.wanUp(log)
 	if !r.Pooled {
-		if !st.admitConn(r.Channel, from) {
+		if !st.AdmitConn(r.Channel, from) {
 			relay.Abort(r.Conn) // over a cap of connections at once: reset at once
 			return
 		}
-		defer st.releaseConn()
-		st.relayToApp(log, st.record(), r.Channel, r.Conn)
+		defer st.ReleaseConn()
+		st.relayToApp(log, st.Record(), r.Channel, r.Conn)
 		return
 	}
 	p, err := wan.NewPooledAcceptor(r.Conn)
@@ -555,35 +555,35 @@ func (st *stream) serveLeg(from net.Addr, r *wan.Routed) {
 		}
 		// Each session is one application connection: the caps count
 		// it (one over resets its session, and so the leg).
-		if !st.admitConn(r.Channel, from) {
+		if !st.AdmitConn(r.Channel, from) {
 			relay.Abort(s)
 			return
 		}
-		st.relayToApp(log, st.record(), r.Channel, s)
-		st.releaseConn()
+		st.relayToApp(log, st.Record(), r.Channel, s)
+		st.ReleaseConn()
 		if !s.Clean() {
 			return // reset with its session
 		}
 	}
 }
 
-// refuseWAN counts a WAN connection from remote on channel ch that did
+// RefuseWAN counts a WAN connection from remote on channel ch that did
 // not authenticate (unless the stream stopped meanwhile): in the stream's
 // counters and the gateway's refusal summary, and at debug in the log.
-func (st *stream) refuseWAN(ch int, remote net.Addr, err error) {
+func (st *Stream) RefuseWAN(ch int, remote net.Addr, err error) {
 	if st.ctx.Err() != nil {
 		return // released or shut down meanwhile
 	}
 	st.rejected.Add(1)
-	st.refused.wanAuth.Add(1)
-	st.env.strange.Refuse(strangers.ReasonOf(err), remote)
-	st.env.log.Debug("WAN connection refused", "uid", st.uid, "channel", ch, "peer", remote.String(), "err", err)
+	st.Refused.WANAuth.Add(1)
+	st.env.Strangers.Refuse(strangers.ReasonOf(err), remote)
+	st.env.Log.Debug("WAN connection refused", "uid", st.UID, "channel", ch, "peer", remote.String(), "err", err)
 }
 
 // relayToApp dials the application's port for channel ch, waiting for it
 // as the stream says (appwait.go), and relays the authenticated WAN leg
 // w to it; w is aborted if that fails.
-func (st *stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.Conn) {
+func (st *Stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.Conn) {
 	target := rec.Targets[ch%len(rec.Targets)]
 	app, err := st.dialApp(log, w, target, st.env.appWaitFor(rec))
 	if err != nil {
@@ -607,30 +607,30 @@ func (st *stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.
 }
 
 // relay runs one application connection <-> WAN leg pair to its end.
-func (st *stream) relay(log *slog.Logger, app, w net.Conn) {
-	st.active.Add(1)
-	st.total.Add(1)
-	defer st.active.Add(-1)
+func (st *Stream) relay(log *slog.Logger, app, w net.Conn) {
+	st.Active.Add(1)
+	st.Total.Add(1)
+	defer st.Active.Add(-1)
 	// A paced direction waits in its count function: the connection's
 	// context ends that wait when the stream stops or the relay aborts
 	// the connection (the other direction failed), not a chunk's time
 	// later.
 	ctx, abort := context.WithCancel(st.ctx)
 	defer abort()
-	err := relay.RelayAborting(st.engineFor(), app, w, st.counter(ctx, dirToWAN, &st.toWAN), st.counter(ctx, dirFromWAN, &st.fromWAN), abort)
+	err := relay.RelayAborting(st.EngineFor(), app, w, st.counter(ctx, dirToWAN, &st.ToWAN), st.counter(ctx, dirFromWAN, &st.FromWAN), abort)
 	st.ended(log, err)
 }
 
-func (st *stream) leg(rec *store.Record, ch int) *wan.Leg {
+func (st *Stream) leg(rec *store.Record, ch int) *wan.Leg {
 	return &wan.Leg{
 		Transport:  rec.WAN,
 		UID:        rec.UID,
 		Channel:    ch,
 		Secret:     rec.Secret,
-		Cert:       st.env.cert,
+		Cert:       st.env.Cert,
 		PeerSHA256: st.pin,
 		ServerName: rec.PeerServerName,
-		Control:    st.env.peers.Control,
+		Control:    st.env.Peers.Control,
 	}
 }
 
@@ -645,9 +645,9 @@ const pinReread = 200 * time.Millisecond
 // record is read again from the store, at most every pinReread, so that
 // leg is not refused. Anyone's handshake can cause that read, hence the
 // bound; once pinned, nothing is read.
-func (st *stream) pin() string {
-	cur := st.peerPin.Load()
-	if *cur != "" || st.env.reread == nil {
+func (st *Stream) pin() string {
+	cur := st.PeerPin.Load()
+	if *cur != "" || st.env.Reread == nil {
 		return *cur
 	}
 	now := time.Now().UnixNano()
@@ -655,16 +655,16 @@ func (st *stream) pin() string {
 	if now-last < int64(pinReread) || !st.pinRead.CompareAndSwap(last, now) {
 		return ""
 	}
-	rec, err := st.env.reread(st.key)
-	if err != nil || rec.PeerCertSHA256 == "" || !rec.Created.Equal(st.record().Created) {
+	rec, err := st.env.Reread(st.Key)
+	if err != nil || rec.PeerCertSHA256 == "" || !rec.Created.Equal(st.Record().Created) {
 		return ""
 	}
 	pin := rec.PeerCertSHA256
-	st.peerPin.CompareAndSwap(cur, &pin) // unless an attach stored it meanwhile
+	st.PeerPin.CompareAndSwap(cur, &pin) // unless an attach stored it meanwhile
 	return pin
 }
 
-func (st *stream) admits(a net.Addr) bool {
+func (st *Stream) Admits(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	if !ok {
 		return false
@@ -674,7 +674,7 @@ func (st *stream) admits(a net.Addr) bool {
 		return false
 	}
 	ip = ip.Unmap()
-	for _, p := range *st.allow.Load() {
+	for _, p := range *st.Allow.Load() {
 		if p.Contains(ip) {
 			return true
 		}
@@ -682,10 +682,10 @@ func (st *stream) admits(a net.Addr) bool {
 	return false
 }
 
-// attach pins the peer's certificate and marks the stream connected. It
+// Attach pins the peer's certificate and marks the stream connected. It
 // reports false, changing nothing, if the stream is connected to another
 // pin already. It returns the record as it is after the call.
-func (st *stream) attach(pin string, now time.Time) (*store.Record, bool) {
+func (st *Stream) Attach(pin string, now time.Time) (*store.Record, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.rec.State == api.StateConnected && st.rec.PeerCertSHA256 != pin {
@@ -695,22 +695,22 @@ func (st *stream) attach(pin string, now time.Time) (*store.Record, bool) {
 	st.rec.PeerCertSHA256 = pin
 	st.rec.State = api.StateConnected
 	st.rec.Updated = now
-	st.peerPin.Store(&pin)
+	st.PeerPin.Store(&pin)
 	r := *st.rec
 	return &r, true
 }
 
-// waiting reports whether the stream is an inbound one that waits for
+// Waiting reports whether the stream is an inbound one that waits for
 // its outbound peer.
-func (st *stream) waiting() bool {
+func (st *Stream) Waiting() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.rec.Role == api.RoleInbound && st.rec.State == api.StateListening && !st.stopped
 }
 
-// pendingSince returns how long an inbound stream has waited for its
+// PendingSince returns how long an inbound stream has waited for its
 // peer, or 0 if it is not waiting.
-func (st *stream) pendingSince(now time.Time) time.Duration {
+func (st *Stream) PendingSince(now time.Time) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.rec.Role != api.RoleInbound || st.rec.State != api.StateListening || st.stopped {
@@ -719,33 +719,33 @@ func (st *stream) pendingSince(now time.Time) time.Duration {
 	return now.Sub(st.rec.Updated)
 }
 
-func (st *stream) stats() *api.Stats {
-	rt, rf := st.rates.Current()
+func (st *Stream) Stats() *api.Stats {
+	rt, rf := st.Rates.Current()
 	s := &api.Stats{
-		ActiveConns:   st.active.Load(),
-		WaitingConns:  st.waitingApp.Load(),
-		TotalConns:    st.total.Load(),
+		ActiveConns:   st.Active.Load(),
+		WaitingConns:  st.WaitingApp.Load(),
+		TotalConns:    st.Total.Load(),
 		RejectedConns: st.rejected.Load(),
 		OverCapConns:  st.overCap.Load(),
-		BytesToWAN:    st.toWAN.Load(),
-		BytesFromWAN:  st.fromWAN.Load(),
+		BytesToWAN:    st.ToWAN.Load(),
+		BytesFromWAN:  st.FromWAN.Load(),
 		RateToWAN:     rt,
 		RateFromWAN:   rf,
-		Rates:         st.rates.View(false),
+		Rates:         st.Rates.View(false),
 	}
 	st.ends.fill(s)
 	s.Peer = peerName(st.watchSt.peer.Load())
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
-	if st.role == api.RoleOutbound {
-		s.LegsIdle = int64(st.env.legs.idleOf(st))
+	if st.Role == api.RoleOutbound {
+		s.LegsIdle = int64(st.env.Legs.idleOf(st))
 		s.WANRedials = st.redials.Load()
 	}
 	return s
 }
 
-// change applies f to st's record under its lock and returns a copy of
+// Change applies f to st's record under its lock and returns a copy of
 // the result.
-func (st *stream) change(f func(*store.Record)) *store.Record {
+func (st *Stream) Change(f func(*store.Record)) *store.Record {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	f(st.rec)
@@ -753,31 +753,31 @@ func (st *stream) change(f func(*store.Record)) *store.Record {
 	return &r
 }
 
-// hasStopped reports whether st has stopped (it is ending or ended).
-func (st *stream) hasStopped() bool {
+// HasStopped reports whether st has stopped (it is ending or ended).
+func (st *Stream) HasStopped() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.stopped
 }
 
-// lease returns when st's lease runs out, and its length in seconds.
-func (st *stream) lease() (time.Time, int) {
+// Lease returns when st's Lease runs out, and its length in seconds.
+func (st *Stream) Lease() (time.Time, int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.rec.Expires, st.rec.LeaseS
 }
 
-// kernelPaths reports whether st's open connections may be redirected in
+// KernelPaths reports whether st's open connections may be redirected in
 // the kernel (sockmap between plain TCP sockets), beyond any pacing.
-func (st *stream) kernelPaths() bool {
-	return st.env.kernel && st.engine.Name() == "sockmap" && st.wanT == api.WANTCP && !st.paced() && st.active.Load() > 0
+func (st *Stream) KernelPaths() bool {
+	return st.env.Kernel && st.engine.Name() == "sockmap" && st.wanT == api.WANTCP && !st.paced() && st.Active.Load() > 0
 }
 
-// parseAllow reads an allow-list whose entries parsePrefix accepts.
-func parseAllow(list []string) ([]netip.Prefix, error) {
+// ParseAllow reads an allow-list whose entries parsePrefix accepts.
+func ParseAllow(list []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, a := range list {
-		p, err := parsePrefix(a)
+		p, err := ParsePrefix(a)
 		if err != nil {
 			return nil, err
 		}
@@ -786,8 +786,8 @@ func parseAllow(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// parsePrefix reads an allow-list entry: a CIDR prefix or one address.
-func parsePrefix(s string) (netip.Prefix, error) {
+// ParsePrefix reads an allow-list entry: a CIDR prefix or one address.
+func ParsePrefix(s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {
 		return p.Masked(), nil
 	}

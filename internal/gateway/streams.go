@@ -54,7 +54,7 @@ func (s *Server) checkQuotaLocked(rec *store.Record) error {
 	}
 	for k, st := range s.streams {
 		if k.Owner == rec.Owner {
-			count(st.portsHeld, st.waiting())
+			count(st.PortsHeld, st.Waiting())
 		}
 	}
 	for k, r := range s.pending {
@@ -85,48 +85,48 @@ func (s *Server) unreserve(k store.Key) {
 
 // add puts a started stream in the table. It reports false, leaving the
 // table alone, once the server is shutting down.
-func (s *Server) add(st *stream) bool {
+func (s *Server) add(st *Stream) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
-	s.streams[st.key] = st
-	if st.shared != nil {
-		s.names[st.shared.ServerName] = st
+	s.streams[st.Key] = st
+	if st.Shared != nil {
+		s.names[st.Shared.ServerName] = st
 	}
 	return true
 }
 
 // byName returns the live stream on the shared WAN port whose server
 // name is name, or nil.
-func (s *Server) byName(name string) *stream {
+func (s *Server) byName(name string) *Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.names[name]
 }
 
 // remove takes st out of the table if it is still there.
-func (s *Server) remove(st *stream) {
+func (s *Server) remove(st *Stream) {
 	s.mu.Lock()
-	if s.streams[st.key] == st {
-		delete(s.streams, st.key)
+	if s.streams[st.Key] == st {
+		delete(s.streams, st.Key)
 	}
-	if st.shared != nil && s.names[st.shared.ServerName] == st {
-		delete(s.names, st.shared.ServerName)
+	if st.Shared != nil && s.names[st.Shared.ServerName] == st {
+		delete(s.names, st.Shared.ServerName)
 	}
-	port := s.env.port
+	port := s.env.Port
 	s.mu.Unlock()
-	if port != nil && st.shared != nil {
+	if port != nil && st.Shared != nil {
 		port.trust.Forget(st) // its trust ends with it
 	}
 }
 
 // live returns the streams running now.
-func (s *Server) live() []*stream {
+func (s *Server) live() []*Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*stream, 0, len(s.streams))
+	out := make([]*Stream, 0, len(s.streams))
 	for _, st := range s.streams {
 		out = append(out, st)
 	}
@@ -136,7 +136,7 @@ func (s *Server) live() []*stream {
 // owned returns caller's stream uid: the live stream and its record, or,
 // if it has ended or belongs to an earlier run, its stored record with a
 // nil stream. Any other identity's stream is not found.
-func (s *Server) owned(uid, caller string) (*stream, *store.Record, error) {
+func (s *Server) owned(uid, caller string) (*Stream, *store.Record, error) {
 	if err := checkUID(uid); err != nil {
 		return nil, nil, err
 	}
@@ -146,7 +146,7 @@ func (s *Server) owned(uid, caller string) (*stream, *store.Record, error) {
 	unsaved := s.unsaved[k]
 	s.mu.Unlock()
 	if st != nil {
-		return st, st.record(), nil
+		return st, st.Record(), nil
 	}
 	if unsaved != nil { // ended; the store has not taken its end yet
 		r := *unsaved
@@ -163,7 +163,7 @@ func (s *Server) owned(uid, caller string) (*stream, *store.Record, error) {
 		// Live in the facility: created on another node a moment
 		// ago, before the reconciler brought it here.
 		if st := s.mirror(rec); st != nil {
-			return st, st.record(), nil
+			return st, st.Record(), nil
 		}
 	}
 	return nil, rec, nil

@@ -38,7 +38,7 @@ func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
 }
 
 // update checks req against the running stream st and applies it.
-func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, error) {
+func (s *Server) update(st *Stream, req *api.UpdateRequest) (*store.Record, error) {
 	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
 		return nil, api.Errorf(api.CodeInvalidArgument, "nothing to update: give rate, allow or lease_s")
 	}
@@ -48,22 +48,22 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 		if err != nil {
 			return nil, err
 		}
-		if r > 0 && st.kernelPaths() {
-			return nil, api.Errorf(api.CodeConflict, "stream %s has %d connections in the kernel (engine sockmap on a tcp WAN leg), where nothing can pace them; give it a rate when no connection is open, or request it with a rate (its connections then run on splice)", st.uid, st.active.Load())
+		if r > 0 && st.KernelPaths() {
+			return nil, api.Errorf(api.CodeConflict, "stream %s has %d connections in the kernel (engine sockmap on a tcp WAN leg), where nothing can pace them; give it a rate when no connection is open, or request it with a rate (its connections then run on splice)", st.UID, st.Active.Load())
 		}
 		rate = r
 	}
 	var allow []string
 	var prefixes []netip.Prefix
 	if req.Allow != nil {
-		if st.role != api.RoleOutbound {
+		if st.Role != api.RoleOutbound {
 			return nil, api.Errorf(api.CodeInvalidArgument, "allow: an inbound stream has no allow-list (its WAN legs are authenticated by the peer gateway's pinned certificate); update the outbound side")
 		}
 		a, err := s.checkAllow(*req.Allow)
 		if err != nil {
 			return nil, err
 		}
-		prefixes, _ = parseAllow(a) // checked
+		prefixes, _ = ParseAllow(a) // checked
 		allow = a
 	}
 	if req.LeaseS != nil {
@@ -75,29 +75,29 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 		}
 	}
 
-	old := st.pace.rate()
+	old := st.Pace.Rate()
 	if req.Rate != nil {
 		s.mu.Lock()
 		var err error
 		if rate > old { // a decrease needs no admission, even over a capacity lowered since
-			_, err = s.grantLocked(st.key.Owner, st.key, rate, rate)
+			_, err = s.grantLocked(st.Key.Owner, st.Key, rate, rate)
 		}
 		if err == nil {
-			st.pace.set(rate) // held from now, so that no other admission counts without it
+			st.Pace.Set(rate) // held from now, so that no other admission counts without it
 		}
 		s.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
 	}
-	st.saveMu.Lock() // else an end meanwhile could be overwritten by this live record
-	defer st.saveMu.Unlock()
-	if st.hasStopped() {
-		return nil, api.Errorf(api.CodeConflict, "stream %s has ended; request a new one", st.uid)
+	st.SaveMu.Lock() // else an end meanwhile could be overwritten by this live record
+	defer st.SaveMu.Unlock()
+	if st.HasStopped() {
+		return nil, api.Errorf(api.CodeConflict, "stream %s has ended; request a new one", st.UID)
 	}
 	now := s.cfg.Now()
-	prev := st.record()
-	nr := st.change(func(r *store.Record) {
+	prev := st.Record()
+	nr := st.Change(func(r *store.Record) {
 		if req.Rate != nil {
 			r.Rate, r.RateRequested, r.MinRate = int64(rate), int64(rate), int64(rate)
 		}
@@ -114,19 +114,19 @@ func (s *Server) update(st *stream, req *api.UpdateRequest) (*store.Record, erro
 		// The caller is told nothing changed: undo all of it, the
 		// record too (a renewed lease would else keep the stream
 		// alive, and its view would show a rate it is not paced at).
-		st.change(func(r *store.Record) { *r = *prev }) // saveMu keeps every other change out meanwhile
+		st.Change(func(r *store.Record) { *r = *prev }) // saveMu keeps every other change out meanwhile
 		if req.Rate != nil {
-			st.pace.set(old)
+			st.Pace.Set(old)
 			s.rebalance()
 		}
 		return nil, storeError("save the stream", err)
 	}
 	if allow != nil {
-		st.allow.Store(&prefixes)
+		st.Allow.Store(&prefixes)
 	}
 	if req.Rate != nil {
 		s.rebalance()
 	}
-	s.log.Info("stream updated", "uid", st.uid, "owner", st.key.Owner, "rate", rateText(nr.Rate), "allow", nr.Allow, "expires", nr.Expires)
+	s.log.Info("stream updated", "uid", st.UID, "owner", st.Key.Owner, "rate", rateText(nr.Rate), "allow", nr.Allow, "expires", nr.Expires)
 	return nr, nil
 }

@@ -58,7 +58,7 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 		}
 		targets = append(targets, net.JoinHostPort(req.RemoteIP, strconv.Itoa(p)))
 	}
-	if err := s.checkDial(ctx, s.env.targets, "remote_ip", req.RemoteIP, req.ReceiverPorts); err != nil {
+	if err := s.checkDial(ctx, s.env.Targets, "remote_ip", req.RemoteIP, req.ReceiverPorts); err != nil {
 		return nil, err
 	}
 	uid := req.UID
@@ -182,7 +182,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	}
 	var peerPorts []int
 	for _, pl := range req.PeerListeners {
-		port, err := s.checkHostPort(ctx, s.env.peers, "peer_listeners", pl)
+		port, err := s.checkHostPort(ctx, s.env.Peers, "peer_listeners", pl)
 		if err != nil {
 			return nil, err
 		}
@@ -193,7 +193,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	// A channel whose listener does not answer is dialled at the same
 	// port on the peer facility's other nodes (stream.dialPeer).
 	for _, h := range req.PeerNodes {
-		if err := s.checkDial(ctx, s.env.peers, "peer_nodes", h, peerPorts); err != nil {
+		if err := s.checkDial(ctx, s.env.Peers, "peer_nodes", h, peerPorts); err != nil {
 			return nil, err
 		}
 	}
@@ -241,7 +241,7 @@ func (s *Server) checkAllow(allow []string) ([]string, error) {
 		return nil, api.Errorf(api.CodeInvalidArgument, "allow: at most %d entries", api.MaxAllow)
 	}
 	for _, a := range allow {
-		if _, err := parsePrefix(a); err != nil {
+		if _, err := ParsePrefix(a); err != nil {
 			return nil, api.Errorf(api.CodeInvalidArgument, "allow: %v; give addresses or CIDR prefixes such as 10.1.0.0/16", err)
 		}
 	}
@@ -306,7 +306,7 @@ func parsePin(wanT, peerCert, peer string) (string, error) {
 // transport wanT: 0 (the gateway's cap) up to the most the gateway
 // admits over that transport (over quic, twice its cap).
 func (s *Server) checkMaxActive(n int, wanT string) error {
-	most := FilesPerConn * s.cfg.MaxActiveConns / int(filesPerConn(wanT))
+	most := FilesPerConn * s.cfg.MaxActiveConns / int(FilesOf(wanT))
 	if n < 0 || n > most {
 		return api.Errorf(api.CodeInvalidArgument, "max_active_conns %d out of range: give 1 to %d (this gateway's cap on %s connections at once), or omit it for the gateway's cap", n, most, wanT)
 	}

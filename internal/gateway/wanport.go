@@ -38,7 +38,7 @@ type wanPort struct {
 	log     *slog.Logger
 	strange *strangers.Gate
 	cert    *tls.Certificate
-	lookup  func(name string) *stream // a live stream by server name, or nil
+	lookup  func(name string) *Stream // a live stream by server name, or nil
 	// proxy: every connection starts with a PROXY protocol v2 header
 	// from a router in front, whose addresses proxyFrom lists
 	// (Config.WANProxyProtocol, WANProxyFrom).
@@ -51,7 +51,7 @@ type wanPort struct {
 	quic *wan.QUICListener
 
 	slots strangers.Listener             // connections in their handshake
-	trust strangers.SharedTrust[*stream] // the sources each stream's peer authenticated from lately
+	trust strangers.SharedTrust[*Stream] // the sources each stream's peer authenticated from lately
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -67,7 +67,7 @@ type wanPort struct {
 // starts accepting on it. lookup finds a live stream by its server name.
 // proxyFrom, if not nil, lists the routers that send every connection's
 // PROXY protocol header.
-func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *env, quicCfg wan.QUICConfig, lookup func(string) *stream) (*wanPort, error) {
+func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *Env, quicCfg wan.QUICConfig, lookup func(string) *Stream) (*wanPort, error) {
 	addr := net.JoinHostPort(bind, strconv.Itoa(port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
@@ -84,26 +84,26 @@ func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *env, quicCf
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	wp := &wanPort{
-		log:       e.log,
-		strange:   e.strange,
-		cert:      e.cert,
+		log:       e.Log,
+		strange:   e.Strangers,
+		cert:      e.Cert,
 		lookup:    lookup,
 		proxy:     proxyFrom != nil,
 		proxyFrom: proxyFrom,
 		ln:        ln,
 		udp:       udp,
 		slots:     strangers.Listener{Shared: true},
-		trust:     strangers.SharedTrust[*stream]{},
+		trust:     strangers.SharedTrust[*Stream]{},
 		ctx:       ctx,
 		cancel:    cancel,
 		hs:        map[net.Conn]struct{}{},
 	}
-	quicCfg.Logger = e.log.With("wan_port", addr)
+	quicCfg.Logger = e.Log.With("wan_port", addr)
 	quicCfg.OnReject = func(remote net.Addr, err error) {
 		wp.strange.Refuse(strangers.ReasonOf(err), remote)
 		wp.log.Debug("WAN connection refused", "wan", api.WANQUIC, "peer", addrString(remote), "err", err)
 	}
-	wp.quic, err = wan.ListenQUICRouted(udp, e.cert, wp.route, quicCfg)
+	wp.quic, err = wan.ListenQUICRouted(udp, e.Cert, wp.route, quicCfg)
 	if err != nil {
 		cancel()
 		ln.Close()
@@ -132,7 +132,7 @@ func (wp *wanPort) start() {
 // that owns name.
 func (wp *wanPort) route(name string) *wan.Leg {
 	if st := wp.lookup(name); st != nil {
-		return st.shared
+		return st.Shared
 	}
 	return nil
 }
@@ -293,13 +293,13 @@ func (wp *wanPort) serve(raw *net.TCPConn, sl strangers.Slot) {
 		}
 		remote, sl = from, fromSlot
 	}
-	var st *stream
+	var st *Stream
 	r, err := wan.AcceptRouted(wp.ctx, raw, wp.cert, func(name string) *wan.Leg {
 		st = wp.lookup(name)
 		if st == nil {
 			return nil
 		}
-		return st.shared
+		return st.Shared
 	})
 	done()
 	if err != nil {
@@ -310,21 +310,21 @@ func (wp *wanPort) serve(raw *net.TCPConn, sl strangers.Slot) {
 		return
 	}
 	wp.trust.Add(strangers.SourceOf(remote), st, time.Now())
-	if !st.adopt(raw, r.Conn) {
+	if !st.Adopt(raw, r.Conn) {
 		return // the stream stopped meanwhile: both are reset
 	}
-	go st.serveRouted(raw, remote, r)
+	go st.ServeRouted(raw, remote, r)
 }
 
 // refuse counts a connection to the shared port that did not
 // authenticate: against its stream if it named one, else only in the
 // gateway's summary of strangers.
-func (wp *wanPort) refuse(st *stream, remote net.Addr, err error) {
+func (wp *wanPort) refuse(st *Stream, remote net.Addr, err error) {
 	if wp.ctx.Err() != nil {
 		return
 	}
 	if st != nil {
-		st.refuseWAN(-1, remote, err)
+		st.RefuseWAN(-1, remote, err)
 		return
 	}
 	wp.strange.Refuse(strangers.ReasonOf(err), remote)
@@ -339,19 +339,19 @@ func (wp *wanPort) acceptQUIC() {
 			return // closed
 		}
 		st := wp.lookup(r.Leg.ServerName)
-		if st == nil || st.shared != r.Leg {
+		if st == nil || st.Shared != r.Leg {
 			relay.Abort(r.Conn) // released since its handshake
 			continue
 		}
-		if !st.admitConn(r.Channel, r.Conn.RemoteAddr()) {
+		if !st.AdmitConn(r.Channel, r.Conn.RemoteAddr()) {
 			relay.Abort(r.Conn) // over a cap of connections at once
 			continue
 		}
-		if !st.adopt(r.Conn) {
-			st.releaseConn()
+		if !st.Adopt(r.Conn) {
+			st.ReleaseConn()
 			continue
 		}
-		go st.serveInboundQUIC(r.Channel, r.Conn)
+		go st.ServeInboundQUIC(r.Channel, r.Conn)
 	}
 }
 

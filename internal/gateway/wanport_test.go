@@ -179,13 +179,13 @@ func TestSharedWANPort(t *testing.T) {
 		}
 	}
 	echoOnce("before")
-	var st0 *stream
+	var st0 *Stream
 	for _, st := range cons.srv.live() {
-		if st.uid == streams[0].inS.UID {
+		if st.UID == streams[0].inS.UID {
 			st0 = st
 		}
 	}
-	trust := &cons.srv.env.port.trust
+	trust := &cons.srv.env.Port.trust
 	if st0 == nil || !trust.Trusts(st0) {
 		t.Fatal("the shared port does not trust the source stream 0's peer authenticated from")
 	}
@@ -304,8 +304,8 @@ func TestSharedWANPortRefusals(t *testing.T) {
 func streamSecret(t *testing.T, gw *testGW, uid string) []byte {
 	t.Helper()
 	for _, st := range gw.srv.live() {
-		if st.uid == uid {
-			return st.record().Secret
+		if st.UID == uid {
+			return st.Record().Secret
 		}
 	}
 	t.Fatalf("no live stream %s", uid)
@@ -417,7 +417,7 @@ func TestSharedWANPortProxyFrom(t *testing.T) {
 	refusals := func(reason string) int64 {
 		return strange.RefusedSince()[strangers.Key(reason)]
 	}
-	wp := cons.srv.env.port
+	wp := cons.srv.env.Port
 	unheard := func() int {
 		return wp.unheard.N()
 	}

@@ -74,11 +74,11 @@ const (
 
 // startWatch starts the outbound dial loop of the watch leg, once. Called
 // when a data leg to the peer worked; not for QUIC streams.
-func (st *stream) startWatch(log *slog.Logger) {
-	if st.wanT == api.WANQUIC || st.env.facility || !st.watchSt.started.CompareAndSwap(false, true) {
+func (st *Stream) startWatch(log *slog.Logger) {
+	if st.wanT == api.WANQUIC || st.env.Facility || !st.watchSt.started.CompareAndSwap(false, true) {
 		return
 	}
-	rec := st.record()
+	rec := st.Record()
 	if len(rec.PeerNodes) > 0 {
 		// The peer is a facility of several nodes: the node that
 		// serves channel 0 cannot speak for the others, and its death
@@ -98,7 +98,7 @@ func (st *stream) startWatch(log *slog.Logger) {
 
 // watchLoop dials the watch leg to target and waits on it, again after
 // every end but the peer's release, until the stream stops.
-func (st *stream) watchLoop(log *slog.Logger, target string, leg *wan.Leg) {
+func (st *Stream) watchLoop(log *slog.Logger, target string, leg *wan.Leg) {
 	defer st.wg.Done()
 	select {
 	case <-st.ctx.Done():
@@ -141,7 +141,7 @@ func (st *stream) watchLoop(log *slog.Logger, target string, leg *wan.Leg) {
 
 // serveWatch takes the watch leg c that the outbound gateway dialed, in
 // place of any earlier one, and waits on it.
-func (st *stream) serveWatch(log *slog.Logger, c net.Conn) {
+func (st *Stream) serveWatch(log *slog.Logger, c net.Conn) {
 	w := wan.NewWatch(c)
 	if !st.holdWatch(w) {
 		return
@@ -159,7 +159,7 @@ func (st *stream) serveWatch(log *slog.Logger, c net.Conn) {
 // one it replaces, and notes that the peer is there. It reports false,
 // closing w with the word the stream's end calls for, if the stream has
 // stopped meanwhile.
-func (st *stream) holdWatch(w *wan.Watch) bool {
+func (st *Stream) holdWatch(w *wan.Watch) bool {
 	st.mu.Lock()
 	if st.stopped {
 		st.mu.Unlock()
@@ -174,13 +174,13 @@ func (st *stream) holdWatch(w *wan.Watch) bool {
 	}
 	st.watchSt.peer.Store(peerUp)
 	st.watchSt.lost.Store(false)
-	st.wanUp(st.env.log.With("uid", st.uid))
+	st.wanUp(st.env.Log.With("uid", st.UID))
 	return true
 }
 
 // dropWatch forgets w if it is still the stream's watch leg, and reports
 // whether it was.
-func (st *stream) dropWatch(w *wan.Watch) bool {
+func (st *Stream) dropWatch(w *wan.Watch) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.watch != w {
@@ -193,7 +193,7 @@ func (st *stream) dropWatch(w *wan.Watch) bool {
 // closeWatch ends the watch leg as the stream stops: with "released" if
 // it ended for good, "stopping" if the gateway shuts down and will
 // restore it.
-func (st *stream) closeWatch() {
+func (st *Stream) closeWatch() {
 	st.mu.Lock()
 	w := st.watch
 	st.watch = nil
@@ -207,7 +207,7 @@ func (st *stream) closeWatch() {
 // endWord is what the watch leg says when the stream stops: released if
 // it ended for good, stopping if the gateway shuts down and will restore
 // it.
-func (st *stream) endWord() wan.PeerEnd {
+func (st *Stream) endWord() wan.PeerEnd {
 	if st.watchSt.ended.Load() {
 		return wan.PeerReleased
 	}
@@ -215,7 +215,7 @@ func (st *stream) endWord() wan.PeerEnd {
 }
 
 // peerEnded records and says how the peer ended the watch leg.
-func (st *stream) peerEnded(log *slog.Logger, end wan.PeerEnd, err error) wan.PeerEnd {
+func (st *Stream) peerEnded(log *slog.Logger, end wan.PeerEnd, err error) wan.PeerEnd {
 	switch end {
 	case wan.PeerReleased:
 		st.watchSt.peer.Store(peerReleased)
@@ -236,7 +236,7 @@ func (st *stream) peerEnded(log *slog.Logger, end wan.PeerEnd, err error) wan.Pe
 // through a peer or a path that is gone, and would otherwise hang on TCP
 // retransmissions for many minutes before either application heard of it.
 // Their ends count as wan_lost.
-func (st *stream) abortRelays() {
+func (st *Stream) abortRelays() {
 	st.watchSt.lost.Store(true)
 	st.mu.Lock()
 	conns := make([]net.Conn, 0, len(st.conns))
@@ -250,3 +250,7 @@ func (st *stream) abortRelays() {
 		relay.Abort(c)
 	}
 }
+
+// SayEnded makes the watch leg tell the peer, as the stream stops, that
+// it was released or ended, not that this gateway is stopping.
+func (st *Stream) SayEnded() { st.watchSt.ended.Store(true) }
