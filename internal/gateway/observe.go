@@ -181,7 +181,6 @@ func (o *observer) close() {
 	}
 }
 
-
 // health returns what the gateway holds and has refused: the status
 // page's health and the gateway-wide metrics, from one reading.
 func (s *Server) health() api.GatewayHealth {

@@ -28,11 +28,11 @@ import (
 // Env is what a running stream needs from its gateway, shared by every
 // stream of one Server and never changed.
 type Env struct {
-	Log     *slog.Logger
-	Alloc   *ports.Allocator // where its listeners return when it stops
-	Cert    *tls.Certificate // the gateway's certificate, for WAN legs
-	QUIC    wan.QUICConfig   // settings of QUIC WAN legs
-	Rates   rates.Settings   // how streams sample their rates (internal/rates)
+	Log       *slog.Logger
+	Alloc     *ports.Allocator // where its listeners return when it stops
+	Cert      *tls.Certificate // the gateway's certificate, for WAN legs
+	QUIC      wan.QUICConfig   // settings of QUIC WAN legs
+	Rates     rates.Settings   // how streams sample their rates (internal/rates)
 	Strangers *strangers.Gate  // caps and refusals of unauthenticated connections
 	// Targets is what the inbound side may dial for its applications,
 	// Peers what the outbound side may dial for its peer gateways: each
@@ -46,8 +46,8 @@ type Env struct {
 	// AppWait is Config.AppWaitDefault, AppWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
 	AppWait, AppWaitMax time.Duration
-	Files               *Slots   // the open files application connections may hold (Files)
-	BestEffort                  *BestEffort  // the pacing best-effort streams share (admission.go)
+	Files               *Slots       // the open files application connections may hold (Files)
+	BestEffort          *BestEffort  // the pacing best-effort streams share (admission.go)
 	Paceable            relay.Engine // splice: what a paced connection of a sockmap stream runs on
 	Kernel              bool         // the sockmap program is loaded (relay.Engines.Kernel)
 	// Facility is set on a node of a Facility of several (Facility.go):
@@ -105,7 +105,7 @@ type Stream struct {
 	NumConn   int
 	engine    relay.Engine
 	Allow     atomic.Pointer[[]netip.Prefix] // replaced by an update; read per connection
-	Pace      Pacing                     // the rate granted and its buckets (admission.go)
+	Pace      Pacing                         // the rate granted and its buckets (admission.go)
 	SaveMu    sync.Mutex                     // orders the end's store write after any update's (end.go)
 	ctx       context.Context
 	cancel    context.CancelFunc
