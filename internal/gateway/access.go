@@ -10,6 +10,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // Access control: who the caller is (its auth.Principal, in the
@@ -185,7 +186,7 @@ func ownerParam(r *http.Request) (owner string, all bool, err error) {
 
 // ownedBy returns the stream of the request's path, of the caller or,
 // for an operator, of the owner it names (ownerParam), as owned does.
-func (s *Server) ownedBy(r *http.Request) (*Stream, *store.Record, error) {
+func (s *Server) ownedBy(r *http.Request) (*stream.Stream, *store.Record, error) {
 	owner, all, err := ownerParam(r)
 	if err != nil {
 		return nil, nil, err

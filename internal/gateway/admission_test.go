@@ -19,6 +19,7 @@ import (
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // rateBody is an inbound request for one channel with a rate, a least
@@ -161,7 +162,7 @@ func TestUpdate(t *testing.T) {
 	path := "/v1/streams/" + a.UID
 	var got api.Stream
 	callOK(t, s, "PATCH", path, aliceToken, `{"rate":500000000}`, 200, &got)
-	if got.Rate != 500e6 || liveStream(t, s, a.UID).bucket(dirToWAN).Rate() != 500e6 {
+	if got.Rate != 500e6 || liveStream(t, s, a.UID).Bucket(stream.DirToWAN).Rate() != 500e6 {
 		t.Fatalf("after PATCH rate 500M: %d", got.Rate)
 	}
 	callErr(t, s, "PATCH", path, aliceToken, `{"rate":600000000}`, 507, api.CodeNoResources, "--capacity_rate")
@@ -171,11 +172,11 @@ func TestUpdate(t *testing.T) {
 	}
 	got = api.Stream{} // an absent rate is best effort
 	callOK(t, s, "PATCH", path, aliceToken, `{"rate":0}`, 200, &got)
-	if got.Rate != 0 || info(t, s).ReservedRate != 500e6 || liveStream(t, s, a.UID).Pace.buckets[dirToWAN].Load() != nil {
+	if got.Rate != 0 || info(t, s).ReservedRate != 500e6 || liveStream(t, s, a.UID).Pace.Bucket(stream.DirToWAN) != nil {
 		t.Fatalf("after PATCH rate 0: rate %d, reserved %d", got.Rate, info(t, s).ReservedRate)
 	}
 	// With bob's 500M reserved, alice's best-effort stream shares what is left.
-	if bk := liveStream(t, s, a.UID).bucket(dirFromWAN); bk == nil || bk.Rate() != 500e6 {
+	if bk := liveStream(t, s, a.UID).Bucket(stream.DirFromWAN); bk == nil || bk.Rate() != 500e6 {
 		t.Fatalf("a best-effort stream beside 500 Mbit/s reserved of 1 Gbit/s is paced at %v, want 500 Mbit/s", bk)
 	}
 	callOK(t, s, "PATCH", path, aliceToken, `{"lease_s":172800}`, 200, &got)
@@ -413,7 +414,7 @@ func BenchmarkAdmit(b *testing.B) {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			s := newTestServer(b, func(c *Config) { c.Capacity.Rate = pace.Max; c.Quota.Rate = pace.Max })
 			for i := range n {
-				st := &Stream{NumConn: 1}
+				st := &stream.Stream{NumConn: 1}
 				if i%2 == 0 {
 					st.Pace.Set(1e6)
 				}
@@ -431,54 +432,8 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 			b.StopTimer()
 			s.mu.Lock()
-			s.streams = map[store.Key]*Stream{} // not live: nothing to stop
+			s.streams = map[store.Key]*stream.Stream{} // not live: nothing to stop
 			s.mu.Unlock()
 		})
-	}
-}
-
-// TestStreamPaceShare: a node of a facility serving k of a stream's n
-// channels paces at k/n of the grant; every other case paces at the
-// whole grant, and best effort (no grant) stays unpaced whatever the
-// share (a share of nothing once paced it at 1 bit/s).
-func TestStreamPaceShare(t *testing.T) {
-	var p Pacing
-	rateNow := func() pace.Rate {
-		b := p.buckets[dirToWAN].Load()
-		if b == nil {
-			return 0
-		}
-		if b2 := p.buckets[dirFromWAN].Load(); b2 == nil || b2.Rate() != b.Rate() {
-			t.Fatalf("the two directions' buckets differ: %v and %v", b, b2)
-		}
-		return b.Rate()
-	}
-	for _, c := range []struct {
-		grant         pace.Rate
-		served, total int
-		want          pace.Rate
-	}{
-		{0, 1, 3, 0},
-		{300e6, 0, 0, 300e6}, // a gateway of one node
-		{300e6, 1, 3, 100e6},
-		{300e6, 2, 3, 200e6},
-		{300e6, 3, 3, 300e6},
-		{300e6, 0, 3, 300e6}, // serves none: nothing to pace here
-		{2, 1, 3, 1},         // never below 1 bit/s
-		{0, 3, 3, 0},
-	} {
-		p.SetShare(c.served, c.total)
-		p.Set(c.grant)
-		if got := rateNow(); got != c.want {
-			t.Errorf("grant %v, %d of %d channels here: paced at %v, want %v", c.grant, c.served, c.total, got, c.want)
-		}
-		if p.Rate() != c.grant {
-			t.Errorf("grant %v: rate() %v; admission counts the whole grant", c.grant, p.Rate())
-		}
-	}
-	p.Set(90e6)
-	p.SetShare(1, 3) // a channel moved away: the share changes the bucket in place
-	if got := rateNow(); got != 30e6 {
-		t.Errorf("after the share changed: paced at %v, want 30 Mbit/s", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"scistream/internal/localgw"
 	"scistream/internal/ports"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 	"scistream/internal/waitfor"
 )
 
@@ -74,7 +75,7 @@ func newLateEnv(t *testing.T, wanT string, wait *int, numConn int) *lateEnv {
 }
 
 // stream returns the running stream on g.
-func (e *lateEnv) stream(t *testing.T, g *testGW) *Stream {
+func (e *lateEnv) stream(t *testing.T, g *testGW) *stream.Stream {
 	t.Helper()
 	for _, st := range g.srv.live() {
 		if st.UID == e.uid {
@@ -440,10 +441,10 @@ func TestAppWaitRequest(t *testing.T) {
 	// A record from before the field takes the gateway's default, and a
 	// restored one whose wait exceeds a lowered maximum, the maximum.
 	e := s.env
-	if got := e.appWaitFor(&store.Record{Role: api.RoleInbound}); got != 20*time.Second {
+	if got := e.AppWaitFor(&store.Record{Role: api.RoleInbound}); got != 20*time.Second {
 		t.Errorf("record without app_wait_s: waits %s, want the default 20s", got)
 	}
-	if got := e.appWaitFor(&store.Record{Role: api.RoleInbound, AppWaitS: intp(3600)}); got != 2*time.Minute {
+	if got := e.AppWaitFor(&store.Record{Role: api.RoleInbound, AppWaitS: intp(3600)}); got != 2*time.Minute {
 		t.Errorf("record with app_wait_s 3600 under a maximum of 2m: waits %s, want 2m", got)
 	}
 }

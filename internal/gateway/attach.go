@@ -4,6 +4,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/pace"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // An inbound stream is attached to its peer here (listening ->
@@ -16,7 +17,7 @@ import (
 // rate on rate (what the outbound gateway granted; 0 keeps it) and
 // persists the change. Attaching again with the same pin succeeds and
 // changes nothing but the rate; another pin is a conflict.
-func (s *Server) attach(st *Stream, pin string, rate int64) (*store.Record, error) {
+func (s *Server) attach(st *stream.Stream, pin string, rate int64) (*store.Record, error) {
 	if rate != 0 {
 		cur := st.Record()
 		switch {

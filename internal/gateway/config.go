@@ -21,6 +21,7 @@ import (
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
 	"scistream/internal/strangers"
+	"scistream/internal/stream"
 	"scistream/internal/wan"
 )
 
@@ -115,8 +116,8 @@ type Config struct {
 	// stream waits (a request may ask for 0 only).
 	AppWaitMax time.Duration
 	// Pool manages the pooled WAN legs of outbound streams (pool.go). Its
-	// zero value is the defaults documented on PoolConfig.
-	Pool PoolConfig
+	// zero value is the defaults documented on stream.PoolConfig.
+	Pool stream.PoolConfig
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on Quota.
 	Quota Quota

@@ -16,6 +16,7 @@ import (
 	"scistream/internal/client"
 	"scistream/internal/localgw"
 	"scistream/internal/ports"
+	"scistream/internal/stream"
 	"scistream/internal/waitfor"
 )
 
@@ -136,7 +137,7 @@ func TestMaxActiveConns(t *testing.T) {
 			prods[0].Close()
 			apps[0].Close()
 			s := streamOf(t, gw, inS.UID)
-			waitfor.Must(t, 10*time.Second, "the ended connection's slot to be free", func() bool { return s.open.n.Load() == limit-1 })
+			waitfor.Must(t, 10*time.Second, "the ended connection's slot to be free", func() bool { return s.Admitted() == limit-1 })
 			open("after")
 			if st, err := capped.Get(ctx, inS.UID); err != nil || st.Stats.OverCapConns != 1 || st.Stats.ActiveConns != limit {
 				t.Errorf("after a slot was freed: %+v (%v); want over_cap 1, active %d", st.Stats, err, limit)
@@ -156,13 +157,13 @@ func expect(t *testing.T, c net.Conn, want string) {
 }
 
 // streamOf returns g's running stream uid.
-func streamOf(t *testing.T, g *testGW, uid string) *Stream {
+func streamOf(t *testing.T, g *testGW, uid string) *stream.Stream {
 	t.Helper()
 	return liveStream(t, g.srv, uid)
 }
 
 // liveStream returns the running stream uid of s.
-func liveStream(t *testing.T, s *Server, uid string) *Stream {
+func liveStream(t *testing.T, s *Server, uid string) *stream.Stream {
 	t.Helper()
 	for _, st := range s.live() {
 		if st.UID == uid {

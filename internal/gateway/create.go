@@ -10,6 +10,7 @@ import (
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // A stream comes to life here: created from a checked record
@@ -17,7 +18,7 @@ import (
 // outbound one), or restored from the store after a restart.
 
 // create reserves rec.UID, binds its listeners, persists it and starts it.
-func (s *Server) create(rec *store.Record) (*Stream, error) {
+func (s *Server) create(rec *store.Record) (*stream.Stream, error) {
 	now := s.cfg.Now()
 	rec.Created, rec.Updated = now, now
 	rec.Expires = now.Add(time.Duration(rec.LeaseS) * time.Second)
@@ -136,7 +137,7 @@ func (s *Server) restore() error {
 	// Reservations come back as they were, admitted or not: they were
 	// admitted once, and the capacity may only have shrunk since.
 	s.rebalance()
-	if all := pace.Rate(s.env.BestEffort.reserved.Load()); s.cfg.Capacity.Rate > 0 && all > s.cfg.Capacity.Rate {
+	if all := pace.Rate(int64(s.env.BestEffort.Reserved())); s.cfg.Capacity.Rate > 0 && all > s.cfg.Capacity.Rate {
 		s.log.Warn("restored streams reserve more than --capacity_rate; new reservations wait until enough of them end", "reserved", all, "capacity", s.cfg.Capacity.Rate)
 	}
 	return nil
@@ -144,7 +145,7 @@ func (s *Server) restore() error {
 
 // build makes the runtime of rec on its bound listeners, with the engine
 // it asks for.
-func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*Stream, error) {
+func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*stream.Stream, error) {
 	eng, err := s.engines.Get(rec.Engine)
 	if err != nil {
 		return nil, err
@@ -159,12 +160,12 @@ func (s *Server) build(rec *store.Record, lns []*net.TCPListener) (*Stream, erro
 			s.log.Info("engine sockmap redirects only between plain TCP sockets: this stream's WAN legs are encrypted (tls or quic), so they are copied in user space; use --wan tcp on trusted circuits for the kernel redirect", "uid", rec.UID, "wan", rec.WAN)
 		}
 	}
-	return NewStream(s.ctx, s.env, rec, lns, eng)
+	return stream.New(s.ctx, s.env, rec, lns, eng)
 }
 
 // launch puts the built stream st in the table and starts it, or stops
 // it and fails once the server is shutting down.
-func (s *Server) launch(st *Stream) error {
+func (s *Server) launch(st *stream.Stream) error {
 	if !s.add(st) {
 		st.Stop()
 		return api.Errorf(api.CodeUnavailable, "gateway is shutting down")

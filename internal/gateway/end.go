@@ -7,6 +7,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // A stream ends here: released by its owner, expired by the janitor
@@ -16,7 +17,7 @@ import (
 // prunes it.
 
 // end stops a live stream for good and records its terminal state.
-func (s *Server) end(st *Stream, state api.State, reason string) *store.Record {
+func (s *Server) end(st *stream.Stream, state api.State, reason string) *store.Record {
 	if s.fac != nil { // not to be mirrored again before the store has its end
 		s.fac.noteEnded(st.Key, st.Record().Created)
 	}

@@ -16,6 +16,7 @@ import (
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // A facility of several gateway nodes (Config.Node): every node joins
@@ -194,7 +195,7 @@ func (s *Server) reconcile() {
 }
 
 // local returns the live stream of k in the table, or nil.
-func (s *Server) local(k store.Key) *Stream {
+func (s *Server) local(k store.Key) *stream.Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.streams[k]
@@ -208,7 +209,7 @@ func (s *Server) isPending(k store.Key) bool {
 
 // mirror is mirrorLocked for a handler that found rec in the store but
 // not in the table (the reconciler has not brought it yet).
-func (s *Server) mirror(rec *store.Record) *Stream {
+func (s *Server) mirror(rec *store.Record) *stream.Stream {
 	s.fac.recMu.Lock()
 	defer s.fac.recMu.Unlock()
 	return s.mirrorLocked(rec)
@@ -219,7 +220,7 @@ func (s *Server) mirror(rec *store.Record) *Stream {
 // the channels this node serves). It returns nil for a stream being
 // created or ended on this node, or if the stream cannot be built.
 // f.recMu must be held.
-func (s *Server) mirrorLocked(rec *store.Record) *Stream {
+func (s *Server) mirrorLocked(rec *store.Record) *stream.Stream {
 	k := rec.Key()
 	s.mu.Lock()
 	st, pending, closed := s.streams[k], s.pending[k] != nil, s.closed
@@ -249,7 +250,7 @@ func (s *Server) mirrorLocked(rec *store.Record) *Stream {
 
 // applyRecord applies to st what another node changed in its record:
 // the pin of an attach, the rate, the allow-list, the lease.
-func (s *Server) applyRecord(st *Stream, rec *store.Record) {
+func (s *Server) applyRecord(st *stream.Stream, rec *store.Record) {
 	st.SaveMu.Lock()
 	defer st.SaveMu.Unlock()
 	cur := st.Record()
@@ -262,7 +263,7 @@ func (s *Server) applyRecord(st *Stream, rec *store.Record) {
 		st.PeerPin.Store(&pin)
 	}
 	if !slices.Equal(rec.Allow, cur.Allow) {
-		if allow, err := ParseAllow(rec.Allow); err == nil { // the node that stored it checked it
+		if allow, err := stream.ParseAllow(rec.Allow); err == nil { // the node that stored it checked it
 			st.Allow.Store(&allow)
 		}
 	}
@@ -275,7 +276,7 @@ func (s *Server) applyRecord(st *Stream, rec *store.Record) {
 
 // stopMirror stops this node's part of a stream that ended on another
 // node (rec, its final record) or whose record was deleted (rec nil).
-func (s *Server) stopMirror(st *Stream, rec *store.Record) {
+func (s *Server) stopMirror(st *stream.Stream, rec *store.Record) {
 	s.remove(st)
 	st.SayEnded()
 	st.Stop()
@@ -288,7 +289,7 @@ func (s *Server) stopMirror(st *Stream, rec *store.Record) {
 
 // placeChannels serves, keeps, gives up or takes over each channel of
 // st as the facility's claims say.
-func (s *Server) placeChannels(st *Stream, rec *store.Record, nodes []store.NodeInfo, now time.Time, renew bool) {
+func (s *Server) placeChannels(st *stream.Stream, rec *store.Record, nodes []store.NodeInfo, now time.Time, renew bool) {
 	f := s.fac
 	k := rec.Key()
 	owners := f.m.Owners(k, rec.NumConn)
@@ -337,7 +338,7 @@ func (s *Server) placeChannels(st *Stream, rec *store.Record, nodes []store.Node
 // serveChannel binds channel ch's port on this node and serves it,
 // claiming it first if claim is set (else the node holds the claim and
 // gives it up if it cannot bind the port).
-func (s *Server) serveChannel(st *Stream, rec *store.Record, ch int, claim bool) {
+func (s *Server) serveChannel(st *stream.Stream, rec *store.Record, ch int, claim bool) {
 	f := s.fac
 	k := rec.Key()
 	lns, err := s.alloc.ListenPorts([]int{rec.Ports[ch]})
@@ -386,7 +387,7 @@ func (s *Server) serveChannel(st *Stream, rec *store.Record, ch int, claim bool)
 // resets a channel's connections): it gives up its claim, and the
 // placed node claims the channel at its next reconcile. So a stream's
 // channels spread over the nodes again after a node comes back.
-func (s *Server) giveBack(st *Stream, rec *store.Record, ch int, nodes []store.NodeInfo, now time.Time) {
+func (s *Server) giveBack(st *stream.Stream, rec *store.Record, ch int, nodes []store.NodeInfo, now time.Time) {
 	f := s.fac
 	c := chanRef{rec.Key(), ch}
 	f.mu.Lock()
@@ -536,7 +537,7 @@ func (f *facility) placement(uid string, numConn int) []string {
 // three nodes (TestFacility, once in CI).
 const createPortAttempts = 16
 
-func (s *Server) createOnNodes(rec *store.Record) (*Stream, error) {
+func (s *Server) createOnNodes(rec *store.Record) (*stream.Stream, error) {
 	if rec.Shared() {
 		return s.createShared(rec)
 	}
@@ -624,7 +625,7 @@ func existsInFacility(uid string) error {
 // sends a leg to any of them), so it only stores the record; the other
 // nodes serve it once their reconcile mirrors it, within milliseconds.
 // rec.Nodes[0] names the node that stewards it while it lives.
-func (s *Server) createShared(rec *store.Record) (*Stream, error) {
+func (s *Server) createShared(rec *store.Record) (*stream.Stream, error) {
 	rec.Ports = nil
 	rec.Nodes = s.fac.placement(rec.UID, 1)
 	if err := s.fac.m.Create(rec); err != nil {
@@ -647,7 +648,7 @@ func (s *Server) createShared(rec *store.Record) (*Stream, error) {
 
 // awaitClaims waits, up to claimWait, for every channel of the new
 // stream st to have a node, and serves those still without one itself.
-func (s *Server) awaitClaims(st *Stream, rec *store.Record) {
+func (s *Server) awaitClaims(st *stream.Stream, rec *store.Record) {
 	f := s.fac
 	k := rec.Key()
 	deadline := time.NewTimer(claimWait)
@@ -659,7 +660,7 @@ wait:
 			break
 		}
 		select {
-		case <-st.ctx.Done():
+		case <-st.Done():
 			return
 		case <-deadline.C:
 			break wait
@@ -682,7 +683,7 @@ wait:
 // on the shared WAN port, whose channels every node serves, is stewarded
 // by the node it was placed on while that node lives, else by the first
 // live node of an order derived from its UID.
-func (s *Server) stewards(st *Stream) bool {
+func (s *Server) stewards(st *stream.Stream) bool {
 	if s.fac == nil {
 		return true
 	}

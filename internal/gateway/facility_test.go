@@ -2,9 +2,7 @@ package gateway
 
 import (
 	"testing"
-	"time"
 
-	"scistream/internal/api"
 	"scistream/internal/store"
 )
 
@@ -62,57 +60,5 @@ func TestSharedWANAlike(t *testing.T) {
 	}
 	if s := (Config{}).sharedWAN(); s != "" {
 		t.Errorf("no shared port: %q, want empty", s)
-	}
-}
-
-// TestPinReread: on a node of a facility, a leg that comes before the
-// node learnt of the attach another node stored finds the pin in the
-// store: while nothing is pinned, the record is read again, at most once
-// per pinReread, and not at all once the pin is known; a record of an
-// earlier incarnation of the stream is not taken.
-func TestPinReread(t *testing.T) {
-	s := newTestServer(t, nil)
-	var st api.Stream
-	callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, inboundBody(9), 201, &st)
-	key := store.Key{Owner: "alice", UID: st.UID}
-	stream := s.local(key)
-	reads := 0
-	var stored *store.Record // what another node stored, as this node's reread sees it
-	s.env.Reread = func(k store.Key) (*store.Record, error) {
-		reads++
-		r := *stored
-		return &r, nil
-	}
-	rec, err := s.cfg.Store.Get(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored = rec
-	if p := stream.pin(); p != "" || reads != 1 {
-		t.Fatalf("not attached anywhere: pin %q after %d reads; want none after 1", p, reads)
-	}
-	if p := stream.pin(); p != "" || reads != 1 {
-		t.Fatalf("a second leg at once: pin %q after %d reads; want no read within %s", p, reads, pinReread)
-	}
-	// Another node attaches a new incarnation's record: not this one's.
-	older := *rec
-	older.Created = rec.Created.Add(-time.Hour)
-	older.PeerCertSHA256 = "aa"
-	stored = &older
-	stream.pinRead.Store(0) // the window is over
-	if p := stream.pin(); p != "" || reads != 2 {
-		t.Fatalf("another incarnation's pin: %q after %d reads; want none", p, reads)
-	}
-	// Another node attached this stream.
-	attached := *rec
-	attached.PeerCertSHA256 = "bb"
-	stored = &attached
-	stream.pinRead.Store(0)
-	if p := stream.pin(); p != "bb" || reads != 3 {
-		t.Fatalf("attached on another node: pin %q after %d reads; want bb after 3", p, reads)
-	}
-	stream.pinRead.Store(0)
-	if p := stream.pin(); p != "bb" || reads != 3 {
-		t.Fatalf("once pinned: pin %q after %d reads; want bb and no more reads", p, reads)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 	"scistream/internal/wan"
 )
 
@@ -106,7 +107,7 @@ func checkRecord(t *testing.T, s *Server, rec *store.Record) {
 		t.Fatalf("%s record on wan %q with pin %q", rec.Role, rec.WAN, rec.PeerCertSHA256)
 	}
 	for _, a := range rec.Allow {
-		if _, err := ParsePrefix(a); err != nil {
+		if _, err := stream.ParsePrefix(a); err != nil {
 			t.Fatalf("allow %q: %v", a, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 	"scistream/internal/version"
 )
 
@@ -50,7 +51,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
 		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
 		CapacityRate:    int64(s.cfg.Capacity.Rate),
-		ReservedRate:    s.env.BestEffort.reserved.Load(),
+		ReservedRate:    int64(s.env.BestEffort.Reserved()),
 		CapacityStreams: s.cfg.Capacity.Streams,
 		CapacityConns:   s.cfg.Capacity.Conns,
 		QuotaRate:       int64(s.cfg.Quota.Rate),
@@ -199,7 +200,7 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 
 // view returns the public view of a record, with the live stats of st
 // if it runs.
-func (s *Server) view(rec *store.Record, st *Stream) api.Stream {
+func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 	v := api.Stream{
 		UID:            rec.UID,
 		Role:           rec.Role,
@@ -223,7 +224,7 @@ func (s *Server) view(rec *store.Record, st *Stream) api.Stream {
 		PeerCertSHA256: rec.PeerCertSHA256,
 	}
 	if rec.Role == api.RoleInbound {
-		w := int(s.env.appWaitFor(rec) / time.Second)
+		w := int(s.env.AppWaitFor(rec) / time.Second)
 		v.AppWaitS = &w
 	}
 	for _, p := range rec.Ports {

@@ -12,6 +12,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/pace"
 	"scistream/internal/strangers"
+	"scistream/internal/stream"
 	"scistream/internal/version"
 )
 
@@ -150,14 +151,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.refused, float64(h.Refused[k]), k)
 	}
 	gauge(c.capacityRate, c.s.cfg.Capacity.Rate.BytesPerSecond())
-	gauge(c.reservedRate, pace.Rate(c.s.env.BestEffort.reserved.Load()).BytesPerSecond())
+	gauge(c.reservedRate, c.s.env.BestEffort.Reserved().BytesPerSecond())
 	for _, st := range c.s.live() {
 		c.collectStream(st, gauge, counter)
 	}
 }
 
 // collectStream sends the series of one live stream.
-func (c *collector) collectStream(st *Stream, gauge, counter func(*prometheus.Desc, float64, ...string)) {
+func (c *collector) collectStream(st *stream.Stream, gauge, counter func(*prometheus.Desc, float64, ...string)) {
 	rec := st.Record()
 	s := st.Stats()
 	l := []string{rec.UID, rec.Owner, string(rec.Role)}

@@ -10,6 +10,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
+	"scistream/internal/stream"
 	"scistream/internal/waitfor"
 )
 
@@ -82,18 +83,8 @@ func TestPooledLegs(t *testing.T) {
 	// gone, not back in the pool.
 	m := prod.srv.env.Legs
 	waitfor.Must(t, 10*time.Second, "only sound idle legs", func() bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		peer := peerOf(inS.Listeners[0])
-		if m.open[peer] != len(m.idle[peer]) {
-			return false
-		}
-		for pl := range m.idle[peer] {
-			if pl.p.Stale() || !pl.p.Idle() {
-				return false
-			}
-		}
-		return true
+		ls := m.Stats(inS.Listeners[0])
+		return ls.Open == ls.Idle && ls.Idle == ls.Sound
 	})
 	roundTrip(t, outS.Listeners[0], 64<<10) // still works
 
@@ -105,35 +96,8 @@ func TestPooledLegs(t *testing.T) {
 		}
 	}
 	// The manager forgot the stream: no idle leg, no warmer, no count.
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if n := m.open[peerOf(inS.Listeners[0])]; n != 0 || len(m.byFlow) != 0 || len(m.waiters) != 0 || len(m.teardowns) != 0 {
-		t.Fatalf("after the release the pool holds %d legs open, %d flows, %d warmers, %d teardown counts", n, len(m.byFlow), len(m.waiters), len(m.teardowns))
-	}
-}
-
-// TestPoolVictims: at the cap, LRU tears down the least recently used
-// idle leg; LRU-M first spares the flows whose legs were torn down
-// before.
-func TestPoolVictims(t *testing.T) {
-	a, b := &Stream{}, &Stream{}
-	fa, fb := flow{a, 0}, flow{b, 0}
-	for _, c := range []struct {
-		policy string
-		want   flow
-	}{{PolicyLRU, fa}, {PolicyLRUM, fb}} {
-		m := NewLegManager(PoolConfig{Policy: c.policy}, nil)
-		// fa's leg idles first (least recent); fa was torn down once.
-		m.idleLocked(&pooledLeg{flow: fa, peer: "p"})
-		m.idleLocked(&pooledLeg{flow: fb, peer: "p"})
-		m.teardowns[fa] = 1
-		v := m.victimLocked("p")
-		if v == nil || v.flow != c.want {
-			t.Errorf("%s: victim %+v, want the leg of %v", c.policy, v, c.want)
-		}
-		if m.victimLocked("q") != nil {
-			t.Errorf("%s: a victim for a peer with no idle leg", c.policy)
-		}
+	if ls := m.Stats(inS.Listeners[0]); ls.Open != 0 || ls.Flows != 0 || ls.Warmers != 0 || ls.Teardowns != 0 {
+		t.Fatalf("after the release the pool holds %d legs open, %d flows, %d warmers, %d teardown counts", ls.Open, ls.Flows, ls.Warmers, ls.Teardowns)
 	}
 }
 
@@ -141,7 +105,7 @@ func TestPoolVictims(t *testing.T) {
 // tears down another stream's idle one (counted), and warming alone
 // never does.
 func TestPoolCap(t *testing.T) {
-	p := startPair(t, nil, func(c *Config) { c.Pool = PoolConfig{MaxPerPeer: 2, Policy: PolicyLRU} })
+	p := startPair(t, nil, func(c *Config) { c.Pool = stream.PoolConfig{MaxPerPeer: 2, Policy: stream.PolicyLRU} })
 	prod, in, out := p.prod, p.in, p.out
 	ctx := context.Background()
 	echo := echoApp(t)
@@ -169,10 +133,7 @@ func TestPoolCap(t *testing.T) {
 		t.Fatalf("at the cap: a had %d legs torn down, b dialed %d; want 1 and at least 1", sa.LegsTornDown, sb.LegsCreated)
 	}
 	m := prod.srv.env.Legs
-	m.mu.Lock()
-	open := m.open[peerOf(bAddr)]
-	m.mu.Unlock()
-	if open > 2 {
+	if open := m.Stats(bAddr).Open; open > 2 {
 		t.Fatalf("%d legs open to the peer, over the cap of 2", open)
 	}
 }
@@ -206,18 +167,7 @@ func TestPoolStaleLegNotReused(t *testing.T) {
 	// the peer, unknown to the dialer.
 	waitfor.Must(t, 15*time.Second, "the warm leg dialed before the attach", func() bool { return stats().LegsIdle == 1 })
 	m := prod.srv.env.Legs
-	waitfor.Must(t, 10*time.Second, "the peer's refusal of the warm leg", func() bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		for _, legs := range m.byFlow {
-			for _, pl := range legs {
-				if pl.p.Stale() {
-					return true
-				}
-			}
-		}
-		return false
-	})
+	waitfor.Must(t, 10*time.Second, "the peer's refusal of the warm leg", func() bool { return m.Stats(outS.Listeners[0]).Stale > 0 })
 	if _, err := in.Attach(ctx, inS.UID, &api.AttachRequest{PeerCert: outS.WANCert}); err != nil {
 		t.Fatal(err)
 	}

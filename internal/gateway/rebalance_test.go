@@ -6,6 +6,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/ports"
+	"scistream/internal/stream"
 )
 
 // TestRebalanceConcurrent: grants changing at once on many streams (a
@@ -20,7 +21,7 @@ func TestRebalanceConcurrent(t *testing.T) {
 		c.PortRange = ports.Range{Lo: 5100, Hi: 5115}
 		c.Quota.Streams, c.Quota.Ports = n, n
 	})
-	var sts []*Stream
+	var sts []*stream.Stream
 	for range n {
 		var got api.Stream
 		callOK(t, s, "POST", "/v1/streams/inbound", aliceToken, rateBody(0, 0, 0), 201, &got)
@@ -45,7 +46,7 @@ func TestRebalanceConcurrent(t *testing.T) {
 		for _, st := range sts {
 			sum += int64(st.Pace.Rate())
 		}
-		if got := s.env.BestEffort.reserved.Load(); got != sum {
+		if got := int64(s.env.BestEffort.Reserved()); got != sum {
 			t.Fatalf("round %d: best effort set for %d reserved, the streams hold %d", round, got, sum)
 		}
 	}

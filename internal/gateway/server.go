@@ -1,7 +1,8 @@
-// Package gateway is the SciStream control server (S2CS) and the data
-// servers (S2DS) it runs: it authenticates callers, admits stream requests,
-// allocates ports, runs one proxy per stream and channel, keeps every
-// stream's state in a store so a restart restores it, and reports status.
+// Package gateway is the SciStream control server (S2CS): it
+// authenticates callers, admits stream requests, allocates ports, starts
+// and stops the data servers (S2DS: each running stream is an
+// internal/stream.Stream), keeps every stream's state in a store so a
+// restart restores it, and reports status.
 //
 // Lifecycle: New(cfg) validates and fills defaults without opening any
 // socket; Serve(ctx, ln) restores persisted streams and serves the control
@@ -20,17 +21,14 @@
 //	create.go    a stream created (requested -> listening/connected) or restored
 //	attach.go    an inbound stream attached to its peer (listening -> connected)
 //	end.go       a stream ended (released, expired, failed) and the janitor
-//	stream.go    a running stream: listeners, accept loops, relays, counters
-//	quic.go      the QUIC side of a running stream
+//	facility.go  a node of a facility of several on etcd: membership, placement, takeover
 //	rates.go     the sampler of every stream's rates (internal/rates: mean, standard deviation, peak, steady state)
 //	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
 //	metrics.go   the Prometheus metrics, read from the counters at scrape time
 //	statuspage.go the status page (HTML, embedded)
 //	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
-//	pool.go      pooled WAN legs of outbound streams: warm, reused, torn down by LRU or LRU-M
-//	appwait.go   the inbound side's dial of its application, retried while the stream waits for it
 //	targets.go   a request's addresses checked against what the gateway may dial (internal/egress)
-//	admission.go what a stream may hold (capacity, quotas, rate granted) and the buckets that pace it
+//	admission.go what a stream may hold (capacity, quotas, rate granted; internal/stream paces it)
 //	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
 package gateway
 
@@ -52,6 +50,7 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/strangers"
+	"scistream/internal/stream"
 )
 
 // Server is a SciStream gateway's control server.
@@ -60,7 +59,7 @@ type Server struct {
 	log     *slog.Logger
 	alloc   *ports.Allocator
 	engines *relay.Engines
-	env     *Env // what every stream gets
+	env     *stream.Env // what every stream gets
 	strange *strangers.Gate
 	self    *egress.Self // the endpoints no stream may make the gateway dial
 	files   Files        // the plan of open files, as Config.Files gave it
@@ -71,12 +70,13 @@ type Server struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex // guards the following fields
-	streams map[store.Key]*Stream
-	names   map[string]*Stream          // the streams on the shared WAN port, by server name
+	streams map[store.Key]*stream.Stream
+	names   map[string]*stream.Stream   // the streams on the shared WAN port, by server name
 	pending map[store.Key]*store.Record // being created, for reserve
 	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
 	ready   bool
+	port    *wanPort // the shared WAN port, once open (Config.WANPort)
 
 	httpSrv  *http.Server
 	wg       sync.WaitGroup // janitor and HTTP serving
@@ -127,7 +127,7 @@ func New(cfg Config) (*Server, error) {
 		strange: strange,
 		self:    self,
 		files:   files,
-		env: &Env{
+		env: &stream.Env{
 			Log:       cfg.Logger,
 			Alloc:     alloc,
 			Cert:      &cfg.Identity.TLS,
@@ -138,17 +138,17 @@ func New(cfg Config) (*Server, error) {
 			Peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
 			Advertise: cfg.WANAdvertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
-			Legs:       NewLegManager(cfg.Pool, cfg.Logger),
-			Files:      &Slots{max: FilesPerConn * int64(cfg.MaxActiveConns)},
-			BestEffort: NewBestEffort(cfg.Capacity.Rate),
+			Legs:       stream.NewLegManager(cfg.Pool, cfg.Logger),
+			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
+			BestEffort: stream.NewBestEffort(cfg.Capacity.Rate),
 			Paceable:   paceable,
 			Kernel:     engines.Kernel(),
 			Facility:   cfg.Node != "",
 		},
 		ctx:     ctx,
 		cancel:  cancel,
-		streams: map[store.Key]*Stream{},
-		names:   map[string]*Stream{},
+		streams: map[store.Key]*stream.Stream{},
+		names:   map[string]*stream.Stream{},
 		pending: map[store.Key]*store.Record{},
 		unsaved: map[store.Key]*store.Record{},
 		done:    make(chan struct{}),
@@ -193,7 +193,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.mu.Lock()
 		closed := s.closed
 		if !closed {
-			s.env.Port = wp
+			s.port, s.env.Port = wp, wp
 		}
 		s.mu.Unlock()
 		if closed {
@@ -212,8 +212,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.Shutdown(context.Background())
 		return err
 	}
-	if s.env.Port != nil {
-		s.env.Port.start()
+	if s.port != nil {
+		s.port.start()
 	}
 	s.wg.Add(1)
 	go s.janitor()
@@ -276,7 +276,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closed = true
 		s.ready = false
 		hs := s.httpSrv
-		port := s.env.Port
+		port := s.port
 		s.mu.Unlock()
 		close(s.done)
 		if hs != nil {
@@ -296,7 +296,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.leaveFacility() // its channels move to the other nodes now
 		s.saveUnsaved()   // a last try
 		s.mu.Lock()
-		s.streams = map[store.Key]*Stream{}
+		s.streams = map[store.Key]*stream.Stream{}
 		s.mu.Unlock()
 		err = s.cfg.Store.Close()
 	})

@@ -98,7 +98,7 @@ func TestStrangerCaps(t *testing.T) {
 	// The peer's address, once it authenticated, is not capped.
 	peer := &net.TCPAddr{IP: net.ParseIP("127.0.0.63")}
 	s.mu.Lock()
-	s.streams[store.Key{Owner: "alice", UID: st.UID}].trusted.Add(peer, time.Now())
+	s.streams[store.Key{Owner: "alice", UID: st.UID}].Trusted.Add(peer, time.Now())
 	s.mu.Unlock()
 	if got := refused("127.0.0.63", 3); got != 0 {
 		t.Fatalf("the peer's address was refused %d times over the strangers' caps", got)
@@ -183,7 +183,7 @@ func TestTrustBounded(t *testing.T) {
 	s.mu.Lock()
 	st := s.streams[store.Key{Owner: "alice", UID: own.UID}]
 	s.mu.Unlock()
-	st.trusted.Add(&net.TCPAddr{IP: net.ParseIP("127.0.0.81")}, time.Now())
+	st.Trusted.Add(&net.TCPAddr{IP: net.ParseIP("127.0.0.81")}, time.Now())
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.81")}}
 	conns := make([]net.Conn, 0, flood)
 	defer func() {

@@ -5,6 +5,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // The table of live streams (Server.streams) and of keys being created
@@ -85,7 +86,7 @@ func (s *Server) unreserve(k store.Key) {
 
 // add puts a started stream in the table. It reports false, leaving the
 // table alone, once the server is shutting down.
-func (s *Server) add(st *Stream) bool {
+func (s *Server) add(st *stream.Stream) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -100,14 +101,14 @@ func (s *Server) add(st *Stream) bool {
 
 // byName returns the live stream on the shared WAN port whose server
 // name is name, or nil.
-func (s *Server) byName(name string) *Stream {
+func (s *Server) byName(name string) *stream.Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.names[name]
 }
 
 // remove takes st out of the table if it is still there.
-func (s *Server) remove(st *Stream) {
+func (s *Server) remove(st *stream.Stream) {
 	s.mu.Lock()
 	if s.streams[st.Key] == st {
 		delete(s.streams, st.Key)
@@ -115,7 +116,7 @@ func (s *Server) remove(st *Stream) {
 	if st.Shared != nil && s.names[st.Shared.ServerName] == st {
 		delete(s.names, st.Shared.ServerName)
 	}
-	port := s.env.Port
+	port := s.port
 	s.mu.Unlock()
 	if port != nil && st.Shared != nil {
 		port.trust.Forget(st) // its trust ends with it
@@ -123,10 +124,10 @@ func (s *Server) remove(st *Stream) {
 }
 
 // live returns the streams running now.
-func (s *Server) live() []*Stream {
+func (s *Server) live() []*stream.Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*Stream, 0, len(s.streams))
+	out := make([]*stream.Stream, 0, len(s.streams))
 	for _, st := range s.streams {
 		out = append(out, st)
 	}
@@ -136,7 +137,7 @@ func (s *Server) live() []*Stream {
 // owned returns caller's stream uid: the live stream and its record, or,
 // if it has ended or belongs to an earlier run, its stored record with a
 // nil stream. Any other identity's stream is not found.
-func (s *Server) owned(uid, caller string) (*Stream, *store.Record, error) {
+func (s *Server) owned(uid, caller string) (*stream.Stream, *store.Record, error) {
 	if err := checkUID(uid); err != nil {
 		return nil, nil, err
 	}

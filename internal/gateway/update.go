@@ -8,6 +8,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/pace"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 )
 
 // A running stream changed (PATCH /v1/streams/{uid}): its rate, its
@@ -38,7 +39,7 @@ func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
 }
 
 // update checks req against the running stream st and applies it.
-func (s *Server) update(st *Stream, req *api.UpdateRequest) (*store.Record, error) {
+func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Record, error) {
 	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
 		return nil, api.Errorf(api.CodeInvalidArgument, "nothing to update: give rate, allow or lease_s")
 	}
@@ -63,7 +64,7 @@ func (s *Server) update(st *Stream, req *api.UpdateRequest) (*store.Record, erro
 		if err != nil {
 			return nil, err
 		}
-		prefixes, _ = ParseAllow(a) // checked
+		prefixes, _ = stream.ParseAllow(a) // checked
 		allow = a
 	}
 	if req.LeaseS != nil {

@@ -7,6 +7,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 	"scistream/internal/waitfor"
 )
 
@@ -36,7 +37,7 @@ func TestUpdateStoreRefused(t *testing.T) {
 		t.Fatalf("after a refused PATCH the stream shows rate %d, lease %d s to %s; want the unchanged 100 Mbit/s, 60 s to %s",
 			got.Rate, got.LeaseS, got.Expires, st.Expires)
 	}
-	if r := liveStream(t, s, st.UID).bucket(dirToWAN).Rate(); r != 100e6 || info(t, s).ReservedRate != 100e6 {
+	if r := liveStream(t, s, st.UID).Bucket(stream.DirToWAN).Rate(); r != 100e6 || info(t, s).ReservedRate != 100e6 {
 		t.Fatalf("after a refused PATCH paced at %d, %d reserved", r, info(t, s).ReservedRate)
 	}
 	s.sweep(clk.Add(61*time.Second), time.Time{})

@@ -16,6 +16,7 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/pace"
 	"scistream/internal/store"
+	"scistream/internal/stream"
 	"scistream/internal/wan"
 )
 
@@ -241,7 +242,7 @@ func (s *Server) checkAllow(allow []string) ([]string, error) {
 		return nil, api.Errorf(api.CodeInvalidArgument, "allow: at most %d entries", api.MaxAllow)
 	}
 	for _, a := range allow {
-		if _, err := ParsePrefix(a); err != nil {
+		if _, err := stream.ParsePrefix(a); err != nil {
 			return nil, api.Errorf(api.CodeInvalidArgument, "allow: %v; give addresses or CIDR prefixes such as 10.1.0.0/16", err)
 		}
 	}
@@ -306,7 +307,7 @@ func parsePin(wanT, peerCert, peer string) (string, error) {
 // transport wanT: 0 (the gateway's cap) up to the most the gateway
 // admits over that transport (over quic, twice its cap).
 func (s *Server) checkMaxActive(n int, wanT string) error {
-	most := FilesPerConn * s.cfg.MaxActiveConns / int(FilesOf(wanT))
+	most := FilesPerConn * s.cfg.MaxActiveConns / int(stream.FilesOf(wanT))
 	if n < 0 || n > most {
 		return api.Errorf(api.CodeInvalidArgument, "max_active_conns %d out of range: give 1 to %d (this gateway's cap on %s connections at once), or omit it for the gateway's cap", n, most, wanT)
 	}

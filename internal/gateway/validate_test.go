@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"scistream/internal/api"
+	"scistream/internal/stream"
 )
 
 func TestValidUID(t *testing.T) {
@@ -37,13 +38,13 @@ func TestParsePrefix(t *testing.T) {
 	for in, want := range map[string]string{
 		"10.1.2.3/16": "10.1.0.0/16", "10.1.2.3": "10.1.2.3/32", "::ffff:10.0.0.1": "10.0.0.1/32", "fd00::1/64": "fd00::/64",
 	} {
-		p, err := ParsePrefix(in)
+		p, err := stream.ParsePrefix(in)
 		if err != nil || p.String() != want {
 			t.Errorf("parsePrefix(%q) = %v, %v; want %s", in, p, err, want)
 		}
 	}
 	for _, bad := range []string{"", "10.0.0.0/33", "host", "10.0.0.0/-1"} {
-		if _, err := ParsePrefix(bad); err == nil {
+		if _, err := stream.ParsePrefix(bad); err == nil {
 			t.Errorf("parsePrefix(%q) accepted", bad)
 		}
 	}

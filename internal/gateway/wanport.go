@@ -18,6 +18,7 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
 	"scistream/internal/strangers"
+	"scistream/internal/stream"
 	"scistream/internal/wan"
 )
 
@@ -38,7 +39,7 @@ type wanPort struct {
 	log     *slog.Logger
 	strange *strangers.Gate
 	cert    *tls.Certificate
-	lookup  func(name string) *Stream // a live stream by server name, or nil
+	lookup  func(name string) *stream.Stream // a live stream by server name, or nil
 	// proxy: every connection starts with a PROXY protocol v2 header
 	// from a router in front, whose addresses proxyFrom lists
 	// (Config.WANProxyProtocol, WANProxyFrom).
@@ -50,8 +51,8 @@ type wanPort struct {
 	udp  *net.UDPConn
 	quic *wan.QUICListener
 
-	slots strangers.Listener             // connections in their handshake
-	trust strangers.SharedTrust[*Stream] // the sources each stream's peer authenticated from lately
+	slots strangers.Listener                    // connections in their handshake
+	trust strangers.SharedTrust[*stream.Stream] // the sources each stream's peer authenticated from lately
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -67,7 +68,7 @@ type wanPort struct {
 // starts accepting on it. lookup finds a live stream by its server name.
 // proxyFrom, if not nil, lists the routers that send every connection's
 // PROXY protocol header.
-func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *Env, quicCfg wan.QUICConfig, lookup func(string) *Stream) (*wanPort, error) {
+func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *stream.Env, quicCfg wan.QUICConfig, lookup func(string) *stream.Stream) (*wanPort, error) {
 	addr := net.JoinHostPort(bind, strconv.Itoa(port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
@@ -93,7 +94,7 @@ func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *Env, quicCf
 		ln:        ln,
 		udp:       udp,
 		slots:     strangers.Listener{Shared: true},
-		trust:     strangers.SharedTrust[*Stream]{},
+		trust:     strangers.SharedTrust[*stream.Stream]{},
 		ctx:       ctx,
 		cancel:    cancel,
 		hs:        map[net.Conn]struct{}{},
@@ -173,7 +174,7 @@ func (wp *wanPort) acceptTCP() {
 			if wp.ctx.Err() != nil {
 				return
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() || stream.IsTemporary(err) {
 				// e.g. EMFILE: back off instead of spinning.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				wp.log.Warn("accept on the shared WAN port", "err", err, "retry_in", backoff)
@@ -293,7 +294,7 @@ func (wp *wanPort) serve(raw *net.TCPConn, sl strangers.Slot) {
 		}
 		remote, sl = from, fromSlot
 	}
-	var st *Stream
+	var st *stream.Stream
 	r, err := wan.AcceptRouted(wp.ctx, raw, wp.cert, func(name string) *wan.Leg {
 		st = wp.lookup(name)
 		if st == nil {
@@ -319,7 +320,7 @@ func (wp *wanPort) serve(raw *net.TCPConn, sl strangers.Slot) {
 // refuse counts a connection to the shared port that did not
 // authenticate: against its stream if it named one, else only in the
 // gateway's summary of strangers.
-func (wp *wanPort) refuse(st *Stream, remote net.Addr, err error) {
+func (wp *wanPort) refuse(st *stream.Stream, remote net.Addr, err error) {
 	if wp.ctx.Err() != nil {
 		return
 	}
@@ -361,3 +362,7 @@ func addrString(a net.Addr) string {
 	}
 	return a.String()
 }
+
+// CloseQUICLeg ends the QUIC connections of the stream whose leg on the
+// port is leg (stream.SharedPort).
+func (wp *wanPort) CloseQUICLeg(leg *wan.Leg) { wp.quic.CloseLeg(leg) }

@@ -24,6 +24,7 @@ import (
 	"scistream/internal/localgw"
 	"scistream/internal/proxyproto"
 	"scistream/internal/strangers"
+	"scistream/internal/stream"
 	"scistream/internal/waitfor"
 	"scistream/internal/wan"
 )
@@ -179,13 +180,13 @@ func TestSharedWANPort(t *testing.T) {
 		}
 	}
 	echoOnce("before")
-	var st0 *Stream
+	var st0 *stream.Stream
 	for _, st := range cons.srv.live() {
 		if st.UID == streams[0].inS.UID {
 			st0 = st
 		}
 	}
-	trust := &cons.srv.env.Port.trust
+	trust := &cons.srv.port.trust
 	if st0 == nil || !trust.Trusts(st0) {
 		t.Fatal("the shared port does not trust the source stream 0's peer authenticated from")
 	}
@@ -417,7 +418,7 @@ func TestSharedWANPortProxyFrom(t *testing.T) {
 	refusals := func(reason string) int64 {
 		return strange.RefusedSince()[strangers.Key(reason)]
 	}
-	wp := cons.srv.env.Port
+	wp := cons.srv.port
 	unheard := func() int {
 		return wp.unheard.N()
 	}

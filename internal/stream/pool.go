@@ -1,4 +1,4 @@
-package gateway
+package stream
 
 import (
 	"context"
@@ -68,14 +68,22 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	return c
 }
 
+// A FieldError names the field of a settings struct (PoolConfig) that
+// its Validate refused; Problem completes a sentence that starts with
+// the field's name.
+type FieldError struct{ Field, Problem string }
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
+
+// Validate reports the settings a gateway refuses, as a *FieldError.
 func (c PoolConfig) Validate() error {
 	switch {
 	case c.MaxPerPeer < 0:
-		return fieldError("Pool.MaxPerPeer", "%d is negative: give the most pooled WAN legs to one peer gateway, e.g. 64", c.MaxPerPeer)
+		return &FieldError{"MaxPerPeer", fmt.Sprintf("%d is negative: give the most pooled WAN legs to one peer gateway, e.g. 64", c.MaxPerPeer)}
 	case c.MaxWarm < 0:
-		return fieldError("Pool.MaxWarm", "%d is negative: give the most warm legs a stream may keep per channel, e.g. 16", c.MaxWarm)
+		return &FieldError{"MaxWarm", fmt.Sprintf("%d is negative: give the most warm legs a stream may keep per channel, e.g. 16", c.MaxWarm)}
 	case c.Policy != "" && c.Policy != PolicyLRU && c.Policy != PolicyLRUM:
-		return fieldError("Pool.Policy", "%.20q unknown: use %q or %q", c.Policy, PolicyLRU, PolicyLRUM)
+		return &FieldError{"Policy", fmt.Sprintf("%.20q unknown: use %q or %q", c.Policy, PolicyLRU, PolicyLRUM)}
 	}
 	return nil
 }
@@ -409,7 +417,7 @@ func (m *LegManager) warmer(st *Stream, want int) {
 			backoff = 0
 		}
 		select {
-		case <-st.ctx.Done():
+		case <-st.Done():
 			return
 		case <-wake:
 		case <-wait:
@@ -471,4 +479,41 @@ func (m *LegManager) Counts() (idle, open int) {
 		idle += len(legs)
 	}
 	return idle, open
+}
+
+// LegStats is what a LegManager holds, for status and tests.
+type LegStats struct {
+	// Open and Idle count the legs to one peer: open in all (idle,
+	// busy, being dialed) and idle; Sound the idle ones neither ended
+	// by the peer nor carrying a session.
+	Open, Idle, Sound int
+	// Stale counts the idle legs, to any peer, that the peer ended.
+	Stale int
+	// Flows, Warmers and Teardowns count the streams' flows with idle
+	// legs, the warmers waiting to refill, and the flows with legs torn
+	// down at the cap: what the manager remembers of streams.
+	Flows, Warmers, Teardowns int
+}
+
+// Stats reports what the manager holds, counting the legs to the peer
+// gateway of target (a "host:port" the streams dial) in Open, Idle and
+// Sound.
+func (m *LegManager) Stats(target string) LegStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	peer := peerOf(target)
+	st := LegStats{Open: m.open[peer], Idle: len(m.idle[peer]), Flows: len(m.byFlow), Warmers: len(m.waiters), Teardowns: len(m.teardowns)}
+	for pl := range m.idle[peer] {
+		if !pl.p.Stale() && pl.p.Idle() {
+			st.Sound++
+		}
+	}
+	for _, legs := range m.byFlow {
+		for _, pl := range legs {
+			if pl.p.Stale() {
+				st.Stale++
+			}
+		}
+	}
+	return st
 }

@@ -1,4 +1,4 @@
-package gateway
+package stream
 
 import (
 	"log/slog"
@@ -101,7 +101,7 @@ func (st *Stream) startWatch(log *slog.Logger) {
 func (st *Stream) watchLoop(log *slog.Logger, target string, leg *wan.Leg) {
 	defer st.wg.Done()
 	select {
-	case <-st.ctx.Done():
+	case <-st.Done():
 		return
 	case <-time.After(watchDelay):
 	}
@@ -131,7 +131,7 @@ func (st *Stream) watchLoop(log *slog.Logger, target string, leg *wan.Leg) {
 			st.wanDown(log, "cannot reach the peer gateway: application connections are reset until it answers", err)
 		}
 		select {
-		case <-st.ctx.Done():
+		case <-st.Done():
 			return
 		case <-time.After(backoff):
 		}

@@ -1,4 +1,4 @@
-package gateway
+package stream
 
 import (
 	"context"
@@ -88,7 +88,7 @@ func (st *Stream) stopQUIC() {
 		ql.Close()
 	}
 	if st.Shared != nil && st.wanT == api.WANQUIC {
-		st.env.Port.quic.CloseLeg(st.Shared)
+		st.env.Port.CloseQUICLeg(st.Shared)
 	}
 	if q.dialer != nil {
 		q.dialer.Close()

@@ -1,4 +1,4 @@
-package gateway
+package stream
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 
 // The directions of a stream's bytes, as its buckets are indexed.
 const (
-	dirToWAN   = 0
-	dirFromWAN = 1
+	DirToWAN   = 0
+	DirFromWAN = 1
 )
 
 // Pacing is a stream's grant and the buckets that keep to it.
@@ -85,6 +85,11 @@ func (p *Pacing) apply() {
 	}
 }
 
+// Bucket returns the stream's own bucket of direction d, nil for best
+// effort.
+func (p *Pacing) Bucket(d int) *pace.Bucket { return p.buckets[d].Load() }
+
+// Rate returns the grant.
 func (p *Pacing) Rate() pace.Rate { return pace.Rate(p.grant.Load()) }
 
 // BestEffort is the pacing that best-effort streams share.
@@ -116,8 +121,9 @@ func (b *BestEffort) Set(reserved pace.Rate) {
 	b.active.Store(reserved > 0)
 }
 
-// bucket returns the bucket that paces direction d of st now, or nil.
-func (st *Stream) bucket(d int) *pace.Bucket {
+// Bucket returns the bucket that paces direction d (DirToWAN,
+// DirFromWAN) of st now: its own, best effort's, or nil.
+func (st *Stream) Bucket(d int) *pace.Bucket {
 	if b := st.Pace.buckets[d].Load(); b != nil {
 		return b
 	}
@@ -128,7 +134,7 @@ func (st *Stream) bucket(d int) *pace.Bucket {
 }
 
 // paced reports whether st's connections are paced now.
-func (st *Stream) paced() bool { return st.bucket(dirToWAN) != nil }
+func (st *Stream) paced() bool { return st.Bucket(DirToWAN) != nil }
 
 // counter returns the count function of direction d of one connection
 // for relay.Relay: it counts the bytes written and waits until they fit
@@ -136,7 +142,7 @@ func (st *Stream) paced() bool { return st.bucket(dirToWAN) != nil }
 func (st *Stream) counter(ctx context.Context, d int, n *atomic.Int64) func(int64) {
 	return func(k int64) {
 		n.Add(k)
-		if b := st.bucket(d); b != nil {
+		if b := st.Bucket(d); b != nil {
 			b.Wait(ctx, k)
 		}
 	}
@@ -172,3 +178,7 @@ type Refusals struct {
 // streams keep however much is reserved: they slow down, but a
 // connection never stalls for good.
 const BestEffortFloor = 0.01
+
+// Reserved returns the rate the live streams have reserved, as Set was
+// last told.
+func (b *BestEffort) Reserved() pace.Rate { return pace.Rate(b.reserved.Load()) }

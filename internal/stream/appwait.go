@@ -1,4 +1,4 @@
-package gateway
+package stream
 
 import (
 	"errors"
@@ -62,7 +62,7 @@ const (
 // waits for its application: the record's wait (the gateway's default
 // for a record written before it had one), capped by the gateway's
 // maximum now in force.
-func (e *Env) appWaitFor(rec *store.Record) time.Duration {
+func (e *Env) AppWaitFor(rec *store.Record) time.Duration {
 	if rec.AppWaitS == nil {
 		return e.AppWait
 	}
@@ -130,7 +130,7 @@ func (st *Stream) dialApp(log *slog.Logger, w net.Conn, target string, wait time
 			timer.Reset(min(backoff, left))
 		}
 		select {
-		case <-st.ctx.Done(): // released or shut down
+		case <-st.Done(): // released or shut down
 			return nil, err
 		case <-timer.C:
 		}

@@ -1,4 +1,4 @@
-package gateway
+package stream
 
 import (
 	"context"

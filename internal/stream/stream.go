@@ -1,4 +1,4 @@
-package gateway
+package stream
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,7 @@ type Env struct {
 	Targets, Peers *egress.Policy
 	// Port is the shared WAN Port and advertise its address for peers,
 	// if the gateway has one (wanport.go).
-	Port      *wanPort
+	Port      SharedPort
 	Advertise string
 	Legs      *LegManager // pooled WAN legs of outbound streams (pool.go)
 	// AppWait is Config.AppWaitDefault, AppWaitMax Config.AppWaitMax,
@@ -58,6 +59,18 @@ type Env struct {
 	// facility: the pin of an attach stored a moment ago by another
 	// node, stream.pin); nil on a gateway of one node.
 	Reread func(store.Key) (*store.Record, error)
+}
+
+// FilesPerConn is what one application connection over a TLS or TCP
+// WAN leg holds open in the gateway: its socket and its WAN leg's.
+const FilesPerConn = 2
+
+// SharedPort is what a stream needs of the gateway's shared WAN port
+// (which serves the legs of the streams on it).
+type SharedPort interface {
+	// CloseQUICLeg ends the QUIC connections of the stream whose leg on
+	// the shared port is leg.
+	CloseQUICLeg(leg *wan.Leg)
 }
 
 // Slots counts what application connections hold against a cap:
@@ -81,6 +94,15 @@ func (c *Slots) take(k int64) bool {
 }
 
 func (c *Slots) give(k int64) { c.n.Add(-k) }
+
+// NewSlots returns slots capped at max units (0: no cap).
+func NewSlots(max int64) *Slots { return &Slots{max: max} }
+
+// Max returns the cap (0: none).
+func (c *Slots) Max() int64 { return c.max }
+
+// InUse returns the units held now.
+func (c *Slots) InUse() int64 { return c.n.Load() }
 
 // FilesOf is what one application connection of a stream over
 // transport wanT holds open in the gateway: its socket and its WAN leg's,
@@ -120,12 +142,14 @@ type Stream struct {
 	// Channels admits every channel), which the port's router returns
 	// for the stream's server name; nil for a stream with its own ports.
 	Shared *wan.Leg
+	// Trusted holds the sources the stream's peer authenticated from
+	// lately (its own lock).
+	Trusted strangers.Trust
 
 	mu        sync.Mutex // guards the following fields
 	rec       *store.Record
 	listeners []*net.TCPListener
 	slots     []strangers.Listener // per listener: connections in their handshake
-	trusted   strangers.Trust      // sources the peer authenticated from lately
 	conns     map[net.Conn]int     // every connection, by the channel it arrived on (-1: another leg of one)
 	stopped   bool
 	quic      quicLegs   // WAN legs over QUIC (quic.go)
@@ -148,10 +172,10 @@ type Stream struct {
 	Rates   *rates.Tracker // sampled rates (internal/rates)
 }
 
-// NewStream builds the runtime of rec on its bound listeners, one per
+// New builds the runtime of rec on its bound listeners, one per
 // channel, relaying with engine eng. parent is the context whose end
 // stops it. It starts nothing: see start.
-func NewStream(parent context.Context, e *Env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*Stream, error) {
+func New(parent context.Context, e *Env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*Stream, error) {
 	if len(lns) != rec.PortsHeld() || len(rec.Targets) == 0 {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
 	}
@@ -355,14 +379,14 @@ func (st *Stream) acceptLoop(ch int, ln *net.TCPListener) {
 			if st.ctx.Err() != nil {
 				return
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() || isTemporary(err) {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() || IsTemporary(err) {
 				// e.g. EMFILE: back off instead of spinning.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				st.env.Log.Warn("accept", "uid", st.UID, "channel", ch, "err", err, "retry_in", backoff)
 				select {
 				case <-time.After(backoff):
 					continue
-				case <-st.ctx.Done():
+				case <-st.Done():
 					return
 				}
 			}
@@ -373,7 +397,7 @@ func (st *Stream) acceptLoop(ch int, ln *net.TCPListener) {
 		var sl strangers.Slot
 		if st.Role == api.RoleInbound {
 			var ok bool
-			if sl, ok = st.env.Strangers.Admit(&st.slots[ch], c.RemoteAddr(), st.trusted.Has(c.RemoteAddr(), time.Now())); !ok {
+			if sl, ok = st.env.Strangers.Admit(&st.slots[ch], c.RemoteAddr(), st.Trusted.Has(c.RemoteAddr(), time.Now())); !ok {
 				// Over a cap of connections in their handshake:
 				// reset at once, before any TLS state exists.
 				st.rejected.Add(1)
@@ -437,7 +461,8 @@ func (st *Stream) ReleaseConn() {
 	st.env.Files.give(FilesOf(st.wanT))
 }
 
-func isTemporary(err error) bool {
+// IsTemporary reports an accept error worth retrying after a pause (EMFILE, say).
+func IsTemporary(err error) bool {
 	type temporary interface{ Temporary() bool }
 	t, ok := err.(temporary)
 	return ok && t.Temporary()
@@ -523,7 +548,7 @@ func (st *Stream) serveInbound(ch int, raw *net.TCPConn, sl strangers.Slot) {
 // (one session after another), or a leg of one application connection.
 // The caller tracks r.Conn.
 func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
-	st.trusted.Add(from, time.Now())
+	st.Trusted.Add(from, time.Now())
 	log := st.env.Log.With("uid", st.UID, "channel", r.Channel, "peer", from.String())
 	if r.Watch() {
 		st.serveWatch(log, r.Conn)
@@ -585,7 +610,7 @@ func (st *Stream) RefuseWAN(ch int, remote net.Addr, err error) {
 // w to it; w is aborted if that fails.
 func (st *Stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.Conn) {
 	target := rec.Targets[ch%len(rec.Targets)]
-	app, err := st.dialApp(log, w, target, st.env.appWaitFor(rec))
+	app, err := st.dialApp(log, w, target, st.env.AppWaitFor(rec))
 	if err != nil {
 		var re *relay.Error
 		if errors.As(err, &re) {
@@ -617,7 +642,7 @@ func (st *Stream) relay(log *slog.Logger, app, w net.Conn) {
 	// later.
 	ctx, abort := context.WithCancel(st.ctx)
 	defer abort()
-	err := relay.RelayAborting(st.EngineFor(), app, w, st.counter(ctx, dirToWAN, &st.ToWAN), st.counter(ctx, dirFromWAN, &st.FromWAN), abort)
+	err := relay.RelayAborting(st.EngineFor(), app, w, st.counter(ctx, DirToWAN, &st.ToWAN), st.counter(ctx, DirFromWAN, &st.FromWAN), abort)
 	st.ended(log, err)
 }
 
@@ -797,4 +822,20 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	}
 	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// Done returns a channel closed when the stream stops (released, ended,
+// or its gateway shut down).
+func (st *Stream) Done() <-chan struct{} { return st.ctx.Done() }
+
+// Admitted returns the application connections the stream holds against
+// its max_active_conns now (relaying, or waiting for their other leg).
+func (st *Stream) Admitted() int64 { return st.open.InUse() }
+
+// Listeners returns the stream's bound listeners, one per channel of its
+// own ports (none on the shared WAN port), for a look at their sockets.
+func (st *Stream) Listeners() []*net.TCPListener {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Clone(st.listeners)
 }
