@@ -26,7 +26,6 @@
 //	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
 //	metrics.go   the Prometheus metrics, read from the counters at scrape time
 //	statuspage.go the status page (HTML, embedded)
-//	wanport.go   the shared WAN port: one listener for every stream, routed by TLS server name
 //	targets.go   a request's addresses checked against what the gateway may dial (internal/egress)
 //	admission.go what a stream may hold (capacity, quotas, rate granted; internal/stream paces it)
 //	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
@@ -51,6 +50,7 @@ import (
 	"scistream/internal/store"
 	"scistream/internal/strangers"
 	"scistream/internal/stream"
+	"scistream/internal/wanport"
 )
 
 // Server is a SciStream gateway's control server.
@@ -76,7 +76,7 @@ type Server struct {
 	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
 	ready   bool
-	port    *wanPort // the shared WAN port, once open (Config.WANPort)
+	port    *wanport.Port // the shared WAN port, once open (Config.WANPort)
 
 	httpSrv  *http.Server
 	wg       sync.WaitGroup // janitor and HTTP serving
@@ -184,7 +184,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Unlock()
 
 	if s.cfg.WANPort != 0 {
-		wp, err := openWANPort(s.cfg.BindIP, s.cfg.WANPort, s.proxyFrom(), s.env, s.cfg.QUIC, s.byName)
+		wp, err := wanport.Open(s.cfg.BindIP, s.cfg.WANPort, s.proxyFrom(), s.env, s.cfg.QUIC, s.byName)
 		if err != nil {
 			ln.Close()
 			s.Shutdown(context.Background())
@@ -197,11 +197,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		s.mu.Unlock()
 		if closed {
-			wp.close()
+			wp.Close()
 			ln.Close()
 			return http.ErrServerClosed
 		}
-		s.log.Info("shared WAN port open", "bind", wp.ln.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol, "proxy_from", s.cfg.WANProxyFrom)
+		s.log.Info("shared WAN port open", "bind", wp.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol, "proxy_from", s.cfg.WANProxyFrom)
 	}
 	restore := s.restore
 	if s.fac != nil {
@@ -213,7 +213,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	if s.port != nil {
-		s.port.start()
+		s.port.Start()
 	}
 	s.wg.Add(1)
 	go s.janitor()
@@ -286,7 +286,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.obs.close()
 		if port != nil {
-			port.close() // no new legs; the streams' own end below
+			port.Close() // no new legs; the streams' own end below
 		}
 		for _, st := range s.live() {
 			st.Stop()

@@ -119,7 +119,7 @@ func (s *Server) remove(st *stream.Stream) {
 	port := s.port
 	s.mu.Unlock()
 	if port != nil && st.Shared != nil {
-		port.trust.Forget(st) // its trust ends with it
+		port.Forget(st) // its trust ends with it
 	}
 }
 

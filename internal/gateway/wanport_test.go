@@ -186,8 +186,8 @@ func TestSharedWANPort(t *testing.T) {
 			st0 = st
 		}
 	}
-	trust := &cons.srv.port.trust
-	if st0 == nil || !trust.Trusts(st0) {
+	port := cons.srv.port
+	if st0 == nil || !port.Trusts(st0) {
 		t.Fatal("the shared port does not trust the source stream 0's peer authenticated from")
 	}
 	for _, cl := range []*client.Client{streams[0].out, streams[0].in} {
@@ -195,7 +195,7 @@ func TestSharedWANPort(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if trust.Trusts(st0) {
+	if port.Trusts(st0) {
 		t.Fatal("stream 0's trust outlived the stream")
 	}
 	echoOnce("after another stream's release")
@@ -420,7 +420,7 @@ func TestSharedWANPortProxyFrom(t *testing.T) {
 	}
 	wp := cons.srv.port
 	unheard := func() int {
-		return wp.unheard.N()
+		return wp.Unheard()
 	}
 	// dial connects from src and sends first, if not nil.
 	var conns []net.Conn

@@ -1,4 +1,16 @@
-package gateway
+// Package wanport is a gateway's shared WAN port (s2cs --wan_port): one
+// TCP listener and one UDP socket that carry the inbound WAN legs of
+// every stream created on it (store.Record.ServerName). A leg names its
+// stream by the TLS server name (wan/shared.go); the gateway's table of
+// names (the lookup given to Open) is the router, so creating or ending a
+// stream changes one map entry and never touches another stream's
+// connections. Everything after the routing is a stream's own: its pin,
+// its secret, its channels, its connections and counters
+// (stream.Stream.ServeRouted). The strangers' caps apply per source and
+// in all; the per-listener cap does not (the port serves every stream).
+// Behind a router that sends the PROXY protocol (Open's proxyFrom), the
+// source is the one its header names, and only the routers may connect.
+package wanport
 
 import (
 	"context"
@@ -22,20 +34,9 @@ import (
 	"scistream/internal/wan"
 )
 
-// The shared WAN port (Config.WANPort): one TCP listener and one UDP
-// socket that carry the inbound WAN legs of every stream created on it
-// (store.Record.ServerName). A leg names its stream by the TLS server
-// name (wan/shared.go); the server's table of names (Server.names) is
-// the router, so creating or ending a stream changes one map entry and
-// never touches another stream's connections. Everything after the
-// routing is a stream's own: its pin, its secret, its channels, its
-// connections and counters (serveRouted). The strangers' caps apply per
-// source and in all; the per-listener cap does not (the port serves
-// every stream). Behind a router that sends the PROXY protocol
-// (Config.WANProxyProtocol), the source is the one its header names.
-
-// wanPort is a running shared WAN port.
-type wanPort struct {
+// Port is a running shared WAN port. Its methods may be called
+// concurrently.
+type Port struct {
 	log     *slog.Logger
 	strange *strangers.Gate
 	cert    *tls.Certificate
@@ -64,11 +65,11 @@ type wanPort struct {
 	wg sync.WaitGroup // accept loops, connections in their handshake
 }
 
-// openWANPort binds the shared WAN port on bind (TCP and UDP); start
+// Open binds the shared WAN port on bind (TCP and UDP); start
 // starts accepting on it. lookup finds a live stream by its server name.
 // proxyFrom, if not nil, lists the routers that send every connection's
 // PROXY protocol header.
-func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *stream.Env, quicCfg wan.QUICConfig, lookup func(string) *stream.Stream) (*wanPort, error) {
+func Open(bind string, port int, proxyFrom []netip.Prefix, e *stream.Env, quicCfg wan.QUICConfig, lookup func(string) *stream.Stream) (*Port, error) {
 	addr := net.JoinHostPort(bind, strconv.Itoa(port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
@@ -84,7 +85,7 @@ func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *stream.Env,
 		return nil, fmt.Errorf("bind the shared WAN port for QUIC (UDP): %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	wp := &wanPort{
+	wp := &Port{
 		log:       e.Log,
 		strange:   e.Strangers,
 		cert:      e.Cert,
@@ -114,11 +115,11 @@ func openWANPort(bind string, port int, proxyFrom []netip.Prefix, e *stream.Env,
 	return wp, nil
 }
 
-// start starts accepting legs. The server calls it once it restored its
+// Start starts accepting legs. The server calls it once it restored its
 // streams (on a node of a facility: mirrored the facility's), so a leg
 // that comes meanwhile waits in the listen queue instead of being refused
 // for a name the node does not know yet. It does nothing once closed.
-func (wp *wanPort) start() {
+func (wp *Port) Start() {
 	wp.mu.Lock()
 	defer wp.mu.Unlock()
 	if wp.closed {
@@ -131,18 +132,18 @@ func (wp *wanPort) start() {
 
 // route is the wan.Router of the port: the shared leg of the live stream
 // that owns name.
-func (wp *wanPort) route(name string) *wan.Leg {
+func (wp *Port) route(name string) *wan.Leg {
 	if st := wp.lookup(name); st != nil {
 		return st.Shared
 	}
 	return nil
 }
 
-// close stops accepting, ends the connections still in their handshake
+// Close stops accepting, ends the connections still in their handshake
 // and the QUIC listener (every QUIC connection on it), and waits for the
 // port's goroutines. Legs already handed to streams are theirs. It
 // closes the sockets. Idempotent.
-func (wp *wanPort) close() {
+func (wp *Port) Close() {
 	wp.mu.Lock()
 	if wp.closed {
 		wp.mu.Unlock()
@@ -165,7 +166,7 @@ func (wp *wanPort) close() {
 	wp.wg.Wait()
 }
 
-func (wp *wanPort) acceptTCP() {
+func (wp *Port) acceptTCP() {
 	defer wp.wg.Done()
 	var backoff time.Duration
 	for {
@@ -212,7 +213,7 @@ func (wp *wanPort) acceptTCP() {
 // own address is the router's, and must be one of proxyFrom: c then
 // counts among the unheard (in all, and per router) until its header
 // names its source (serve), and takes its slot then.
-func (wp *wanPort) admit(c *net.TCPConn) (strangers.Slot, bool) {
+func (wp *Port) admit(c *net.TCPConn) (strangers.Slot, bool) {
 	remote := c.RemoteAddr()
 	if wp.proxy {
 		src := strangers.SourceOf(remote)
@@ -238,13 +239,13 @@ func (wp *wanPort) admit(c *net.TCPConn) (strangers.Slot, bool) {
 
 // release frees what admit (or, behind a PROXY router, source) took for
 // a connection: its handshake slot, or its place among the unheard.
-func (wp *wanPort) release(sl strangers.Slot) { wp.strange.Release(sl) }
+func (wp *Port) release(sl strangers.Slot) { wp.strange.Release(sl) }
 
 // source reads the PROXY header of raw (behind a router) and takes the
 // handshake slot of the source it names, swapping the unheard count for
 // it. It returns the source, or an error (raw is then closed and counted
 // as refused) with the address to blame.
-func (wp *wanPort) source(raw *net.TCPConn, heard strangers.Slot) (net.Addr, strangers.Slot, error) {
+func (wp *Port) source(raw *net.TCPConn, heard strangers.Slot) (net.Addr, strangers.Slot, error) {
 	h, err := proxyproto.Read(raw)
 	wp.release(heard)
 	if err != nil {
@@ -263,7 +264,7 @@ func (wp *wanPort) source(raw *net.TCPConn, heard strangers.Slot) (net.Addr, str
 
 // serve authenticates a connection to the shared port and hands it to
 // its stream.
-func (wp *wanPort) serve(raw *net.TCPConn, sl strangers.Slot) {
+func (wp *Port) serve(raw *net.TCPConn, sl strangers.Slot) {
 	defer wp.wg.Done()
 	remote := raw.RemoteAddr()
 	untrack := func() {
@@ -320,7 +321,7 @@ func (wp *wanPort) serve(raw *net.TCPConn, sl strangers.Slot) {
 // refuse counts a connection to the shared port that did not
 // authenticate: against its stream if it named one, else only in the
 // gateway's summary of strangers.
-func (wp *wanPort) refuse(st *stream.Stream, remote net.Addr, err error) {
+func (wp *Port) refuse(st *stream.Stream, remote net.Addr, err error) {
 	if wp.ctx.Err() != nil {
 		return
 	}
@@ -332,7 +333,7 @@ func (wp *wanPort) refuse(st *stream.Stream, remote net.Addr, err error) {
 	wp.log.Debug("WAN connection refused", "wan_port", wp.ln.Addr().String(), "peer", remote.String(), "err", err)
 }
 
-func (wp *wanPort) acceptQUIC() {
+func (wp *Port) acceptQUIC() {
 	defer wp.wg.Done()
 	for {
 		r, err := wp.quic.AcceptRouted(wp.ctx)
@@ -365,4 +366,17 @@ func addrString(a net.Addr) string {
 
 // CloseQUICLeg ends the QUIC connections of the stream whose leg on the
 // port is leg (stream.SharedPort).
-func (wp *wanPort) CloseQUICLeg(leg *wan.Leg) { wp.quic.CloseLeg(leg) }
+func (wp *Port) CloseQUICLeg(leg *wan.Leg) { wp.quic.CloseLeg(leg) }
+
+// Addr returns the port's TCP address.
+func (wp *Port) Addr() net.Addr { return wp.ln.Addr() }
+
+// Forget drops the trust st's peer earned on the port: st ended.
+func (wp *Port) Forget(st *stream.Stream) { wp.trust.Forget(st) }
+
+// Trusts reports whether the port trusts a source for st (tests).
+func (wp *Port) Trusts(st *stream.Stream) bool { return wp.trust.Trusts(st) }
+
+// Unheard returns how many connections from the routers have not sent
+// their PROXY header yet (tests).
+func (wp *Port) Unheard() int { return wp.unheard.N() }
