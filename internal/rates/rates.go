@@ -37,7 +37,6 @@
 // weighted the same way; with samples of equal length both are the plain
 // ones. They are kept with West's weighted form of Welford's online
 // algorithm, so months of samples lose no precision.
-
 package rates
 
 import (
