@@ -108,6 +108,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.IntVar(&o.pool.MaxPerPeer, "pool_max_per_peer", 64, "most pooled WAN legs (idle and busy) to one peer gateway; at the cap an idle one is torn down by --pool_policy")
 	fs.StringVar(&o.pool.Policy, "pool_policy", stream.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
 	fs.IntVar(&o.pool.MaxWarm, "pool_max_warm", 16, "largest wan_pool (idle pooled legs per channel) a stream may ask for")
+	fs.DurationVar(&o.pool.IdleTimeout, "pool_idle_timeout", stream.DefaultIdleTimeout, "how long a pooled WAN leg beyond a channel's wan_pool may stay idle (after a burst dialed more) before it is torn down")
 	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
@@ -162,7 +163,7 @@ func flagGroups() []cliflag.Group {
 			"type", "buffer_size", "no_sockmap", "max_active_conns"}},
 		{Title: "WAN legs (plaintext TCP, the shared WAN port, pooled legs)", Flags: []string{
 			"insecure_tcp_wan", "wan_port", "wan_domain", "wan_advertise", "wan_proxy_protocol", "wan_proxy_from",
-			"pool_max_per_peer", "pool_policy", "pool_max_warm"}},
+			"pool_max_per_peer", "pool_policy", "pool_max_warm", "pool_idle_timeout"}},
 		{Title: "What streams may make this gateway dial", Flags: []string{
 			"allow_targets", "allow_peers"}},
 		{Title: "Identity and access (tokens, identity providers, roles)", Flags: []string{
@@ -216,7 +217,7 @@ func (o *options) config() (gateway.Config, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--lease_default", o.lease}, {"--lease_max", o.leaseMax}} {
+	}{{"--lease_default", o.lease}, {"--lease_max", o.leaseMax}, {"--pool_idle_timeout", o.pool.IdleTimeout}} {
 		if d.v <= 0 {
 			return gateway.Config{}, fmt.Errorf("%s %s: give a positive duration, e.g. 24h", d.name, d.v)
 		}
@@ -344,6 +345,7 @@ func flagError(err error) error {
 		"Pool.MaxPerPeer":  "--pool_max_per_peer",
 		"Pool.Policy":      "--pool_policy",
 		"Pool.MaxWarm":     "--pool_max_warm",
+		"Pool.IdleTimeout": "--pool_idle_timeout",
 		"MaxActiveConns":   "--max_active_conns",
 		"Quota.Rate":       "--quota_rate",
 		"Capacity.Rate":    "--capacity_rate",

@@ -382,7 +382,9 @@ func (c Config) Validate() error {
 		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
 	}
 	if err := c.Pool.Validate(); err != nil {
-		return err
+		var fe *stream.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "Pool." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Observe.Validate(); err != nil {
 		return err

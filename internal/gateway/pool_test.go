@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -189,4 +190,61 @@ func TestPoolStaleLegNotReused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestPoolTrimmed (issue 27, finding 3): a burst of connections dials
+// more legs than a stream's pool keeps; once the burst is over, the legs
+// beyond the pool go after the idle time, counted as torn down, and the
+// pool's own stay.
+func TestPoolTrimmed(t *testing.T) {
+	p := startPair(t, nil, func(c *Config) { c.Pool.IdleTimeout = time.Second })
+	in, out := p.in, p.out
+	ctx := context.Background()
+	inS, outS, err := client.Wire(ctx, in, out,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1},
+		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := func() *api.Stats {
+		s, err := out.Get(ctx, inS.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Stats
+	}
+	waitfor.Must(t, 15*time.Second, "two idle legs", func() bool { return stats().LegsIdle == 2 })
+	// Eight connections open at once: each holds a leg.
+	const burst = 8
+	var conns []net.Conn
+	for i := range burst {
+		c, err := net.Dial("tcp", outS.Listeners[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		msg := []byte(fmt.Sprintf("connection %d", i))
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, c) // the echo's end: the session ended in order
+		c.Close()
+	}
+	// Every leg of the burst went idle again (its session ended in
+	// order), beside what the warmer dialed meanwhile.
+	waitfor.Must(t, 15*time.Second, "the burst's legs idle", func() bool { return stats().LegsIdle >= burst })
+	t.Logf("after the burst: %d legs idle", stats().LegsIdle)
+	waitfor.Must(t, 30*time.Second, "the legs beyond the pool torn down after the idle time", func() bool {
+		s := stats()
+		return s.LegsIdle == 2 && s.LegsTornDown >= burst-2
+	})
+	roundTrip(t, outS.Listeners[0], 64<<10) // the pool still serves
 }

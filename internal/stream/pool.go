@@ -47,7 +47,17 @@ type PoolConfig struct {
 	// MaxWarm caps a stream's wan_pool (idle legs kept warm per
 	// channel). If zero, 16.
 	MaxWarm int
+	// IdleTimeout is how long a leg beyond a channel's wan_pool may stay
+	// idle before it is torn down (counted in legs_torn_down): a burst
+	// of connections dials more legs than the pool keeps, and a leg
+	// holds memory and a socket at both gateways (seed 002). The
+	// newest idle legs are kept, the pool's N of them for good. If zero,
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is PoolConfig.IdleTimeout's default.
+const DefaultIdleTimeout = 30 * time.Second
 
 // Pool policies (PoolConfig.Policy).
 const (
@@ -64,6 +74,9 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	}
 	if c.MaxWarm == 0 {
 		c.MaxWarm = 16
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
 	}
 	return c
 }
@@ -82,6 +95,8 @@ func (c PoolConfig) Validate() error {
 		return &FieldError{"MaxPerPeer", fmt.Sprintf("%d is negative: give the most pooled WAN legs to one peer gateway, e.g. 64", c.MaxPerPeer)}
 	case c.MaxWarm < 0:
 		return &FieldError{"MaxWarm", fmt.Sprintf("%d is negative: give the most warm legs a stream may keep per channel, e.g. 16", c.MaxWarm)}
+	case c.IdleTimeout < 0:
+		return &FieldError{"IdleTimeout", fmt.Sprintf("%s is negative: give how long a leg beyond a stream's pool may stay idle, e.g. 30s", c.IdleTimeout)}
 	case c.Policy != "" && c.Policy != PolicyLRU && c.Policy != PolicyLRUM:
 		return &FieldError{"Policy", fmt.Sprintf("%.20q unknown: use %q or %q", c.Policy, PolicyLRU, PolicyLRUM)}
 	}
@@ -99,7 +114,8 @@ type pooledLeg struct {
 	p    *wan.Pooled
 	flow flow
 	peer string
-	used uint64 // the manager's tick when it last went idle (LRU order)
+	used uint64    // the manager's tick when it last went idle (LRU order)
+	idle time.Time // when it last went idle
 }
 
 // LegManager holds every pooled leg of the gateway's outbound streams.
@@ -219,6 +235,7 @@ func (m *LegManager) release(pl *pooledLeg, clean bool) {
 	defer m.mu.Unlock()
 	if clean && pl.p.Idle() && pl.flow.st.ctx.Err() == nil {
 		m.idleLocked(pl)
+		m.wakeLocked(pl.flow.st) // it may hold more than its pool now: the warmer trims
 		return
 	}
 	m.open[pl.peer]--
@@ -228,6 +245,7 @@ func (m *LegManager) release(pl *pooledLeg, clean bool) {
 func (m *LegManager) idleLocked(pl *pooledLeg) {
 	m.tick++
 	pl.used = m.tick
+	pl.idle = time.Now()
 	if m.idle[pl.peer] == nil {
 		m.idle[pl.peer] = map[*pooledLeg]bool{}
 	}
@@ -303,6 +321,36 @@ func (m *LegManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 	}
 }
 
+// trim tears down, in order, the idle legs of flow f beyond the want
+// newest that have been idle for the manager's IdleTimeout at now, and
+// returns how many it tore down and when the next of those beyond want
+// is due (zero if none is left).
+func (m *LegManager) trim(f flow, want int, now time.Time) (int, time.Time) {
+	m.mu.Lock()
+	legs := m.byFlow[f] // most recently idle last
+	var gone []*pooledLeg
+	var next time.Time
+	for _, pl := range legs[:max(0, len(legs)-want)] {
+		if due := pl.idle.Add(m.cfg.IdleTimeout); due.After(now) {
+			if next.IsZero() || due.Before(next) {
+				next = due
+			}
+			continue
+		}
+		gone = append(gone, pl)
+	}
+	for _, pl := range gone {
+		m.unidleLocked(pl)
+		m.open[pl.peer]--
+	}
+	m.mu.Unlock()
+	for _, pl := range gone {
+		pl.p.Quit()
+	}
+	f.st.legsTornDown.Add(int64(len(gone)))
+	return len(gone), next
+}
+
 // idleOf returns how many idle legs st holds, over its channels.
 func (m *LegManager) idleOf(st *Stream) int {
 	m.mu.Lock()
@@ -376,7 +424,8 @@ func (m *LegManager) dropFlows(st *Stream, match func(flow) bool) {
 
 // warmer keeps st's flows at want idle legs each until st stops,
 // dialing again with backoff (1 s to 30 s) while the peer refuses (as
-// it does until the inbound side is attached).
+// it does until the inbound side is attached), and trims the idle legs
+// beyond want that stayed idle for the IdleTimeout (trim).
 func (m *LegManager) warmer(st *Stream, want int) {
 	defer st.wg.Done()
 	wake := make(chan struct{}, 1)
@@ -416,11 +465,34 @@ func (m *LegManager) warmer(st *Stream, want int) {
 		} else {
 			backoff = 0
 		}
+		now := time.Now()
+		var trimAt time.Time
+		for ch := range rec.NumConn {
+			n, next := m.trim(flow{st, ch}, want, now)
+			if n > 0 {
+				st.env.Log.Debug("idle WAN legs beyond the pool torn down", "uid", st.UID, "channel", ch, "legs", n, "idle_for", m.cfg.IdleTimeout)
+			}
+			if !next.IsZero() && (trimAt.IsZero() || next.Before(trimAt)) {
+				trimAt = next
+			}
+		}
+		var trimC <-chan time.Time
+		var trimT *time.Timer
+		if !trimAt.IsZero() {
+			trimT = time.NewTimer(time.Until(trimAt))
+			trimC = trimT.C
+		}
 		select {
 		case <-st.Done():
-			return
 		case <-wake:
 		case <-wait:
+		case <-trimC:
+		}
+		if trimT != nil {
+			trimT.Stop()
+		}
+		if st.ctx.Err() != nil {
+			return
 		}
 	}
 }
