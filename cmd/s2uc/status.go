@@ -114,6 +114,9 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	}
 	fmt.Fprintf(w, "\n  connections %d active%s%s, %d total, %d refused%s, %d aborted%s, %d errors\n",
 		st.ActiveConns, limit, waiting, st.TotalConns, st.RejectedConns, over, st.AbortedConns, byKind(st), st.Errors)
+	if st.PeerFlaps > 0 {
+		fmt.Fprintf(w, "  the peer gateway failed again %d times within seconds of answering (one outage in the log)\n", st.PeerFlaps)
+	}
 	if st.WANRedials > 0 {
 		fmt.Fprintf(w, "  %d WAN dials the peer gateway reset in its handshake cap, dialled again\n", st.WANRedials)
 	}

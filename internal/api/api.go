@@ -375,6 +375,12 @@ type Stats struct {
 	// connection waited meanwhile. Steadily rising, it means strangers
 	// hold the peer's slots.
 	WANRedials int64 `json:"wan_redials,omitempty"`
+	// PeerFlaps counts the times the peer gateway failed again after it
+	// had answered, within one outage: an outage ends only once WAN legs
+	// have worked for a few seconds with no failure, so a peer that
+	// answers and fails by turns (a starved or overloaded path) is one
+	// outage in the log, and these are its turns.
+	PeerFlaps int64 `json:"peer_flaps,omitempty"`
 	// Peer is what this gateway knows of its peer gateway, from the
 	// stream's watch leg: PeerUp, PeerDown, PeerReleased, PeerStopping,
 	// or empty when it does not know (no data leg has worked yet, or a

@@ -27,6 +27,11 @@ import (
 // of the peer gateway, and failing to reach it or the application, are
 // said at warn once per outage per stream, not once per connection (a
 // dead peer fails every connection at once), and the recovery at info.
+// A failure within recoverAfter of the answer that ended an outage is
+// the same outage (outage): under contention answers and failures
+// alternate, and each turn would else be an outage of its own, said
+// twice (issue 27 saw 116 warnings and 116 recoveries in a minute);
+// those turns are counted as flaps instead (api.Stats.PeerFlaps).
 
 // ends counts a stream's aborted connections.
 type ends struct {
@@ -35,11 +40,67 @@ type ends struct {
 	mu   sync.Mutex // guards last
 	last map[string]api.LastError
 
-	peerDown atomic.Bool // the WAN side failed; no leg has worked since
-	appDown  atomic.Bool // the application could not be reached (inbound)
+	peer outage // the WAN side: the peer gateway
+	app  outage // the application (inbound)
 
 	faultMu      sync.Mutex // guards lastFaultLog
 	lastFaultLog time.Time
+}
+
+// recoverAfter is how long a side must keep answering after an outage
+// before a failure is a new outage, not a flap of the same one.
+const recoverAfter = 5 * time.Second
+
+// outage is one side's trouble (the peer gateway, or the application),
+// said once: it starts at a failure, its end is said at the first answer
+// after it, and a failure within recoverAfter of that answer is the same
+// outage again (a flap, counted), said neither as a new outage nor as a
+// new recovery. Its methods may be called concurrently.
+type outage struct {
+	mu       sync.Mutex // guards the following fields
+	down     bool
+	upSince  time.Time // when it last answered after a failure
+	inOutage bool      // an outage was said
+	saidBack bool      // its end was said
+	flaps    int64     // failures within recoverAfter of a recovery
+}
+
+// fail notes a failure at now; first says an outage starts (say it).
+func (o *outage) fail(now time.Time) (first bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down {
+		return false
+	}
+	o.down = true
+	if o.inOutage && now.Sub(o.upSince) < recoverAfter {
+		o.flaps++ // it answered a moment ago: the same outage
+		return false
+	}
+	o.inOutage, o.saidBack = true, false
+	return true
+}
+
+// ok notes an answer at now; back says the outage ended (say it once).
+func (o *outage) ok(now time.Time) (back bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.down {
+		return false
+	}
+	o.down, o.upSince = false, now
+	if o.saidBack {
+		return false
+	}
+	o.saidBack = true
+	return true
+}
+
+// flapped returns the flaps counted.
+func (o *outage) flapped() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.flaps
 }
 
 // numKinds is len(api.EndKinds()).
@@ -187,8 +248,8 @@ func (st *Stream) dialFailed(log *slog.Logger, toPeer bool, target string, err e
 		st.wanDown(log.With("target", target), "cannot reach the peer gateway: application connections are reset until it answers", err)
 		return
 	}
-	if st.ends.appDown.CompareAndSwap(false, true) {
-		log.Warn("cannot reach the application: WAN connections are reset until it answers (said once until it does)", "target", target, "kind", kind, "err", err)
+	if st.ends.app.fail(time.Now()) {
+		log.Warn("cannot reach the application: WAN connections are reset until it answers (said once per outage)", "target", target, "kind", kind, "err", err)
 	} else {
 		log.Debug("dial application", "target", target, "kind", kind, "err", err)
 	}
@@ -197,8 +258,8 @@ func (st *Stream) dialFailed(log *slog.Logger, toPeer bool, target string, err e
 // appAway notes that a connection waits for the application to answer
 // (appwait.go): said at warn once until it answers, as dialFailed does.
 func (st *Stream) appAway(log *slog.Logger, target string, wait time.Duration, err error) {
-	if st.ends.appDown.CompareAndSwap(false, true) {
-		log.Warn("cannot reach the application: WAN connections wait for it, unread, then are reset (said once until it answers)", "target", target, "wait", wait, "err", err)
+	if st.ends.app.fail(time.Now()) {
+		log.Warn("cannot reach the application: WAN connections wait for it, unread, then are reset (said once per outage)", "target", target, "wait", wait, "err", err)
 	} else {
 		log.Debug("the application does not answer: the connection waits", "target", target, "wait", wait, "err", err)
 	}
@@ -206,16 +267,16 @@ func (st *Stream) appAway(log *slog.Logger, target string, wait time.Duration, e
 
 // appUp notes that the application answered a dial again.
 func (st *Stream) appUp(log *slog.Logger) {
-	if st.ends.appDown.CompareAndSwap(true, false) {
+	if st.ends.app.ok(time.Now()) {
 		log.Info("the application answers again")
 	}
 }
 
-// wanDown notes a failure of the WAN side: said at warn the first time
-// since a leg last worked, then at debug.
+// wanDown notes a failure of the WAN side: said at warn when an outage
+// starts, then at debug.
 func (st *Stream) wanDown(log *slog.Logger, msg string, err error) {
-	if st.ends.peerDown.CompareAndSwap(false, true) {
-		log.Warn(msg+" (said once until a WAN leg works again)", "err", err)
+	if st.ends.peer.fail(time.Now()) {
+		log.Warn(msg+" (said once per outage)", "err", err)
 	} else {
 		log.Debug(msg, "err", err)
 	}
@@ -224,7 +285,7 @@ func (st *Stream) wanDown(log *slog.Logger, msg string, err error) {
 // wanUp notes that a WAN leg works (it was dialed or accepted, or a
 // relayed connection ended in order).
 func (st *Stream) wanUp(log *slog.Logger) {
-	if st.ends.peerDown.CompareAndSwap(true, false) {
+	if st.ends.peer.ok(time.Now()) {
 		log.Info("the peer gateway answers again")
 	}
 }

@@ -1,11 +1,14 @@
 package stream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -114,5 +117,65 @@ func TestEndsCounters(t *testing.T) {
 	}
 	if l := s.LastErrors[api.EndWANLost]; len(l.Reason) > 310 {
 		t.Fatalf("a long reason kept whole: %d bytes", len(l.Reason))
+	}
+}
+
+// TestOutage (issue 27, finding 4): answers and failures by turns are
+// one outage, its start and end said once, its turns counted as flaps; a
+// failure after recoverAfter of answers is a new outage.
+func TestOutage(t *testing.T) {
+	var o outage
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	if !o.fail(now) {
+		t.Fatal("the first failure does not start an outage")
+	}
+	if o.fail(now) {
+		t.Fatal("a second failure started another outage")
+	}
+	for i := range 116 {
+		now = now.Add(250 * time.Millisecond)
+		if back := o.ok(now); back != (i == 0) {
+			t.Fatalf("turn %d: the end said %v; want it said at the first answer only", i, back)
+		}
+		now = now.Add(250 * time.Millisecond)
+		if o.fail(now) {
+			t.Fatalf("turn %d: a failure a moment after an answer started another outage", i)
+		}
+	}
+	if n := o.flapped(); n != 116 {
+		t.Fatalf("%d flaps counted, want 116", n)
+	}
+	now = now.Add(time.Second)
+	o.ok(now)
+	if o.fail(now.Add(recoverAfter - time.Millisecond)) {
+		t.Fatal("a failure within recoverAfter of the answer started a new outage")
+	}
+	o.ok(now.Add(recoverAfter))
+	if !o.fail(now.Add(2*recoverAfter + time.Millisecond)) {
+		t.Fatal("a failure after recoverAfter of answers is not a new outage")
+	}
+	if !o.ok(now.Add(3 * recoverAfter)) {
+		t.Fatal("the new outage's end not said")
+	}
+}
+
+// TestOutageSaidOnce: the log says an outage of a peer that answers and
+// fails by turns once, and its end once, not at every turn.
+func TestOutageSaidOnce(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	st := &Stream{}
+	for range 50 {
+		st.wanDown(log, "cannot reach the peer gateway", errors.New("refused"))
+		st.wanUp(log)
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", n, buf.String())
+	}
+	if n := strings.Count(buf.String(), "answers again"); n != 1 {
+		t.Errorf("the end said %d times, want once:\n%s", n, buf.String())
+	}
+	if n := st.ends.peer.flapped(); n != 49 {
+		t.Errorf("%d flaps, want 49", n)
 	}
 }

@@ -764,6 +764,7 @@ func (st *Stream) Stats() *api.Stats {
 	if st.Role == api.RoleOutbound {
 		s.LegsIdle = int64(st.env.Legs.idleOf(st))
 		s.WANRedials = st.redials.Load()
+		s.PeerFlaps = st.ends.peer.flapped()
 	}
 	return s
 }
