@@ -146,6 +146,11 @@ type Config struct {
 	// being served by other nodes: the node's etcd lease lasts about
 	// half of it. At least 4 s. If zero, DefaultTakeover.
 	Takeover time.Duration
+	// HandshakesPerPeer bounds the WAN handshakes in flight from this
+	// gateway to one peer gateway; an application connection over the
+	// bound waits for a slot, within its leg's handshake deadline
+	// (stream.Handshakes). If zero, stream.DefaultHandshakesPerPeer.
+	HandshakesPerPeer int
 	// Strangers caps the WAN connections still in their handshake. Its
 	// zero value is the defaults documented on Limits.
 	Strangers strangers.Limits
@@ -336,6 +341,8 @@ func (c Config) Validate() error {
 		return fieldError("LeaseMax", "%s is not a positive whole number of seconds: give e.g. 168h", c.LeaseMax)
 	case c.Quota.Pending < 0:
 		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
+	case c.HandshakesPerPeer < 0:
+		return fieldError("HandshakesPerPeer", "%d is negative: give the most WAN handshakes in flight to one peer gateway, or 0 for %d", c.HandshakesPerPeer, stream.DefaultHandshakesPerPeer)
 	case c.MaxActiveConns < 0:
 		return fieldError("MaxActiveConns", "%d is negative: give the most application connections the gateway relays at once, or 0 to derive it from the limit of open files", c.MaxActiveConns)
 	case c.FileLimit < 0:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,4 +89,24 @@ func TestRedialHandshakeCap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHandshakesQueued: with two WAN handshakes in flight to the peer at
+// most, a burst of twelve application connections is carried whole: the
+// others wait for a slot instead of failing (stream.Handshakes).
+func TestHandshakesQueued(t *testing.T) {
+	p := startPair(t, nil, func(c *Config) { c.HandshakesPerPeer = 2 })
+	ctx := context.Background()
+	_, outS, err := client.Wire(ctx, p.in, p.out,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1},
+		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Add(1)
+		go func() { defer wg.Done(); roundTrip(t, outS.Listeners[0], 64<<10) }()
+	}
+	wg.Wait()
 }

@@ -139,6 +139,7 @@ func New(cfg Config) (*Server, error) {
 			Advertise: cfg.WANAdvertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
 			Legs:       stream.NewLegManager(cfg.Pool, cfg.Logger),
+			Handshakes: stream.NewHandshakes(cfg.HandshakesPerPeer),
 			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
 			BestEffort: stream.NewBestEffort(cfg.Capacity.Rate),
 			Paceable:   paceable,

@@ -217,7 +217,9 @@ func peerOf(target string) string {
 // count is taken already, and given back if the dial fails.
 func (m *LegManager) dial(ctx context.Context, f flow, target string, leg *wan.Leg) (*pooledLeg, error) {
 	peer := peerOf(target)
-	p, err := redial(ctx, redialWindow, func(ctx context.Context) (*wan.Pooled, error) { return wan.DialPooled(ctx, target, leg) }, f.st.redialed(target))
+	p, err := redial(ctx, redialWindow, func(ctx context.Context) (*wan.Pooled, error) {
+		return handshake(ctx, f.st.env.Handshakes, target, func(ctx context.Context) (*wan.Pooled, error) { return wan.DialPooled(ctx, target, leg) })
+	}, f.st.redialed(target))
 	if err != nil {
 		m.mu.Lock()
 		m.open[peer]--

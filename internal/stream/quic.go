@@ -137,7 +137,9 @@ func (st *Stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net
 		}
 		return d.Dial(ctx, target, leg)
 	}
-	return redial(ctx, redialWindow, func(ctx context.Context) (net.Conn, error) { return wan.Dial(ctx, target, leg) }, st.redialed(target))
+	return redial(ctx, redialWindow, func(ctx context.Context) (net.Conn, error) {
+		return handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (net.Conn, error) { return wan.Dial(ctx, target, leg) })
+	}, st.redialed(target))
 }
 
 // redialed returns what redial tells of a leg to target it dials again:

@@ -44,6 +44,9 @@ type Env struct {
 	Port      SharedPort
 	Advertise string
 	Legs      *LegManager // pooled WAN legs of outbound streams (pool.go)
+	// Handshakes bounds the WAN handshakes in flight to each peer
+	// (handshakes.go); nil bounds nothing.
+	Handshakes *Handshakes
 	// AppWait is Config.AppWaitDefault, AppWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
 	AppWait, AppWaitMax time.Duration
