@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`.
-.PHONY: demo test build setup clean perf
+.PHONY: demo test test-loaded build setup clean perf
 
 build:
 	go build -buildvcs=auto -o bin/ ./cmd/...
@@ -14,6 +14,10 @@ demo: setup
 
 test:
 	bash scripts/test.sh
+
+# The same, with CPU-bound busy loops beside it, as on a shared CI runner.
+test-loaded:
+	bash scripts/test.sh --loaded
 
 # The runs of docs/performance.md (about two minutes; use a quiet machine).
 perf: setup
