@@ -15,6 +15,9 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/bench"
+	"scistream/internal/exp/progress"
+	"scistream/internal/exp/record"
+	"scistream/internal/exp/workload"
 	"scistream/internal/localgw"
 	"scistream/internal/relay"
 )
@@ -24,7 +27,7 @@ import (
 var knownWANs = []string{api.WANTLS, api.WANTCP, api.WANQUIC}
 
 type compareConfig struct {
-	plan       *plan
+	plan       *workload.Plan
 	pairs      []int
 	reps       int
 	engine     string
@@ -70,7 +73,7 @@ could build, measured against the same direct runs.`
 
 // compareFlags are the flags of compare; testbed run has them too.
 type compareFlags struct {
-	wf                                                                 workloadFlags
+	wf                                                                 workload.Flags
 	pairs, engine, wan, jsonPath, plotsDir, plotFormat, progress, s2cs *string
 	reps                                                               *int
 	runTimeout, idle, rateInterval                                     *time.Duration
@@ -78,7 +81,7 @@ type compareFlags struct {
 
 // register defines the flags on fs; reps is the default of --reps.
 func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
-	f.wf.register(fs)
+	f.wf.Register(fs)
 	f.pairs = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
 	f.reps = fs.Int("reps", reps, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
 	f.engine = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Names(), ", "))
@@ -95,14 +98,13 @@ func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
 
 // config validates the parsed flags of fs.
 func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
-	f.wf.set = flagsSet(fs)
 	cfg := &compareConfig{reps: *f.reps, engine: *f.engine, wan: *f.wan, jsonPath: *f.jsonPath, plotsDir: *f.plotsDir,
 		plotFormat: *f.plotFormat, progress: *f.progress, s2cs: *f.s2cs, runTimeout: *f.runTimeout, idle: *f.idle, rateInterval: *f.rateInterval}
 	var err error
 	if cfg.pairs, err = parsePairs(*f.pairs); err != nil {
 		return nil, err
 	}
-	if cfg.plan, err = f.wf.resolve(slices.Max(cfg.pairs)); err != nil {
+	if cfg.plan, err = resolveWorkload(&f.wf, slices.Max(cfg.pairs)); err != nil {
 		return nil, err
 	}
 	switch {
@@ -132,7 +134,7 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
 
 // runOptions are the bounds of one run.
 func (cfg *compareConfig) runOptions() bench.RunOptions {
-	return bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, EachMessage: cfg.plan.each}
+	return bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.Duration, EachMessage: cfg.plan.Each}
 }
 
 func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
@@ -164,8 +166,8 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	wall := time.Now()
 	p := cfg.plan
 	fmt.Fprintf(stdout, "s2bench compare: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
-		p.name, len(p.sizes), cfg.pairs, cfg.reps, cfg.engine, cfg.wan)
-	p.print(stdout, cfg.pairs)
+		p.Name, len(p.Sizes), cfg.pairs, cfg.reps, cfg.engine, cfg.wan)
+	p.Print(stdout, cfg.pairs)
 
 	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, args: cfg.gatewayArgs()})
 	if err != nil {
@@ -183,29 +185,29 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer connects to %s\n",
 		lp.outS.UID, ms(lp.setup), lp.target())
-	ps := []string{pathDirect, pathGateways}
+	ps := []string{record.PathDirect, record.PathGateways}
 	var naive *naivePair
 	if cfg.baseline {
 		if naive, err = startNaivePair(ctx, cfg.wan, lp.consAddr); err != nil {
 			return err
 		}
 		defer naive.Close()
-		ps = append(ps, pathNaive)
+		ps = append(ps, record.PathNaive)
 		fmt.Fprintf(stdout, "naive baseline (io.Copy over %s): pids %v; producer connects to %s\n", cfg.wan, naive.pids(), naive.target)
 	}
 
 	e := &experiment{
 		plan: p, pairs: cfg.pairs, reps: cfg.reps, paths: ps, engine: cfg.engine, wan: cfg.wan,
 		jsonPath: cfg.jsonPath, plotsDir: cfg.plotsDir, plotFormat: cfg.plotFormat, progress: cfg.progress, cpu: true,
-		runOne: func(ctx context.Context, h bench.Hello, prog *progress, label string) (record, error) {
+		runOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
 			rt := lp.route(h.Path)
-			if h.Path == pathNaive {
+			if h.Path == record.PathNaive {
 				rt = route{ln: lp.consumer, target: naive.target, cpu: naive.cpu}
 			}
 			return runPath(ctx, lp, h, rt, cfg.runOptions(), prog, label, stderr)
 		},
 		onFail: func(path string) {
-			if path == pathGateways {
+			if path == record.PathGateways {
 				fmt.Fprint(stderr, lp.logTail(10))
 			}
 		},
@@ -223,46 +225,6 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	return nil
 }
 
-// print says what one run sends, for each pair count.
-func (p *plan) print(w io.Writer, pairs []int) {
-	for _, n := range pairs {
-		if len(p.sizes) <= 3 {
-			for _, s := range p.sizes {
-				fmt.Fprintf(w, "  per run: %s\n", p.describe(s, n))
-			}
-		} else {
-			fmt.Fprintf(w, "  per run: %s ... %s\n", p.describe(p.sizes[0], n), p.describe(p.sizes[len(p.sizes)-1], n))
-		}
-	}
-}
-
-func rttText(r record) string {
-	if r.RTTSamples == 0 {
-		return ""
-	}
-	return fmt.Sprintf("  rtt p50 %8.1f p99 %8.1f us", r.RTTP50US, r.RTTP99US)
-}
-
-// pairsText gives the spread of the pairs' own goodputs.
-func pairsText(r record) string {
-	if len(r.PerPair) < 2 {
-		return ""
-	}
-	var gp []float64
-	for _, p := range r.PerPair {
-		gp = append(gp, p.GoodputMBps)
-	}
-	lo, hi := bench.MinMax(gp)
-	return fmt.Sprintf("  per pair %.1f..%.1f MB/s", lo, hi)
-}
-
-func cpuText(r record) string {
-	if r.GwCPUSPerGB == nil {
-		return ""
-	}
-	return fmt.Sprintf("  gw cpu %5.2f s/GB", *r.GwCPUSPerGB)
-}
-
 // route is where a run over one path goes.
 type route struct {
 	ln     *net.TCPListener // the consumer's listener
@@ -278,7 +240,7 @@ type route struct {
 // route returns compare's route for path: the one consumer listener, reached
 // directly or through the gateways.
 func (lp *localPair) route(path string) route {
-	if path == pathGateways {
+	if path == record.PathGateways {
 		return route{ln: lp.consumer, target: lp.target()}
 	}
 	return route{ln: lp.consumer, target: lp.consumer.Addr().String()}
@@ -289,12 +251,12 @@ func (lp *localPair) route(path string) route {
 // address; through the gateways, it sees a gateway, and the gateways
 // counted every byte of the run; with rt.peer, the consumer sees that
 // address. On the gateway path it also measures the gateways' CPU time.
-func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o bench.RunOptions, prog *progress, label string, stderr io.Writer) (record, error) {
-	rec := record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
+func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o bench.RunOptions, prog *progress.Display, label string, stderr io.Writer) (record.Record, error) {
+	rec := record.Record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
 	if o.Duration > 0 {
 		rec.DurationS = o.Duration.Seconds()
 	}
-	gw := h.Path == pathGateways
+	gw := h.Path == record.PathGateways
 	cpuOf := rt.cpu
 	if cpuOf == nil && gw {
 		cpuOf = lp.cpu
@@ -316,11 +278,11 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 	}
 	var counter atomic.Int64
 	want := h.Spec.Bytes * int64(h.Pairs)
-	prog.start(label, &counter, want)
+	prog.Start(label, &counter, want)
 	o.Progress = &counter
 	res, err := bench.Run(ctx, rt.ln, rt.target, h, o)
-	prog.end()
-	rec.fill(res)
+	prog.End()
+	rec.Fill(res)
 	if cpuOf != nil {
 		if cpu1, cerr := cpuOf(); cerr == nil && rec.Bytes > 0 {
 			s := (cpu1 - cpu0).Seconds()
@@ -336,9 +298,9 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 	for i, p := range res.Pairs {
 		host, _, _ := net.SplitHostPort(p.Recv.Remote)
 		switch {
-		case h.Path == pathDirect && p.Recv.Remote != p.Send.Local:
+		case h.Path == record.PathDirect && p.Recv.Remote != p.Send.Local:
 			err = fmt.Errorf("direct run, pair %d: the consumer saw %s, not the producer %s", i, p.Recv.Remote, p.Send.Local)
-		case h.Path != pathDirect && p.Recv.Remote == p.Send.Local:
+		case h.Path != record.PathDirect && p.Recv.Remote == p.Send.Local:
 			err = fmt.Errorf("%s run, pair %d: the consumer saw the producer %s itself", h.Path, i, p.Send.Local)
 		case rt.peer != "" && host != rt.peer:
 			err = fmt.Errorf("%s run, pair %d: the consumer saw %s, want %s", h.Path, i, p.Recv.Remote, rt.peer)
@@ -373,7 +335,7 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 		if out, in, err := lp.runRates(ctx, wire); err != nil {
 			rec.GwRateNote = err.Error()
 		} else {
-			rec.setGwRates(out, in)
+			setGwRates(&rec, out, in)
 		}
 		if rec.GwOutSteadyMBps != nil {
 			ratio := (*rec.GwOutSteadyMBps + *rec.GwInSteadyMBps) / 2 / (rec.GoodputMBps * float64(wire) / float64(rec.Bytes))
@@ -385,19 +347,6 @@ func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o benc
 	}
 	rec.IntegrityOK = true
 	return rec, nil
-}
-
-// status describes how a run ended.
-func status(ctx context.Context, err error) string {
-	switch {
-	case err == nil:
-		return "integrity ok"
-	case bench.IsIntegrity(err):
-		return "INTEGRITY FAILED"
-	case ctx.Err() != nil:
-		return "interrupted"
-	}
-	return "FAILED"
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

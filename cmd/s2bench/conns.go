@@ -20,6 +20,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/record"
 	"scistream/internal/gateway"
 	"scistream/internal/localgw"
 	"scistream/internal/ports"
@@ -272,7 +273,7 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 		return nc.(*net.TCPConn), nil
 	}
 	h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Bytes: per, Seed: rand.Uint64(), Run: rand.Uint32()},
-		Pairs: cfg.conns, Path: pathGateways}
+		Pairs: cfg.conns, Path: record.PathGateways}
 	h.Group = h.Spec.Run
 	done := make(chan connsRun, 1)
 	start := time.Now()
@@ -385,7 +386,7 @@ func connsDirect(ctx context.Context, cfg *connsConfig, ip string, per int64) (f
 		return nc.(*net.TCPConn), nil
 	}
 	h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Bytes: per, Seed: rand.Uint64(), Run: rand.Uint32()},
-		Pairs: cfg.conns, Path: pathDirect}
+		Pairs: cfg.conns, Path: record.PathDirect}
 	h.Group = h.Spec.Run
 	res, err := bench.RunRemote(ctx, cons.addr.String(), h, bench.RunOptions{Timeout: cfg.timeout, Idle: cfg.timeout, Dial: dial, EachMessage: true})
 	if err != nil {

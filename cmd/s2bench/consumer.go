@@ -12,6 +12,7 @@ import (
 
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/record"
 	"scistream/internal/subcmd"
 )
 
@@ -109,7 +110,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var (
 		mu       sync.Mutex // guards the following
 		runs     = map[uint32]*consumerRun{}
-		recs     []record
+		recs     []record.Record
 		finished int
 		failures int
 		outErr   error
@@ -124,9 +125,9 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		delete(runs, cr.hello.Group)
 		s := bench.Aggregate(cr.pairs)
-		rec := record{Path: cr.hello.Path, Side: "consumer", SizeBytes: cr.hello.Spec.Size, Pairs: cr.hello.Pairs,
+		rec := record.Record{Path: cr.hello.Path, Side: "consumer", SizeBytes: cr.hello.Spec.Size, Pairs: cr.hello.Pairs,
 			Mode: cr.hello.Mode.String(), RateMsgsPerS: cr.hello.Rate}
-		rec.fill(&bench.RunResult{Pairs: cr.pairs, Summary: s})
+		rec.Fill(&bench.RunResult{Pairs: cr.pairs, Summary: s})
 		state := "integrity ok"
 		if cr.err != nil {
 			rec.Error = cr.err.Error()
@@ -144,7 +145,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			finished, rec.Path, bytesize.Format(int64(rec.SizeBytes)), rec.Pairs, rec.Mode, rec.Messages, rec.Bytes,
 			rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, state)
 		if cfg.jsonPath != "" {
-			if err := writeJSON(cfg.jsonPath, recs); err != nil {
+			if err := record.WriteJSON(cfg.jsonPath, recs); err != nil {
 				outErr = err
 				cancel()
 			}

@@ -17,6 +17,8 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/record"
+	"scistream/internal/exp/workload"
 	"scistream/internal/localetcd"
 	"scistream/internal/localgw"
 	"scistream/internal/relay"
@@ -155,8 +157,8 @@ func parseFacility(args []string, stderr io.Writer) (*facilityConfig, error) {
 		return nil, usagef("--conns %d out of range: give %d (one per channel, so each carries data) to %d", cfg.conns, cfg.numConn, maxFacilityConns)
 	case cfg.size < 1 || cfg.size > bench.MaxSize:
 		return nil, usagef("--size %s out of range: give 1B to %s", *size, bytesize.Format(bench.MaxSize))
-	case cfg.bytes > maxBytes:
-		return nil, usagef("--bytes %s out of range: give at most %s", *total, bytesize.Format(maxBytes))
+	case cfg.bytes > workload.MaxBytes:
+		return nil, usagef("--bytes %s out of range: give at most %s", *total, bytesize.Format(workload.MaxBytes))
 	case cfg.bytes/int64(cfg.conns) < 2*int64(cfg.size):
 		return nil, usagef("--bytes %s gives each of %d connections less than two %s messages: raise --bytes or lower --size", *total, cfg.conns, *size)
 	case cfg.reps < 1 || cfg.reps > maxReps:
@@ -207,9 +209,9 @@ type facilityRecord struct {
 	// goodput: the run, as compare records one (path "direct" or
 	// "nodesN"); ConsNodesUsed and ProdNodesUsed count the distinct
 	// nodes that served the stream's channels on each side.
-	Run           *record `json:"run,omitempty"`
-	ConsNodesUsed int     `json:"cons_nodes_used,omitempty"`
-	ProdNodesUsed int     `json:"prod_nodes_used,omitempty"`
+	Run           *record.Record `json:"run,omitempty"`
+	ConsNodesUsed int            `json:"cons_nodes_used,omitempty"`
+	ProdNodesUsed int            `json:"prod_nodes_used,omitempty"`
 	// takeover: the nodes' --takeover, the node killed and the channels
 	// it served, the time from its death until every channel carried
 	// data again (absent if they did not within the bound and 15 s),
@@ -264,7 +266,7 @@ func runFacility(ctx context.Context, args []string, stdout, stderr io.Writer) (
 		if cfg.jsonPath == "" || len(recs) == 0 {
 			return
 		}
-		if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
+		if jerr := record.WriteJSON(cfg.jsonPath, recs); jerr != nil {
 			err = errors.Join(err, jerr)
 			return
 		}

@@ -16,6 +16,8 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
 	"scistream/internal/client"
+	"scistream/internal/exp/record"
+	"scistream/internal/exp/workload"
 )
 
 // facSetup is one configuration of the goodput experiment: a consumer
@@ -152,7 +154,7 @@ func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 	for rep := 1; rep <= cfg.reps; rep++ {
 		for i := -1; i < len(setups); i++ {
 			var s *facSetup
-			path := pathDirect
+			path := record.PathDirect
 			if i >= 0 {
 				s, path = setups[i], setups[i].path()
 			}
@@ -166,7 +168,7 @@ func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 				fr.Nodes, fr.ConsNodesUsed, fr.ProdNodesUsed = s.k, s.consUsed, s.prodUsed
 			}
 			recs = append(recs, fr)
-			fmt.Fprintf(stdout, "run %d/%d %-8s rep %d %9.1f MB/s%s%s  %s\n", len(recs), total, path, rep, rec.GoodputMBps, cpuText(rec), pairsText(rec), status(ctx, rerr))
+			fmt.Fprintf(stdout, "run %d/%d %-8s rep %d %9.1f MB/s%s%s  %s\n", len(recs), total, path, rep, rec.GoodputMBps, record.CPUText(rec), record.PairsText(rec), record.Status(ctx, rerr))
 			if rerr != nil {
 				return recs, fmt.Errorf("%s run %d: %w", path, rep, rerr)
 			}
@@ -180,8 +182,8 @@ func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 // s's stream with the producers spread over its channels; it checks
 // that every connection took that path and measures the CPU time of
 // every node of s.
-func facGoodputRun(ctx context.Context, cfg *facilityConfig, ln *net.TCPListener, s *facSetup, h bench.Hello) (record, error) {
-	rec := record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), Workload: wlSize, Engine: cfg.engine, WAN: cfg.wan}
+func facGoodputRun(ctx context.Context, cfg *facilityConfig, ln *net.TCPListener, s *facSetup, h bench.Hello) (record.Record, error) {
+	rec := record.Record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), Workload: workload.Fixed, Engine: cfg.engine, WAN: cfg.wan}
 	o := bench.RunOptions{Timeout: cfg.runTimeout}
 	var cpu0 time.Duration
 	if s != nil {
@@ -192,7 +194,7 @@ func facGoodputRun(ctx context.Context, cfg *facilityConfig, ln *net.TCPListener
 		}
 	}
 	res, err := bench.Run(ctx, ln, ln.Addr().String(), h, o)
-	rec.fill(res)
+	rec.Fill(res)
 	if s != nil && rec.Bytes > 0 {
 		if cpu1, cerr := s.cpu(); cerr == nil {
 			sec := (cpu1 - cpu0).Seconds()
@@ -259,7 +261,7 @@ func printFacGoodput(w io.Writer, recs []facilityRecord) {
 		med := bench.Median(gp)
 		lo, hi := bench.MinMax(gp)
 		nodes, on, cpuS, ratio := "-", "-", "-", ""
-		if p == pathDirect {
+		if p == record.PathDirect {
 			direct = med
 		} else {
 			nodes, on = strconv.Itoa(rs[0].Nodes), fmt.Sprintf("%d+%d", rs[0].ConsNodesUsed, rs[0].ProdNodesUsed)

@@ -17,6 +17,8 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/progress"
+	"scistream/internal/exp/record"
 	"scistream/internal/localgw"
 )
 
@@ -112,10 +114,10 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 
 	rss := newRSSWatch(lp.in.PID())
 	defer rss.stop()
-	measure := func(label string) (record, error) {
-		h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Seed: rand.Uint64(), Run: rand.Uint32()}, Pairs: 1, Path: pathGateways}
+	measure := func(label string) (record.Record, error) {
+		h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Seed: rand.Uint64(), Run: rand.Uint32()}, Pairs: 1, Path: record.PathGateways}
 		h.Group = h.Spec.Run
-		rec, err := runPath(ctx, lp, h, lp.route(pathGateways), bench.RunOptions{Duration: cfg.duration}, newProgress(stderr, "off"), label, stderr)
+		rec, err := runPath(ctx, lp, h, lp.route(record.PathGateways), bench.RunOptions{Duration: cfg.duration}, progress.New(stderr, "off"), label, stderr)
 		if err != nil {
 			return rec, fmt.Errorf("%s: %w", label, err)
 		}

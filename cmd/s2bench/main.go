@@ -24,9 +24,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/exp/workload"
 	"scistream/internal/subcmd"
 )
 
@@ -106,4 +109,44 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer)
 		return usagef("unexpected argument %q: every %s option is a --flag", fs.Arg(0), fs.Name())
 	}
 	return nil
+}
+
+// maxReps bounds --reps.
+const maxReps = 100
+
+// flagsSet returns the names of the flags given on the command line.
+func flagsSet(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[strings.ReplaceAll(f.Name, "-", "_")] = true })
+	return set
+}
+
+// checkOutPath checks that a file can be created at path.
+func checkOutPath(flagName, path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return usagef("%s %s is a directory: give a file name", flagName, path)
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return usagef("%s %s: directory %s does not exist; create it or choose another path", flagName, path, filepath.Dir(path))
+	}
+	return nil
+}
+
+// resolveWorkload resolves the workload flags for up to pairs pairs:
+// its errors are wrong flags.
+func resolveWorkload(wf *workload.Flags, pairs int) (*workload.Plan, error) {
+	p, err := wf.Resolve(pairs)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return p, nil
+}
+
+// parsePairs parses --pairs.
+func parsePairs(s string) ([]int, error) {
+	n, err := workload.ParsePairs(s)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return n, nil
 }

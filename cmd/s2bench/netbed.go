@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/exp/progress"
+	"scistream/internal/exp/record"
+	"scistream/internal/exp/workload"
 	"scistream/internal/netbed"
 )
 
@@ -169,7 +172,7 @@ type testbedRunConfig struct {
 func parseTestbedRun(args []string, stdout, stderr io.Writer) (*testbedRunConfig, error) {
 	fs := flag.NewFlagSet("testbed run", flag.ContinueOnError)
 	bf := addBedFlags(fs)
-	cf := compareFlags{wf: workloadFlags{dflt: wlSweep}}
+	cf := compareFlags{wf: workload.Flags{Default: workload.Sweep}}
 	cf.register(fs, 1)
 	keep := fs.Bool("keep", false, "leave a testbed this run brought up running afterwards")
 	// The testbed's own defaults of the amount (see testbedAmount).
@@ -201,15 +204,15 @@ func testbedRunCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 // pr when no amount is given: what the WAN rate (or the pacing rate, if
 // lower) carries in max(2 s, 15 RTT), shared by the pairs; in rr mode one
 // message per RTT for 2 s, at most 2000; at least 16 messages either way.
-func testbedAmount(pr netbed.Preset, p *plan) func(size, pairs int) int64 {
+func testbedAmount(pr netbed.Preset, p *workload.Plan) func(size, pairs int) int64 {
 	return func(size, pairs int) int64 {
 		sz := int64(size)
-		if p.mode.RoundTrips() {
+		if p.Mode.RoundTrips() {
 			return min(2000, max(16, int64(2*time.Second/pr.RTT))) * sz
 		}
 		secs := max(2, 15*pr.RTT.Seconds())
 		per := int64(float64(pr.RateBps)/8*secs) / int64(pairs)
-		if r := p.rate.PerSecond(size); r > 0 {
+		if r := p.Rate.PerSecond(size); r > 0 {
 			per = min(per, int64(r*secs)*sz)
 		}
 		return max(per/sz*sz, 16*sz)
@@ -225,10 +228,10 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 	defer func() { err = errors.Join(err, down()) }()
 
 	c, p := cfg.cmp, cfg.cmp.plan
-	p.auto = testbedAmount(tb.Preset, p)
+	p.Auto = testbedAmount(tb.Preset, p)
 	fmt.Fprintf(stdout, "s2bench testbed run: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
-		p.name, len(p.sizes), c.pairs, c.reps, c.engine, c.wan)
-	p.print(stdout, c.pairs)
+		p.Name, len(p.Sizes), c.pairs, c.reps, c.engine, c.wan)
+	p.Print(stdout, c.pairs)
 
 	// The consumer's listeners, in its namespace: one the stream leads
 	// to, one the direct path reaches.
@@ -284,14 +287,14 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 		return conn, err
 	}
 	e := &experiment{
-		plan: p, pairs: c.pairs, reps: c.reps, paths: paths, engine: c.engine, wan: c.wan,
+		plan: p, pairs: c.pairs, reps: c.reps, paths: []string{record.PathDirect, record.PathGateways}, engine: c.engine, wan: c.wan,
 		jsonPath: c.jsonPath, plotsDir: c.plotsDir, plotFormat: c.plotFormat, progress: c.progress, cpu: true,
-		runOne: func(ctx context.Context, h bench.Hello, prog *progress, label string) (record, error) {
+		runOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
 			// Directly, the consumer must see the producer's direct
 			// address; through the gateways, the consumer gateway's LAN
 			// address.
 			rt, rtt := route{ln: lnDirect, target: lnDirect.Addr().String(), peer: tb.ProducerDirect()}, m.DirectRTT
-			if h.Path == pathGateways {
+			if h.Path == record.PathGateways {
 				rt, rtt = route{ln: lnGW, target: lp.target(), peer: tb.ConsumerGWLAN()}, m.GatewayRTT()
 			}
 			rec, err := runPath(ctx, lp, h, rt, o, prog, label, stderr)
@@ -299,7 +302,7 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 			return rec, err
 		},
 		onFail: func(path string) {
-			if path == pathGateways {
+			if path == record.PathGateways {
 				fmt.Fprint(stderr, lp.logTail(10))
 			}
 		},

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/exp/workload"
 	"scistream/internal/netbed"
 )
 
@@ -278,18 +279,18 @@ func TestTestbedRunDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.cmp.plan
-	if p.name != wlSweep || cfg.cmp.reps != 1 || cfg.bed.Preset.Name != "shortwan" || len(cfg.explicit) != 1 {
-		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.name, cfg.cmp.reps, cfg.bed.Preset.Name, cfg.explicit)
+	if p.Name != workload.Sweep || cfg.cmp.reps != 1 || cfg.bed.Preset.Name != "shortwan" || len(cfg.explicit) != 1 {
+		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.Name, cfg.cmp.reps, cfg.bed.Preset.Name, cfg.explicit)
 	}
 	lan, _ := netbed.LookupPreset("lan")
 	lan.RateBps = 200e6
-	p.auto = testbedAmount(lan, p)
+	p.Auto = testbedAmount(lan, p)
 	// 200 Mbit/s for 2 s is 50 MB, in whole 64 KiB messages, split by the pairs.
 	for _, c := range []struct {
 		size, pairs int
 		want        int64
 	}{{64 << 10, 1, 762 * (64 << 10)}, {64 << 10, 2, 381 * (64 << 10)}, {16 << 20, 1, 16 * (16 << 20)}} {
-		if got, _ := p.perPair(c.size, c.pairs); got != c.want {
+		if got, _ := p.PerPair(c.size, c.pairs); got != c.want {
 			t.Errorf("size %d, %d pairs: %d bytes per pair, want %d", c.size, c.pairs, got, c.want)
 		}
 	}
@@ -300,8 +301,8 @@ func TestTestbedRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.cmp.plan.auto = testbedAmount(lan, cfg.cmp.plan)
-	if got, _ := cfg.cmp.plan.perPair(1024, 1); got != 200*1024 || cfg.cmp.reps != 2 {
+	cfg.cmp.plan.Auto = testbedAmount(lan, cfg.cmp.plan)
+	if got, _ := cfg.cmp.plan.PerPair(1024, 1); got != 200*1024 || cfg.cmp.reps != 2 {
 		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.cmp.reps)
 	}
 	for _, c := range []struct {
@@ -317,8 +318,8 @@ func TestTestbedRunDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.cmp.plan.auto = testbedAmount(cfg.bed.Preset, cfg.cmp.plan)
-		if got, _ := cfg.cmp.plan.perPair(1024, 1); got != c.want {
+		cfg.cmp.plan.Auto = testbedAmount(cfg.bed.Preset, cfg.cmp.plan)
+		if got, _ := cfg.cmp.plan.PerPair(1024, 1); got != c.want {
 			t.Errorf("%v: %d bytes per run, want %d", c.args, got, c.want)
 		}
 	}

@@ -13,10 +13,13 @@ import (
 
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/progress"
+	"scistream/internal/exp/record"
+	"scistream/internal/exp/workload"
 )
 
 type producerConfig struct {
-	plan       *plan
+	plan       *workload.Plan
 	connect    string
 	path       string
 	pairs      int
@@ -40,24 +43,23 @@ the producer prints them with, in rr mode, the round-trip times it measured.
 func parseProducer(args []string, stderr io.Writer) (*producerConfig, error) {
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var wf workloadFlags
-	wf.register(fs)
+	var wf workload.Flags
+	wf.Register(fs)
 	var (
-		connect    = fs.String("connect", "", "HOST:PORT of the consumer or of the producer-side gateway listener (required)")
-		path       = fs.String("path", pathDirect, "label of the path in both sides' records: direct or gateways (any short word)")
-		pairs      = fs.Int("pairs", 1, "connections at once, each its own pair")
-		reps       = fs.Int("reps", 1, "repetitions of each size")
-		jsonPath   = fs.String("json", "", "also write every run as a JSON array of records to FILE")
-		progress   = fs.String("progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on or off")
-		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
-		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
+		connect      = fs.String("connect", "", "HOST:PORT of the consumer or of the producer-side gateway listener (required)")
+		path         = fs.String("path", record.PathDirect, "label of the path in both sides' records: direct or gateways (any short word)")
+		pairs        = fs.Int("pairs", 1, "connections at once, each its own pair")
+		reps         = fs.Int("reps", 1, "repetitions of each size")
+		jsonPath     = fs.String("json", "", "also write every run as a JSON array of records to FILE")
+		progressMode = fs.String("progress", "auto", "progress line on stderr: auto (when stderr is a terminal), on or off")
+		runTimeout   = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
+		idle         = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
 	)
 	if err := parseFlags(fs, args, producerUsage, stderr); err != nil {
 		return nil, err
 	}
-	wf.set = flagsSet(fs)
 	cfg := &producerConfig{connect: *connect, path: *path, pairs: *pairs, reps: *reps, jsonPath: *jsonPath,
-		progress: *progress, runTimeout: *runTimeout, idle: *idle}
+		progress: *progressMode, runTimeout: *runTimeout, idle: *idle}
 	if cfg.connect == "" {
 		return nil, usagef("--connect is required: give the consumer's (or the gateway listener's) HOST:PORT")
 	}
@@ -67,11 +69,11 @@ func parseProducer(args []string, stderr io.Writer) (*producerConfig, error) {
 	if err := (bench.Hello{Spec: bench.Spec{Size: 1, Bytes: 1}, Pairs: 1, Path: cfg.path}).Validate(); err != nil {
 		return nil, usagef("--path %q: give a word of at most %d printable characters, e.g. gateways", cfg.path, bench.MaxPathLen)
 	}
-	if cfg.pairs < 1 || cfg.pairs > maxPairs {
-		return nil, usagef("--pairs %d out of range: give 1 to %d", cfg.pairs, maxPairs)
+	if cfg.pairs < 1 || cfg.pairs > workload.MaxPairs {
+		return nil, usagef("--pairs %d out of range: give 1 to %d", cfg.pairs, workload.MaxPairs)
 	}
 	var err error
-	if cfg.plan, err = wf.resolve(cfg.pairs); err != nil {
+	if cfg.plan, err = resolveWorkload(&wf, cfg.pairs); err != nil {
 		return nil, err
 	}
 	switch {
@@ -83,8 +85,8 @@ func parseProducer(args []string, stderr io.Writer) (*producerConfig, error) {
 		return nil, usagef("--idle_timeout must be positive, e.g. 30s")
 	case cfg.progress != "auto" && cfg.progress != "on" && cfg.progress != "off":
 		return nil, usagef("--progress %q: use auto, on or off", cfg.progress)
-	case cfg.plan.duration > 0 && cfg.plan.duration >= cfg.runTimeout:
-		return nil, usagef("--duration %s is not below --run_timeout %s: lower --duration or raise --run_timeout", cfg.plan.duration, cfg.runTimeout)
+	case cfg.plan.Duration > 0 && cfg.plan.Duration >= cfg.runTimeout:
+		return nil, usagef("--duration %s is not below --run_timeout %s: lower --duration or raise --run_timeout", cfg.plan.Duration, cfg.runTimeout)
 	}
 	if cfg.jsonPath != "" {
 		if err := checkOutPath("--json", cfg.jsonPath); err != nil {
@@ -101,28 +103,28 @@ func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	p := cfg.plan
 	fmt.Fprintf(stdout, "s2bench producer: to %s (path %s), workload %s, %d size(s), %d pair(s), %d repetition(s)\n",
-		cfg.connect, cfg.path, p.name, len(p.sizes), cfg.pairs, cfg.reps)
-	prog := newProgress(stderr, cfg.progress)
-	defer prog.stop()
+		cfg.connect, cfg.path, p.Name, len(p.Sizes), cfg.pairs, cfg.reps)
+	prog := progress.New(stderr, cfg.progress)
+	defer prog.Stop()
 	tag, seed := rand.Uint32(), rand.Uint64()
-	var recs []record
+	var recs []record.Record
 	for rep := 1; rep <= cfg.reps; rep++ {
-		for _, size := range p.sizes {
-			per, _ := p.perPair(size, cfg.pairs)
-			h := bench.Hello{Mode: p.mode, Spec: bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
-				Group: tag, Pairs: cfg.pairs, Rate: p.rate.PerSecond(size), Path: cfg.path, ReadEach: p.readEach}
+		for _, size := range p.Sizes {
+			per, _ := p.PerPair(size, cfg.pairs)
+			h := bench.Hello{Mode: p.Mode, Spec: bench.Spec{Size: size, Bytes: per, Seed: seed, Run: tag},
+				Group: tag, Pairs: cfg.pairs, Rate: p.Rate.PerSecond(size), Path: cfg.path, ReadEach: p.ReadEach}
 			tag += uint32(cfg.pairs)
 			label := fmt.Sprintf("run %d %s x%d rep %d", len(recs)+1, bytesize.Format(int64(size)), cfg.pairs, rep)
 			var counter atomic.Int64
-			prog.start(label, &counter, per*int64(cfg.pairs))
+			prog.Start(label, &counter, per*int64(cfg.pairs))
 			rec, err := produceRun(ctx, cfg, h, &counter)
-			prog.end()
-			rec.Rep, rec.Workload = rep, p.name
+			prog.End()
+			rec.Rep, rec.Workload = rep, p.Name
 			recs = append(recs, rec)
 			fmt.Fprintf(stdout, "%s: %d messages, %d bytes, consumer: %.1f MB/s, latency %.2f us, jitter %.2f us%s  %s\n",
-				label, rec.Messages, rec.Bytes, rec.GoodputMBps, rec.LatencyUS, rec.JitterUS, rttText(rec), status(ctx, err))
+				label, rec.Messages, rec.Bytes, rec.GoodputMBps, rec.LatencyUS, rec.JitterUS, record.RTTText(rec), record.Status(ctx, err))
 			if cfg.jsonPath != "" {
-				if jerr := writeJSON(cfg.jsonPath, recs); jerr != nil {
+				if jerr := record.WriteJSON(cfg.jsonPath, recs); jerr != nil {
 					return errors.Join(err, jerr)
 				}
 			}
@@ -143,13 +145,13 @@ func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // produceRun sends one run over cfg.pairs connections at once. Its record
 // holds the producer's round-trip times and, from the consumer's result
 // frames, the consumer's goodput, latency and jitter (side "producer").
-func produceRun(ctx context.Context, cfg *producerConfig, h bench.Hello, counter *atomic.Int64) (record, error) {
-	rec := record{Path: h.Path, Side: "producer", SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
-	if cfg.plan.duration > 0 {
-		rec.DurationS = cfg.plan.duration.Seconds()
+func produceRun(ctx context.Context, cfg *producerConfig, h bench.Hello, counter *atomic.Int64) (record.Record, error) {
+	rec := record.Record{Path: h.Path, Side: "producer", SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
+	if cfg.plan.Duration > 0 {
+		rec.DurationS = cfg.plan.Duration.Seconds()
 	}
-	res, err := bench.RunRemote(ctx, cfg.connect, h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.duration, Sent: counter, EachMessage: cfg.plan.each})
-	rec.fill(res)
+	res, err := bench.RunRemote(ctx, cfg.connect, h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.Duration, Sent: counter, EachMessage: cfg.plan.Each})
+	rec.Fill(res)
 	if res != nil && rec.Messages == 0 { // no consumer report: count what was sent
 		for _, p := range res.Pairs {
 			if p.Send != nil {

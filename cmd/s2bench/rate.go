@@ -17,6 +17,7 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
 	"scistream/internal/client"
+	"scistream/internal/exp/record"
 	"scistream/internal/localgw"
 	"scistream/internal/pace"
 )
@@ -201,7 +202,7 @@ func wireWith(ctx context.Context, lp *localPair, in *api.InboundRequest) (*api.
 // send runs an open-ended workload over rs for d and returns the
 // consumer's verified goodput in bytes per second.
 func (rs *rateStream) send(ctx context.Context, size int, d time.Duration) (float64, error) {
-	h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: size, Seed: rand.Uint64(), Run: rand.Uint32()}, Pairs: 1, Path: pathGateways}
+	h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: size, Seed: rand.Uint64(), Run: rand.Uint32()}, Pairs: 1, Path: record.PathGateways}
 	h.Group = h.Spec.Run
 	res, err := bench.Run(ctx, rs.ln, rs.target, h, bench.RunOptions{Duration: d, Timeout: d + time.Minute})
 	if err != nil {
