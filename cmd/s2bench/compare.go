@@ -6,15 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/bench"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/progress"
 	"scistream/internal/exp/record"
 	"scistream/internal/exp/workload"
@@ -169,7 +168,7 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 		p.Name, len(p.Sizes), cfg.pairs, cfg.reps, cfg.engine, cfg.wan)
 	p.Print(stdout, cfg.pairs)
 
-	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, args: cfg.gatewayArgs()})
+	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.s2cs, Engine: cfg.engine, WAN: cfg.wan, Args: cfg.gatewayArgs()})
 	if err != nil {
 		return err
 	}
@@ -182,13 +181,13 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 		}
 	}()
-	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
+	fmt.Fprintf(stdout, "gateways: %s\n", lp.Describe())
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer connects to %s\n",
-		lp.outS.UID, ms(lp.setup), lp.target())
+		lp.OutS.UID, ms(lp.Setup), lp.Target())
 	ps := []string{record.PathDirect, record.PathGateways}
 	var naive *naivePair
 	if cfg.baseline {
-		if naive, err = startNaivePair(ctx, cfg.wan, lp.consAddr); err != nil {
+		if naive, err = startNaivePair(ctx, cfg.wan, lp.ConsAddr); err != nil {
 			return err
 		}
 		defer naive.Close()
@@ -200,153 +199,29 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 		plan: p, pairs: cfg.pairs, reps: cfg.reps, paths: ps, engine: cfg.engine, wan: cfg.wan,
 		jsonPath: cfg.jsonPath, plotsDir: cfg.plotsDir, plotFormat: cfg.plotFormat, progress: cfg.progress, cpu: true,
 		runOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
-			rt := lp.route(h.Path)
+			rt := lp.Route(h.Path)
 			if h.Path == record.PathNaive {
-				rt = route{ln: lp.consumer, target: naive.target, cpu: naive.cpu}
+				rt = localpair.Route{LN: lp.Consumer, Target: naive.target, CPU: naive.cpu}
 			}
-			return runPath(ctx, lp, h, rt, cfg.runOptions(), prog, label, stderr)
+			return localpair.RunPath(ctx, lp, h, rt, cfg.runOptions(), prog, label, stderr)
 		},
 		onFail: func(path string) {
 			if path == record.PathGateways {
-				fmt.Fprint(stderr, lp.logTail(10))
+				fmt.Fprint(stderr, lp.LogTail(10))
 			}
 		},
 	}
 	if err := e.execute(ctx, stdout, stderr); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "stream setup (client.Wire): %.1f ms\n", ms(lp.setup))
+	fmt.Fprintf(stdout, "stream setup (client.Wire): %.1f ms\n", ms(lp.Setup))
 	closed = true
 	if err := lp.Close(); err != nil {
 		return fmt.Errorf("clean up: %w", err)
 	}
-	fmt.Fprint(stdout, lp.sockmapReport())
+	fmt.Fprint(stdout, lp.SockmapReport())
 	fmt.Fprintf(stdout, "stream released, gateways stopped; wall time %.1f s\n", time.Since(wall).Seconds())
 	return nil
-}
-
-// route is where a run over one path goes.
-type route struct {
-	ln     *net.TCPListener // the consumer's listener
-	target string           // where the producers connect
-	// peer, if set, is the IP address the consumer must see every
-	// connection come from (the testbed's producer or consumer gateway).
-	peer string
-	// cpu, if set, returns the CPU time used so far by the proxies of
-	// this path (the gateways' by default).
-	cpu func() (time.Duration, error)
-}
-
-// route returns compare's route for path: the one consumer listener, reached
-// directly or through the gateways.
-func (lp *localPair) route(path string) route {
-	if path == record.PathGateways {
-		return route{ln: lp.consumer, target: lp.target()}
-	}
-	return route{ln: lp.consumer, target: lp.consumer.Addr().String()}
-}
-
-// runPath runs h once over rt, bounded by o, and checks that every
-// connection took h.Path: directly, the consumer sees the producer's own
-// address; through the gateways, it sees a gateway, and the gateways
-// counted every byte of the run; with rt.peer, the consumer sees that
-// address. On the gateway path it also measures the gateways' CPU time.
-func runPath(ctx context.Context, lp *localPair, h bench.Hello, rt route, o bench.RunOptions, prog *progress.Display, label string, stderr io.Writer) (record.Record, error) {
-	rec := record.Record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
-	if o.Duration > 0 {
-		rec.DurationS = o.Duration.Seconds()
-	}
-	gw := h.Path == record.PathGateways
-	cpuOf := rt.cpu
-	if cpuOf == nil && gw {
-		cpuOf = lp.cpu
-	}
-	var (
-		sent0, recv0 int64
-		cpu0         time.Duration
-		err          error
-	)
-	if gw {
-		if sent0, recv0, err = lp.wanBytes(ctx); err != nil {
-			return rec, fmt.Errorf("stream statistics: %w", err)
-		}
-	}
-	if cpuOf != nil {
-		if cpu0, err = cpuOf(); err != nil {
-			return rec, err
-		}
-	}
-	var counter atomic.Int64
-	want := h.Spec.Bytes * int64(h.Pairs)
-	prog.Start(label, &counter, want)
-	o.Progress = &counter
-	res, err := bench.Run(ctx, rt.ln, rt.target, h, o)
-	prog.End()
-	rec.Fill(res)
-	if cpuOf != nil {
-		if cpu1, cerr := cpuOf(); cerr == nil && rec.Bytes > 0 {
-			s := (cpu1 - cpu0).Seconds()
-			perGB := s / (float64(rec.Bytes) / 1e9)
-			rec.GwCPUS, rec.GwCPUSPerGB = &s, &perGB
-		}
-	}
-	if err != nil {
-		rec.Error = err.Error()
-		return rec, err
-	}
-	var wire int64
-	for i, p := range res.Pairs {
-		host, _, _ := net.SplitHostPort(p.Recv.Remote)
-		switch {
-		case h.Path == record.PathDirect && p.Recv.Remote != p.Send.Local:
-			err = fmt.Errorf("direct run, pair %d: the consumer saw %s, not the producer %s", i, p.Recv.Remote, p.Send.Local)
-		case h.Path != record.PathDirect && p.Recv.Remote == p.Send.Local:
-			err = fmt.Errorf("%s run, pair %d: the consumer saw the producer %s itself", h.Path, i, p.Send.Local)
-		case rt.peer != "" && host != rt.peer:
-			err = fmt.Errorf("%s run, pair %d: the consumer saw %s, want %s", h.Path, i, p.Recv.Remote, rt.peer)
-		case p.Recv.Measure.Messages != p.Send.Messages || p.Recv.Measure.Bytes != p.Send.Bytes:
-			err = fmt.Errorf("pair %d: verified %d messages, %d bytes; the producer sent %d, %d", i, p.Recv.Measure.Messages, p.Recv.Measure.Bytes, p.Send.Messages, p.Send.Bytes)
-		case !h.Spec.Open() && p.Send.Messages != h.Spec.Messages():
-			err = fmt.Errorf("pair %d: sent %d messages, want %d", i, p.Send.Messages, h.Spec.Messages())
-		}
-		if err != nil {
-			rec.Error = err.Error()
-			return rec, err
-		}
-		wire += bench.HelloLen + p.Send.Bytes + p.Send.Messages*bench.HeaderLen
-		if h.Spec.Open() {
-			wire += bench.HeaderLen
-		}
-	}
-	if res.Summary.GoodputBps <= 0 {
-		err = fmt.Errorf("run too short to time (every message arrived at once): raise --bytes")
-		rec.Error = err.Error()
-		return rec, err
-	}
-	if gw {
-		sent1, recv1, err := lp.wanBytes(ctx)
-		if err != nil {
-			return rec, fmt.Errorf("stream statistics: %w", err)
-		}
-		if sent1-sent0 != wire || recv1-recv0 != wire {
-			fmt.Fprintf(stderr, "s2bench: warning: the gateways counted %d bytes sent and %d received on the WAN for this run; the run carried %d\n",
-				sent1-sent0, recv1-recv0, wire)
-		}
-		if out, in, err := lp.runRates(ctx, wire); err != nil {
-			rec.GwRateNote = err.Error()
-		} else {
-			setGwRates(&rec, out, in)
-		}
-		if rec.GwOutSteadyMBps != nil {
-			ratio := (*rec.GwOutSteadyMBps + *rec.GwInSteadyMBps) / 2 / (rec.GoodputMBps * float64(wire) / float64(rec.Bytes))
-			rec.GwOverGoodput = &ratio
-		}
-		if rec.GwRateNote != "" && ctx.Err() == nil {
-			fmt.Fprintf(stderr, "s2bench: the gateways' rates of this run: %s\n", rec.GwRateNote)
-		}
-	}
-	rec.IntegrityOK = true
-	return rec, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -20,6 +20,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/record"
 	"scistream/internal/gateway"
 	"scistream/internal/localgw"
@@ -197,7 +198,7 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.timeout, fmt.Errorf("the experiment did not finish within --timeout %s", cfg.timeout))
 	defer cancel()
 
-	ips, err := distinctLoopbacks(1)
+	ips, err := localgw.DistinctLoopbacks(1)
 	if err != nil {
 		return err
 	}
@@ -211,8 +212,8 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 		}
 	}()
 	maxActive := gatewayCap(cfg.wan, cfg.conns)
-	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, consumer: cons.addr,
-		args: []string{"--max_active_conns", strconv.Itoa(maxActive)}})
+	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.s2cs, Engine: cfg.engine, WAN: cfg.wan, Consumer: cons.addr,
+		Args: []string{"--max_active_conns", strconv.Itoa(maxActive)}})
 	if err != nil {
 		return err
 	}
@@ -224,11 +225,11 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	per := cfg.bytes / int64(cfg.conns) / int64(cfg.size) * int64(cfg.size)
 	fmt.Fprintf(stdout, "s2bench conns: %d connections at once over %s, engine %s, %s messages, %s per connection (%s in all)\n",
 		cfg.conns, cfg.wan, cfg.engine, bytesize.Format(int64(cfg.size)), bytesize.Human(per), bytesize.Human(per*int64(cfg.conns)))
-	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
+	fmt.Fprintf(stdout, "gateways: %s\n", lp.Describe())
 	fmt.Fprintf(stdout, "open files: hard limit %d per process; gateways run with --max_active_conns %d (%d files per connection over %s); this producer process and the consumer process (pid %d) hold 1 per connection\n",
 		hard, maxActive, gatewayCap(cfg.wan, 2), cfg.wan, cons.pid())
 
-	pids := map[string]int{"inbound": lp.in.PID(), "outbound": lp.out.PID()}
+	pids := map[string]int{"inbound": lp.In.PID(), "outbound": lp.Out.PID()}
 	rssOf := func() (map[string]int64, error) {
 		m := map[string]int64{}
 		for role, pid := range pids {
@@ -278,7 +279,7 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	done := make(chan connsRun, 1)
 	start := time.Now()
 	go func() {
-		res, err := bench.RunRemote(ctx, lp.target(), h, bench.RunOptions{Timeout: cfg.timeout, Idle: cfg.timeout, Dial: dial, EachMessage: true})
+		res, err := bench.RunRemote(ctx, lp.Target(), h, bench.RunOptions{Timeout: cfg.timeout, Idle: cfg.timeout, Dial: dial, EachMessage: true})
 		done <- connsRun{res, err}
 	}()
 	// The run's goroutine returns within the timeout; wait for it however
@@ -293,7 +294,7 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	}()
 
 	// Established: both gateways relay every connection.
-	redials, err := lp.waitActive(ctx, int64(cfg.conns), done)
+	redials, err := waitActive(ctx, lp, int64(cfg.conns), done)
 	if err != nil {
 		return fmt.Errorf("open %d connections: %w", cfg.conns, err)
 	}
@@ -318,14 +319,14 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 		watches[role] = newRSSWatch(pid)
 		defer watches[role].stop()
 	}
-	cpu0, err := lp.cpu()
+	cpu0, err := lp.CPU()
 	if err != nil {
 		return err
 	}
 	openGate()
 	r = <-done
 	got = true
-	cpu1, cerr := lp.cpu()
+	cpu1, cerr := lp.CPU()
 	if r.err != nil {
 		return fmt.Errorf("transfer: %w", r.err)
 	}
@@ -435,7 +436,7 @@ func checkConnsResult(res *bench.RunResult, h bench.Hello) error {
 // the inbound aborted one, or the run ended (done received something: it
 // is put back); once all are up, the inbound's refusals must be the dials
 // the outbound dialled again, no more.
-func (lp *localPair) waitActive(ctx context.Context, n int64, done chan connsRun) (int64, error) {
+func waitActive(ctx context.Context, lp *localpair.Pair, n int64, done chan connsRun) (int64, error) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -445,7 +446,7 @@ func (lp *localPair) waitActive(ctx context.Context, n int64, done chan connsRun
 				Get(context.Context, string) (*api.Stream, error)
 			}
 			uid string
-		}{{lp.outC, lp.outS.UID}, {lp.inC, lp.inS.UID}} {
+		}{{lp.OutC, lp.OutS.UID}, {lp.InC, lp.InS.UID}} {
 			st, err := side.c.Get(ctx, side.uid)
 			if err != nil {
 				return 0, fmt.Errorf("stream status: %w", err)

@@ -32,7 +32,7 @@ type ctlTarget struct {
 // in turn), interleaved: request i goes to every target, starting with
 // a different one each time.
 func facControl(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io.Writer) (recs []facilityRecord, err error) {
-	ips, err := distinctLoopbacks(3)
+	ips, err := localgw.DistinctLoopbacks(3)
 	if err != nil {
 		return nil, err
 	}

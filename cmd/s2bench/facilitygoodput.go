@@ -18,6 +18,7 @@ import (
 	"scistream/internal/client"
 	"scistream/internal/exp/record"
 	"scistream/internal/exp/workload"
+	"scistream/internal/localgw"
 )
 
 // facSetup is one configuration of the goodput experiment: a consumer
@@ -107,7 +108,7 @@ func roundRobin(targets []string, timeout time.Duration) func(context.Context, s
 }
 
 func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io.Writer) (recs []facilityRecord, err error) {
-	ips, err := distinctLoopbacks(1)
+	ips, err := localgw.DistinctLoopbacks(1)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/localgw"
 )
 
 // probeEvery is the pause between two probes of one channel.
@@ -200,7 +201,7 @@ func (p *probers) waitServed(ctx context.Context, since, deadline time.Time) ([]
 // time), times the return of data on every channel, and starts the node
 // again.
 func facTakeover(ctx context.Context, cfg *facilityConfig, env *facEnv, bound time.Duration, stdout io.Writer) (recs []facilityRecord, err error) {
-	ips, err := distinctLoopbacks(1)
+	ips, err := localgw.DistinctLoopbacks(1)
 	if err != nil {
 		return nil, err
 	}

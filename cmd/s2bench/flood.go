@@ -17,6 +17,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/progress"
 	"scistream/internal/exp/record"
 	"scistream/internal/localgw"
@@ -98,7 +99,7 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 		// Only the connections the gateway still holds stay open here.
 		fmt.Fprintf(stderr, "s2bench: note: %v; the flood holds at most that many at once\n", err)
 	}
-	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan})
+	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.s2cs, Engine: cfg.engine, WAN: cfg.wan})
 	if err != nil {
 		return err
 	}
@@ -107,17 +108,17 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 		}
 	}()
-	target := lp.inS.Listeners[0]
-	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
+	target := lp.InS.Listeners[0]
+	fmt.Fprintf(stdout, "gateways: %s\n", lp.Describe())
 	fmt.Fprintf(stdout, "s2bench flood: %d stranger connections from %d addresses to the inbound gateway's WAN listener %s; stream over %s, %s messages, %s per measurement\n",
 		cfg.conns, cfg.sources, target, cfg.wan, bytesize.Format(int64(cfg.size)), cfg.duration)
 
-	rss := newRSSWatch(lp.in.PID())
+	rss := newRSSWatch(lp.In.PID())
 	defer rss.stop()
 	measure := func(label string) (record.Record, error) {
 		h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Seed: rand.Uint64(), Run: rand.Uint32()}, Pairs: 1, Path: record.PathGateways}
 		h.Group = h.Spec.Run
-		rec, err := runPath(ctx, lp, h, lp.route(record.PathGateways), bench.RunOptions{Duration: cfg.duration}, progress.New(stderr, "off"), label, stderr)
+		rec, err := localpair.RunPath(ctx, lp, h, lp.Route(record.PathGateways), bench.RunOptions{Duration: cfg.duration}, progress.New(stderr, "off"), label, stderr)
 		if err != nil {
 			return rec, fmt.Errorf("%s: %w", label, err)
 		}
@@ -167,7 +168,7 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 	} else {
 		fmt.Fprintf(stdout, "memory NOT back within 2 MB (or 5%%) of its level before the flood %s after the flood ended: %.1f MB\n", cfg.settle, mb(rss.now()))
 	}
-	if s := refusalSummaries(lp.in.Log()); s != "" {
+	if s := refusalSummaries(lp.In.Log()); s != "" {
 		fmt.Fprintf(stdout, "the inbound gateway's refusal summaries:\n%s", s)
 	}
 	return nil
@@ -220,7 +221,7 @@ type flooder struct {
 func startFlood(ctx context.Context, target string, n, sources int) *flooder {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &flooder{cancel: cancel}
-	ips, err := distinctLoopbacks(sources)
+	ips, err := localgw.DistinctLoopbacks(sources)
 	if err != nil {
 		ips = []string{"127.0.0.1"}
 	}

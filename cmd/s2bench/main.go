@@ -29,6 +29,7 @@ import (
 	"syscall"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/workload"
 	"scistream/internal/subcmd"
 )
@@ -85,7 +86,19 @@ func tool() *subcmd.Tool {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return tool().Run(ctx, args, stdout, stderr)
+	return flagged(tool().Run(ctx, args, stdout, stderr))
+}
+
+// flagged makes a usage error (exit status 2) of what an experiment
+// refused because of a flag once it ran: a WAN transport or an engine
+// the s2cs binary does not offer.
+func flagged(err error) error {
+	var ue usageError
+	var no *localpair.NotOfferedError
+	if errors.As(err, &no) && !errors.As(err, &ue) {
+		return usageError{err}
+	}
+	return err
 }
 
 // parseFlags parses a subcommand's flags: both spellings of every flag

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/progress"
 	"scistream/internal/exp/record"
 	"scistream/internal/exp/workload"
@@ -252,12 +253,12 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 		return fmt.Errorf("consumer listeners in %s: %w", tb.NS(netbed.Consumer), err)
 	}
 
-	lp, err := startLocalPair(ctx, localPairConfig{
-		s2cs: c.s2cs, engine: c.engine, wan: c.wan, consumer: lnGW.Addr().(*net.TCPAddr),
-		netns: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
-		ips:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
-		allow: tb.LANASubnet(),
-		args:  c.gatewayArgs(),
+	lp, err := localpair.Start(ctx, localpair.Config{
+		S2CS: c.s2cs, Engine: c.engine, WAN: c.wan, Consumer: lnGW.Addr().(*net.TCPAddr),
+		NetNS: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
+		IPs:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
+		Allow: tb.LANASubnet(),
+		Args:  c.gatewayArgs(),
 	})
 	if err != nil {
 		return err
@@ -266,11 +267,11 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 		if cerr := lp.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("stop the gateways: %w", cerr))
 		}
-		fmt.Fprint(stdout, lp.sockmapReport())
+		fmt.Fprint(stdout, lp.SockmapReport())
 	}()
-	fmt.Fprintf(stdout, "gateways: %s\n", lp.describe())
+	fmt.Fprintf(stdout, "gateways: %s\n", lp.Describe())
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer in %s connects to %s (gateways) or %s (direct)\n",
-		lp.outS.UID, ms(lp.setup), tb.NS(netbed.Producer), lp.target(), lnDirect.Addr())
+		lp.OutS.UID, ms(lp.Setup), tb.NS(netbed.Producer), lp.Target(), lnDirect.Addr())
 
 	// The producers dial from the producer's namespace: a socket stays
 	// in the namespace it was made in.
@@ -293,17 +294,17 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 			// Directly, the consumer must see the producer's direct
 			// address; through the gateways, the consumer gateway's LAN
 			// address.
-			rt, rtt := route{ln: lnDirect, target: lnDirect.Addr().String(), peer: tb.ProducerDirect()}, m.DirectRTT
+			rt, rtt := localpair.Route{LN: lnDirect, Target: lnDirect.Addr().String(), Peer: tb.ProducerDirect()}, m.DirectRTT
 			if h.Path == record.PathGateways {
-				rt, rtt = route{ln: lnGW, target: lp.target(), peer: tb.ConsumerGWLAN()}, m.GatewayRTT()
+				rt, rtt = localpair.Route{LN: lnGW, Target: lp.Target(), Peer: tb.ConsumerGWLAN()}, m.GatewayRTT()
 			}
-			rec, err := runPath(ctx, lp, h, rt, o, prog, label, stderr)
+			rec, err := localpair.RunPath(ctx, lp, h, rt, o, prog, label, stderr)
 			rec.Preset, rec.RTTmsMeasured = tb.Preset.Name, ms(rtt)
 			return rec, err
 		},
 		onFail: func(path string) {
 			if path == record.PathGateways {
-				fmt.Fprint(stderr, lp.logTail(10))
+				fmt.Fprint(stderr, lp.LogTail(10))
 			}
 		},
 	}

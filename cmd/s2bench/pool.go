@@ -17,6 +17,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/client"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/localgw"
 	"scistream/internal/netbed"
 	"scistream/internal/waitfor"
@@ -168,7 +169,7 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func pool(ctx context.Context, cfg *poolConfig, stdout io.Writer) (err error) {
 	wall := time.Now()
-	env := &poolEnv{base: localPairConfig{s2cs: cfg.s2cs, engine: "splice", wan: api.WANTLS, noStream: true}}
+	env := &poolEnv{base: localpair.Config{S2CS: cfg.s2cs, Engine: "splice", WAN: api.WANTLS, NoStream: true}}
 	where := "loopback"
 	var ln *net.TCPListener
 	if cfg.bed == nil {
@@ -198,9 +199,9 @@ func pool(ctx context.Context, cfg *poolConfig, stdout io.Writer) (err error) {
 		}); err != nil {
 			return fmt.Errorf("consumer listener in %s: %w", tb.NS(netbed.Consumer), err)
 		}
-		env.base.netns = [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)}
-		env.base.ips = [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()}
-		env.base.allow = tb.LANASubnet()
+		env.base.NetNS = [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)}
+		env.base.IPs = [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()}
+		env.base.Allow = tb.LANASubnet()
 		env.dial = func(ctx context.Context, addr string) (conn *net.TCPConn, start time.Time, err error) {
 			err = netbed.Do(tb.NS(netbed.Producer), func() error {
 				var d net.Dialer
@@ -216,7 +217,7 @@ func pool(ctx context.Context, cfg *poolConfig, stdout io.Writer) (err error) {
 	}
 	env.echo = startEcho(ln)
 	defer func() { err = errors.Join(err, env.echo.stop()) }()
-	env.base.consumer = ln.Addr().(*net.TCPAddr)
+	env.base.Consumer = ln.Addr().(*net.TCPAddr)
 	fmt.Fprintf(stdout, "s2bench pool: on %s; TLS WAN legs, splice engine; every connection sends %d bytes, the consumer (%s) echoes them\n", where, poolRequest, ln.Addr())
 
 	for _, e := range cfg.experiments {
@@ -239,7 +240,7 @@ func pool(ctx context.Context, cfg *poolConfig, stdout io.Writer) (err error) {
 
 // poolEnv is where the experiments run: loopback, or the testbed.
 type poolEnv struct {
-	base localPairConfig // the gateway pair, without its policy flags
+	base localpair.Config // the gateway pair, without its policy flags
 	echo *echoServer
 	// dial connects to addr from the producer's side (its namespace on
 	// the testbed) and returns the time it started.
@@ -248,7 +249,7 @@ type poolEnv struct {
 
 // poolRun is a gateway pair with its streams.
 type poolRun struct {
-	lp      *localPair
+	lp      *localpair.Pair
 	streams []*api.Stream // outbound sides
 	inbound []*api.Stream
 }
@@ -259,8 +260,8 @@ type poolRun struct {
 // cap of legs per peer (capLegs).
 func (e *poolEnv) start(ctx context.Context, args []string, pools []int, capLegs int) (_ *poolRun, err error) {
 	cfg := e.base
-	cfg.args = args
-	lp, err := startLocalPair(ctx, cfg)
+	cfg.Args = args
+	lp, err := localpair.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -270,12 +271,12 @@ func (e *poolEnv) start(ctx context.Context, args []string, pools []int, capLegs
 			err = errors.Join(err, r.close())
 		}
 	}()
-	cons := cfg.consumer
+	cons := cfg.Consumer
 	want := int64(0)
 	for _, n := range pools {
-		inS, outS, err := client.Wire(ctx, lp.inC, lp.outC,
+		inS, outS, err := client.Wire(ctx, lp.InC, lp.OutC,
 			&api.InboundRequest{RemoteIP: cons.IP.String(), ReceiverPorts: []int{cons.Port}, NumConn: 1, WAN: api.WANTLS},
-			api.OutboundRequest{NumConn: 1, Allow: []string{lp.allow}, WANPool: n}, nil)
+			api.OutboundRequest{NumConn: 1, Allow: []string{lp.Allow}, WANPool: n}, nil)
 		if err != nil {
 			return r, fmt.Errorf("wire stream %d: %w", len(r.streams)+1, err)
 		}
@@ -312,7 +313,7 @@ func (e *poolEnv) start(ctx context.Context, args []string, pools []int, capLegs
 
 // stats returns stream i's outbound statistics.
 func (r *poolRun) stats(ctx context.Context, i int) (*api.Stats, error) {
-	s, err := r.lp.outC.Get(ctx, r.streams[i].UID)
+	s, err := r.lp.OutC.Get(ctx, r.streams[i].UID)
 	if err != nil {
 		return nil, fmt.Errorf("status of stream %s: %w", r.streams[i].UID, err)
 	}
@@ -347,7 +348,7 @@ func (r *poolRun) close() error {
 		for _, side := range []struct {
 			c   *client.Client
 			uid string
-		}{{r.lp.outC, r.streams[i].UID}, {r.lp.inC, r.inbound[i].UID}} {
+		}{{r.lp.OutC, r.streams[i].UID}, {r.lp.InC, r.inbound[i].UID}} {
 			if _, err := side.c.Release(ctx, side.uid); err != nil {
 				errs = append(errs, fmt.Errorf("release stream %s: %w", side.uid, err))
 			}
@@ -407,7 +408,7 @@ func (e *poolEnv) warmVsCold(ctx context.Context, cfg *poolConfig, stdout io.Wri
 		return err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
-	fmt.Fprintf(stdout, "\nwarm pool against cold: %d new connections on each of two streams of one gateway pair (%s), alternating\n", cfg.conns, r.lp.describe())
+	fmt.Fprintf(stdout, "\nwarm pool against cold: %d new connections on each of two streams of one gateway pair (%s), alternating\n", cfg.conns, r.lp.Describe())
 	var samples [2][]time.Duration
 	var reused, lastReused int64
 	for i := range cfg.conns {
@@ -519,7 +520,7 @@ func (e *poolEnv) replay(ctx context.Context, cfg *poolConfig, pol string, seq [
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
-	fmt.Fprintf(stdout, "  %s: %s\n", pol, r.lp.describe())
+	fmt.Fprintf(stdout, "  %s: %s\n", pol, r.lp.Describe())
 	res := &patternResult{policy: pol}
 	lastReused := make([]int64, len(r.streams))
 	for _, f := range seq {

@@ -17,6 +17,7 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
 	"scistream/internal/client"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/record"
 	"scistream/internal/localgw"
 	"scistream/internal/pace"
@@ -169,8 +170,8 @@ type rateStream struct {
 
 // wireRated wires a stream asking for rate (0: best effort) from the
 // pair's outbound gateway to a consumer listener of its own.
-func wireRated(ctx context.Context, lp *localPair, wanT, label string, rate pace.Rate) (*rateStream, func(), error) {
-	host, _, _ := net.SplitHostPort(lp.consAddr)
+func wireRated(ctx context.Context, lp *localpair.Pair, wanT, label string, rate pace.Rate) (*rateStream, func(), error) {
+	host, _, _ := net.SplitHostPort(lp.ConsAddr)
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(host)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("consumer listener: %w", err)
@@ -186,8 +187,8 @@ func wireRated(ctx context.Context, lp *localPair, wanT, label string, rate pace
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		lp.outC.Release(rctx, outS.UID)
-		lp.inC.Release(rctx, inS.UID)
+		lp.OutC.Release(rctx, outS.UID)
+		lp.InC.Release(rctx, inS.UID)
 		ln.Close()
 	}
 	return &rateStream{label: label, grant: rate, ln: ln, target: outS.Listeners[0]}, release, nil
@@ -195,8 +196,8 @@ func wireRated(ctx context.Context, lp *localPair, wanT, label string, rate pace
 
 // wireWith wires a stream of one channel from the pair's outbound
 // gateway as in asks, as s2uc stream does.
-func wireWith(ctx context.Context, lp *localPair, in *api.InboundRequest) (*api.Stream, *api.Stream, error) {
-	return client.Wire(ctx, lp.inC, lp.outC, in, api.OutboundRequest{NumConn: 1, Allow: []string{lp.allow}}, nil)
+func wireWith(ctx context.Context, lp *localpair.Pair, in *api.InboundRequest) (*api.Stream, *api.Stream, error) {
+	return client.Wire(ctx, lp.InC, lp.OutC, in, api.OutboundRequest{NumConn: 1, Allow: []string{lp.Allow}}, nil)
 }
 
 // send runs an open-ended workload over rs for d and returns the
@@ -212,7 +213,7 @@ func (rs *rateStream) send(ctx context.Context, size int, d time.Duration) (floa
 }
 
 func rateAccuracy(ctx context.Context, cfg *rateConfig, stdout io.Writer) error {
-	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, noStream: true})
+	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.s2cs, Engine: cfg.engine, WAN: cfg.wan, NoStream: true})
 	if err != nil {
 		return err
 	}
@@ -241,8 +242,8 @@ func rateAccuracy(ctx context.Context, cfg *rateConfig, stdout io.Writer) error 
 }
 
 func rateCompete(ctx context.Context, cfg *rateConfig, stdout io.Writer) error {
-	lp, err := startLocalPair(ctx, localPairConfig{s2cs: cfg.s2cs, engine: cfg.engine, wan: cfg.wan, noStream: true,
-		args: []string{"--capacity_rate", fmt.Sprint(int64(cfg.capacity))}})
+	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.s2cs, Engine: cfg.engine, WAN: cfg.wan, NoStream: true,
+		Args: []string{"--capacity_rate", fmt.Sprint(int64(cfg.capacity))}})
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,8 @@ import (
 )
 
 // Display is the progress line of one run at a time: Start, then End
-// when the run is over. The zero value shows nothing; New makes one
-// that does. A Display is used by one goroutine.
+// when the run is over. A nil or zero Display shows nothing; New makes
+// one that does. A Display is used by one goroutine.
 type Display struct {
 	w        io.Writer
 	enabled  bool
@@ -51,7 +51,7 @@ func New(w io.Writer, mode string) *Display {
 // payload bytes; want is the run's total (0 if open-ended). The line is
 // drawn by a goroutine of its own, which End stops and waits for.
 func (p *Display) Start(label string, counter *atomic.Int64, want int64) {
-	if !p.enabled {
+	if p == nil || !p.enabled {
 		return
 	}
 	p.done = make(chan struct{})
@@ -94,6 +94,9 @@ func (p *Display) Start(label string, counter *atomic.Int64, want int64) {
 // End stops the current run's progress line and waits until it is
 // erased. Idempotent.
 func (p *Display) End() {
+	if p == nil {
+		return
+	}
 	if p.done != nil {
 		close(p.done)
 		p.done = nil

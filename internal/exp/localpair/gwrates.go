@@ -1,4 +1,4 @@
-package main
+package localpair
 
 import (
 	"context"
@@ -35,11 +35,11 @@ type gwRun struct {
 // sampling interval, which split it, or runs closer than an interval
 // merged), or if no idle sample closes the run within three sampling
 // intervals and a second.
-func (lp *localPair) runRates(ctx context.Context, wire int64) (out, in gwRun, err error) {
+func (lp *Pair) runRates(ctx context.Context, wire int64) (out, in gwRun, err error) {
 	var deadline time.Time
 	for {
-		o, err1 := lp.outC.Get(ctx, lp.outS.UID)
-		i, err2 := lp.inC.Get(ctx, lp.inS.UID)
+		o, err1 := lp.OutC.Get(ctx, lp.OutS.UID)
+		i, err2 := lp.InC.Get(ctx, lp.InS.UID)
 		if err := errors.Join(err1, err2); err != nil {
 			return out, in, err
 		}
