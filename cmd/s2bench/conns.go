@@ -21,6 +21,7 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
 	"scistream/internal/exp/localpair"
+	"scistream/internal/exp/procs"
 	"scistream/internal/exp/record"
 	"scistream/internal/gateway"
 	"scistream/internal/localgw"
@@ -147,17 +148,6 @@ func gatewayCap(wan string, n int) int {
 	return n
 }
 
-// noFileLimit returns this process's hard limit of open files: s2cs and
-// the consumer process run with their soft limit raised to one below it
-// (the Go runtime does that at start).
-func noFileLimit() (int, error) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, fmt.Errorf("read the limit of open files: %w", err)
-	}
-	return int(min(lim.Max, 1<<30)), nil
-}
-
 // checkConnsFit refuses a count the gateways cannot hold within the
 // hard limit of open files, with the gateway's own arithmetic
 // (gateway.Config.Files). The producer and the consumer process hold one
@@ -185,14 +175,14 @@ func runConns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err error) {
-	hard, err := noFileLimit()
+	hard, err := procs.NoFileLimit()
 	if err != nil {
 		return err
 	}
 	if err := checkConnsFit(cfg, hard); err != nil {
 		return err
 	}
-	if err := raiseNoFile(uint64(cfg.conns + 256)); err != nil {
+	if err := procs.RaiseNoFile(uint64(cfg.conns + 256)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.timeout, fmt.Errorf("the experiment did not finish within --timeout %s", cfg.timeout))
@@ -314,10 +304,10 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	}
 
 	// Transfer: every connection at once.
-	watches := map[string]*rssWatch{}
+	watches := map[string]*procs.RSSWatch{}
 	for role, pid := range pids {
-		watches[role] = newRSSWatch(pid)
-		defer watches[role].stop()
+		watches[role] = procs.WatchRSS(pid)
+		defer watches[role].Stop()
 	}
 	cpu0, err := lp.CPU()
 	if err != nil {
@@ -340,7 +330,7 @@ func conns(ctx context.Context, cfg *connsConfig, stdout, stderr io.Writer) (err
 	}
 	fmt.Fprintln(stdout)
 	for _, role := range []string{"outbound", "inbound"} {
-		peak := watches[role].peak()
+		peak := watches[role].Peak()
 		fmt.Fprintf(stdout, "  %-8s gateway RSS peak %.1f MB during the transfer: %.1f KiB per connection\n",
 			role, mb(peak), perConnKiB(peak-before[role], cfg.conns))
 	}
@@ -496,7 +486,7 @@ func startConsumerProcess(bin, ip string, timeout time.Duration) (*consumerProce
 	cmd := exec.Command(bin, "consumer", "--listen", net.JoinHostPort(ip, "0"), "--runs", "1",
 		"--run_timeout", timeout.String(), "--idle_timeout", timeout.String())
 	// Its first 4 KiB: a consumer that fails says so once per connection.
-	cmd.Stderr = &limitedWriter{w: os.Stderr, n: 4 << 10}
+	cmd.Stderr = procs.LimitWriter(os.Stderr, 4<<10)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
 	"scistream/internal/exp/localpair"
+	"scistream/internal/exp/procs"
 	"scistream/internal/exp/progress"
 	"scistream/internal/exp/record"
 	"scistream/internal/localgw"
@@ -95,7 +96,7 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err error) {
 	// The flood holds what the gateway has not yet refused (its caps,
 	// a few hundred) and the dials in flight; the rest close at once.
-	if err := raiseNoFile(uint64(min(cfg.conns, 8192)) + 1024); err != nil {
+	if err := procs.RaiseNoFile(uint64(min(cfg.conns, 8192)) + 1024); err != nil {
 		// Only the connections the gateway still holds stay open here.
 		fmt.Fprintf(stderr, "s2bench: note: %v; the flood holds at most that many at once\n", err)
 	}
@@ -113,8 +114,8 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 	fmt.Fprintf(stdout, "s2bench flood: %d stranger connections from %d addresses to the inbound gateway's WAN listener %s; stream over %s, %s messages, %s per measurement\n",
 		cfg.conns, cfg.sources, target, cfg.wan, bytesize.Format(int64(cfg.size)), cfg.duration)
 
-	rss := newRSSWatch(lp.In.PID())
-	defer rss.stop()
+	rss := procs.WatchRSS(lp.In.PID())
+	defer rss.Stop()
 	measure := func(label string) (record.Record, error) {
 		h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Seed: rand.Uint64(), Run: rand.Uint32()}, Pairs: 1, Path: record.PathGateways}
 		h.Group = h.Spec.Run
@@ -126,26 +127,26 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 		return rec, nil
 	}
 
-	before := rss.now()
+	before := rss.Now()
 	alone, err := measure("alone")
 	if err != nil {
 		return err
 	}
-	quiet := rss.now()
+	quiet := rss.Now()
 
-	rss.peak() // the peak of the flood, not of the first run
+	rss.Peak() // the peak of the flood, not of the first run
 	f := startFlood(ctx, target, cfg.conns, cfg.sources)
 	flooded, merr := measure("under flood")
 	opened, refused, held, failed := f.stop()
 	if merr != nil {
 		return merr
 	}
-	peak := rss.peak()
+	peak := rss.Peak()
 	ended := time.Now()
 	back := time.Duration(-1)
 	limit := quiet + max(quiet/20, 2<<20)
 	for time.Since(ended) < cfg.settle {
-		if rss.now() <= limit {
+		if rss.Now() <= limit {
 			back = time.Since(ended)
 			break
 		}
@@ -166,7 +167,7 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 	if back >= 0 {
 		fmt.Fprintf(stdout, "memory back within 2 MB (or 5%%) of its level before the flood %.1f s after the flood ended\n", back.Seconds())
 	} else {
-		fmt.Fprintf(stdout, "memory NOT back within 2 MB (or 5%%) of its level before the flood %s after the flood ended: %.1f MB\n", cfg.settle, mb(rss.now()))
+		fmt.Fprintf(stdout, "memory NOT back within 2 MB (or 5%%) of its level before the flood %s after the flood ended: %.1f MB\n", cfg.settle, mb(rss.Now()))
 	}
 	if s := refusalSummaries(lp.In.Log()); s != "" {
 		fmt.Fprintf(stdout, "the inbound gateway's refusal summaries:\n%s", s)
@@ -175,23 +176,6 @@ func flood(ctx context.Context, cfg *floodConfig, stdout, stderr io.Writer) (err
 }
 
 func mb(b int64) float64 { return float64(b) / 1e6 }
-
-// raiseNoFile makes room for n open descriptors in this process, raising
-// the hard limit too if needed (root may).
-func raiseNoFile(n uint64) error {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	if lim.Cur >= n {
-		return nil
-	}
-	lim.Cur, lim.Max = n, max(lim.Max, n)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return fmt.Errorf("raise the limit of open files to %d: %w (run as root, or ulimit -n %d first)", n, err, n)
-	}
-	return nil
-}
 
 // refusalSummaries returns the lines of log that sum up refusals.
 func refusalSummaries(log string) string {
@@ -293,54 +277,4 @@ func (f *flooder) stop() (opened, refused, held, failed int64) {
 	f.mu.Unlock()
 	f.wg.Wait()
 	return opened, refused, opened - refused, f.failed.Load()
-}
-
-// rssWatch samples a process's resident memory every 50 ms.
-type rssWatch struct {
-	pid  int
-	done chan struct{}
-	wg   sync.WaitGroup
-	max  atomic.Int64
-}
-
-func newRSSWatch(pid int) *rssWatch {
-	w := &rssWatch{pid: pid, done: make(chan struct{})}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			w.now()
-			select {
-			case <-w.done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return w
-}
-
-// now returns the process's resident memory in bytes (0 if unknown) and
-// keeps the peak.
-func (w *rssWatch) now() int64 {
-	v, err := bench.ProcessRSS(w.pid)
-	if err != nil {
-		return 0
-	}
-	for {
-		m := w.max.Load()
-		if v <= m || w.max.CompareAndSwap(m, v) {
-			return v
-		}
-	}
-}
-
-// peak returns the highest VmRSS seen, and starts over.
-func (w *rssWatch) peak() int64 { return w.max.Swap(w.now()) }
-
-func (w *rssWatch) stop() {
-	close(w.done)
-	w.wg.Wait()
 }

@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/certs"
+	"scistream/internal/exp/procs"
 )
 
 // The naive baseline: what a facility gets from the simplest proxy it
@@ -324,7 +324,7 @@ func (np *naivePair) start(ctx context.Context, exe string, args []string) (stri
 	// it), and SIGTERM if s2bench dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	var errBuf strings.Builder
-	cmd.Stderr = &limitedWriter{w: &errBuf, n: 4096}
+	cmd.Stderr = procs.LimitWriter(&errBuf, 4096)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", err
@@ -405,22 +405,4 @@ func (np *naivePair) Close() {
 		os.RemoveAll(np.dir)
 		np.dir = ""
 	}
-}
-
-// limitedWriter keeps the first n bytes written to it.
-type limitedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-	n  int
-}
-
-func (l *limitedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n > 0 {
-		k := min(len(b), l.n)
-		l.w.Write(b[:k])
-		l.n -= k
-	}
-	return len(b), nil
 }
