@@ -14,6 +14,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/exp/localpair"
+	"scistream/internal/exp/naive"
 	"scistream/internal/exp/progress"
 	"scistream/internal/exp/record"
 	"scistream/internal/exp/workload"
@@ -185,14 +186,18 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer connects to %s\n",
 		lp.OutS.UID, ms(lp.Setup), lp.Target())
 	ps := []string{record.PathDirect, record.PathGateways}
-	var naive *naivePair
+	var np *naive.Pair
 	if cfg.baseline {
-		if naive, err = startNaivePair(ctx, cfg.wan, lp.ConsAddr); err != nil {
+		exe, err := os.Executable()
+		if err != nil {
 			return err
 		}
-		defer naive.Close()
+		if np, err = naive.StartPair(ctx, naive.PairConfig{Command: []string{exe, "naiveproxy"}, WAN: cfg.wan, Consumer: lp.ConsAddr}); err != nil {
+			return err
+		}
+		defer np.Close()
 		ps = append(ps, record.PathNaive)
-		fmt.Fprintf(stdout, "naive baseline (io.Copy over %s): pids %v; producer connects to %s\n", cfg.wan, naive.pids(), naive.target)
+		fmt.Fprintf(stdout, "naive baseline (io.Copy over %s): pids %v; producer connects to %s\n", cfg.wan, np.PIDs(), np.Target())
 	}
 
 	e := &experiment{
@@ -201,7 +206,7 @@ func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) 
 		runOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
 			rt := lp.Route(h.Path)
 			if h.Path == record.PathNaive {
-				rt = localpair.Route{LN: lp.Consumer, Target: naive.target, CPU: naive.cpu}
+				rt = localpair.Route{LN: lp.Consumer, Target: np.Target(), CPU: np.CPU}
 			}
 			return localpair.RunPath(ctx, lp, h, rt, cfg.runOptions(), prog, label, stderr)
 		},
