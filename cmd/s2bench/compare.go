@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -12,11 +10,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
-	"scistream/internal/bench"
-	"scistream/internal/exp/localpair"
-	"scistream/internal/exp/naive"
-	"scistream/internal/exp/progress"
-	"scistream/internal/exp/record"
+	"scistream/internal/exp/compare"
 	"scistream/internal/exp/workload"
 	"scistream/internal/localgw"
 	"scistream/internal/relay"
@@ -25,30 +19,6 @@ import (
 // knownWANs are the WAN transports compare can ask for; whether the s2cs
 // at hand provides one is checked against its /v1/info once it runs.
 var knownWANs = []string{api.WANTLS, api.WANTCP, api.WANQUIC}
-
-type compareConfig struct {
-	plan       *workload.Plan
-	pairs      []int
-	reps       int
-	engine     string
-	wan        string
-	jsonPath   string
-	plotsDir   string
-	plotFormat string
-	progress   string
-	s2cs       string
-	runTimeout time.Duration
-	idle       time.Duration
-	baseline   bool // also run the naive proxy pair (compare only)
-	// rateInterval is the gateways' sampling of their rates (s2cs
-	// --rate_interval), whose steady state each gateway run reports.
-	rateInterval time.Duration
-}
-
-// gatewayArgs are the s2cs flags of compare's gateways.
-func (cfg *compareConfig) gatewayArgs() []string {
-	return []string{"--rate_interval", cfg.rateInterval.String()}
-}
 
 const compareUsage = `usage: s2bench compare [--workload sweep|dstream|lstream|SIZE[,SIZE...]] [--bytes N | --messages N | --duration D]
                        [--rate R] [--mode throughput|rr] [--pairs N[,N...]] [--reps 3]
@@ -97,47 +67,42 @@ func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
 }
 
 // config validates the parsed flags of fs.
-func (f *compareFlags) config(fs *flag.FlagSet) (*compareConfig, error) {
-	cfg := &compareConfig{reps: *f.reps, engine: *f.engine, wan: *f.wan, jsonPath: *f.jsonPath, plotsDir: *f.plotsDir,
-		plotFormat: *f.plotFormat, progress: *f.progress, s2cs: *f.s2cs, runTimeout: *f.runTimeout, idle: *f.idle, rateInterval: *f.rateInterval}
+func (f *compareFlags) config(fs *flag.FlagSet) (*compare.Config, error) {
+	cfg := &compare.Config{Reps: *f.reps, Engine: *f.engine, WAN: *f.wan, JSONPath: *f.jsonPath, PlotsDir: *f.plotsDir,
+		PlotFormat: *f.plotFormat, Progress: *f.progress, S2CS: *f.s2cs, RunTimeout: *f.runTimeout, Idle: *f.idle, RateInterval: *f.rateInterval}
 	var err error
-	if cfg.pairs, err = parsePairs(*f.pairs); err != nil {
+	if cfg.Pairs, err = parsePairs(*f.pairs); err != nil {
 		return nil, err
 	}
-	if cfg.plan, err = resolveWorkload(&f.wf, slices.Max(cfg.pairs)); err != nil {
+	if cfg.Plan, err = resolveWorkload(&f.wf, slices.Max(cfg.Pairs)); err != nil {
 		return nil, err
 	}
 	switch {
-	case cfg.reps < 1 || cfg.reps > maxReps:
-		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
-	case !slices.Contains(relay.Names(), cfg.engine):
-		return nil, usagef("--engine %q: use one of %s", cfg.engine, strings.Join(relay.Names(), ", "))
-	case !slices.Contains(knownWANs, cfg.wan):
-		return nil, usagef("--wan %q: use one of %s", cfg.wan, strings.Join(knownWANs, ", "))
-	case cfg.rateInterval < 10*time.Millisecond || cfg.rateInterval > time.Minute:
-		return nil, usagef("--rate_interval %s out of range: give 10ms to 1m", cfg.rateInterval)
+	case cfg.Reps < 1 || cfg.Reps > maxReps:
+		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.Reps, maxReps)
+	case !slices.Contains(relay.Names(), cfg.Engine):
+		return nil, usagef("--engine %q: use one of %s", cfg.Engine, strings.Join(relay.Names(), ", "))
+	case !slices.Contains(knownWANs, cfg.WAN):
+		return nil, usagef("--wan %q: use one of %s", cfg.WAN, strings.Join(knownWANs, ", "))
+	case cfg.RateInterval < 10*time.Millisecond || cfg.RateInterval > time.Minute:
+		return nil, usagef("--rate_interval %s out of range: give 10ms to 1m", cfg.RateInterval)
 	}
-	if err := checkExperimentFlags(cfg.plan, cfg.runTimeout, cfg.idle, cfg.plotFormat, cfg.progress, cfg.jsonPath, cfg.plotsDir); err != nil {
+	if err := checkExperimentFlags(cfg.Plan, cfg.RunTimeout, cfg.Idle, cfg.PlotFormat, cfg.Progress, cfg.JSONPath, cfg.PlotsDir); err != nil {
 		return nil, err
 	}
-	if cfg.s2cs == "" {
+	if cfg.S2CS == "" {
 		p, err := localgw.FindBinary("s2cs")
 		if err != nil {
 			return nil, usagef("no s2cs binary next to s2bench, in ./bin or on PATH: build it with go build -o bin/ ./cmd/... or pass --s2cs PATH")
 		}
-		cfg.s2cs = p
-	} else if st, err := os.Stat(cfg.s2cs); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return nil, usagef("--s2cs %s is not an executable file: build it with go build -o bin/ ./cmd/s2cs", cfg.s2cs)
+		cfg.S2CS = p
+	} else if st, err := os.Stat(cfg.S2CS); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return nil, usagef("--s2cs %s is not an executable file: build it with go build -o bin/ ./cmd/s2cs", cfg.S2CS)
 	}
 	return cfg, nil
 }
 
-// runOptions are the bounds of one run.
-func (cfg *compareConfig) runOptions() bench.RunOptions {
-	return bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.Duration, EachMessage: cfg.plan.Each}
-}
-
-func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
+func parseCompare(args []string, stderr io.Writer) (*compare.Config, error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f compareFlags
@@ -150,7 +115,7 @@ func parseCompare(args []string, stderr io.Writer) (*compareConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.baseline = *baseline
+	cfg.Baseline = *baseline
 	return cfg, nil
 }
 
@@ -159,74 +124,42 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	return compare(ctx, cfg, stdout, stderr)
-}
-
-func compare(ctx context.Context, cfg *compareConfig, stdout, stderr io.Writer) (err error) {
-	wall := time.Now()
-	p := cfg.plan
-	fmt.Fprintf(stdout, "s2bench compare: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
-		p.Name, len(p.Sizes), cfg.pairs, cfg.reps, cfg.engine, cfg.wan)
-	p.Print(stdout, cfg.pairs)
-
-	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.s2cs, Engine: cfg.engine, WAN: cfg.wan, Args: cfg.gatewayArgs()})
-	if err != nil {
-		return err
-	}
-	closed := false
-	defer func() {
-		if closed {
-			return
-		}
-		if cerr := lp.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
-		}
-	}()
-	fmt.Fprintf(stdout, "gateways: %s\n", lp.Describe())
-	fmt.Fprintf(stdout, "stream %s wired in %.1f ms (client.Wire); producer connects to %s\n",
-		lp.OutS.UID, ms(lp.Setup), lp.Target())
-	ps := []string{record.PathDirect, record.PathGateways}
-	var np *naive.Pair
-	if cfg.baseline {
+	if cfg.Baseline {
+		// The naive pair's sides are this program's naiveproxy command.
 		exe, err := os.Executable()
 		if err != nil {
 			return err
 		}
-		if np, err = naive.StartPair(ctx, naive.PairConfig{Command: []string{exe, "naiveproxy"}, WAN: cfg.wan, Consumer: lp.ConsAddr}); err != nil {
-			return err
-		}
-		defer np.Close()
-		ps = append(ps, record.PathNaive)
-		fmt.Fprintf(stdout, "naive baseline (io.Copy over %s): pids %v; producer connects to %s\n", cfg.wan, np.PIDs(), np.Target())
+		cfg.NaiveCommand = []string{exe, "naiveproxy"}
 	}
-
-	e := &experiment{
-		plan: p, pairs: cfg.pairs, reps: cfg.reps, paths: ps, engine: cfg.engine, wan: cfg.wan,
-		jsonPath: cfg.jsonPath, plotsDir: cfg.plotsDir, plotFormat: cfg.plotFormat, progress: cfg.progress, cpu: true,
-		runOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
-			rt := lp.Route(h.Path)
-			if h.Path == record.PathNaive {
-				rt = localpair.Route{LN: lp.Consumer, Target: np.Target(), CPU: np.CPU}
-			}
-			return localpair.RunPath(ctx, lp, h, rt, cfg.runOptions(), prog, label, stderr)
-		},
-		onFail: func(path string) {
-			if path == record.PathGateways {
-				fmt.Fprint(stderr, lp.LogTail(10))
-			}
-		},
-	}
-	if err := e.execute(ctx, stdout, stderr); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "stream setup (client.Wire): %.1f ms\n", ms(lp.Setup))
-	closed = true
-	if err := lp.Close(); err != nil {
-		return fmt.Errorf("clean up: %w", err)
-	}
-	fmt.Fprint(stdout, lp.SockmapReport())
-	fmt.Fprintf(stdout, "stream released, gateways stopped; wall time %.1f s\n", time.Since(wall).Seconds())
-	return nil
+	_, err = compare.Run(ctx, *cfg, stdout, stderr)
+	return err
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+// checkExperimentFlags validates the flags that compare, run and testbed
+// run share: the bounds of a run and where the results go.
+func checkExperimentFlags(p *workload.Plan, runTimeout, idle time.Duration, plotFormat, progress, jsonPath, plotsDir string) error {
+	switch {
+	case runTimeout <= 0:
+		return usagef("--run_timeout must be positive, e.g. 5m")
+	case idle <= 0:
+		return usagef("--idle_timeout must be positive, e.g. 30s")
+	case plotFormat != "svg" && plotFormat != "png":
+		return usagef("--plot_format %q: use svg or png", plotFormat)
+	case progress != "auto" && progress != "on" && progress != "off":
+		return usagef("--progress %q: use auto, on or off", progress)
+	case p.Duration > 0 && p.Duration >= runTimeout:
+		return usagef("--duration %s is not below --run_timeout %s: lower --duration or raise --run_timeout", p.Duration, runTimeout)
+	}
+	if jsonPath != "" {
+		if err := checkOutPath("--json", jsonPath); err != nil {
+			return err
+		}
+	}
+	if plotsDir != "" {
+		if st, err := os.Stat(plotsDir); err != nil || !st.IsDir() {
+			return usagef("--plots %s is not a directory: create it (mkdir -p %s) or choose another", plotsDir, plotsDir)
+		}
+	}
+	return nil
+}

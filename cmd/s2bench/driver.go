@@ -3,15 +3,12 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"net"
 	"slices"
-	"sync/atomic"
 	"time"
 
-	"scistream/internal/bench"
-	"scistream/internal/exp/progress"
+	"scistream/internal/exp/compare"
 	"scistream/internal/exp/record"
 	"scistream/internal/exp/workload"
 )
@@ -27,22 +24,7 @@ with the table, JSON and plots of compare. The consumer verifies every message
 and returns what it measured at the end of each connection. Either path may be
 left out. The gateways' CPU is not measured (they are not local).`
 
-type runConfig struct {
-	plan       *workload.Plan
-	targets    map[string]string // path -> address
-	pairs      []int
-	reps       int
-	engine     string
-	wan        string
-	jsonPath   string
-	plotsDir   string
-	plotFormat string
-	progress   string
-	runTimeout time.Duration
-	idle       time.Duration
-}
-
-func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
+func parseRun(args []string, stderr io.Writer) (*compare.RemoteConfig, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var wf workload.Flags
@@ -64,8 +46,8 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	if err := parseFlags(fs, args, runUsage, stderr); err != nil {
 		return nil, err
 	}
-	cfg := &runConfig{targets: map[string]string{}, reps: *reps, engine: *engine, wan: *wanT, jsonPath: *jsonPath,
-		plotsDir: *plotsDir, plotFormat: *plotFormat, progress: *progressMode, runTimeout: *runTimeout, idle: *idle}
+	cfg := &compare.RemoteConfig{Targets: map[string]string{}, Reps: *reps, Engine: *engine, WAN: *wanT, JSONPath: *jsonPath,
+		PlotsDir: *plotsDir, PlotFormat: *plotFormat, Progress: *progressMode, RunTimeout: *runTimeout, Idle: *idle}
 	for path, a := range map[string]string{record.PathDirect: *direct, record.PathGateways: *gateways} {
 		if a == "" {
 			continue
@@ -73,23 +55,23 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return nil, usagef("--%s %q: %v; give HOST:PORT, e.g. 10.0.0.2:8080", path, a, err)
 		}
-		cfg.targets[path] = a
+		cfg.Targets[path] = a
 	}
-	if len(cfg.targets) == 0 {
+	if len(cfg.Targets) == 0 {
 		return nil, usagef("give --direct (the consumer's HOST:PORT), --gateways (the gateway listener's HOST:PORT), or both")
 	}
 	var err error
-	if cfg.pairs, err = parsePairs(*pairsS); err != nil {
+	if cfg.Pairs, err = parsePairs(*pairsS); err != nil {
 		return nil, err
 	}
-	if cfg.plan, err = resolveWorkload(&wf, slices.Max(cfg.pairs)); err != nil {
+	if cfg.Plan, err = resolveWorkload(&wf, slices.Max(cfg.Pairs)); err != nil {
 		return nil, err
 	}
 	switch {
-	case cfg.reps < 1 || cfg.reps > maxReps:
-		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.reps, maxReps)
+	case cfg.Reps < 1 || cfg.Reps > maxReps:
+		return nil, usagef("--reps %d out of range: give 1 to %d", cfg.Reps, maxReps)
 	}
-	if err := checkExperimentFlags(cfg.plan, cfg.runTimeout, cfg.idle, cfg.plotFormat, cfg.progress, cfg.jsonPath, cfg.plotsDir); err != nil {
+	if err := checkExperimentFlags(cfg.Plan, cfg.RunTimeout, cfg.Idle, cfg.PlotFormat, cfg.Progress, cfg.JSONPath, cfg.PlotsDir); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -100,43 +82,6 @@ func runDriver(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	var ps []string
-	for _, p := range []string{record.PathDirect, record.PathGateways} {
-		if a, ok := cfg.targets[p]; ok {
-			ps = append(ps, p)
-			fmt.Fprintf(stdout, "path %s: %s\n", p, a)
-		}
-	}
-	fmt.Fprintf(stdout, "s2bench run: workload %s, %d size(s), pairs %v, %d repetition(s) per path\n",
-		cfg.plan.Name, len(cfg.plan.Sizes), cfg.pairs, cfg.reps)
-	e := &experiment{
-		plan: cfg.plan, pairs: cfg.pairs, reps: cfg.reps, paths: ps, engine: cfg.engine, wan: cfg.wan,
-		jsonPath: cfg.jsonPath, plotsDir: cfg.plotsDir, plotFormat: cfg.plotFormat, progress: cfg.progress,
-		runOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
-			rec := record.Record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), RateMsgsPerS: h.Rate}
-			if cfg.plan.Duration > 0 {
-				rec.DurationS = cfg.plan.Duration.Seconds()
-			}
-			var sent atomic.Int64
-			prog.Start(label, &sent, h.Spec.Bytes*int64(h.Pairs))
-			res, err := bench.RunRemote(ctx, cfg.targets[h.Path], h, bench.RunOptions{Timeout: cfg.runTimeout, Idle: cfg.idle, Duration: cfg.plan.Duration, Sent: &sent, EachMessage: cfg.plan.Each})
-			prog.End()
-			rec.Fill(res)
-			if err != nil {
-				rec.Error = err.Error()
-				return rec, fmt.Errorf("%w (the consumer's output says why if it refused the data)", err)
-			}
-			for i, p := range res.Pairs {
-				if p.Recv == nil || p.Recv.Measure.Messages != p.Send.Messages || p.Recv.Measure.Bytes != p.Send.Bytes {
-					return rec, fmt.Errorf("pair %d: the consumer reports %+v; the producer sent %d messages", i, p.Recv, p.Send.Messages)
-				}
-			}
-			if res.Summary.GoodputBps <= 0 {
-				return rec, fmt.Errorf("run too short to time (every message arrived at once): raise --bytes")
-			}
-			rec.IntegrityOK = true
-			return rec, nil
-		},
-	}
-	return e.execute(ctx, stdout, stderr)
+	_, err = compare.RunRemote(ctx, *cfg, stdout, stderr)
+	return err
 }

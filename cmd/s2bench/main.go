@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"scistream/internal/cliflag"
 	"scistream/internal/exp/localpair"
@@ -163,3 +164,5 @@ func parsePairs(s string) ([]int, error) {
 	}
 	return n, nil
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/exp/compare"
 	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/progress"
 	"scistream/internal/exp/record"
@@ -166,7 +167,7 @@ func testbedDown(args []string, stdout, stderr io.Writer) error {
 type testbedRunConfig struct {
 	bed      netbed.Config
 	explicit map[string]bool // flags given on the command line
-	cmp      *compareConfig  // the experiment, as compare's
+	cmp      *compare.Config // the experiment, as compare's
 	keep     bool
 }
 
@@ -228,11 +229,11 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 	}
 	defer func() { err = errors.Join(err, down()) }()
 
-	c, p := cfg.cmp, cfg.cmp.plan
+	c, p := cfg.cmp, cfg.cmp.Plan
 	p.Auto = testbedAmount(tb.Preset, p)
 	fmt.Fprintf(stdout, "s2bench testbed run: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
-		p.Name, len(p.Sizes), c.pairs, c.reps, c.engine, c.wan)
-	p.Print(stdout, c.pairs)
+		p.Name, len(p.Sizes), c.Pairs, c.Reps, c.Engine, c.WAN)
+	p.Print(stdout, c.Pairs)
 
 	// The consumer's listeners, in its namespace: one the stream leads
 	// to, one the direct path reaches.
@@ -254,11 +255,11 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 	}
 
 	lp, err := localpair.Start(ctx, localpair.Config{
-		S2CS: c.s2cs, Engine: c.engine, WAN: c.wan, Consumer: lnGW.Addr().(*net.TCPAddr),
+		S2CS: c.S2CS, Engine: c.Engine, WAN: c.WAN, Consumer: lnGW.Addr().(*net.TCPAddr),
 		NetNS: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
 		IPs:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
 		Allow: tb.LANASubnet(),
-		Args:  c.gatewayArgs(),
+		Args:  c.GatewayArgs(),
 	})
 	if err != nil {
 		return err
@@ -275,10 +276,10 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 
 	// The producers dial from the producer's namespace: a socket stays
 	// in the namespace it was made in.
-	o := c.runOptions()
+	o := c.RunOptions()
 	o.Dial = func(ctx context.Context, addr string) (conn *net.TCPConn, err error) {
 		err = netbed.Do(tb.NS(netbed.Producer), func() error {
-			d := net.Dialer{Timeout: c.idle}
+			d := net.Dialer{Timeout: c.Idle}
 			nc, err := d.DialContext(ctx, "tcp", addr)
 			if err == nil {
 				conn = nc.(*net.TCPConn)
@@ -287,10 +288,10 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 		})
 		return conn, err
 	}
-	e := &experiment{
-		plan: p, pairs: c.pairs, reps: c.reps, paths: []string{record.PathDirect, record.PathGateways}, engine: c.engine, wan: c.wan,
-		jsonPath: c.jsonPath, plotsDir: c.plotsDir, plotFormat: c.plotFormat, progress: c.progress, cpu: true,
-		runOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
+	e := &compare.Experiment{
+		Plan: p, Pairs: c.Pairs, Reps: c.Reps, Paths: []string{record.PathDirect, record.PathGateways}, Engine: c.Engine, WAN: c.WAN,
+		JSONPath: c.JSONPath, PlotsDir: c.PlotsDir, PlotFormat: c.PlotFormat, Progress: c.Progress, CPU: true,
+		RunOne: func(ctx context.Context, h bench.Hello, prog *progress.Display, label string) (record.Record, error) {
 			// Directly, the consumer must see the producer's direct
 			// address; through the gateways, the consumer gateway's LAN
 			// address.
@@ -302,13 +303,13 @@ func testbedRun(ctx context.Context, cfg *testbedRunConfig, stdout, stderr io.Wr
 			rec.Preset, rec.RTTmsMeasured = tb.Preset.Name, ms(rtt)
 			return rec, err
 		},
-		onFail: func(path string) {
+		OnFail: func(path string) {
 			if path == record.PathGateways {
 				fmt.Fprint(stderr, lp.LogTail(10))
 			}
 		},
 	}
-	if err := e.execute(ctx, stdout, stderr); err != nil {
+	if _, err := e.Run(ctx, stdout, stderr); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "testbed %s: preset %s, RTT measured direct %.3f ms / through the gateways %.3f ms; %s; wall time %.1f s\n",

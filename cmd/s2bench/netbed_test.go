@@ -278,9 +278,9 @@ func TestTestbedRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := cfg.cmp.plan
-	if p.Name != workload.Sweep || cfg.cmp.reps != 1 || cfg.bed.Preset.Name != "shortwan" || len(cfg.explicit) != 1 {
-		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.Name, cfg.cmp.reps, cfg.bed.Preset.Name, cfg.explicit)
+	p := cfg.cmp.Plan
+	if p.Name != workload.Sweep || cfg.cmp.Reps != 1 || cfg.bed.Preset.Name != "shortwan" || len(cfg.explicit) != 1 {
+		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.Name, cfg.cmp.Reps, cfg.bed.Preset.Name, cfg.explicit)
 	}
 	lan, _ := netbed.LookupPreset("lan")
 	lan.RateBps = 200e6
@@ -301,9 +301,9 @@ func TestTestbedRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.cmp.plan.Auto = testbedAmount(lan, cfg.cmp.plan)
-	if got, _ := cfg.cmp.plan.PerPair(1024, 1); got != 200*1024 || cfg.cmp.reps != 2 {
-		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.cmp.reps)
+	cfg.cmp.Plan.Auto = testbedAmount(lan, cfg.cmp.Plan)
+	if got, _ := cfg.cmp.Plan.PerPair(1024, 1); got != 200*1024 || cfg.cmp.Reps != 2 {
+		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.cmp.Reps)
 	}
 	for _, c := range []struct {
 		args []string
@@ -318,8 +318,8 @@ func TestTestbedRunDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.cmp.plan.Auto = testbedAmount(cfg.bed.Preset, cfg.cmp.plan)
-		if got, _ := cfg.cmp.plan.PerPair(1024, 1); got != c.want {
+		cfg.cmp.Plan.Auto = testbedAmount(cfg.bed.Preset, cfg.cmp.Plan)
+		if got, _ := cfg.cmp.Plan.PerPair(1024, 1); got != c.want {
 			t.Errorf("%v: %d bytes per run, want %d", c.args, got, c.want)
 		}
 	}
