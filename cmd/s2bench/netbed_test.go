@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/exp/testbed"
 	"scistream/internal/exp/workload"
 	"scistream/internal/netbed"
 )
@@ -278,13 +279,13 @@ func TestTestbedRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := cfg.cmp.Plan
-	if p.Name != workload.Sweep || cfg.cmp.Reps != 1 || cfg.bed.Preset.Name != "shortwan" || len(cfg.explicit) != 1 {
-		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.Name, cfg.cmp.Reps, cfg.bed.Preset.Name, cfg.explicit)
+	p := cfg.Compare.Plan
+	if p.Name != workload.Sweep || cfg.Compare.Reps != 1 || cfg.Bed.Preset.Name != "shortwan" || len(cfg.Asked) != 1 {
+		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.Name, cfg.Compare.Reps, cfg.Bed.Preset.Name, cfg.Asked)
 	}
 	lan, _ := netbed.LookupPreset("lan")
 	lan.RateBps = 200e6
-	p.Auto = testbedAmount(lan, p)
+	p.Auto = testbed.Amount(lan, p)
 	// 200 Mbit/s for 2 s is 50 MB, in whole 64 KiB messages, split by the pairs.
 	for _, c := range []struct {
 		size, pairs int
@@ -301,9 +302,9 @@ func TestTestbedRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.cmp.Plan.Auto = testbedAmount(lan, cfg.cmp.Plan)
-	if got, _ := cfg.cmp.Plan.PerPair(1024, 1); got != 200*1024 || cfg.cmp.Reps != 2 {
-		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.cmp.Reps)
+	cfg.Compare.Plan.Auto = testbed.Amount(lan, cfg.Compare.Plan)
+	if got, _ := cfg.Compare.Plan.PerPair(1024, 1); got != 200*1024 || cfg.Compare.Reps != 2 {
+		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.Compare.Reps)
 	}
 	for _, c := range []struct {
 		args []string
@@ -318,8 +319,8 @@ func TestTestbedRunDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.cmp.Plan.Auto = testbedAmount(cfg.bed.Preset, cfg.cmp.Plan)
-		if got, _ := cfg.cmp.Plan.PerPair(1024, 1); got != c.want {
+		cfg.Compare.Plan.Auto = testbed.Amount(cfg.Bed.Preset, cfg.Compare.Plan)
+		if got, _ := cfg.Compare.Plan.PerPair(1024, 1); got != c.want {
 			t.Errorf("%v: %d bytes per run, want %d", c.args, got, c.want)
 		}
 	}

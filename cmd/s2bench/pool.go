@@ -18,6 +18,7 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/client"
 	"scistream/internal/exp/localpair"
+	"scistream/internal/exp/testbed"
 	"scistream/internal/localgw"
 	"scistream/internal/netbed"
 	"scistream/internal/waitfor"
@@ -187,7 +188,7 @@ func pool(ctx context.Context, cfg *poolConfig, stdout io.Writer) (err error) {
 			return c.(*net.TCPConn), start, nil
 		}
 	} else {
-		tb, m, down, err := openTestbed(ctx, *cfg.bed, cfg.explicit, cfg.keep, stdout)
+		tb, m, down, err := testbed.Open(ctx, *cfg.bed, cfg.explicit, cfg.keep, stdout)
 		if err != nil {
 			return err
 		}

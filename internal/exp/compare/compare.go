@@ -55,8 +55,8 @@ type Config struct {
 	RateInterval time.Duration
 }
 
-// withDefaults returns cfg with its zero fields filled.
-func (cfg Config) withDefaults() Config {
+// WithDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) WithDefaults() Config {
 	if cfg.Engine == "" {
 		cfg.Engine = "splice"
 	}
@@ -81,13 +81,13 @@ func (cfg Config) withDefaults() Config {
 
 // GatewayArgs are the s2cs flags of the experiment's gateways.
 func (cfg *Config) GatewayArgs() []string {
-	d := cfg.withDefaults()
+	d := cfg.WithDefaults()
 	return []string{"--rate_interval", d.RateInterval.String()}
 }
 
 // RunOptions are the bounds of one run.
 func (cfg *Config) RunOptions() bench.RunOptions {
-	d := cfg.withDefaults()
+	d := cfg.WithDefaults()
 	return bench.RunOptions{Timeout: d.RunTimeout, Idle: d.Idle, Duration: d.Plan.Duration, EachMessage: d.Plan.Each}
 }
 
@@ -97,7 +97,7 @@ func (cfg *Config) RunOptions() bench.RunOptions {
 // too. Lines and tables go to stdout; the progress line, warnings and a
 // failed gateway run's logs to stderr.
 func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (recs []record.Record, err error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	wall := time.Now()
 	p := cfg.Plan
 	fmt.Fprintf(stdout, "s2bench compare: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
