@@ -577,3 +577,5 @@ func (p *consumerProcess) stop() error {
 	}
 	return nil
 }
+
+func mb(b int64) float64 { return float64(b) / 1e6 }
