@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/exp/conns"
 	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/workload"
 	"scistream/internal/subcmd"
@@ -92,11 +93,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // flagged makes a usage error (exit status 2) of what an experiment
 // refused because of a flag once it ran: a WAN transport or an engine
-// the s2cs binary does not offer.
+// the s2cs binary does not offer, a count of connections that does not
+// fit the limit of open files.
 func flagged(err error) error {
 	var ue usageError
-	var no *localpair.NotOfferedError
-	if errors.As(err, &no) && !errors.As(err, &ue) {
+	if errors.As(err, &ue) {
+		return err
+	}
+	if errors.As(err, new(*localpair.NotOfferedError)) || errors.As(err, new(*conns.FitError)) {
 		return usageError{err}
 	}
 	return err
