@@ -27,7 +27,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"scistream/internal/cliflag"
 	"scistream/internal/exp/conns"
@@ -168,5 +167,3 @@ func parsePairs(s string) ([]int, error) {
 	}
 	return n, nil
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
