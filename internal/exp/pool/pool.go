@@ -47,8 +47,8 @@ const poolRequest = 64
 
 // Config is a pool experiment.
 type Config struct {
-	// Experiments are run in this order: Warm, HotSet, Stealing; nil:
-	// all three.
+	// Experiments are run in the order given; nil: Warm, HotSet,
+	// Stealing.
 	Experiments []string
 	Conns       int // warm: new connections on each of the two streams; 0: 200
 	// WANPool is the idle legs kept warm per stream (s2uc --wan_pool) of

@@ -40,7 +40,7 @@ const (
 
 // Config is a rate experiment.
 type Config struct {
-	// Experiments run in this order (Accuracy, Compete); nil: both.
+	// Experiments are run in the order given; nil: Accuracy, Compete.
 	Experiments []string
 	// Rates are accuracy's grants, one stream each (positive); nil:
 	// 10MB/s, 100MB/s, 500MB/s.
