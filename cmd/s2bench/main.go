@@ -14,6 +14,11 @@
 //	s2bench flood     [--conns 20000] [--wan tls|tcp]               a stream's goodput and the inbound gateway's memory under a flood
 //	s2bench facility  [--experiments goodput,takeover,control]      a facility of several nodes on etcd: goodput, takeover time, control latency
 //	s2bench naiveproxy --role in|out --wan tcp|tls|quic ...          one side of compare --baseline's naive proxy pair
+//
+// Each command here parses its flags into its experiment's Config and
+// runs it: the experiments are packages of internal/exp (compare,
+// roles, testbed, naive, flood, conns, pool, rate, facility), which
+// print through the writers they are given.
 package main
 
 import (
