@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"scistream/internal/exp/facility"
 )
 
 // TestFacilityFlags: every flag is checked, and the refusal names it.
@@ -113,7 +115,7 @@ func TestFacility(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []facilityRecord
+	var recs []facility.Record
 	if err := json.Unmarshal(b, &recs); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestFacilityInterrupted(t *testing.T) {
 			}
 			checkGone(t, facilityPIDs(t, w.buf.String()), tmp)
 			b, err := os.ReadFile(jsonPath)
-			var recs []facilityRecord
+			var recs []facility.Record
 			if err != nil || json.Unmarshal(b, &recs) != nil || len(recs) == 0 || recs[len(recs)-1].Experiment != c.exps {
 				t.Errorf("JSON after the interrupt (%v):\n%s", err, b)
 			}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"scistream/internal/exp/record"
 )
 
 // TestCompareGatewayRates: the steady-state rate each gateway samples
@@ -33,7 +35,7 @@ func TestCompareGatewayRates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []record
+	var recs []record.Record
 	if err := json.Unmarshal(b, &recs); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestCompareGatewayRates(t *testing.T) {
 		t.Fatalf("%d records, want 2:\n%s", len(recs), b)
 	}
 	for _, r := range recs {
-		if r.Path == pathDirect {
+		if r.Path == record.PathDirect {
 			if r.GwOutSteadyMBps != nil || r.GwRateNote != "" {
 				t.Errorf("direct run with gateway rates: %+v", r)
 			}

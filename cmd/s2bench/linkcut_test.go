@@ -14,6 +14,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/netbed"
 	"scistream/internal/waitfor"
 )
@@ -69,18 +70,18 @@ func TestTestbedLinkCut(t *testing.T) {
 		}
 	}()
 
-	lp, err := startLocalPair(ctx, localPairConfig{
-		s2cs: s2csBin, engine: "splice", wan: api.WANTLS, consumer: ln.Addr().(*net.TCPAddr),
-		netns: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
-		ips:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
-		allow: tb.LANASubnet(),
+	lp, err := localpair.Start(ctx, localpair.Config{
+		S2CS: s2csBin, Engine: "splice", WAN: api.WANTLS, Consumer: ln.Addr().(*net.TCPAddr),
+		NetNS: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
+		IPs:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
+		Allow: tb.LANASubnet(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lp.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	_, idle, err := client.Wire(ctx, lp.inC, lp.outC,
+	_, idle, err := client.Wire(ctx, lp.InC, lp.OutC,
 		&api.InboundRequest{RemoteIP: tb.ConsumerLAN(), ReceiverPorts: []int{port}, NumConn: 1},
 		api.OutboundRequest{NumConn: 1, Allow: []string{tb.LANASubnet()}}, nil)
 	if err != nil {
@@ -121,12 +122,12 @@ func TestTestbedLinkCut(t *testing.T) {
 			t.Fatalf("%s: the consumer got nothing", what)
 		}
 	}
-	sendAndCheck("the busy stream before the cut", lp.target())
+	sendAndCheck("the busy stream before the cut", lp.Target())
 	sendAndCheck("the idle stream before the cut", idle.Listeners[0])
 	peerUp := func(want string) func() bool {
 		return func() bool {
-			for _, uid := range []string{lp.outS.UID, idle.UID} {
-				for _, c := range []*client.Client{lp.inC, lp.outC} {
+			for _, uid := range []string{lp.OutS.UID, idle.UID} {
+				for _, c := range []*client.Client{lp.InC, lp.OutC} {
 					s, err := c.Get(ctx, uid)
 					if err != nil || s.Stats == nil || s.Stats.Peer != want {
 						return false
@@ -143,7 +144,7 @@ func TestTestbedLinkCut(t *testing.T) {
 	var sent [2]atomic.Int64
 	werrs := make(chan error, 2)
 	for i := range 2 {
-		c := dial(lp.target())
+		c := dial(lp.Target())
 		c.SetWriteDeadline(time.Now().Add(2 * time.Minute))
 		wg.Add(1)
 		go func() {
@@ -194,10 +195,10 @@ func TestTestbedLinkCut(t *testing.T) {
 		t.Fatalf("restore the link: %v: %s", err, out)
 	}
 	sendAndCheck("the idle stream after the cut", idle.Listeners[0])
-	sendAndCheck("the busy stream after the cut", lp.target())
+	sendAndCheck("the busy stream after the cut", lp.Target())
 	waitfor.Must(t, time.Minute, "both gateways to see their peer up again", peerUp(api.PeerUp))
-	for _, uid := range []string{lp.outS.UID, idle.UID} {
-		for _, c := range []*client.Client{lp.inC, lp.outC} {
+	for _, uid := range []string{lp.OutS.UID, idle.UID} {
+		for _, c := range []*client.Client{lp.InC, lp.OutC} {
 			if s, err := c.Get(ctx, uid); err != nil || s.State != api.StateConnected {
 				t.Errorf("stream %s on %s after the cut: %+v, %v; want it still connected", uid, c.Addr(), s, err)
 			}

@@ -14,6 +14,11 @@
 //	s2bench flood     [--conns 20000] [--wan tls|tcp]               a stream's goodput and the inbound gateway's memory under a flood
 //	s2bench facility  [--experiments goodput,takeover,control]      a facility of several nodes on etcd: goodput, takeover time, control latency
 //	s2bench naiveproxy --role in|out --wan tcp|tls|quic ...          one side of compare --baseline's naive proxy pair
+//
+// Each command here parses its flags into its experiment's Config and
+// runs it: the experiments are packages of internal/exp (compare,
+// roles, testbed, naive, flood, conns, pool, rate, facility), which
+// print through the writers they are given.
 package main
 
 import (
@@ -24,9 +29,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/exp/conns"
+	"scistream/internal/exp/localpair"
+	"scistream/internal/exp/workload"
 	"scistream/internal/subcmd"
 )
 
@@ -82,7 +92,22 @@ func tool() *subcmd.Tool {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return tool().Run(ctx, args, stdout, stderr)
+	return flagged(tool().Run(ctx, args, stdout, stderr))
+}
+
+// flagged makes a usage error (exit status 2) of what an experiment
+// refused because of a flag once it ran: a WAN transport or an engine
+// the s2cs binary does not offer, a count of connections that does not
+// fit the limit of open files.
+func flagged(err error) error {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	if errors.As(err, new(*localpair.NotOfferedError)) || errors.As(err, new(*conns.FitError)) {
+		return usageError{err}
+	}
+	return err
 }
 
 // parseFlags parses a subcommand's flags: both spellings of every flag
@@ -106,4 +131,44 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer)
 		return usagef("unexpected argument %q: every %s option is a --flag", fs.Arg(0), fs.Name())
 	}
 	return nil
+}
+
+// maxReps bounds --reps.
+const maxReps = 100
+
+// flagsSet returns the names of the flags given on the command line.
+func flagsSet(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[strings.ReplaceAll(f.Name, "-", "_")] = true })
+	return set
+}
+
+// checkOutPath checks that a file can be created at path.
+func checkOutPath(flagName, path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return usagef("%s %s is a directory: give a file name", flagName, path)
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return usagef("%s %s: directory %s does not exist; create it or choose another path", flagName, path, filepath.Dir(path))
+	}
+	return nil
+}
+
+// resolveWorkload resolves the workload flags for up to pairs pairs:
+// its errors are wrong flags.
+func resolveWorkload(wf *workload.Flags, pairs int) (*workload.Plan, error) {
+	p, err := wf.Resolve(pairs)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return p, nil
+}
+
+// parsePairs parses --pairs.
+func parsePairs(s string) ([]int, error) {
+	n, err := workload.ParsePairs(s)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return n, nil
 }

@@ -351,30 +351,3 @@ func TestConns(t *testing.T) {
 	}
 	checkGone(t, gatewayPIDs(t, out), tmp)
 }
-
-// TestConnsFit checks the file-descriptor arithmetic that refuses a
-// count the gateways cannot hold (the gateway's own, gateway.Files):
-// with a hard limit of 20,000, 10,000 over TLS do not fit (2 files per
-// connection), over QUIC they do (1).
-func TestConnsFit(t *testing.T) {
-	for _, c := range []struct {
-		conns int
-		wan   string
-		want  string // "" if it fits
-	}{
-		{10000, "tls", "give at most 9259"},
-		{9259, "tls", ""},
-		{9259, "tcp", ""},
-		{10000, "quic", ""},
-		{18518, "quic", ""},
-		{18519, "quic", "give at most 9259"},
-	} {
-		err := checkConnsFit(&connsConfig{conns: c.conns, wan: c.wan, engine: "splice"}, 20000)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%d over %s: %v", c.conns, c.wan, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%d over %s: got %v, want an error with %q", c.conns, c.wan, err, c.want)
-		}
-	}
-}

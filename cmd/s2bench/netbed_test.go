@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/exp/testbed"
+	"scistream/internal/exp/workload"
 	"scistream/internal/netbed"
 )
 
@@ -277,19 +279,19 @@ func TestTestbedRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := cfg.cmp.plan
-	if p.name != wlSweep || cfg.cmp.reps != 1 || cfg.bed.Preset.Name != "shortwan" || len(cfg.explicit) != 1 {
-		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.name, cfg.cmp.reps, cfg.bed.Preset.Name, cfg.explicit)
+	p := cfg.Compare.Plan
+	if p.Name != workload.Sweep || cfg.Compare.Reps != 1 || cfg.Bed.Preset.Name != "shortwan" || len(cfg.Asked) != 1 {
+		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.Name, cfg.Compare.Reps, cfg.Bed.Preset.Name, cfg.Asked)
 	}
 	lan, _ := netbed.LookupPreset("lan")
 	lan.RateBps = 200e6
-	p.auto = testbedAmount(lan, p)
+	p.Auto = testbed.Amount(lan, p)
 	// 200 Mbit/s for 2 s is 50 MB, in whole 64 KiB messages, split by the pairs.
 	for _, c := range []struct {
 		size, pairs int
 		want        int64
 	}{{64 << 10, 1, 762 * (64 << 10)}, {64 << 10, 2, 381 * (64 << 10)}, {16 << 20, 1, 16 * (16 << 20)}} {
-		if got, _ := p.perPair(c.size, c.pairs); got != c.want {
+		if got, _ := p.PerPair(c.size, c.pairs); got != c.want {
 			t.Errorf("size %d, %d pairs: %d bytes per pair, want %d", c.size, c.pairs, got, c.want)
 		}
 	}
@@ -300,9 +302,9 @@ func TestTestbedRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.cmp.plan.auto = testbedAmount(lan, cfg.cmp.plan)
-	if got, _ := cfg.cmp.plan.perPair(1024, 1); got != 200*1024 || cfg.cmp.reps != 2 {
-		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.cmp.reps)
+	cfg.Compare.Plan.Auto = testbed.Amount(lan, cfg.Compare.Plan)
+	if got, _ := cfg.Compare.Plan.PerPair(1024, 1); got != 200*1024 || cfg.Compare.Reps != 2 {
+		t.Errorf("paced at 100 msg/s: %d bytes per run (want 200 messages), reps %d", got, cfg.Compare.Reps)
 	}
 	for _, c := range []struct {
 		args []string
@@ -317,8 +319,8 @@ func TestTestbedRunDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.cmp.plan.auto = testbedAmount(cfg.bed.Preset, cfg.cmp.plan)
-		if got, _ := cfg.cmp.plan.perPair(1024, 1); got != c.want {
+		cfg.Compare.Plan.Auto = testbed.Amount(cfg.Bed.Preset, cfg.Compare.Plan)
+		if got, _ := cfg.Compare.Plan.PerPair(1024, 1); got != c.want {
 			t.Errorf("%v: %d bytes per run, want %d", c.args, got, c.want)
 		}
 	}

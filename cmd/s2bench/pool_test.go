@@ -4,74 +4,12 @@ import (
 	"bytes"
 	"context"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// TestPoolPatterns: a pattern's sequence is the same for the same seed
-// (every policy replays the same one) and has the shape it claims.
-func TestPoolPatterns(t *testing.T) {
-	p := patternParams{flows: 12, accesses: 2000, hot: 4, churn: 50, steal: 0.3, seed: 7}
-	for _, name := range []string{patternHotSet, patternStealing} {
-		a, b := p.sequence(name), p.sequence(name)
-		if !slices.Equal(a, b) {
-			t.Errorf("%s: two sequences of seed %d differ", name, p.seed)
-		}
-		q := p
-		q.seed++
-		if slices.Equal(a, q.sequence(name)) {
-			t.Errorf("%s: seeds %d and %d give the same sequence", name, p.seed, q.seed)
-		}
-		if len(a) != p.accesses {
-			t.Errorf("%s: %d accesses, want %d", name, len(a), p.accesses)
-		}
-		for i, f := range a {
-			if f < 0 || f >= p.flows {
-				t.Fatalf("%s: access %d goes to stream %d of %d", name, i, f, p.flows)
-			}
-		}
-	}
-	// hotset: within each window between two changes, its hot streams
-	// take most connections; and the hot set does change.
-	seq := p.sequence(patternHotSet)
-	var tops [][]int
-	for w := 0; w+p.churn <= len(seq); w += p.churn {
-		count := make([]int, p.flows)
-		for _, f := range seq[w : w+p.churn] {
-			count[f]++
-		}
-		order := make([]int, p.flows)
-		for i := range order {
-			order[i] = i
-		}
-		slices.SortStableFunc(order, func(x, y int) int { return count[y] - count[x] })
-		in := 0
-		for _, f := range order[:p.hot] {
-			in += count[f]
-		}
-		if in < p.churn*8/10 {
-			t.Errorf("hotset: window at %d: the %d busiest streams take %d of %d connections, want at least 80%%", w, p.hot, in, p.churn)
-		}
-		top := slices.Clone(order[:p.hot])
-		slices.Sort(top)
-		tops = append(tops, top)
-	}
-	if slices.EqualFunc(tops[1:], tops[:len(tops)-1], slices.Equal[[]int]) {
-		t.Errorf("hotset: the hot set never changed: %v", tops[0])
-	}
-	// stealing: 70% to the own streams plus the steals that land there.
-	own := 0
-	for _, f := range p.sequence(patternStealing) {
-		if f < p.hot {
-			own++
-		}
-	}
-	if want := (1 - p.steal + p.steal*float64(p.hot)/float64(p.flows)) * float64(p.accesses); float64(own) < want*0.9 || float64(own) > want*1.1 {
-		t.Errorf("stealing: %d of %d connections to the own streams, want about %.0f", own, p.accesses, want)
-	}
-}
+	"scistream/internal/exp/pool"
+)
 
 // TestPoolFlags: every flag is checked, and the refusal names it.
 func TestPoolFlags(t *testing.T) {
@@ -140,7 +78,7 @@ func TestPool(t *testing.T) {
 		created, _ := strconv.Atoi(r[4])
 		reused, _ := strconv.Atoi(r[5])
 		switch {
-		case r[1] == patternHotSet && torn == 0:
+		case r[1] == pool.HotSet && torn == 0:
 			t.Errorf("%s %s: no leg torn down with 6 streams and a cap of 3", r[1], r[2])
 		case created < 3 || created > 3+torn+3:
 			// One per teardown, and a warm leg dialed before its

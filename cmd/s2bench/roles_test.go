@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/exp/localpair"
 	"scistream/internal/localgw"
 	"scistream/internal/waitfor"
 )
@@ -140,13 +141,13 @@ func TestRolesThroughGateways(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lp, err := startLocalPair(context.Background(), localPairConfig{s2cs: s2csBin, engine: "splice", wan: "tls", consumer: addr})
+	lp, err := localpair.Start(context.Background(), localpair.Config{S2CS: s2csBin, Engine: "splice", WAN: "tls", Consumer: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lp.Close()
 
-	prod := startProc(t, nil, "producer", "--connect", lp.target(), "--path", "gateways", "--workload", "4KiB,64KiB",
+	prod := startProc(t, nil, "producer", "--connect", lp.Target(), "--path", "gateways", "--workload", "4KiB,64KiB",
 		"--bytes", "2MiB", "--pairs", "2", "--mode", "rr", "--json", filepath.Join(dir, "p.json"))
 	if code := prod.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("producer exit %d:\n%s", code, prod.output())
@@ -372,12 +373,12 @@ func TestRunDriverAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lp, err := startLocalPair(context.Background(), localPairConfig{s2cs: s2csBin, engine: "buffer", wan: "tcp", consumer: addr})
+	lp, err := localpair.Start(context.Background(), localpair.Config{S2CS: s2csBin, Engine: "buffer", WAN: "tcp", Consumer: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lp.Close()
-	drv := startProc(t, nil, "run", "--direct", addr.String(), "--gateways", lp.target(), "--workload", "4KiB,64KiB",
+	drv := startProc(t, nil, "run", "--direct", addr.String(), "--gateways", lp.Target(), "--workload", "4KiB,64KiB",
 		"--bytes", "2MiB", "--pairs", "1,2", "--reps", "1", "--engine", "buffer", "--wan", "tcp", "--json", filepath.Join(dir, "run.json"))
 	if code := drv.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("run exit %d:\n%s\nconsumer:\n%s", code, drv.output(), cons.output())

@@ -324,6 +324,24 @@ func RandomLoopback() string {
 	return fmt.Sprintf("127.%d.%d.%d", 1+v/(250*250), 1+v/250%250, 1+v%250)
 }
 
+// DistinctLoopbacks returns n different random loopback addresses (of
+// RandomLoopback's).
+func DistinctLoopbacks(n int) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for try := 0; len(out) < n && try < 100; try++ {
+		ip := RandomLoopback()
+		if !seen[ip] {
+			seen[ip] = true
+			out = append(out, ip)
+		}
+	}
+	if len(out) < n {
+		return nil, errors.New("could not pick distinct loopback addresses")
+	}
+	return out, nil
+}
+
 // hasFlag reports whether args give the flag name (--name or -name, with
 // its value after "=" or as the next argument).
 func hasFlag(args []string, name string) bool {

@@ -1,11 +1,17 @@
-package main
+// Package record is what s2bench keeps of a run of the verified
+// workload: Record, one run (one path, one size, one pair count, one
+// repetition) as the --json output holds it, filled from a
+// bench.RunResult; the table of compare, run and testbed run over the
+// records of an experiment; the texts of a run's line; and WriteJSON,
+// which writes records so that a reader never sees half a file.
+package record
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -14,22 +20,21 @@ import (
 	"scistream/internal/bytesize"
 )
 
-// Paths, in the order each repetition runs them.
+// Paths a run takes, the values of Record.Path in compare, run and
+// testbed run (facility names its own: nodesN).
 const (
-	pathDirect   = "direct"
-	pathGateways = "gateways"
-	pathNaive    = "naive" // compare --baseline: the naive proxy pair
+	PathDirect   = "direct"
+	PathGateways = "gateways"
+	PathNaive    = "naive" // compare --baseline: the naive proxy pair
 )
 
-var paths = []string{pathDirect, pathGateways}
+// TablePaths returns the order of the paths in the table and the plots.
+func TablePaths() []string { return []string{PathDirect, PathGateways, PathNaive} }
 
-// tablePaths is the order of the paths in the table and the plots.
-var tablePaths = []string{pathDirect, pathGateways, pathNaive}
-
-// record is one run (one path, one size, one pair count, one repetition)
+// Record is one run (one path, one size, one pair count, one repetition)
 // in the --json output. The names of its fields are API: scripts read
 // them; add fields, never rename one.
-type record struct {
+type Record struct {
 	Path string `json:"path"`
 	// Side is "producer" or "consumer" in the records of those roles
 	// (empty in compare, which measures both).
@@ -71,7 +76,7 @@ type record struct {
 	Engine      string   `json:"engine,omitempty"`
 	WAN         string   `json:"wan,omitempty"`
 	// PerPair holds each pair's own numbers when there are several.
-	PerPair []pairRecord `json:"per_pair,omitempty"`
+	PerPair []Pair `json:"per_pair,omitempty"`
 	// Testbed runs only: the emulated path's preset (or "custom") and
 	// the RTT measured on the run's path before the experiment.
 	Preset        string  `json:"preset,omitempty"`
@@ -91,11 +96,13 @@ type record struct {
 	GwOverGoodput     *float64 `json:"gw_over_goodput,omitempty"`
 	GwRateNote        string   `json:"gw_rate_note,omitempty"`
 
-	rtt []time.Duration // samples, for the CDF plot
+	// RTT holds the round-trip samples, for the CDF plot; not in the
+	// JSON output.
+	RTT []time.Duration `json:"-"`
 }
 
-// pairRecord is one pair's share of a run.
-type pairRecord struct {
+// Pair is one pair's share of a run.
+type Pair struct {
 	Pair        int     `json:"pair"`
 	Messages    int64   `json:"messages"`
 	Bytes       int64   `json:"bytes"`
@@ -106,8 +113,8 @@ type pairRecord struct {
 	RTTP99US    float64 `json:"rtt_p99_us,omitempty"`
 }
 
-// fill sets r's measurements from a run's result.
-func (r *record) fill(res *bench.RunResult) {
+// Fill sets r's measurements from a run's result (none if res is nil).
+func (r *Record) Fill(res *bench.RunResult) {
 	if res == nil {
 		return
 	}
@@ -118,13 +125,13 @@ func (r *record) fill(res *bench.RunResult) {
 	if s.RTT.N > 0 {
 		r.RTTSamples, r.RTTMeanUS = s.RTT.N, s.RTT.Mean
 		r.RTTP50US, r.RTTP90US, r.RTTP99US, r.RTTMaxUS = s.RTT.P50, s.RTT.P90, s.RTT.P99, s.RTT.Max
-		r.rtt = s.RTTSamples
+		r.RTT = s.RTTSamples
 	}
 	if len(res.Pairs) < 2 {
 		return
 	}
 	for i, p := range res.Pairs {
-		pr := pairRecord{Pair: i}
+		pr := Pair{Pair: i}
 		if p.Recv != nil {
 			m := p.Recv.Measure
 			pr.Messages, pr.Bytes, pr.GoodputMBps, pr.LatencyUS, pr.JitterUS = m.Messages, m.Bytes, m.GoodputBps/1e6, m.LatencyUS, m.JitterUS
@@ -144,7 +151,7 @@ type groupKey struct {
 }
 
 // groups returns the distinct (pairs, size) in the order of recs.
-func groups(recs []record) [][2]int {
+func groups(recs []Record) [][2]int {
 	var out [][2]int
 	for _, r := range recs {
 		k := [2]int{r.Pairs, r.SizeBytes}
@@ -155,7 +162,7 @@ func groups(recs []record) [][2]int {
 	return out
 }
 
-func pick(recs []record, k groupKey, f func(record) float64) []float64 {
+func pick(recs []Record, k groupKey, f func(Record) float64) []float64 {
 	var xs []float64
 	for _, r := range recs {
 		if r.Pairs == k.pairs && r.SizeBytes == k.size && r.Path == k.path && r.IntegrityOK {
@@ -165,12 +172,13 @@ func pick(recs []record, k groupKey, f func(record) float64) []float64 {
 	return xs
 }
 
-// printTable prints one row per (pairs, size, path): the median, minimum
+// PrintTable prints one row per (pairs, size, path): the median, minimum
 // and maximum goodput over the repetitions, the medians of the other
 // measures, and on the gateways row the ratio of its median goodput to
-// the direct path's.
-func printTable(w io.Writer, recs []record, rr, cpu bool) {
-	hasNaive := slices.ContainsFunc(recs, func(r record) bool { return r.Path == pathNaive })
+// the direct path's; rr adds the round-trip columns, cpu the gateways'
+// CPU per GB. A legend follows the table.
+func PrintTable(w io.Writer, recs []Record, rr, cpu bool) {
+	hasNaive := slices.ContainsFunc(recs, func(r Record) bool { return r.Path == PathNaive })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := "pairs\tsize\tpath\truns\tgoodput MB/s\tmin\tmax\tmsgs/s\tlatency_us\tjitter_us\t"
 	if rr {
@@ -181,8 +189,8 @@ func printTable(w io.Writer, recs []record, rr, cpu bool) {
 	}
 	fmt.Fprintln(tw, hdr+"gw/direct\tintegrity\t")
 	for _, g := range groups(recs) {
-		direct := bench.Median(pick(recs, groupKey{g[0], g[1], pathDirect}, func(r record) float64 { return r.GoodputMBps }))
-		for _, p := range tablePaths {
+		direct := bench.Median(pick(recs, groupKey{g[0], g[1], PathDirect}, func(r Record) float64 { return r.GoodputMBps }))
+		for _, p := range TablePaths() {
 			k := groupKey{g[0], g[1], p}
 			n, ok := 0, 0
 			for _, r := range recs {
@@ -196,31 +204,31 @@ func printTable(w io.Writer, recs []record, rr, cpu bool) {
 			if n == 0 {
 				continue
 			}
-			gp := pick(recs, k, func(r record) float64 { return r.GoodputMBps })
+			gp := pick(recs, k, func(r Record) float64 { return r.GoodputMBps })
 			lo, hi := bench.MinMax(gp)
 			med := bench.Median(gp)
 			line := fmt.Sprintf("%d\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.2f\t%.2f\t", k.pairs, bytesize.Format(int64(k.size)), p, n,
-				med, lo, hi, bench.Median(pick(recs, k, func(r record) float64 { return r.MsgsPerS })),
-				bench.Median(pick(recs, k, func(r record) float64 { return r.LatencyUS })),
-				bench.Median(pick(recs, k, func(r record) float64 { return r.JitterUS })))
+				med, lo, hi, bench.Median(pick(recs, k, func(r Record) float64 { return r.MsgsPerS })),
+				bench.Median(pick(recs, k, func(r Record) float64 { return r.LatencyUS })),
+				bench.Median(pick(recs, k, func(r Record) float64 { return r.JitterUS })))
 			if rr {
-				line += fmt.Sprintf("%.1f\t%.1f\t", bench.Median(pick(recs, k, func(r record) float64 { return r.RTTP50US })),
-					bench.Median(pick(recs, k, func(r record) float64 { return r.RTTP99US })))
+				line += fmt.Sprintf("%.1f\t%.1f\t", bench.Median(pick(recs, k, func(r Record) float64 { return r.RTTP50US })),
+					bench.Median(pick(recs, k, func(r Record) float64 { return r.RTTP99US })))
 			}
 			if cpu {
-				c := pick(recs, k, func(r record) float64 {
+				c := pick(recs, k, func(r Record) float64 {
 					if r.GwCPUSPerGB == nil {
 						return -1
 					}
 					return *r.GwCPUSPerGB
 				})
-				if p != pathDirect && len(c) > 0 && bench.Median(c) >= 0 {
+				if p != PathDirect && len(c) > 0 && bench.Median(c) >= 0 {
 					line += fmt.Sprintf("%.2f\t", bench.Median(c))
 				} else {
 					line += "-\t"
 				}
 			}
-			if p != pathDirect && direct > 0 {
+			if p != PathDirect && direct > 0 {
 				line += fmt.Sprintf("%.3f\t", med/direct)
 			} else {
 				line += "\t"
@@ -248,20 +256,9 @@ func printTable(w io.Writer, recs []record, rr, cpu bool) {
 	}
 }
 
-// checkOutPath checks that a file can be created at path.
-func checkOutPath(flagName, path string) error {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return usagef("%s %s is a directory: give a file name", flagName, path)
-	}
-	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
-		return usagef("%s %s: directory %s does not exist; create it or choose another path", flagName, path, filepath.Dir(path))
-	}
-	return nil
-}
-
-// writeJSON writes v to path (through a temporary file, so a reader never
-// sees half a file).
-func writeJSON(path string, v any) error {
+// WriteJSON writes v to path (through a temporary file, so a reader never
+// sees half a file). Its errors name --json, the flag that gave path.
+func WriteJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
@@ -275,4 +272,65 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("--json: %w", err)
 	}
 	return nil
+}
+
+// RTTText gives a run's round-trip percentiles, for its line (empty
+// without round trips).
+func RTTText(r Record) string {
+	if r.RTTSamples == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  rtt p50 %8.1f p99 %8.1f us", r.RTTP50US, r.RTTP99US)
+}
+
+// PairsText gives the spread of the pairs' own goodputs, for a run's
+// line (empty with one pair).
+func PairsText(r Record) string {
+	if len(r.PerPair) < 2 {
+		return ""
+	}
+	var gp []float64
+	for _, p := range r.PerPair {
+		gp = append(gp, p.GoodputMBps)
+	}
+	lo, hi := bench.MinMax(gp)
+	return fmt.Sprintf("  per pair %.1f..%.1f MB/s", lo, hi)
+}
+
+// CPUText gives the gateways' CPU per GB of a run, for its line (empty
+// when not measured).
+func CPUText(r Record) string {
+	if r.GwCPUSPerGB == nil {
+		return ""
+	}
+	return fmt.Sprintf("  gw cpu %5.2f s/GB", *r.GwCPUSPerGB)
+}
+
+// GwRateText says what the gateways saw of a run, for its line.
+func GwRateText(r Record) string {
+	switch {
+	case r.GwRateNote != "":
+		return "  gw steady n/a"
+	case r.GwOutSteadyMBps == nil:
+		return ""
+	}
+	s := fmt.Sprintf("  gw steady out %.1f±%.1f in %.1f±%.1f MB/s", *r.GwOutSteadyMBps, *r.GwOutSteadySDMBps, *r.GwInSteadyMBps, *r.GwInSteadySDMBps)
+	if r.GwOverGoodput != nil {
+		s += fmt.Sprintf(" (x%.3f)", *r.GwOverGoodput)
+	}
+	return s
+}
+
+// Status describes how a run ended, for its line: err is the run's,
+// ctx the experiment's (an interrupt cancels it).
+func Status(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return "integrity ok"
+	case bench.IsIntegrity(err):
+		return "INTEGRITY FAILED"
+	case ctx.Err() != nil:
+		return "interrupted"
+	}
+	return "FAILED"
 }

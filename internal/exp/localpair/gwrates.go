@@ -1,4 +1,4 @@
-package main
+package localpair
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/exp/record"
 )
 
 // The gateways' own view of a gateway run, printed next to s2bench's
@@ -34,11 +35,11 @@ type gwRun struct {
 // sampling interval, which split it, or runs closer than an interval
 // merged), or if no idle sample closes the run within three sampling
 // intervals and a second.
-func (lp *localPair) runRates(ctx context.Context, wire int64) (out, in gwRun, err error) {
+func (lp *Pair) runRates(ctx context.Context, wire int64) (out, in gwRun, err error) {
 	var deadline time.Time
 	for {
-		o, err1 := lp.outC.Get(ctx, lp.outS.UID)
-		i, err2 := lp.inC.Get(ctx, lp.inS.UID)
+		o, err1 := lp.OutC.Get(ctx, lp.OutS.UID)
+		i, err2 := lp.InC.Get(ctx, lp.InS.UID)
 		if err := errors.Join(err1, err2); err != nil {
 			return out, in, err
 		}
@@ -68,7 +69,7 @@ func (lp *localPair) runRates(ctx context.Context, wire int64) (out, in gwRun, e
 }
 
 // setGwRates puts what the gateways saw of the run into rec.
-func (rec *record) setGwRates(out, in gwRun) {
+func setGwRates(rec *record.Record, out, in gwRun) {
 	if out.steady.Samples == 0 || in.steady.Samples == 0 {
 		rec.GwRateNote = fmt.Sprintf("the run lasted %d samples, too few for a steady state (%d left out at each end): raise --bytes or lower --rate_interval", min(out.samples, in.samples), out.trim)
 		return
@@ -77,19 +78,4 @@ func (rec *record) setGwRates(out, in gwRun) {
 	rec.GwOutSteadyMBps, rec.GwOutSteadySDMBps = f(out.steady.MeanBps), f(out.steady.StddevBps)
 	rec.GwInSteadyMBps, rec.GwInSteadySDMBps = f(in.steady.MeanBps), f(in.steady.StddevBps)
 	rec.GwSteadySamples = min(out.steady.Samples, in.steady.Samples)
-}
-
-// gwRateText says what the gateways saw of a run, for its line.
-func gwRateText(r record) string {
-	switch {
-	case r.GwRateNote != "":
-		return "  gw steady n/a"
-	case r.GwOutSteadyMBps == nil:
-		return ""
-	}
-	s := fmt.Sprintf("  gw steady out %.1f±%.1f in %.1f±%.1f MB/s", *r.GwOutSteadyMBps, *r.GwOutSteadySDMBps, *r.GwInSteadyMBps, *r.GwInSteadySDMBps)
-	if r.GwOverGoodput != nil {
-		s += fmt.Sprintf(" (x%.3f)", *r.GwOverGoodput)
-	}
-	return s
 }

@@ -1,4 +1,4 @@
-package main
+package facility
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func (env *facEnv) startFacNodes(ctx context.Context, name string, n int, extra 
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, err
 	}
-	ips, err := distinctLoopbacks(n)
+	ips, err := localgw.DistinctLoopbacks(n)
 	if err != nil {
 		return nil, err
 	}

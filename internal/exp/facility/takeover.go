@@ -1,4 +1,4 @@
-package main
+package facility
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"scistream/internal/bench"
+	"scistream/internal/localgw"
 )
 
 // probeEvery is the pause between two probes of one channel.
@@ -195,12 +196,12 @@ func (p *probers) waitServed(ctx context.Context, since, deadline time.Time) ([]
 
 // facTakeover runs the takeover experiment for one bound: facilities of
 // takeoverNodes nodes each with --takeover bound, a stream of
-// cfg.numConn channels probed on every channel; each repetition kills
+// cfg.NumConn channels probed on every channel; each repetition kills
 // the consumer-side node serving one channel (a different channel each
 // time), times the return of data on every channel, and starts the node
 // again.
-func facTakeover(ctx context.Context, cfg *facilityConfig, env *facEnv, bound time.Duration, stdout io.Writer) (recs []facilityRecord, err error) {
-	ips, err := distinctLoopbacks(1)
+func facTakeover(ctx context.Context, cfg *Config, env *facEnv, bound time.Duration, stdout io.Writer) (recs []Record, err error) {
+	ips, err := localgw.DistinctLoopbacks(1)
 	if err != nil {
 		return nil, err
 	}
@@ -222,15 +223,15 @@ func facTakeover(ctx context.Context, cfg *facilityConfig, env *facEnv, bound ti
 	if s.prod, err = env.startFacNodes(ctx, name+"-prod", takeoverNodes, "--takeover", bound.String()); err != nil {
 		return nil, err
 	}
-	if s.inS, s.outS, err = wireFacilities(ctx, s.cons, s.prod, app.ln.Addr().(*net.TCPAddr), cfg.numConn, cfg.wan); err != nil {
+	if s.inS, s.outS, err = wireFacilities(ctx, s.cons, s.prod, app.ln.Addr().(*net.TCPAddr), cfg.NumConn, cfg.WAN); err != nil {
 		return nil, fmt.Errorf("wire the stream: %w", err)
 	}
 	fmt.Fprintf(stdout, "\ntakeover, --takeover %s: stream %s of %d channels across %d+%d nodes (consumer side pids %v, producer side pids %v), every channel probed every %s (32 bytes echoed)\n",
-		bound, s.inS.UID, cfg.numConn, takeoverNodes, takeoverNodes, s.cons.pids(), s.prod.pids(), probeEvery)
+		bound, s.inS.UID, cfg.NumConn, takeoverNodes, takeoverNodes, s.cons.pids(), s.prod.pids(), probeEvery)
 	pr := startProbers(ctx, s.outS.Listeners)
 	defer pr.stop()
-	for rep := 1; rep <= cfg.reps; rep++ {
-		rec := facilityRecord{Experiment: "takeover", Rep: rep, Nodes: takeoverNodes, NumConn: cfg.numConn, TakeoverBoundS: bound.Seconds()}
+	for rep := 1; rep <= cfg.Reps; rep++ {
+		rec := Record{Experiment: "takeover", Rep: rep, Nodes: takeoverNodes, NumConn: cfg.NumConn, TakeoverBoundS: bound.Seconds()}
 		rerr := takeoverOnce(ctx, s, pr, bound, rep, &rec)
 		recs = append(recs, rec)
 		took := "not served"
@@ -253,7 +254,7 @@ func facTakeover(ctx context.Context, cfg *facilityConfig, env *facEnv, bound ti
 }
 
 // takeoverOnce is one repetition: steady state, kill, time, restart.
-func takeoverOnce(ctx context.Context, s *facSetup, pr *probers, bound time.Duration, rep int, rec *facilityRecord) error {
+func takeoverOnce(ctx context.Context, s *facSetup, pr *probers, bound time.Duration, rep int, rec *Record) error {
 	if _, err := pr.waitServed(ctx, time.Now(), time.Now().Add(30*time.Second)); err != nil {
 		return fmt.Errorf("before the kill: %w", err)
 	}
@@ -295,7 +296,7 @@ func takeoverOnce(ctx context.Context, s *facSetup, pr *probers, bound time.Dura
 }
 
 // printTakeover prints one row per bound: the times of its repetitions.
-func printTakeover(w io.Writer, recs []facilityRecord) {
+func printTakeover(w io.Writer, recs []Record) {
 	if len(recs) == 0 {
 		return
 	}

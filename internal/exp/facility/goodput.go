@@ -1,4 +1,4 @@
-package main
+package facility
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
 	"scistream/internal/client"
+	"scistream/internal/exp/record"
+	"scistream/internal/exp/workload"
+	"scistream/internal/localgw"
 )
 
 // facSetup is one configuration of the goodput experiment: a consumer
@@ -104,8 +107,8 @@ func roundRobin(targets []string, timeout time.Duration) func(context.Context, s
 	}
 }
 
-func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io.Writer) (recs []facilityRecord, err error) {
-	ips, err := distinctLoopbacks(1)
+func facGoodput(ctx context.Context, cfg *Config, env *facEnv, stdout io.Writer) (recs []Record, err error) {
+	ips, err := localgw.DistinctLoopbacks(1)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +126,8 @@ func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 		}
 	}()
 	fmt.Fprintf(stdout, "\ngoodput: one stream of %d channels through facilities of %v nodes each, %d connections spread over its channels, %s of %s messages per run\n",
-		cfg.numConn, cfg.nodes, cfg.conns, bytesize.Format(cfg.bytes), bytesize.Format(int64(cfg.size)))
-	for _, k := range cfg.nodes {
+		cfg.NumConn, cfg.Nodes, cfg.Conns, bytesize.Format(cfg.Bytes), bytesize.Format(int64(cfg.Size)))
+	for _, k := range cfg.Nodes {
 		s := &facSetup{k: k}
 		setups = append(setups, s)
 		if s.cons, err = env.startFacNodes(ctx, fmt.Sprintf("gp%d-cons", k), k); err != nil {
@@ -133,7 +136,7 @@ func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 		if s.prod, err = env.startFacNodes(ctx, fmt.Sprintf("gp%d-prod", k), k); err != nil {
 			return nil, err
 		}
-		if s.inS, s.outS, err = wireFacilities(ctx, s.cons, s.prod, ln.Addr().(*net.TCPAddr), cfg.numConn, cfg.wan); err != nil {
+		if s.inS, s.outS, err = wireFacilities(ctx, s.cons, s.prod, ln.Addr().(*net.TCPAddr), cfg.NumConn, cfg.WAN); err != nil {
 			return nil, fmt.Errorf("%d node(s): wire the stream: %w", k, err)
 		}
 		if s.consUsed, err = nodesUsed(s.inS.Channels); err == nil {
@@ -147,26 +150,26 @@ func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 	}
 
 	tag, seed := rand.Uint32(), rand.Uint64()
-	per := cfg.bytes / int64(cfg.conns) / int64(cfg.size) * int64(cfg.size)
-	total := cfg.reps * (1 + len(setups))
-	for rep := 1; rep <= cfg.reps; rep++ {
+	per := cfg.Bytes / int64(cfg.Conns) / int64(cfg.Size) * int64(cfg.Size)
+	total := cfg.Reps * (1 + len(setups))
+	for rep := 1; rep <= cfg.Reps; rep++ {
 		for i := -1; i < len(setups); i++ {
 			var s *facSetup
-			path := pathDirect
+			path := record.PathDirect
 			if i >= 0 {
 				s, path = setups[i], setups[i].path()
 			}
-			h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.size, Bytes: per, Seed: seed, Run: tag},
-				Group: tag, Pairs: cfg.conns, Path: path}
-			tag += uint32(cfg.conns)
+			h := bench.Hello{Mode: bench.Throughput, Spec: bench.Spec{Size: cfg.Size, Bytes: per, Seed: seed, Run: tag},
+				Group: tag, Pairs: cfg.Conns, Path: path}
+			tag += uint32(cfg.Conns)
 			rec, rerr := facGoodputRun(ctx, cfg, ln, s, h)
 			rec.Rep = rep
-			fr := facilityRecord{Experiment: "goodput", Rep: rep, NumConn: cfg.numConn, Run: &rec}
+			fr := Record{Experiment: "goodput", Rep: rep, NumConn: cfg.NumConn, Run: &rec}
 			if s != nil {
 				fr.Nodes, fr.ConsNodesUsed, fr.ProdNodesUsed = s.k, s.consUsed, s.prodUsed
 			}
 			recs = append(recs, fr)
-			fmt.Fprintf(stdout, "run %d/%d %-8s rep %d %9.1f MB/s%s%s  %s\n", len(recs), total, path, rep, rec.GoodputMBps, cpuText(rec), pairsText(rec), status(ctx, rerr))
+			fmt.Fprintf(stdout, "run %d/%d %-8s rep %d %9.1f MB/s%s%s  %s\n", len(recs), total, path, rep, rec.GoodputMBps, record.CPUText(rec), record.PairsText(rec), record.Status(ctx, rerr))
 			if rerr != nil {
 				return recs, fmt.Errorf("%s run %d: %w", path, rep, rerr)
 			}
@@ -180,9 +183,9 @@ func facGoodput(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 // s's stream with the producers spread over its channels; it checks
 // that every connection took that path and measures the CPU time of
 // every node of s.
-func facGoodputRun(ctx context.Context, cfg *facilityConfig, ln *net.TCPListener, s *facSetup, h bench.Hello) (record, error) {
-	rec := record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), Workload: wlSize, Engine: cfg.engine, WAN: cfg.wan}
-	o := bench.RunOptions{Timeout: cfg.runTimeout}
+func facGoodputRun(ctx context.Context, cfg *Config, ln *net.TCPListener, s *facSetup, h bench.Hello) (record.Record, error) {
+	rec := record.Record{Path: h.Path, SizeBytes: h.Spec.Size, Pairs: h.Pairs, Mode: h.Mode.String(), Workload: workload.Fixed, Engine: cfg.Engine, WAN: cfg.WAN}
+	o := bench.RunOptions{Timeout: cfg.RunTimeout}
 	var cpu0 time.Duration
 	if s != nil {
 		o.Dial = roundRobin(s.outS.Listeners, 30*time.Second)
@@ -192,7 +195,7 @@ func facGoodputRun(ctx context.Context, cfg *facilityConfig, ln *net.TCPListener
 		}
 	}
 	res, err := bench.Run(ctx, ln, ln.Addr().String(), h, o)
-	rec.fill(res)
+	rec.Fill(res)
 	if s != nil && rec.Bytes > 0 {
 		if cpu1, cerr := s.cpu(); cerr == nil {
 			sec := (cpu1 - cpu0).Seconds()
@@ -229,9 +232,9 @@ func facGoodputRun(ctx context.Context, cfg *facilityConfig, ln *net.TCPListener
 // printFacGoodput prints one row per path: the median, least and
 // greatest goodput over the repetitions, the median CPU per GB of every
 // node together, and the ratio to the direct path's median.
-func printFacGoodput(w io.Writer, recs []facilityRecord) {
+func printFacGoodput(w io.Writer, recs []Record) {
 	var order []string
-	byPath := map[string][]facilityRecord{}
+	byPath := map[string][]Record{}
 	for _, r := range recs {
 		if r.Run == nil {
 			continue
@@ -259,7 +262,7 @@ func printFacGoodput(w io.Writer, recs []facilityRecord) {
 		med := bench.Median(gp)
 		lo, hi := bench.MinMax(gp)
 		nodes, on, cpuS, ratio := "-", "-", "-", ""
-		if p == pathDirect {
+		if p == record.PathDirect {
 			direct = med
 		} else {
 			nodes, on = strconv.Itoa(rs[0].Nodes), fmt.Sprintf("%d+%d", rs[0].ConsNodesUsed, rs[0].ProdNodesUsed)

@@ -1,4 +1,9 @@
-package main
+// Package plots draws an experiment's records (gonum/plot), as seed 000
+// Fig. 6 and 7 and seed 001 Fig. 8 show them: goodput and jitter against
+// message size, goodput against pair count, the RTT CDF of request-reply
+// runs; direct, gateways and naive in the same colours and markers in
+// every plot.
+package plots
 
 import (
 	"fmt"
@@ -13,6 +18,7 @@ import (
 
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/record"
 )
 
 // Colours and markers per path, the same in every plot: blues and
@@ -24,35 +30,39 @@ type style struct {
 	dash  []vg.Length
 }
 
-var shades = map[string][]color.RGBA{
-	pathDirect:   {{0x1f, 0x77, 0xb4, 0xff}, {0x08, 0x30, 0x6b, 0xff}, {0x6b, 0xae, 0xd6, 0xff}, {0x08, 0x51, 0x9c, 0xff}, {0x9e, 0xca, 0xe1, 0xff}},
-	pathGateways: {{0xd6, 0x27, 0x28, 0xff}, {0x67, 0x00, 0x0d, 0xff}, {0xfc, 0x92, 0x72, 0xff}, {0xa5, 0x0f, 0x15, 0xff}, {0xfb, 0x6a, 0x4a, 0xff}},
-	pathNaive:    {{0x2c, 0xa0, 0x2c, 0xff}, {0x00, 0x44, 0x1b, 0xff}, {0x74, 0xc4, 0x76, 0xff}, {0x00, 0x6d, 0x2c, 0xff}, {0xa1, 0xd9, 0x9b, 0xff}},
+func shades(path string) []color.RGBA {
+	switch path {
+	case record.PathDirect:
+		return []color.RGBA{{0x1f, 0x77, 0xb4, 0xff}, {0x08, 0x30, 0x6b, 0xff}, {0x6b, 0xae, 0xd6, 0xff}, {0x08, 0x51, 0x9c, 0xff}, {0x9e, 0xca, 0xe1, 0xff}}
+	case record.PathGateways:
+		return []color.RGBA{{0xd6, 0x27, 0x28, 0xff}, {0x67, 0x00, 0x0d, 0xff}, {0xfc, 0x92, 0x72, 0xff}, {0xa5, 0x0f, 0x15, 0xff}, {0xfb, 0x6a, 0x4a, 0xff}}
+	case record.PathNaive:
+		return []color.RGBA{{0x2c, 0xa0, 0x2c, 0xff}, {0x00, 0x44, 0x1b, 0xff}, {0x74, 0xc4, 0x76, 0xff}, {0x00, 0x6d, 0x2c, 0xff}, {0xa1, 0xd9, 0x9b, 0xff}}
+	}
+	return []color.RGBA{{0x44, 0x44, 0x44, 0xff}}
 }
 
 func pathStyle(path string, k int) style {
-	sh, ok := shades[path]
-	if !ok {
-		sh = []color.RGBA{{0x44, 0x44, 0x44, 0xff}}
-	}
+	sh := shades(path)
 	st := style{c: sh[k%len(sh)], shape: draw.CircleGlyph{}}
 	switch path {
-	case pathGateways:
+	case record.PathGateways:
 		st.shape, st.dash = draw.TriangleGlyph{}, []vg.Length{vg.Points(4), vg.Points(2)}
-	case pathNaive:
+	case record.PathNaive:
 		st.shape, st.dash = draw.SquareGlyph{}, []vg.Length{vg.Points(1), vg.Points(2)}
 	}
 	return st
 }
 
-// writePlots writes, like seed 000 Fig. 6 and 7 and seed 001 Fig. 8:
+// Write writes to dir, in format (svg or png), like seed 000 Fig. 6 and
+// 7 and seed 001 Fig. 8:
 // goodput and jitter against message size when several sizes ran (median
 // over repetitions, with min-max bars), direct vs gateways, one line per
 // path and pair count;
 // goodput against pair count when several counts ran; and in
 // request-reply mode the RTT CDF of each path per size (all repetitions
 // pooled). It returns the files written.
-func writePlots(dir, format string, recs []record) ([]string, error) {
+func Write(dir, format string, recs []record.Record) ([]string, error) {
 	var files []string
 	save := func(p *plot.Plot, name string) error {
 		f := filepath.Join(dir, name+"."+format)
@@ -78,12 +88,12 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 	for _, m := range []struct {
 		name, title, ylabel string
 		logY                bool
-		f                   func(record) float64
+		f                   func(record.Record) float64
 	}{
-		{"goodput_vs_size", "Goodput against message size", "goodput (MB/s)", false, func(r record) float64 { return r.GoodputMBps }},
+		{"goodput_vs_size", "Goodput against message size", "goodput (MB/s)", false, func(r record.Record) float64 { return r.GoodputMBps }},
 		// Jitter spans orders of magnitude across sizes: log axis, floored
 		// at 0.01 µs so a zero stays drawable.
-		{"jitter_vs_size", "Jitter (std. dev. of inter-arrival) against message size", "jitter (µs, log scale)", true, func(r record) float64 { return max(r.JitterUS, 0.01) }},
+		{"jitter_vs_size", "Jitter (std. dev. of inter-arrival) against message size", "jitter (µs, log scale)", true, func(r record.Record) float64 { return max(r.JitterUS, 0.01) }},
 	} {
 		if len(sizes) < 2 {
 			break
@@ -99,8 +109,8 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = sizeTicks(sizes)
 		for k, pairs := range pairsList {
-			for _, path := range tablePaths {
-				xs, ys, lo, hi := series(recs, sizes, func(r record, size int) bool {
+			for _, path := range record.TablePaths() {
+				xs, ys, lo, hi := series(recs, sizes, func(r record.Record, size int) bool {
 					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
 				}, m.f)
 				label := path
@@ -125,10 +135,10 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = intTicks(pairsList)
 		for k, size := range sizes {
-			for _, path := range tablePaths {
-				xs, ys, lo, hi := series(recs, pairsList, func(r record, pairs int) bool {
+			for _, path := range record.TablePaths() {
+				xs, ys, lo, hi := series(recs, pairsList, func(r record.Record, pairs int) bool {
 					return r.Pairs == pairs && r.Path == path && r.SizeBytes == size
-				}, func(r record) float64 { return r.GoodputMBps })
+				}, func(r record.Record) float64 { return r.GoodputMBps })
 				label := path
 				if len(sizes) > 1 {
 					label = fmt.Sprintf("%s, %s", path, bytesize.Format(int64(size)))
@@ -147,11 +157,11 @@ func writePlots(dir, format string, recs []record) ([]string, error) {
 	for _, size := range sizes {
 		var any bool
 		p := newPlot(fmt.Sprintf("RTT CDF, %s messages (request-reply, all runs pooled)", bytesize.Format(int64(size))), "round-trip time (µs)", "fraction of messages ≤ x")
-		for _, path := range tablePaths {
+		for _, path := range record.TablePaths() {
 			var samples []float64
 			for _, r := range recs {
 				if r.SizeBytes == size && r.Path == path && r.Pairs == pairsList[0] {
-					for _, d := range r.rtt {
+					for _, d := range r.RTT {
 						samples = append(samples, float64(d)/1e3)
 					}
 				}
@@ -213,7 +223,7 @@ func newPlot(title, x, y string) *plot.Plot {
 
 // series returns, for each x in xs that has runs (selected by match),
 // the median, minimum and maximum of f over those runs.
-func series(recs []record, xs []int, match func(record, int) bool, f func(record) float64) (x, med, lo, hi []float64) {
+func series(recs []record.Record, xs []int, match func(record.Record, int) bool, f func(record.Record) float64) (x, med, lo, hi []float64) {
 	for _, v := range xs {
 		var ys []float64
 		for _, r := range recs {

@@ -1,9 +1,8 @@
-package main
+package roles
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,15 +11,20 @@ import (
 
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/exp/record"
 	"scistream/internal/subcmd"
 )
 
-type consumerConfig struct {
-	listen     string
-	runs       int
-	jsonPath   string
-	runTimeout time.Duration
-	idle       time.Duration
+// ConsumerConfig is the consumer role.
+type ConsumerConfig struct {
+	Listen   string // HOST:PORT to listen on (port 0: any free port, printed); required
+	Runs     int    // return after this many runs; 0: serve until ctx is done
+	JSONPath string // if set, every run is written there, after each run
+	// RunTimeout bounds one connection; 0: 5 minutes.
+	RunTimeout time.Duration
+	// Idle fails a connection that makes no progress for this long, and
+	// a run whose other connections do not come within it; 0: 30 s.
+	Idle time.Duration
 }
 
 // maxConsumerConns bounds the connections a consumer serves at once, and
@@ -29,51 +33,6 @@ const (
 	maxConsumerConns = 2 * bench.MaxPairs
 	maxPendingRuns   = 64
 )
-
-const consumerUsage = `usage: s2bench consumer --listen HOST:PORT [--runs N] [--json FILE]
-
-The consumer role as its own process: accepts connections from s2bench
-producers (directly or through gateways), reads each one's run header, verifies
-every message (count, order, CRC-32C), answers in rr mode, and when all the
-pairs of a run have finished prints and records goodput, latency and jitter.
-A run with any error fails loudly. Serves until --runs runs have completed, or
-until interrupted (Ctrl-C); the exit status is 1 if any run failed.`
-
-func parseConsumer(args []string, stderr io.Writer) (*consumerConfig, error) {
-	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		listen     = fs.String("listen", "", "HOST:PORT to listen on (port 0: any free port, printed) (required)")
-		runs       = fs.Int("runs", 0, "exit after this many runs (0: serve until interrupted)")
-		jsonPath   = fs.String("json", "", "write every run as a JSON array of records to FILE (rewritten after each run)")
-		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one connection")
-		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a connection that makes no progress for this long")
-	)
-	if err := parseFlags(fs, args, consumerUsage, stderr); err != nil {
-		return nil, err
-	}
-	cfg := &consumerConfig{listen: *listen, runs: *runs, jsonPath: *jsonPath, runTimeout: *runTimeout, idle: *idle}
-	if cfg.listen == "" {
-		return nil, usagef("--listen is required: give HOST:PORT, e.g. 127.0.0.1:8080")
-	}
-	if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
-		return nil, usagef("--listen %q: %v; give HOST:PORT, e.g. 127.0.0.1:8080", cfg.listen, err)
-	}
-	switch {
-	case cfg.runs < 0:
-		return nil, usagef("--runs %d: give 0 (serve until interrupted) or a positive count", cfg.runs)
-	case cfg.runTimeout <= 0:
-		return nil, usagef("--run_timeout must be positive, e.g. 5m")
-	case cfg.idle <= 0:
-		return nil, usagef("--idle_timeout must be positive, e.g. 30s")
-	}
-	if cfg.jsonPath != "" {
-		if err := checkOutPath("--json", cfg.jsonPath); err != nil {
-			return nil, err
-		}
-	}
-	return cfg, nil
-}
 
 // consumerRun collects the pairs of one run (one Hello.Group).
 type consumerRun struct {
@@ -87,14 +46,22 @@ type consumerRun struct {
 	wait *time.Timer
 }
 
-func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseConsumer(args, stderr)
-	if err != nil {
-		return err
+// Consume serves producers on cfg.Listen: it prints "s2bench consumer:
+// listening on ADDR" once it listens, a line per run when all the pairs
+// of a run have ended, and writes the records after each run (JSONPath).
+// It returns the records once Runs runs have ended or ctx is done, with
+// an error if any run failed, or if ctx ended it before Runs (on a
+// failed accept, with the error alone).
+func Consume(ctx context.Context, cfg ConsumerConfig, stdout, stderr io.Writer) ([]record.Record, error) {
+	if cfg.RunTimeout == 0 {
+		cfg.RunTimeout = 5 * time.Minute
 	}
-	ln, err := net.Listen("tcp", cfg.listen)
+	if cfg.Idle == 0 {
+		cfg.Idle = 30 * time.Second
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w (is the port in use? pick another --listen)", cfg.listen, err)
+		return nil, fmt.Errorf("listen on %s: %w (is the port in use? pick another --listen)", cfg.Listen, err)
 	}
 	tln := ln.(*net.TCPListener)
 	defer tln.Close()
@@ -109,7 +76,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var (
 		mu       sync.Mutex // guards the following
 		runs     = map[uint32]*consumerRun{}
-		recs     []record
+		recs     []record.Record
 		finished int
 		failures int
 		outErr   error
@@ -124,9 +91,9 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		delete(runs, cr.hello.Group)
 		s := bench.Aggregate(cr.pairs)
-		rec := record{Path: cr.hello.Path, Side: "consumer", SizeBytes: cr.hello.Spec.Size, Pairs: cr.hello.Pairs,
+		rec := record.Record{Path: cr.hello.Path, Side: "consumer", SizeBytes: cr.hello.Spec.Size, Pairs: cr.hello.Pairs,
 			Mode: cr.hello.Mode.String(), RateMsgsPerS: cr.hello.Rate}
-		rec.fill(&bench.RunResult{Pairs: cr.pairs, Summary: s})
+		rec.Fill(&bench.RunResult{Pairs: cr.pairs, Summary: s})
 		state := "integrity ok"
 		if cr.err != nil {
 			rec.Error = cr.err.Error()
@@ -143,13 +110,13 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "run %d (path %s, %s x%d, %s): %d messages, %d bytes, %.1f MB/s, %.0f msgs/s, latency %.2f us, jitter %.2f us  %s\n",
 			finished, rec.Path, bytesize.Format(int64(rec.SizeBytes)), rec.Pairs, rec.Mode, rec.Messages, rec.Bytes,
 			rec.GoodputMBps, rec.MsgsPerS, rec.LatencyUS, rec.JitterUS, state)
-		if cfg.jsonPath != "" {
-			if err := writeJSON(cfg.jsonPath, recs); err != nil {
+		if cfg.JSONPath != "" {
+			if err := record.WriteJSON(cfg.JSONPath, recs); err != nil {
 				outErr = err
 				cancel()
 			}
 		}
-		if cfg.runs > 0 && finished >= cfg.runs {
+		if cfg.Runs > 0 && finished >= cfg.Runs {
 			cancel()
 		}
 	}
@@ -170,7 +137,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			}
 			cancel()
 			wg.Wait()
-			return fmt.Errorf("accept: %w", err)
+			return nil, fmt.Errorf("accept: %w", err)
 		}
 		select {
 		case sem <- struct{}{}:
@@ -205,7 +172,7 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				cr = r
 				return nil
 			}
-			res, err := bench.Receive(ctx, c, bench.ReceiveOptions{Idle: cfg.idle, End: time.Now().Add(cfg.runTimeout), Epoch: epoch, Check: check})
+			res, err := bench.Receive(ctx, c, bench.ReceiveOptions{Idle: cfg.Idle, End: time.Now().Add(cfg.RunTimeout), Epoch: epoch, Check: check})
 			mu.Lock()
 			defer mu.Unlock()
 			if cr == nil { // no valid run header: not attributable to a run
@@ -222,11 +189,11 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			} else if cr.done == countSeen(cr.seen) {
 				// Every connection that came has ended; give the rest
 				// the idle timeout to arrive.
-				cr.wait = time.AfterFunc(cfg.idle, func() {
+				cr.wait = time.AfterFunc(cfg.Idle, func() {
 					mu.Lock()
 					defer mu.Unlock()
 					if cr.done == countSeen(cr.seen) {
-						cr.err = errors.Join(cr.err, fmt.Errorf("only %d of %d connections arrived within %s", cr.done, cr.hello.Pairs, cfg.idle))
+						cr.err = errors.Join(cr.err, fmt.Errorf("only %d of %d connections arrived within %s", cr.done, cr.hello.Pairs, cfg.Idle))
 						finish(cr)
 					}
 				})
@@ -243,14 +210,14 @@ func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	runs = nil // a timer firing from now on finds nothing to finish
 	switch {
 	case outErr != nil:
-		return outErr
+		return recs, outErr
 	case failures > 0:
-		return fmt.Errorf("%d of %d runs FAILED (see above)", failures, finished)
-	case cfg.runs > 0 && finished < cfg.runs:
-		return fmt.Errorf("interrupted after %d of %d runs: %w", finished, cfg.runs, context.Cause(ctx))
+		return recs, fmt.Errorf("%d of %d runs FAILED (see above)", failures, finished)
+	case cfg.Runs > 0 && finished < cfg.Runs:
+		return recs, fmt.Errorf("interrupted after %d of %d runs: %w", finished, cfg.Runs, context.Cause(ctx))
 	}
 	fmt.Fprintf(stdout, "s2bench consumer: %d run(s), all verified\n", finished)
-	return nil
+	return recs, nil
 }
 
 func countSeen(seen []bool) int {

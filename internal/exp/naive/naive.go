@@ -1,39 +1,10 @@
-package main
-
-import (
-	"bufio"
-	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/hex"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strings"
-	"sync"
-	"syscall"
-	"time"
-
-	"github.com/quic-go/quic-go"
-
-	"scistream/internal/api"
-	"scistream/internal/bench"
-	"scistream/internal/certs"
-)
-
-// The naive baseline: what a facility gets from the simplest proxy it
-// could write itself, measured in the same run as the gateways (compare
-// --baseline). Two processes, like the gateway pair: "in" accepts the
-// producer's TCP connections and carries each over the WAN leg, "out"
-// takes each off the WAN leg and connects to the consumer. Per
-// connection, io.Copy in each direction with a half-close at the end:
+// Package naive is the naive baseline of s2bench compare --baseline:
+// what a facility gets from the simplest proxy it could write itself,
+// measured in the same run as the gateways. Two processes, like the
+// gateway pair: "in" accepts the producer's TCP connections and carries
+// each over the WAN leg, "out" takes each off the WAN leg and connects
+// to the consumer. Per connection, io.Copy in each direction with a
+// half-close at the end:
 //
 //   - tcp: TCP both ways; Go's io.Copy between TCP sockets splices.
 //   - tls: a crypto/tls 1.3 connection per application connection
@@ -43,57 +14,75 @@ import (
 //     s2cs uses (otherwise the naive leg is window-bound, not CPU-bound).
 //
 // No allow-list, no stream secret, no release: it is a baseline, not a
-// gateway, and listens on loopback only.
+// gateway, and listens on loopback only. Serve is one side (s2bench
+// naiveproxy); StartPair runs both as processes of their own.
+package naive
 
-const naiveUsage = `usage: s2bench naiveproxy --role in|out --wan tcp|tls|quic --listen ADDR --to ADDR [--cert F --key F | --pin SHA256]
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
 
-The naive baseline of compare --baseline, one side per process (compare starts
-both): "in" accepts TCP on --listen and carries each connection over the WAN
-leg to --to; "out" accepts WAN connections on --listen and connects each to
---to over TCP; io.Copy both ways. tls and quic need the out side's --cert and
---key, and the in side's --pin (the certificate's SHA-256). Prints
-"naiveproxy: listening on ADDR" once ready; loopback addresses only.`
+	"github.com/quic-go/quic-go"
 
-func runNaiveProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("naiveproxy", flag.ContinueOnError)
-	role := fs.String("role", "", "in (producer side) or out (consumer side)")
-	wan := fs.String("wan", "", "WAN leg: tcp, tls or quic")
-	listen := fs.String("listen", "", "loopback HOST:PORT to listen on (port 0: any)")
-	to := fs.String("to", "", "HOST:PORT to connect each connection to")
-	certFile := fs.String("cert", "", "out side, tls and quic: PEM certificate")
-	keyFile := fs.String("key", "", "out side, tls and quic: PEM private key")
-	pin := fs.String("pin", "", "in side, tls and quic: SHA-256 (hex) of the out side's certificate")
-	if err := parseFlags(fs, args, naiveUsage, stderr); err != nil {
-		return err
-	}
-	host, _, err := net.SplitHostPort(*listen)
-	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		return usagef("--listen %q: give a loopback HOST:PORT, e.g. 127.0.0.1:0", *listen)
-	}
-	if _, _, err := net.SplitHostPort(*to); err != nil {
-		return usagef("--to %q: give HOST:PORT", *to)
-	}
-	secure := *wan == api.WANTLS || *wan == api.WANQUIC
-	switch {
-	case *role != "in" && *role != "out":
-		return usagef("--role %q: use in or out", *role)
-	case *wan != api.WANTCP && !secure:
-		return usagef("--wan %q: use tcp, tls or quic", *wan)
-	case secure && *role == "out" && (*certFile == "" || *keyFile == ""):
-		return usagef("--wan %s --role out needs --cert and --key", *wan)
-	case secure && *role == "in" && len(*pin) != 64:
-		return usagef("--wan %s --role in needs --pin, the out side certificate's SHA-256 in hex", *wan)
-	}
-	p := &naiveProxy{wan: *wan, to: *to, stderr: stderr}
+	"scistream/internal/api"
+	"scistream/internal/bench"
+	"scistream/internal/certs"
+	"scistream/internal/exp/procs"
+)
+
+// The sides of the pair (Config.Role).
+const (
+	In  = "in"  // the producer side: accepts TCP, dials the WAN leg
+	Out = "out" // the consumer side: accepts the WAN leg, dials TCP
+)
+
+// Config is one side of the pair, as s2bench naiveproxy's flags give it
+// (checked there: Serve trusts its form).
+type Config struct {
+	Role   string // In or Out
+	WAN    string // the WAN leg: api.WANTCP, api.WANTLS or api.WANQUIC
+	Listen string // loopback HOST:PORT to listen on (port 0: any)
+	To     string // HOST:PORT each connection is carried to
+	// CertFile and KeyFile are the out side's certificate and key (PEM),
+	// over tls and quic; empty over tcp.
+	CertFile, KeyFile string
+	// Pin is the SHA-256 (hex) of the out side's certificate the in side
+	// accepts, over tls and quic; empty over tcp.
+	Pin string
+}
+
+// Serve runs one side until ctx is done: it prints "naiveproxy:
+// listening on ADDR" to stdout once it listens, and what fails on a
+// connection to stderr. It returns nil once stopped; the connections
+// still open end with the process, as a baseline's may.
+func Serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+	secure := cfg.WAN == api.WANTLS || cfg.WAN == api.WANQUIC
+	p := &naiveProxy{wan: cfg.WAN, to: cfg.To, stderr: stderr}
 	if secure {
-		if *role == "out" {
-			c, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if cfg.Role == Out {
+			c, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 			if err != nil {
 				return fmt.Errorf("load --cert/--key: %w", err)
 			}
 			p.tlsConf = &tls.Config{Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS13, NextProtos: []string{"s2bench-naive"}}
 		} else {
-			want := strings.ToLower(*pin)
+			want := strings.ToLower(cfg.Pin)
 			p.tlsConf = &tls.Config{
 				MinVersion: tls.VersionTLS13, NextProtos: []string{"s2bench-naive"},
 				// The out side's certificate is self-signed: it is
@@ -113,10 +102,10 @@ func runNaiveProxy(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if *role == "in" {
-		return p.serveIn(ctx, *listen, stdout)
+	if cfg.Role == In {
+		return p.serveIn(ctx, cfg.Listen, stdout)
 	}
-	return p.serveOut(ctx, *listen, stdout)
+	return p.serveOut(ctx, cfg.Listen, stdout)
 }
 
 type naiveProxy struct {
@@ -262,23 +251,39 @@ func closeWrite(x any) {
 	}
 }
 
-// naivePair is the two naive proxy processes of compare --baseline.
-type naivePair struct {
+// PairConfig describes the pair to start.
+type PairConfig struct {
+	// Command runs one side of the pair with Config's fields as flags
+	// after it (--role, --wan, --listen, --to, --cert, --key, --pin), as
+	// s2bench naiveproxy takes them: Serve, printing its listening line.
+	// Required.
+	Command []string
+	// WAN is the leg between the two (Config.WAN).
+	WAN string
+	// Consumer is the HOST:PORT the out side connects each connection to.
+	Consumer string
+}
+
+// Pair is the two naive proxy processes of compare --baseline.
+type Pair struct {
 	target string // the in side's listener: where producers connect
 	cmds   []*exec.Cmd
 	dir    string
 }
 
-var naiveReady = regexp.MustCompile(`^naiveproxy: listening on (\S+)$`)
+// readyLine is the line Serve prints once it listens.
+const readyLine = `^naiveproxy: listening on (\S+)$`
 
-// startNaivePair starts the out side (towards consumer) and then the in
-// side, each as its own s2bench process, and waits until both listen.
-func startNaivePair(ctx context.Context, wan, consumer string) (_ *naivePair, err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
+// StartPair starts the out side (towards the consumer) and then the in
+// side, each as a process of its own (cfg.Command), and waits until both
+// listen. On error it has stopped what it started. The caller must call
+// Close.
+func StartPair(ctx context.Context, cfg PairConfig) (_ *Pair, err error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("naive pair: no command to run its sides")
 	}
-	np := &naivePair{}
+	wan, consumer := cfg.WAN, cfg.Consumer
+	np := &Pair{}
 	defer func() {
 		if err != nil {
 			np.Close()
@@ -307,24 +312,25 @@ func startNaivePair(ctx context.Context, wan, consumer string) (_ *naivePair, er
 		outArgs = []string{"--cert", cf, "--key", kf}
 		inArgs = []string{"--pin", certs.Fingerprint(c.Certificate[0])}
 	}
-	outAddr, err := np.start(ctx, exe, append([]string{"--role", "out", "--wan", wan, "--listen", "127.0.0.1:0", "--to", consumer}, outArgs...))
+	outAddr, err := np.start(ctx, cfg.Command, append([]string{"--role", "out", "--wan", wan, "--listen", "127.0.0.1:0", "--to", consumer}, outArgs...))
 	if err != nil {
 		return nil, fmt.Errorf("naive baseline, out side: %w", err)
 	}
-	if np.target, err = np.start(ctx, exe, append([]string{"--role", "in", "--wan", wan, "--listen", "127.0.0.1:0", "--to", outAddr}, inArgs...)); err != nil {
+	if np.target, err = np.start(ctx, cfg.Command, append([]string{"--role", "in", "--wan", wan, "--listen", "127.0.0.1:0", "--to", outAddr}, inArgs...)); err != nil {
 		return nil, fmt.Errorf("naive baseline, in side: %w", err)
 	}
 	return np, nil
 }
 
 // start runs one side and returns the address it listens on.
-func (np *naivePair) start(ctx context.Context, exe string, args []string) (string, error) {
-	cmd := exec.Command(exe, append([]string{"naiveproxy"}, args...)...)
+func (np *Pair) start(ctx context.Context, command, args []string) (string, error) {
+	ready := regexp.MustCompile(readyLine)
+	cmd := exec.Command(command[0], append(slices.Clone(command[1:]), args...)...)
 	// Its own process group (a Ctrl-C reaches only s2bench, which stops
 	// it), and SIGTERM if s2bench dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	var errBuf strings.Builder
-	cmd.Stderr = &limitedWriter{w: &errBuf, n: 4096}
+	cmd.Stderr = procs.LimitWriter(&errBuf, 4096)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", err
@@ -337,7 +343,7 @@ func (np *naivePair) start(ctx context.Context, exe string, args []string) (stri
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if m := naiveReady.FindStringSubmatch(sc.Text()); m != nil {
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
 				addr <- m[1]
 			}
 		}
@@ -359,8 +365,11 @@ func (np *naivePair) start(ctx context.Context, exe string, args []string) (stri
 	}
 }
 
-// pids returns the proxies' process IDs.
-func (np *naivePair) pids() []int {
+// Target is the in side's listener, where producers connect.
+func (np *Pair) Target() string { return np.target }
+
+// PIDs returns the proxies' process IDs.
+func (np *Pair) PIDs() []int {
 	var p []int
 	for _, c := range np.cmds {
 		p = append(p, c.Process.Pid)
@@ -368,10 +377,10 @@ func (np *naivePair) pids() []int {
 	return p
 }
 
-// cpu returns the CPU time both proxies have used so far.
-func (np *naivePair) cpu() (time.Duration, error) {
+// CPU returns the CPU time both proxies have used so far.
+func (np *Pair) CPU() (time.Duration, error) {
 	var total time.Duration
-	for _, pid := range np.pids() {
+	for _, pid := range np.PIDs() {
 		d, err := bench.ProcessCPU(pid)
 		if err != nil {
 			return 0, err
@@ -383,7 +392,7 @@ func (np *naivePair) cpu() (time.Duration, error) {
 
 // Close stops both proxies (SIGTERM, then SIGKILL after 5 s) and removes
 // their certificate. Idempotent.
-func (np *naivePair) Close() {
+func (np *Pair) Close() {
 	for _, c := range np.cmds {
 		c.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -405,22 +414,4 @@ func (np *naivePair) Close() {
 		os.RemoveAll(np.dir)
 		np.dir = ""
 	}
-}
-
-// limitedWriter keeps the first n bytes written to it.
-type limitedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-	n  int
-}
-
-func (l *limitedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n > 0 {
-		k := min(len(b), l.n)
-		l.w.Write(b[:k])
-		l.n -= k
-	}
-	return len(b), nil
 }

@@ -1,4 +1,4 @@
-package main
+package facility
 
 import (
 	"context"
@@ -31,8 +31,8 @@ type ctlTarget struct {
 // --node) and a facility of takeoverNodes nodes (requests to each node
 // in turn), interleaved: request i goes to every target, starting with
 // a different one each time.
-func facControl(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io.Writer) (recs []facilityRecord, err error) {
-	ips, err := distinctLoopbacks(3)
+func facControl(ctx context.Context, cfg *Config, env *facEnv, stdout io.Writer) (recs []Record, err error) {
+	ips, err := localgw.DistinctLoopbacks(3)
 	if err != nil {
 		return nil, err
 	}
@@ -81,8 +81,8 @@ func facControl(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 	targets = append(targets, &ctlTarget{store: "facility", nodes: takeoverNodes, cls: fac.cls})
 
 	fmt.Fprintf(stdout, "\ncontrol: %d inbound-request + release pairs (num_conn %d) per target, interleaved: a gateway on bbolt (pid %d), one on etcd (pid %d), a facility of %d nodes (pids %v, each in turn)\n",
-		cfg.requests, cfg.numConn, gws[0].PID(), gws[1].PID(), takeoverNodes, fac.pids())
-	req := api.InboundRequest{RemoteIP: ips[2], ReceiverPorts: []int{app.Addr().(*net.TCPAddr).Port}, NumConn: cfg.numConn, WAN: cfg.wan}
+		cfg.Requests, cfg.NumConn, gws[0].PID(), gws[1].PID(), takeoverNodes, fac.pids())
+	req := api.InboundRequest{RemoteIP: ips[2], ReceiverPorts: []int{app.Addr().(*net.TCPAddr).Port}, NumConn: cfg.NumConn, WAN: cfg.WAN}
 	// One pair each first, not counted: connections and caches warm.
 	for _, t := range targets {
 		for _, c := range t.cls {
@@ -91,7 +91,7 @@ func facControl(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 			}
 		}
 	}
-	for i := range cfg.requests {
+	for i := range cfg.Requests {
 		for j := range targets {
 			t := targets[(i+j)%len(targets)]
 			in, rel, pair, err := ctlPair(ctx, t.cls[i%len(t.cls)], req)
@@ -103,7 +103,7 @@ func facControl(ctx context.Context, cfg *facilityConfig, env *facEnv, stdout io
 	}
 	for _, t := range targets {
 		p, in, rel := bench.SummarizeRTT(t.pair), bench.SummarizeRTT(t.inbound), bench.SummarizeRTT(t.release)
-		recs = append(recs, facilityRecord{Experiment: "control", Store: t.store, Nodes: t.nodes, NumConn: cfg.numConn, Requests: cfg.requests,
+		recs = append(recs, Record{Experiment: "control", Store: t.store, Nodes: t.nodes, NumConn: cfg.NumConn, Requests: cfg.Requests,
 			PairP50Ms: p.P50 / 1e3, PairP99Ms: p.P99 / 1e3, PairMaxMs: p.Max / 1e3,
 			InboundP50Ms: in.P50 / 1e3, InboundP99Ms: in.P99 / 1e3, ReleaseP50Ms: rel.P50 / 1e3, ReleaseP99Ms: rel.P99 / 1e3})
 	}
@@ -131,7 +131,7 @@ func ctlPair(ctx context.Context, c *client.Client, req api.InboundRequest) (in,
 	return mid.Sub(start), end.Sub(mid), end.Sub(start), nil
 }
 
-func printControl(w io.Writer, recs []facilityRecord) {
+func printControl(w io.Writer, recs []Record) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "store\tnodes\tpairs\tpair p50 ms\tp99 ms\tmax ms\tinbound p50 ms\tp99 ms\trelease p50 ms\tp99 ms\t")

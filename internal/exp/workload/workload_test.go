@@ -1,4 +1,4 @@
-package main
+package workload
 
 import (
 	"flag"
@@ -35,20 +35,19 @@ func TestWorkloadAmounts(t *testing.T) {
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		var wf workloadFlags
-		wf.register(fs)
+		var wf Flags
+		wf.Register(fs)
 		fs.String("pairs", "1", "")
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		wf.set = flagsSet(fs)
-		p, err := wf.resolve(c.pairs)
+		p, err := wf.Resolve(c.pairs)
 		if err != nil {
 			t.Errorf("%v: %v", c.args, err)
 			continue
 		}
-		if got, _ := p.perPair(c.size, c.pairs); got != c.want || len(p.sizes) != c.sizes {
-			t.Errorf("%v: %d bytes per pair at size %d, %d sizes; want %d, %d", c.args, got, c.size, len(p.sizes), c.want, c.sizes)
+		if got, _ := p.PerPair(c.size, c.pairs); got != c.want || len(p.Sizes) != c.sizes {
+			t.Errorf("%v: %d bytes per pair at size %d, %d sizes; want %d, %d", c.args, got, c.size, len(p.Sizes), c.want, c.sizes)
 		}
 	}
 }
@@ -73,13 +72,12 @@ func TestWorkloadWrites(t *testing.T) {
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		var wf workloadFlags
-		wf.register(fs)
+		var wf Flags
+		wf.Register(fs)
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		wf.set = flagsSet(fs)
-		p, err := wf.resolve(1)
+		p, err := wf.Resolve(1)
 		switch {
 		case c.err != "":
 			if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -87,8 +85,8 @@ func TestWorkloadWrites(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%v: %v", c.args, err)
-		case p.each != c.each || p.readEach != c.readEach:
-			t.Errorf("%v: each %v, readEach %v; want %v, %v", c.args, p.each, p.readEach, c.each, c.readEach)
+		case p.Each != c.each || p.ReadEach != c.readEach:
+			t.Errorf("%v: each %v, readEach %v; want %v, %v", c.args, p.Each, p.ReadEach, c.each, c.readEach)
 		}
 	}
 }
