@@ -325,3 +325,27 @@ func TestTestbedRunDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestTestbedCalibrationFails (issue 27, finding 1): a testbed whose
+// emulated path cannot hold its preset (a WAN rate past what the delay
+// line carries) is refused with the calibration's error, and the run
+// takes down what it brought up: no panic, no namespace left behind.
+func TestTestbedCalibrationFails(t *testing.T) {
+	bin := needTestbed(t)
+	root, name := t.TempDir(), testbedName()
+	t.Cleanup(func() {
+		exec.Command(bin, "testbed", "down", "--name", name, "--state_root", root).Run()
+	})
+	out, err := s2bench(t, bin, "testbed", "run", "--name", name, "--state_root", root, "--rtt", "2ms", "--wan_rate", "10gbit",
+		"--workload", "64KiB", "--bytes", "1MiB")
+	if err == nil {
+		t.Skip("this machine's delay line held 10 Gbit/s: nothing to refuse")
+	}
+	if strings.Contains(out, "panic:") || strings.Contains(out, "goroutine ") {
+		t.Fatalf("the refused run panicked: %v", err)
+	}
+	if !strings.Contains(out, "refusing to run") || !strings.Contains(out, "testbed "+name+" taken down") {
+		t.Errorf("exit %v: want the calibration's refusal and the testbed taken down", err)
+	}
+	checkNoTestbed(t, root, name)
+}

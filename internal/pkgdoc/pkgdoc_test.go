@@ -39,25 +39,35 @@ func TestPackageDocs(t *testing.T) {
 				return filepath.SkipDir // a module of its own (deploy/helmtest)
 			}
 		}
-		pkgs, err := parser.ParseDir(token.NewFileSet(), path, func(fi fs.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, parser.ParseComments|parser.PackageClauseOnly)
+		entries, err := os.ReadDir(path)
 		if err != nil {
 			return err
 		}
-		for pname, p := range pkgs {
-			seen++
-			var docs []string
-			for fname, f := range p.Files {
-				if f.Doc != nil {
-					docs = append(docs, filepath.Base(fname))
-					if want := "Package " + pname; pname != "main" && !strings.HasPrefix(f.Doc.Text(), want+" ") {
-						t.Errorf("%s: the doc comment of %s does not start with %q", rel(root, path), filepath.Base(fname), want)
-					}
+		docs := map[string][]string{} // by package: the files with a doc comment
+		for _, e := range entries {
+			fn := e.Name()
+			if e.IsDir() || !strings.HasSuffix(fn, ".go") || strings.HasSuffix(fn, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(path, fn), nil, parser.ParseComments|parser.PackageClauseOnly)
+			if err != nil {
+				return err
+			}
+			pname := f.Name.Name
+			if _, ok := docs[pname]; !ok {
+				docs[pname] = nil
+			}
+			if f.Doc != nil {
+				docs[pname] = append(docs[pname], fn)
+				if want := "Package " + pname; pname != "main" && !strings.HasPrefix(f.Doc.Text(), want+" ") {
+					t.Errorf("%s: the doc comment of %s does not start with %q", rel(root, path), fn, want)
 				}
 			}
-			if len(docs) != 1 {
-				t.Errorf("%s: package %s has %d doc comments (%s), want exactly one", rel(root, path), pname, len(docs), strings.Join(docs, ", "))
+		}
+		for pname, files := range docs {
+			seen++
+			if len(files) != 1 {
+				t.Errorf("%s: package %s has %d doc comments (%s), want exactly one", rel(root, path), pname, len(files), strings.Join(files, ", "))
 			}
 		}
 		return nil

@@ -210,11 +210,16 @@ func Open(ctx context.Context, bed netbed.Config, asked map[string]bool, keep bo
 			return nil, nil, down, err
 		}
 		if !keep {
+			// The testbed it brought up, not the result tb, which an
+			// error return sets to nil before the deferred clean-up
+			// below runs (issue 27: a failed calibration panicked
+			// there and left the namespaces behind).
+			up := tb
 			down = func() error {
-				if derr := tb.Down(); derr != nil {
-					return fmt.Errorf("take testbed %s down: %w", tb.Name, derr)
+				if derr := up.Down(); derr != nil {
+					return fmt.Errorf("take testbed %s down: %w", up.Name, derr)
 				}
-				fmt.Fprintf(stdout, "testbed %s taken down\n", tb.Name)
+				fmt.Fprintf(stdout, "testbed %s taken down\n", up.Name)
 				return nil
 			}
 		}
