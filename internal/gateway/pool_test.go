@@ -55,10 +55,12 @@ func TestPooledLegs(t *testing.T) {
 		roundTrip(t, outS.Listeners[0], 100<<10)
 	}
 	st := stats()
-	// Every one takes an idle leg; the warmer adds at most one, while
-	// the first is busy (then three are idle, and taking one leaves two).
-	if reused, created := st.LegsReused-before.LegsReused, st.LegsCreated-before.LegsCreated; reused != 5 || created > 1 {
-		t.Fatalf("5 connections one after another: %d reused, %d legs dialed; want 5 reused and at most 1 dialed", reused, created)
+	// Every one takes an idle leg, none waits for a handshake. The
+	// warmer refills the pool behind them: at most once per connection
+	// (when the one before has not given its leg back yet, the pool is
+	// one short).
+	if reused, created := st.LegsReused-before.LegsReused, st.LegsCreated-before.LegsCreated; reused != 5 || created > 5 {
+		t.Fatalf("5 connections one after another: %d reused, %d legs dialed; want 5 reused and at most 5 dialed behind them", reused, created)
 	}
 
 	// Four at once: some take warm legs, the rest dial.
