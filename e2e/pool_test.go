@@ -60,13 +60,21 @@ func TestPooledStream(t *testing.T) {
 			t.Fatalf("connection %d: consumer got %d bytes (err %v), want %d identical", i, r.n, r.err, n)
 		}
 	}
+	// A warm leg the warmer dialed before the inbound side took the pin
+	// was refused by the peer, which the dialer learns when it takes it
+	// (and dials anew): one connection per channel clears those first, as
+	// a loaded machine showed (19 of 20 reused).
+	warm()
+	send(100)
+	send(101)
+	created0, reused0, _ := legs()
 	for i := range 20 {
 		warm()
 		send(i)
 	}
 	created, reused, _ := legs()
-	if reused != 20 || created > 8 {
-		t.Fatalf("20 connections one after another: %d on reused legs, %d legs dialed; want 20 reused of at most 8", reused, created)
+	if reused-reused0 != 20 || created-created0 > 20 {
+		t.Fatalf("20 connections one after another: %d on reused legs, %d legs dialed; want 20 reused, at most one refill each", reused-reused0, created-created0)
 	}
 
 	// One connection open through the consumer gateway's death.
@@ -76,7 +84,7 @@ func TestPooledStream(t *testing.T) {
 	}
 	defer c.Close()
 	sendRandom(t, c, 64<<10, 99)
-	eventually(t, 10*time.Second, "the consumer to have accepted it", func() bool { return app.accepted.Load() == 21 })
+	eventually(t, 10*time.Second, "the consumer to have accepted it", func() bool { return app.accepted.Load() == 23 })
 	p.restart(&p.cons, false)
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
