@@ -303,6 +303,14 @@ func TestFacility(t *testing.T) {
 			t.Errorf("a bad request: %v; want invalid_argument naming %s", err, c.mention)
 		}
 	}
+	// A stream of node 0 cannot reach a data port of node 1, where
+	// another user's listener would take node 0's connection as one from
+	// an allowed source (issue 25).
+	node1 := cons.nodes[1].Opts.ListenerIP
+	if _, err := inC[0].Inbound(ctx, &api.InboundRequest{RemoteIP: node1, ReceiverPorts: []int{6500}, NumConn: 1}); err == nil ||
+		!strings.Contains(err.Error(), "on another node of this gateway's facility") {
+		t.Errorf("a stream to %s:6500, another node's data port: %v; want a refusal naming the facility's other node", node1, err)
+	}
 	// Wire released what it created: nothing is left.
 	for _, c := range []*client.Client{inC[1], outC[2]} {
 		if l, err := c.List(ctx, false); err != nil || len(l) != 0 {

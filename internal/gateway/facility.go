@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -109,6 +110,17 @@ func (s *Server) joinFacility() error {
 	f := s.fac
 	f.m = m
 	s.alloc.SetSkip(f.held)
+	// The other nodes serve the same range and shared port: a stream
+	// must not reach their listeners either (internal/egress).
+	s.self.SetOthers(func() []netip.Addr {
+		var out []netip.Addr
+		for _, n := range m.Nodes() {
+			if a, err := netip.ParseAddr(n.Host); err == nil && n.Name != s.cfg.Node {
+				out = append(out, a.Unmap())
+			}
+		}
+		return out
+	})
 	s.log.Info("joined the facility", "node", s.cfg.Node, "nodes", len(m.Nodes()), "takeover", s.cfg.Takeover)
 	s.reconcile()
 	s.wg.Add(1)
