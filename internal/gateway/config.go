@@ -115,7 +115,7 @@ type Config struct {
 	// api.MaxAppWaitS. If zero, DefaultAppWaitMax; if negative, no
 	// stream waits (a request may ask for 0 only).
 	AppWaitMax time.Duration
-	// Pool manages the pooled WAN legs of outbound streams (pool.go). Its
+	// Pool manages the pooled WAN legs of outbound streams (internal/stream). Its
 	// zero value is the defaults documented on stream.PoolConfig.
 	Pool stream.PoolConfig
 	// Quota limits what one identity may hold at once. Its zero value is

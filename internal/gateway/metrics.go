@@ -19,7 +19,7 @@ import (
 // The Prometheus metrics. Each Server has its own registry (no global
 // one): the Go runtime's and the process's collectors, and collector
 // below, which reads at scrape time the counters the streams keep anyway
-// (stream.go, ends.go, pool.go, rates.go, and internal/strangers), so that no
+// (internal/stream, rates.go, internal/strangers), so that no
 // increment on the data path is done twice. Live streams are read from
 // the server's table at each scrape: an ended stream's series are gone
 // from the next scrape on. Labels are a stream's uid, owner and role and
