@@ -299,7 +299,29 @@ func (m *LegManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 	peer := peerOf(target)
 	for {
 		m.mu.Lock()
+		// An idle leg its peer ended (refused before the attach, or a
+		// peer that restarted) is of no use, and must not count as
+		// warm: else the pool stays short of sound legs until a
+		// connection takes it and dials anew after all.
+		var stale []*pooledLeg
+		for _, pl := range m.byFlow[f] {
+			if pl.p.Stale() {
+				stale = append(stale, pl)
+			}
+		}
+		for _, pl := range stale {
+			m.unidleLocked(pl)
+			m.open[pl.peer]--
+		}
 		have := len(m.byFlow[f])
+		if len(stale) > 0 {
+			m.mu.Unlock()
+			for _, pl := range stale {
+				pl.p.Abort()
+			}
+			m.mu.Lock()
+			have = len(m.byFlow[f])
+		}
 		if have >= want || m.open[peer] >= m.cfg.MaxPerPeer || ctx.Err() != nil {
 			m.mu.Unlock()
 			return max(0, want-have), nil
