@@ -311,9 +311,14 @@ func (wp *Port) serve(raw *net.TCPConn, sl strangers.Slot) {
 		wp.refuse(st, remote, err)
 		return
 	}
-	wp.trust.Add(strangers.SourceOf(remote), st, time.Now())
 	if !st.Adopt(raw, r.Conn) {
 		return // the stream stopped meanwhile: both are reset
+	}
+	wp.trust.Add(strangers.SourceOf(remote), st, time.Now())
+	if wp.lookup(st.Shared.ServerName) != st {
+		// Ended meanwhile: the gateway may have forgotten its trust
+		// before this Add, which must not outlive it either.
+		wp.trust.Forget(st)
 	}
 	go st.ServeRouted(raw, remote, r)
 }
