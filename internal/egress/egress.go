@@ -56,8 +56,8 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("%s is %s, which this gateway does not dial%s", r.Addr, r.Rule, r.Hint())
 }
 
-// Hint says how the refused address could be allowed, starting with
-// "; ", or "" when nothing would allow it.
+// Hint completes the refusal's sentence: how the address could be
+// allowed ("; give ..."), or that nothing allows it.
 func (r *Refusal) Hint() string {
 	switch {
 	case r.Flag == "":
