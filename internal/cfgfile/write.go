@@ -23,13 +23,13 @@ func (s Schema) Write(w io.Writer, header string) error {
 	for j, g := range s.sections() {
 		for i, k := range g.keys {
 			f := g.flags[i]
-			comment := wrap(f.Usage, 76)
+			comment := cliflag.Wrap(f.Usage, 76)
 			if i == 0 && g.title != "" {
 				// yaml.v3 writes the blank lines: the title stands
 				// apart from the group before it (the header stands
 				// apart from the first on its own) and from the
 				// first key's usage.
-				comment = wrap(g.title, 76) + "\n\n" + comment
+				comment = cliflag.Wrap(g.title, 76) + "\n\n" + comment
 				if j > 0 {
 					comment = "\n" + comment
 				}
@@ -141,24 +141,4 @@ func items(v flag.Value) []string {
 		out[i] = fmt.Sprint(rv.Index(i).Interface())
 	}
 	return out
-}
-
-// wrap breaks text into lines of at most width bytes at spaces.
-func wrap(text string, width int) string {
-	var b strings.Builder
-	n := 0
-	for _, w := range strings.Fields(text) {
-		switch {
-		case n == 0:
-		case n+1+len(w) > width:
-			b.WriteByte('\n')
-			n = 0
-		default:
-			b.WriteByte(' ')
-			n++
-		}
-		b.WriteString(w)
-		n += len(w)
-	}
-	return b.String()
 }

@@ -147,7 +147,7 @@ func writeEntry(w io.Writer, f *flag.Flag) {
 	const indent = "        "
 	fmt.Fprintln(w, head)
 	for _, para := range strings.Split(usage, "\n") {
-		text := strings.ReplaceAll(wrap(para, helpWidth-len(indent)), "\n", "\n"+indent)
+		text := strings.ReplaceAll(Wrap(para, helpWidth-len(indent)), "\n", "\n"+indent)
 		fmt.Fprintln(w, indent+strings.ReplaceAll(text, "\x00", " "))
 	}
 }
@@ -209,9 +209,10 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
-// wrap breaks text into lines of at most width bytes at spaces (a
-// longer word stands alone on its line).
-func wrap(text string, width int) string {
+// Wrap breaks text into lines of at most width bytes at spaces (a
+// longer word stands alone on its line): the usage printers' and the
+// configuration file's comments.
+func Wrap(text string, width int) string {
 	var b strings.Builder
 	n := 0
 	for _, w := range strings.Fields(text) {

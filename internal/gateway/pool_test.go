@@ -23,19 +23,7 @@ func TestPooledLegs(t *testing.T) {
 	p := startPair(t, nil, nil)
 	prod, in, out := p.prod, p.in, p.out
 	ctx := context.Background()
-	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1},
-		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: 2}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats := func() *api.Stats {
-		s, err := out.Get(ctx, inS.UID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.Stats
-	}
+	inS, outS, stats := wirePooled(t, p, 2)
 	// Warm: two idle legs once the inbound side took the pin.
 	waitfor.Must(t, 15*time.Second, "two warm legs", func() bool { return stats().LegsCreated >= 2 })
 	waitfor.Must(t, 15*time.Second, "two idle legs in the stats", func() bool { return stats().LegsIdle == 2 })
@@ -200,21 +188,7 @@ func TestPoolStaleLegNotReused(t *testing.T) {
 // pool's own stay.
 func TestPoolTrimmed(t *testing.T) {
 	p := startPair(t, nil, func(c *Config) { c.Pool.IdleTimeout = time.Second })
-	in, out := p.in, p.out
-	ctx := context.Background()
-	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1},
-		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: 2}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats := func() *api.Stats {
-		s, err := out.Get(ctx, inS.UID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.Stats
-	}
+	_, outS, stats := wirePooled(t, p, 2)
 	waitfor.Must(t, 15*time.Second, "two idle legs", func() bool { return stats().LegsIdle == 2 })
 	// Eight connections open at once: each holds a leg.
 	const burst = 8
@@ -249,4 +223,25 @@ func TestPoolTrimmed(t *testing.T) {
 		return s.LegsIdle == 2 && s.LegsTornDown >= burst-2
 	})
 	roundTrip(t, outS.Listeners[0], 64<<10) // the pool still serves
+}
+
+// wirePooled wires a stream of one channel with wan_pool pool between
+// p's gateways to an echo application, and returns both sides' views
+// and a reader of the outbound side's stats.
+func wirePooled(t *testing.T, p *gwPair, pool int) (inS, outS *api.Stream, stats func() *api.Stats) {
+	t.Helper()
+	ctx := context.Background()
+	inS, outS, err := client.Wire(ctx, p.in, p.out,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{echoApp(t)}, NumConn: 1},
+		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}, WANPool: pool}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inS, outS, func() *api.Stats {
+		s, err := p.out.Get(ctx, inS.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Stats
+	}
 }
