@@ -154,12 +154,6 @@ func (p *Policy) Control(network, address string, _ syscall.RawConn) error {
 	return p.Check(ap)
 }
 
-// Flag returns the flag whose list replaces the default rules.
-func (p *Policy) Flag() string { return p.flag }
-
-// Allow returns the policy's allow-list, or nil for the default rules.
-func (p *Policy) Allow() []netip.Prefix { return slices.Clone(p.allow) }
-
 // Describe says what the policy dials, for a log line.
 func (p *Policy) Describe() string {
 	if p.allow == nil {
@@ -255,16 +249,6 @@ func (s *Self) SetOthers(f func() []netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.others = f
-}
-
-// Endpoints returns the endpoints added, for a log line.
-func (s *Self) Endpoints() []Endpoint {
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.endpoints)
 }
 
 // holds returns what ap is if it is one of s's endpoints, else "".
