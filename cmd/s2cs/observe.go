@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"scistream/internal/gateway"
+	"scistream/internal/observe"
 )
 
 // observeOptions are the flags of what operators watch: the plain metrics
@@ -21,30 +21,30 @@ type observeOptions struct {
 
 func (o *observeOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsListen, "metrics_listen", "", "HOST:PORT where s2cs also serves GET /metrics, and nothing else, over plain HTTP WITHOUT authentication, for a scraper inside the facility (e.g. 127.0.0.1:9464); off by default: /metrics is on the control API, authenticated; a non-loopback address logs a warning")
-	fs.DurationVar(&o.rateInterval, "rate_interval", gateway.DefaultRateInterval, "time between two samples of every stream's rates, 10ms to 1m")
-	fs.DurationVar(&o.rateWindow, "rate_window", gateway.DefaultRateWindow, "span of a stream's recent rates (their mean, standard deviation and peak, and the status page's chart); at most 3600 samples")
+	fs.DurationVar(&o.rateInterval, "rate_interval", observe.DefaultRateInterval, "time between two samples of every stream's rates, 10ms to 1m")
+	fs.DurationVar(&o.rateWindow, "rate_window", observe.DefaultRateWindow, "span of a stream's recent rates (their mean, standard deviation and peak, and the status page's chart); at most 3600 samples")
 }
 
 // config checks what the gateway cannot (a zero that the command line
 // must not mean "the default", the listener's address) and what it
-// would refuse (ObserveConfig.Validate), naming the flag, and returns
+// would refuse (observe.Config.Validate), naming the flag, and returns
 // the gateway's settings without the listener, which listen opens.
-func (o *observeOptions) config() (gateway.ObserveConfig, error) {
+func (o *observeOptions) config() (observe.Config, error) {
 	switch {
 	case o.rateInterval <= 0:
-		return gateway.ObserveConfig{}, fmt.Errorf("--rate_interval %s: give a positive duration, e.g. 1s", o.rateInterval)
+		return observe.Config{}, fmt.Errorf("--rate_interval %s: give a positive duration, e.g. 1s", o.rateInterval)
 	case o.rateWindow <= 0:
-		return gateway.ObserveConfig{}, fmt.Errorf("--rate_window %s: give a positive duration, e.g. 1m", o.rateWindow)
+		return observe.Config{}, fmt.Errorf("--rate_window %s: give a positive duration, e.g. 1m", o.rateWindow)
 	}
 	if o.metricsListen != "" {
 		if err := checkListen(o.metricsListen); err != nil {
-			return gateway.ObserveConfig{}, fmt.Errorf("--metrics_listen %.80q: %v; give HOST:PORT, e.g. 127.0.0.1:9464", o.metricsListen, err)
+			return observe.Config{}, fmt.Errorf("--metrics_listen %.80q: %v; give HOST:PORT, e.g. 127.0.0.1:9464", o.metricsListen, err)
 		}
 	}
-	c := gateway.ObserveConfig{RateInterval: o.rateInterval, RateWindow: o.rateWindow}
-	var ce *gateway.ConfigError
+	c := observe.Config{RateInterval: o.rateInterval, RateWindow: o.rateWindow}
+	var ce *observe.FieldError
 	if err := c.Validate(); errors.As(err, &ce) {
-		flag := map[string]string{"Observe.RateInterval": "--rate_interval", "Observe.RateWindow": "--rate_window"}[ce.Field]
+		flag := map[string]string{"RateInterval": "--rate_interval", "RateWindow": "--rate_window"}[ce.Field]
 		return c, fmt.Errorf("%s %s", flag, ce.Problem)
 	} else if err != nil {
 		return c, err

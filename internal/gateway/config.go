@@ -15,6 +15,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/observe"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
@@ -155,9 +156,9 @@ type Config struct {
 	// zero value is the defaults documented on Limits.
 	Strangers strangers.Limits
 	// Observe sets the plain metrics listener and the sampling of rates
-	// (observe.go). Its zero value is the defaults documented on
-	// ObserveConfig.
-	Observe ObserveConfig
+	// (internal/observe). Its zero value is the defaults documented on
+	// observe.Config.
+	Observe observe.Config
 	// MaxActiveConns caps the application connections the gateway
 	// relays at once over TLS or TCP WAN legs, over every stream; one
 	// more is reset at once and counted (the stream's over_cap_conns),
@@ -394,7 +395,9 @@ func (c Config) Validate() error {
 		return &ConfigError{Field: "Pool." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Observe.Validate(); err != nil {
-		return err
+		var fe *observe.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "Observe." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if _, err := c.Files(); err != nil {
 		return err

@@ -47,7 +47,7 @@ func (s *Server) fail(rec *store.Record, reason string) {
 // tries again: until the write lands, a restart would bring the stream
 // back.
 func (s *Server) finish(rec *store.Record, state api.State, reason string) {
-	s.obs.ended(state)
+	s.obs.Ended(state)
 	rec.State = state
 	rec.Reason = reason
 	rec.Updated = s.cfg.Now()
@@ -111,7 +111,7 @@ func (s *Server) janitor() {
 
 // sweep is one round of the janitor at time now: it expires inbound
 // streams that waited longer than Config.PendingTimeout for their peer
-// (the sampler, rates.go, samples their rates), stores the ends of
+// (internal/observe samples their rates), stores the ends of
 // streams the store refused before, says the connections refused in the last
 // interval (internal/strangers), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than

@@ -21,6 +21,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/client"
 	"scistream/internal/metricstest"
+	"scistream/internal/observe"
 	"scistream/internal/ports"
 	"scistream/internal/waitfor"
 )
@@ -287,7 +288,7 @@ func TestMetricsCollectorConsistent(t *testing.T) {
 		callOK(t, s, "POST", "/v1/streams/inbound", tok, b, 201, nil)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(newCollector(s))
+	reg.MustRegister(s.obs.Collector())
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("pedantic gather: %v", err)
@@ -317,7 +318,7 @@ func TestMetricsScrapeFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newTestServer(t, func(c *Config) { c.Observe.MetricsListener = plain })
-	s.serveObservers()
+	s.obs.Serve(s.ctx, s.httpServer)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -385,7 +386,7 @@ func TestMetricsListenerLifecycle(t *testing.T) {
 		c.Observe.MetricsListener = wideListener{ln}
 		c.Logger = logs.logger()
 	})
-	s.serveObservers()
+	s.obs.Serve(s.ctx, s.httpServer)
 	if code, _ := get(t, "http://"+ln.Addr().String()+"/metrics", "", ""); code != http.StatusOK {
 		t.Fatalf("metrics listener: %d", code)
 	}
@@ -409,17 +410,17 @@ func (wideListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4zero, Port
 func TestObserveConfig(t *testing.T) {
 	base := Config{ListenerIP: "127.0.0.1", PortRange: ports.Range{Lo: 5100, Hi: 5110}}
 	for _, c := range []struct {
-		o       ObserveConfig
+		o       observe.Config
 		field   string
 		mention string
 	}{
-		{ObserveConfig{RateInterval: -time.Second}, "Observe.RateInterval", "too short"},
-		{ObserveConfig{RateInterval: time.Millisecond}, "Observe.RateInterval", "10ms to 1m0s"},
-		{ObserveConfig{RateInterval: 2 * time.Minute}, "Observe.RateInterval", "too long"},
-		{ObserveConfig{RateWindow: -time.Second}, "Observe.RateWindow", "shorter than the sampling interval"},
-		{ObserveConfig{RateInterval: 2 * time.Second, RateWindow: time.Second}, "Observe.RateWindow", "shorter than the sampling interval (2s)"},
-		{ObserveConfig{RateInterval: 10 * time.Millisecond, RateWindow: time.Hour}, "Observe.RateWindow", "more than 3600"},
-		{ObserveConfig{RateWindow: 2 * time.Hour}, "Observe.RateWindow", "7200 samples"},
+		{observe.Config{RateInterval: -time.Second}, "Observe.RateInterval", "too short"},
+		{observe.Config{RateInterval: time.Millisecond}, "Observe.RateInterval", "10ms to 1m0s"},
+		{observe.Config{RateInterval: 2 * time.Minute}, "Observe.RateInterval", "too long"},
+		{observe.Config{RateWindow: -time.Second}, "Observe.RateWindow", "shorter than the sampling interval"},
+		{observe.Config{RateInterval: 2 * time.Second, RateWindow: time.Second}, "Observe.RateWindow", "shorter than the sampling interval (2s)"},
+		{observe.Config{RateInterval: 10 * time.Millisecond, RateWindow: time.Hour}, "Observe.RateWindow", "more than 3600"},
+		{observe.Config{RateWindow: 2 * time.Hour}, "Observe.RateWindow", "7200 samples"},
 	} {
 		cfg := base
 		cfg.Observe = c.o
@@ -429,7 +430,7 @@ func TestObserveConfig(t *testing.T) {
 			t.Errorf("%+v: %v; want a ConfigError on %s mentioning %q", c.o, err, c.field, c.mention)
 		}
 	}
-	for _, o := range []ObserveConfig{{}, {RateInterval: 10 * time.Millisecond, RateWindow: 36 * time.Second}, {RateInterval: time.Minute, RateWindow: time.Hour}} {
+	for _, o := range []observe.Config{{}, {RateInterval: 10 * time.Millisecond, RateWindow: 36 * time.Second}, {RateInterval: time.Minute, RateWindow: time.Hour}} {
 		cfg := base
 		cfg.Observe = o
 		if err := cfg.Validate(); err != nil {

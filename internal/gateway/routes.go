@@ -29,8 +29,8 @@ func (s *Server) routes() http.Handler {
 	// What operators look at (observe.go): the metrics, the gateway's
 	// status, and the status page, which holds no data of its own.
 	mux.Handle("GET /v1/status", s.operatorView(s.answer(s.handleStatus)))
-	mux.Handle("GET /metrics", s.operatorView(s.obs.metrics))
-	mux.HandleFunc("GET /status", s.handleStatusPage)
+	mux.Handle("GET /metrics", s.operatorView(s.obs.Metrics()))
+	mux.HandleFunc("GET /status", s.obs.ServeStatusPage)
 
 	mux.Handle("GET /v1/info", s.authedAs(s.handleInfo, roleUser, roleReader))
 	mux.Handle("POST /v1/streams/inbound", s.authed(s.handleInbound))
@@ -149,7 +149,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if !errors.As(err, &ae) {
 		ae = api.Errorf(api.CodeInternal, "internal error; see the gateway's log").WithCause(err)
 	}
-	s.obs.apiError(ae.Code)
+	s.obs.APIError(ae.Code)
 	if ae.Code == api.CodeInternal || ae.Cause() != nil {
 		s.log.Warn("request failed", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "code", ae.Code, "message", ae.Message, "cause", ae.Cause())
 	}

@@ -22,10 +22,7 @@
 //	attach.go    an inbound stream attached to its peer (listening -> connected)
 //	end.go       a stream ended (released, expired, failed) and the janitor
 //	facility.go  a node of a facility of several on etcd: membership, placement, takeover
-//	rates.go     the sampler of every stream's rates (internal/rates: mean, standard deviation, peak, steady state)
-//	observe.go   what operators look at: ObserveConfig, the gateway's health, GET /v1/status
-//	metrics.go   the Prometheus metrics, read from the counters at scrape time
-//	statuspage.go the status page (HTML, embedded)
+//	observe.go   what operators look at (internal/observe reads the server), GET /v1/status
 //	targets.go   a request's addresses checked against what the gateway may dial (internal/egress)
 //	admission.go what a stream may hold (capacity, quotas, rate granted; internal/stream paces it)
 //	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
@@ -44,6 +41,7 @@ import (
 	"time"
 
 	"scistream/internal/egress"
+	"scistream/internal/observe"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
 	"scistream/internal/relay"
@@ -61,10 +59,10 @@ type Server struct {
 	engines *relay.Engines
 	env     *stream.Env // what every stream gets
 	strange *strangers.Gate
-	self    *egress.Self // the endpoints no stream may make the gateway dial
-	files   Files        // the plan of open files, as Config.Files gave it
-	obs     *observer    // what operators look at: metrics, status, rates (observe.go)
-	fac     *facility    // the node's facility (facility.go); nil for a gateway of one node
+	self    *egress.Self      // the endpoints no stream may make the gateway dial
+	files   Files             // the plan of open files, as Config.Files gave it
+	obs     *observe.Observer // what operators look at: metrics, status, rates
+	fac     *facility         // the node's facility (facility.go); nil for a gateway of one node
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -154,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 		unsaved: map[store.Key]*store.Record{},
 		done:    make(chan struct{}),
 	}
-	s.obs = newObserver(s)
+	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)
 	if cfg.Node != "" {
 		s.fac = newFacility(cfg.Node)
 		s.fac.sharedWAN, s.fac.routed = sharedWAN, routed
@@ -218,7 +216,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.wg.Add(1)
 	go s.janitor()
-	s.serveObservers() // the rate sampler and the plain metrics listener
+	s.obs.Serve(s.ctx, s.httpServer) // the rate sampler and the plain metrics listener
 
 	s.mu.Lock()
 	s.ready = true
@@ -285,7 +283,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				hs.Close()
 			}
 		}
-		s.obs.close()
+		s.obs.Close()
 		if port != nil {
 			port.Close() // no new legs; the streams' own end below
 		}
@@ -294,6 +292,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.cancel()
 		s.wg.Wait()
+		s.obs.Wait()
 		s.leaveFacility() // its channels move to the other nodes now
 		s.saveUnsaved()   // a last try
 		s.mu.Lock()

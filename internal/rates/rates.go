@@ -47,7 +47,7 @@ import (
 	"scistream/internal/api"
 )
 
-// Defaults and bounds of the settings (a gateway's ObserveConfig).
+// Defaults and bounds of the settings (a gateway's observe.Config).
 const (
 	DefaultInterval = time.Second
 	DefaultWindow   = time.Minute

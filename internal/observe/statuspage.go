@@ -1,4 +1,4 @@
-package gateway
+package observe
 
 import (
 	"bytes"
@@ -54,15 +54,15 @@ func newStatusPage() statusPage {
 	}
 }
 
-// handleStatusPage serves the status page (no authentication: it holds
+// ServeStatusPage serves the status page (no authentication: it holds
 // no data; see above).
-func (s *Server) handleStatusPage(w http.ResponseWriter, r *http.Request) {
+func (o *Observer) ServeStatusPage(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", s.obs.page.csp)
+	h.Set("Content-Security-Policy", o.page.csp)
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
-	w.Write(s.obs.page.html)
+	w.Write(o.page.html)
 }

@@ -1,4 +1,4 @@
-package gateway
+package observe
 
 import (
 	"log/slog"
@@ -16,10 +16,10 @@ import (
 	"scistream/internal/version"
 )
 
-// The Prometheus metrics. Each Server has its own registry (no global
+// The Prometheus metrics. Each Observer has its own registry (no global
 // one): the Go runtime's and the process's collectors, and collector
 // below, which reads at scrape time the counters the streams keep anyway
-// (internal/stream, rates.go, internal/strangers), so that no
+// (internal/stream, internal/rates, internal/strangers), so that no
 // increment on the data path is done twice. Live streams are read from
 // the server's table at each scrape: an ended stream's series are gone
 // from the next scrape on. Labels are a stream's uid, owner and role and
@@ -29,26 +29,26 @@ import (
 // maxScrapes bounds the scrapes served at once; more are answered 503.
 const maxScrapes = 4
 
-// newMetrics returns the server's registry and its exposition handler.
-func newMetrics(s *Server) (*prometheus.Registry, http.Handler) {
+// newMetrics returns the exposition handler of a registry of c and the
+// Go runtime's and the process's collectors.
+func newMetrics(c *collector, log *slog.Logger) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newCollector(s),
+		c,
 	)
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: maxScrapes,
 		Timeout:             10 * time.Second,
 	})
-	return reg, h
 }
 
 // collector turns the gateway's counters into metrics at each scrape.
 type collector struct {
-	s *Server
+	o *Observer
 
 	buildInfo, ready, streams, streamsEnded, portsInUse, portsCap,
 	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused,
@@ -58,7 +58,7 @@ type collector struct {
 	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle, rateGranted, leaseExpiry *prometheus.Desc
 }
 
-func newCollector(s *Server) *collector {
+func newCollector(o *Observer) *collector {
 	g := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("scistream_"+name, help, labels, nil)
 	}
@@ -68,7 +68,7 @@ func newCollector(s *Server) *collector {
 		return prometheus.NewDesc("scistream_stream_"+name, help, append([]string{"uid", "owner", "role"}, labels...), nil)
 	}
 	return &collector{
-		s:            s,
+		o:            o,
 		buildInfo:    g("build_info", "The s2cs release serving, always 1.", "version"),
 		ready:        g("ready", "1 once the gateway restored its streams and serves, 0 while it starts or stops."),
 		streams:      g("streams", "Live streams by state (requested, listening, connected).", "state"),
@@ -125,7 +125,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	h := c.s.health()
+	h := c.o.Health()
+	g := c.o.gw.Gauges()
 	gauge(c.buildInfo, 1, version.Version)
 	gauge(c.ready, boolValue(h.Ready))
 	for _, st := range []api.State{api.StateRequested, api.StateListening, api.StateConnected} {
@@ -150,9 +151,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range strangers.Keys() {
 		counter(c.refused, float64(h.Refused[k]), k)
 	}
-	gauge(c.capacityRate, c.s.cfg.Capacity.Rate.BytesPerSecond())
-	gauge(c.reservedRate, c.s.env.BestEffort.Reserved().BytesPerSecond())
-	for _, st := range c.s.live() {
+	gauge(c.capacityRate, g.CapacityRate.BytesPerSecond())
+	gauge(c.reservedRate, g.Reserved.BytesPerSecond())
+	for _, st := range c.o.gw.Live() {
 		c.collectStream(st, gauge, counter)
 	}
 }
