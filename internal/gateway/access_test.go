@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/idp"
@@ -131,10 +132,10 @@ func TestRoles(t *testing.T) {
 	}
 }
 
-// TestRequireHook: require, the hook for plain handlers (metrics, a
-// status page), serves readers and operators, and answers everyone else
+// TestOperatorView: operatorView, the guard of GET /metrics and GET
+// /v1/status, serves readers and operators, and answers everyone else
 // as the API does.
-func TestRequireHook(t *testing.T) {
+func TestOperatorView(t *testing.T) {
 	for _, c := range []struct {
 		policy string
 		status map[string]int // token -> status
@@ -146,8 +147,8 @@ func TestRequireHook(t *testing.T) {
 		{"", map[string]int{aliceToken: 403, carolToken: 403, "": 401}},
 	} {
 		s := rolesServer(t, c.policy)
-		h := s.require(roleReader, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Write([]byte("metrics of " + identity(r)))
+		h := s.operatorView(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte("metrics of " + access.Identity(r)))
 		}))
 		for tok, want := range c.status {
 			req := httptest.NewRequest("GET", "/metrics", nil)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/store"
 	"scistream/internal/stream"
@@ -46,8 +47,8 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		PoolPolicy:      s.cfg.Pool.Policy,
 		PoolMaxPerPeer:  s.cfg.Pool.MaxPerPeer,
 		PoolMaxWarm:     s.cfg.Pool.MaxWarm,
-		Identity:        identity(r),
-		Roles:           roleNames(principal(r)),
+		Identity:        access.Identity(r),
+		Roles:           access.RoleNames(access.Principal(r)),
 		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
 		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
 		CapacityRate:    int64(s.cfg.Capacity.Rate),
@@ -89,7 +90,7 @@ func createFrom[Req any](s *Server, r *http.Request, toRecord func(context.Conte
 	if err := decode(r, &req); err != nil {
 		return nil, api.Stream{}, err
 	}
-	rec, err := toRecord(r.Context(), &req, identity(r))
+	rec, err := toRecord(r.Context(), &req, access.Identity(r))
 	if err != nil {
 		return nil, api.Stream{}, err
 	}
@@ -103,7 +104,7 @@ func createFrom[Req any](s *Server, r *http.Request, toRecord func(context.Conte
 }
 
 func (s *Server) handleAttach(r *http.Request) (int, any, error) {
-	st, rec, err := s.owned(r.PathValue("uid"), identity(r))
+	st, rec, err := s.owned(r.PathValue("uid"), access.Identity(r))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -128,7 +129,7 @@ func (s *Server) handleAttach(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleList(r *http.Request) (int, any, error) {
-	owner, allOwners, err := ownerParam(r)
+	owner, allOwners, err := access.OwnerParam(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -191,10 +192,10 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 		return http.StatusOK, s.view(rec, nil), nil
 	}
 	final := st.Stats()
-	nr := s.end(st, api.StateReleased, "released by "+identity(r))
+	nr := s.end(st, api.StateReleased, "released by "+access.Identity(r))
 	v := s.view(nr, nil)
 	v.Stats = final
-	s.log.Info("stream released", "uid", nr.UID, "owner", nr.Owner, "by", identity(r), "bytes_to_wan", final.BytesToWAN, "bytes_from_wan", final.BytesFromWAN)
+	s.log.Info("stream released", "uid", nr.UID, "owner", nr.Owner, "by", access.Identity(r), "bytes_to_wan", final.BytesToWAN, "bytes_from_wan", final.BytesFromWAN)
 	return http.StatusOK, v, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"scistream/internal/api"
+	"scistream/internal/auth"
 	"scistream/internal/observe"
 	"scistream/internal/stream"
 	"scistream/internal/version"
@@ -66,4 +67,4 @@ func (s *Server) handleStatus(r *http.Request) (int, any, error) {
 // operatorView guards what operators look at (GET /metrics, GET
 // /v1/status), which shows every identity's streams: readers and
 // operators only (s2cs --roles names them).
-func (s *Server) operatorView(h http.Handler) http.Handler { return s.authedHTTP(h, roleReader) }
+func (s *Server) operatorView(h http.Handler) http.Handler { return s.authedHTTP(h, auth.RoleReader) }

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 
+	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
 )
@@ -32,7 +33,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /metrics", s.operatorView(s.obs.Metrics()))
 	mux.HandleFunc("GET /status", s.obs.ServeStatusPage)
 
-	mux.Handle("GET /v1/info", s.authedAs(s.handleInfo, roleUser, roleReader))
+	mux.Handle("GET /v1/info", s.authedAs(s.handleInfo, auth.RoleUser, auth.RoleReader))
 	mux.Handle("POST /v1/streams/inbound", s.authed(s.handleInbound))
 	mux.Handle("POST /v1/streams/outbound", s.authed(s.handleOutbound))
 	mux.Handle("POST /v1/streams/{uid}/attach", s.authed(s.handleAttach))
@@ -82,19 +83,11 @@ func cleanPath(p string) string {
 	return np
 }
 
-// identity returns the authenticated caller of r.
-func identity(r *http.Request) string {
-	if p := principal(r); p != nil {
-		return p.Identity
-	}
-	return ""
-}
-
 // handlerFunc is an API handler: it returns a status and body, or an error.
 type handlerFunc func(r *http.Request) (int, any, error)
 
-// authed serves h to callers with the role user (access.go).
-func (s *Server) authed(h handlerFunc) http.Handler { return s.authedAs(h, roleUser) }
+// authed serves h to callers with the role user (internal/access).
+func (s *Server) authed(h handlerFunc) http.Handler { return s.authedAs(h, auth.RoleUser) }
 
 // authedAs serves h to callers that hold one of roles, and writes its
 // answer.
@@ -106,13 +99,13 @@ func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 // refuses requests until the server is ready; then h answers.
 func (s *Server) authedHTTP(h http.Handler, roles ...auth.Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := s.authenticate(w, r, roles)
+		p, err := access.Authenticate(s.cfg.Auth, s.cfg.Roles, w, r, roles)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 		noteIdentity(r, p.Identity) // for the request's log line (reqlog.go)
-		r = withPrincipal(r, p)
+		r = access.With(r, p)
 		if !s.Ready() {
 			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
 			return

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"errors"
+	"net/http"
 
+	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/store"
 	"scistream/internal/stream"
@@ -176,4 +178,22 @@ func (s *Server) owned(uid, caller string) (*stream.Stream, *store.Record, error
 // the log only.
 func storeError(what string, err error) error {
 	return api.Errorf(api.CodeUnavailable, "the gateway could not %s (its state store failed); retry later, and tell the operator if it persists", what).WithCause(err)
+}
+
+// ownedBy returns the stream of the request's path, of the caller or,
+// for an operator, of the owner it names (access.OwnerParam), as owned does.
+func (s *Server) ownedBy(r *http.Request) (*stream.Stream, *store.Record, error) {
+	owner, all, err := access.OwnerParam(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if all {
+		return nil, nil, api.Errorf(api.CodeInvalidArgument, "all_owners lists streams; name one stream's owner with owner=")
+	}
+	st, rec, err := s.owned(r.PathValue("uid"), owner)
+	var ae *api.Error
+	if owner != access.Identity(r) && errors.As(err, &ae) && ae.Code == api.CodeNotFound {
+		err = api.Errorf(api.CodeNotFound, "no stream %s of %s on this gateway; list theirs with s2uc list --owner %s", r.PathValue("uid"), owner, owner)
+	}
+	return st, rec, err
 }

@@ -1,4 +1,20 @@
-package gateway
+// Package access says who the caller of a control request is (its
+// auth.Principal, kept in the request's context) and what it may do, by
+// the roles an auth.Policy gives it (a user's only when the policy is
+// nil: nobody is a reader then):
+//
+//   - user: create streams, and list, read, attach and release its own;
+//   - operator: all a user and a reader may, and list, read and release
+//     any identity's streams (owner= and all_owners=, OwnerParam);
+//   - reader: read the gateway's description (/v1/info), status and
+//     metrics.
+//
+// A caller without the role a route needs is refused with
+// permission_denied; a stream of another identity is still not found
+// for a user, exactly as before roles existed. Every refusal is an
+// *api.Error with a public message that says what to do; the
+// authenticator's reason is kept as its cause, for the log.
+package access
 
 import (
 	"context"
@@ -9,49 +25,35 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/auth"
-	"scistream/internal/store"
-	"scistream/internal/stream"
-)
-
-// Access control: who the caller is (its auth.Principal, in the
-// request's context) and what it may do, by the roles Config.Roles gives
-// it (a user's only when Roles is nil: nobody is a reader then):
-//
-//   - user: create streams, and list, read, attach and release its own;
-//   - operator: all a user and a reader may, and list, read and release
-//     any identity's streams (owner= and all_owners=, ownerParam);
-//   - reader: read the gateway's description (/v1/info), status and
-//     metrics.
-//
-// A caller without the role a route needs is refused with
-// permission_denied; a stream of another identity is still not found
-// for a user, exactly as before roles existed.
-
-// The roles, as the routes name them.
-const (
-	roleUser     = auth.RoleUser
-	roleOperator = auth.RoleOperator
-	roleReader   = auth.RoleReader
 )
 
 type principalKey struct{}
 
-// principal returns the authenticated caller of r; nil outside an
+// Principal returns the authenticated caller of r; nil outside an
 // authenticated route.
-func principal(r *http.Request) *auth.Principal {
+func Principal(r *http.Request) *auth.Principal {
 	p, _ := r.Context().Value(principalKey{}).(*auth.Principal)
 	return p
 }
 
-// authenticate returns the caller of r with its roles, or the error to
-// answer: unauthenticated (the token was refused), unavailable (its
-// identity provider could not be asked) or permission_denied (the caller
-// holds none of roles). It sets the WWW-Authenticate header RFC 6750
-// asks for with a 401 or 403.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, roles []auth.Role) (*auth.Principal, error) {
-	p, err := auth.PrincipalOf(s.cfg.Auth, r)
+// Identity returns the authenticated caller's identity, or "" outside
+// an authenticated route.
+func Identity(r *http.Request) string {
+	if p := Principal(r); p != nil {
+		return p.Identity
+	}
+	return ""
+}
+
+// Authenticate returns the caller of r, as authn vouches for it, with
+// the roles pol gives it, or the error to answer: unauthenticated (the
+// token was refused), unavailable (its identity provider could not be
+// asked) or permission_denied (the caller holds none of roles). It sets
+// the WWW-Authenticate header RFC 6750 asks for with a 401 or 403.
+func Authenticate(authn auth.Authenticator, pol *auth.Policy, w http.ResponseWriter, r *http.Request, roles []auth.Role) (*auth.Principal, error) {
+	p, err := auth.PrincipalOf(authn, r)
 	if err != nil {
-		ae := authError(err)
+		ae := Refusal(err)
 		switch {
 		case ae.Code != api.CodeUnauthenticated:
 		case errors.Is(err, auth.ErrNoToken):
@@ -61,7 +63,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, roles []au
 		}
 		return nil, ae
 	}
-	p.Roles = s.cfg.Roles.RolesOf(p)
+	p.Roles = pol.RolesOf(p)
 	for _, role := range roles {
 		if p.Has(role) {
 			return p, nil
@@ -107,11 +109,11 @@ var tokenRefusals = []struct {
 
 const relogin = "run s2uc login again, or get a new token"
 
-// authError turns an authenticator's refusal into the API's answer: a
+// Refusal turns an authenticator's refusal into the API's answer: a
 // public message that says what to do, the refusal kept as the cause
 // for the log (it never holds the token). A provider that could not be
 // asked is unavailable, not a refusal.
-func authError(err error) *api.Error {
+func Refusal(err error) *api.Error {
 	var be *auth.BudgetError
 	if errors.As(err, &be) {
 		return api.Errorf(api.CodeUnavailable, "%s", be.Public()).WithCause(err)
@@ -128,23 +130,8 @@ func authError(err error) *api.Error {
 	return api.Errorf(api.CodeUnauthenticated, "bearer token not recognised by this gateway: check the token and the gateway's --tokens file, or run s2uc login").WithCause(err)
 }
 
-// require serves h, a plain handler (a metrics exporter, a status page),
-// to callers that hold role, and answers others as the API's routes do:
-// unauthenticated, unavailable or permission_denied. It does not wait
-// for the gateway to be ready.
-func (s *Server) require(role auth.Role, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := s.authenticate(w, r, []auth.Role{role})
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		h.ServeHTTP(w, withPrincipal(r, p))
-	})
-}
-
-// roleNames lists p's roles for the API.
-func roleNames(p *auth.Principal) []string {
+// RoleNames lists p's roles for the API.
+func RoleNames(p *auth.Principal) []string {
 	var out []string
 	for _, r := range p.Roles {
 		out = append(out, string(r))
@@ -152,16 +139,17 @@ func roleNames(p *auth.Principal) []string {
 	return out
 }
 
-func withPrincipal(r *http.Request, p *auth.Principal) *http.Request {
+// With returns r with p as its authenticated caller.
+func With(r *http.Request, p *auth.Principal) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 }
 
-// ownerParam returns whose streams a request is about: the caller's own,
+// OwnerParam returns whose streams a request is about: the caller's own,
 // or, for an operator, those of the identity its "owner" parameter
 // names. all reports all_owners=true (operators only), for a list of
 // every identity's streams.
-func ownerParam(r *http.Request) (owner string, all bool, err error) {
-	p := principal(r)
+func OwnerParam(r *http.Request) (owner string, all bool, err error) {
+	p := Principal(r)
 	q := r.URL.Query()
 	owner = q.Get("owner")
 	switch v := q.Get("all_owners"); v {
@@ -174,7 +162,7 @@ func ownerParam(r *http.Request) (owner string, all bool, err error) {
 	switch {
 	case (owner == "" || owner == p.Identity) && !all:
 		return p.Identity, false, nil
-	case !p.Has(roleOperator):
+	case !p.Has(auth.RoleOperator):
 		return "", false, api.Errorf(api.CodePermissionDenied, "only an operator may name another owner's streams (owner=, all_owners=); %s holds %s on this gateway", p.Identity, rolesText(p.Roles))
 	case all && owner != "":
 		return "", false, api.Errorf(api.CodeInvalidArgument, "give owner= or all_owners=true, not both")
@@ -182,22 +170,4 @@ func ownerParam(r *http.Request) (owner string, all bool, err error) {
 		return "", false, api.Errorf(api.CodeInvalidArgument, "owner=%.140q is not an identity: 1-128 letters, digits or ._@+:/-", owner)
 	}
 	return owner, all, nil
-}
-
-// ownedBy returns the stream of the request's path, of the caller or,
-// for an operator, of the owner it names (ownerParam), as owned does.
-func (s *Server) ownedBy(r *http.Request) (*stream.Stream, *store.Record, error) {
-	owner, all, err := ownerParam(r)
-	if err != nil {
-		return nil, nil, err
-	}
-	if all {
-		return nil, nil, api.Errorf(api.CodeInvalidArgument, "all_owners lists streams; name one stream's owner with owner=")
-	}
-	st, rec, err := s.owned(r.PathValue("uid"), owner)
-	var ae *api.Error
-	if owner != identity(r) && errors.As(err, &ae) && ae.Code == api.CodeNotFound {
-		err = api.Errorf(api.CodeNotFound, "no stream %s of %s on this gateway; list theirs with s2uc list --owner %s", r.PathValue("uid"), owner, owner)
-	}
-	return st, rec, err
 }
