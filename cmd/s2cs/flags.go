@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"scistream/internal/admission"
 	"scistream/internal/bytesize"
 	"scistream/internal/cliflag"
 	"scistream/internal/egress"
@@ -27,8 +28,8 @@ type options struct {
 	engine, bufferSize string
 	pending            time.Duration
 	appWait, appMax    time.Duration
-	quota              gateway.Quota
-	capacity           gateway.Capacity
+	quota              admission.Quota
+	capacity           admission.Capacity
 	capacityRate       string
 	quotaRate          string
 	lease, leaseMax    time.Duration

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/client"
 	"scistream/internal/metricstest"
@@ -43,7 +44,7 @@ func info(t *testing.T, s *Server) api.Info {
 func TestAdmission(t *testing.T) {
 	s := newTestServer(t, func(c *Config) {
 		c.PortRange = ports.Range{Lo: 5100, Hi: 5119}
-		c.Capacity = Capacity{Rate: 1e9, Streams: 4, Conns: 6}
+		c.Capacity = admission.Capacity{Rate: 1e9, Streams: 4, Conns: 6}
 		c.Quota.Rate = 600e6
 	})
 	var a1, a2, b1 api.Stream

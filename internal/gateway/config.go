@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
@@ -120,12 +121,12 @@ type Config struct {
 	// zero value is the defaults documented on stream.PoolConfig.
 	Pool stream.PoolConfig
 	// Quota limits what one identity may hold at once. Its zero value is
-	// the defaults documented on Quota.
-	Quota Quota
+	// the defaults documented on admission.Quota.
+	Quota admission.Quota
 	// Capacity is what the gateway as a whole admits streams against
-	// (admission.go). Its zero value declares nothing: no bound but the
+	// (internal/admission). Its zero value declares nothing: no bound but the
 	// ports and the quotas.
-	Capacity Capacity
+	Capacity admission.Capacity
 	// LeaseDefault is the lease of a stream whose request gives none
 	// (api.InboundRequest.LeaseS): when it runs out without a renewal,
 	// the gateway releases the stream (state expired). Whole seconds. If
@@ -224,47 +225,6 @@ const DefaultAppWait = 30 * time.Second
 // minutes after its producer.
 const DefaultAppWaitMax = 10 * time.Minute
 
-// Quota limits what one identity may hold on the gateway at once; a
-// request beyond a limit is refused with no_resources naming it. Zero
-// fields take the defaults given; a facility sets them so that one
-// identity cannot take every port of the range.
-type Quota struct {
-	// Streams is how many live streams (listening or connected) one
-	// identity may have. If zero, 64.
-	Streams int
-	// Ports is how many data ports the live streams of one identity may
-	// hold together. If zero, 256 (api.MaxChannels: one stream of the
-	// largest size).
-	Ports int
-	// Pending is how many inbound streams one identity may have waiting
-	// for their outbound peer. If zero, 16.
-	Pending int
-	// Rate is the most rate the live streams of one identity may have
-	// reserved together, in bits per second. If zero, no bound but
-	// Capacity.Rate.
-	Rate pace.Rate
-}
-
-// Capacity is what a gateway declares it can carry, and admits requests
-// against (admission.go): a request beyond it is refused with
-// no_resources naming the limit, or granted less rate down to its
-// min_rate.
-type Capacity struct {
-	// Rate is the rate the gateway reserves for streams in all, per
-	// direction, in bits per second: its WAN link's, or the share of it
-	// SciStream may use. Best-effort streams share what reservations
-	// leave (never less than BestEffortFloor of it, so that they slow
-	// down but never stop). If zero, undeclared: every rate asked is
-	// granted and kept to as a ceiling, and best effort is not paced.
-	Rate pace.Rate
-	// Streams bounds the live streams (listening or connected), every
-	// identity's together. If zero, no bound but the ports.
-	Streams int
-	// Conns bounds the channels (num_conn) of the live streams
-	// together. If zero, no bound but the ports.
-	Conns int
-}
-
 // DefaultLease is a stream's lease when neither its request nor
 // Config.LeaseDefault gives one: a working day and then some, so that a
 // stream someone forgot frees its ports and reservation by the next day.
@@ -273,19 +233,6 @@ const DefaultLease = 24 * time.Hour
 // DefaultLeaseMax is the longest lease when Config.LeaseMax is zero: a
 // week; longer runs renew (s2uc update --lease).
 const DefaultLeaseMax = 7 * 24 * time.Hour
-
-func (q Quota) withDefaults() Quota {
-	if q.Streams == 0 {
-		q.Streams = 64
-	}
-	if q.Ports == 0 {
-		q.Ports = api.MaxChannels
-	}
-	if q.Pending == 0 {
-		q.Pending = 16
-	}
-	return q
-}
 
 // A ConfigError names the Config field that Validate refused, so that a
 // caller can say it in its own terms (s2cs names its flag).
@@ -524,7 +471,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.AppWaitDefault, c.AppWaitMax = c.appWaits()
 	c.LeaseDefault, c.LeaseMax = c.leases()
-	c.Quota = c.Quota.withDefaults()
+	c.Quota = c.Quota.WithDefaults()
 	c.Pool = c.Pool.WithDefaults()
 	if c.WANPort != 0 {
 		if c.WANDomain == "" {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
@@ -381,7 +382,7 @@ func TestUIDsPerIdentity(t *testing.T) {
 func TestQuota(t *testing.T) {
 	s := newTestServer(t, func(c *Config) {
 		c.PortRange = ports.Range{Lo: 5100, Hi: 5119}
-		c.Quota = Quota{Streams: 3, Ports: 5, Pending: 2}
+		c.Quota = admission.Quota{Streams: 3, Ports: 5, Pending: 2}
 	})
 	body := func(n int) string {
 		return `{"remote_ip":"127.0.0.1","receiver_ports":[9],"num_conn":` + strconv.Itoa(n) + `}`
@@ -405,7 +406,7 @@ func TestQuota(t *testing.T) {
 func TestQuotaConcurrent(t *testing.T) {
 	s := newTestServer(t, func(c *Config) {
 		c.PortRange = ports.Range{Lo: 5100, Hi: 5139}
-		c.Quota = Quota{Streams: 5}
+		c.Quota = admission.Quota{Streams: 5}
 	})
 	if n := concurrently(t, s, 20, inboundBody(9)); n[201] != 5 || n[507] != 15 {
 		t.Fatalf("20 concurrent requests under a quota of 5 streams: %v", n)

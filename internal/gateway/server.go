@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"scistream/internal/admission"
 	"scistream/internal/egress"
 	"scistream/internal/observe"
 	"scistream/internal/ports"
@@ -61,6 +62,7 @@ type Server struct {
 	strange *strangers.Gate
 	self    *egress.Self      // the endpoints no stream may make the gateway dial
 	files   Files             // the plan of open files, as Config.Files gave it
+	admit   admission.Policy  // what a stream may hold (Config.Capacity, Config.Quota)
 	obs     *observe.Observer // what operators look at: metrics, status, rates
 	fac     *facility         // the node's facility (facility.go); nil for a gateway of one node
 
@@ -125,6 +127,7 @@ func New(cfg Config) (*Server, error) {
 		strange: strange,
 		self:    self,
 		files:   files,
+		admit:   admission.Policy{Capacity: cfg.Capacity, Quota: cfg.Quota},
 		env: &stream.Env{
 			Log:       cfg.Logger,
 			Alloc:     alloc,

@@ -21,7 +21,7 @@ import (
 // reserve marks rec's key as being created. It fails with conflict if a
 // live stream or another creation holds it, with no_resources if its
 // owner would exceed a limit of Config.Quota or the gateway its
-// Capacity (admission.go), counting the creations in flight too, and
+// Capacity (internal/admission), counting the creations in flight too, and
 // with unavailable once the server is shutting down; else it sets the
 // rate granted (rec.Rate). The caller must call unreserve.
 func (s *Server) reserve(rec *store.Record) error {
@@ -34,49 +34,10 @@ func (s *Server) reserve(rec *store.Record) error {
 	if s.streams[k] != nil || s.pending[k] != nil {
 		return api.Errorf(api.CodeConflict, "stream %s already exists on this gateway; release it first or use another uid", k.UID)
 	}
-	if err := s.checkQuotaLocked(rec); err != nil {
-		return err
-	}
 	if err := s.admitLocked(rec); err != nil {
 		return err
 	}
 	s.pending[k] = rec
-	return nil
-}
-
-// checkQuotaLocked refuses rec if its owner, with rec, would hold more
-// than Config.Quota allows. s.mu must be held.
-func (s *Server) checkQuotaLocked(rec *store.Record) error {
-	var streams, ports, waiting int
-	count := func(held int, wait bool) {
-		streams++
-		ports += held
-		if wait {
-			waiting++
-		}
-	}
-	for k, st := range s.streams {
-		if k.Owner == rec.Owner {
-			count(st.PortsHeld, st.Waiting())
-		}
-	}
-	for k, r := range s.pending {
-		// A stream in both is counted once: create adds it to the
-		// table just before it unreserves its key.
-		if k.Owner == rec.Owner && s.streams[k] == nil {
-			count(r.PortsHeld(), r.Role == api.RoleInbound)
-		}
-	}
-	q := s.cfg.Quota
-	const fix = "release streams first, or ask the operator to raise it"
-	switch {
-	case streams+1 > q.Streams:
-		return api.Errorf(api.CodeNoResources, "%s already holds %d live streams on this gateway, the limit per identity (s2cs --quota_streams); %s", rec.Owner, streams, fix)
-	case ports+rec.PortsHeld() > q.Ports:
-		return api.Errorf(api.CodeNoResources, "%s holds %d data ports on this gateway and asks for %d more; the limit per identity is %d (s2cs --quota_ports); %s", rec.Owner, ports, rec.PortsHeld(), q.Ports, fix)
-	case rec.Role == api.RoleInbound && waiting+1 > q.Pending:
-		return api.Errorf(api.CodeNoResources, "%s already has %d inbound streams waiting for their outbound peer, the limit per identity (s2cs --quota_pending); attach or release them first", rec.Owner, waiting)
-	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/pace"
 	"scistream/internal/store"
@@ -45,7 +46,7 @@ func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Recor
 	}
 	var rate pace.Rate
 	if req.Rate != nil {
-		r, _, err := checkRate(*req.Rate, 0)
+		r, _, err := admission.CheckRate(*req.Rate, 0)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/certs"
 	"scistream/internal/pace"
@@ -260,7 +261,7 @@ type terms struct {
 
 // checkTerms checks a create request's rate, min_rate and lease_s.
 func (s *Server) checkTerms(rate, least int64, leaseS int) (terms, error) {
-	r, l, err := checkRate(rate, least)
+	r, l, err := admission.CheckRate(rate, least)
 	if err != nil {
 		return terms{}, err
 	}
