@@ -19,7 +19,7 @@ import (
 // end stops a live stream for good and records its terminal state.
 func (s *Server) end(st *stream.Stream, state api.State, reason string) *store.Record {
 	if s.fac != nil { // not to be mirrored again before the store has its end
-		s.fac.noteEnded(st.Key, st.Record().Created)
+		s.fac.NoteEnded(st.Key, st.Record().Created)
 	}
 	s.remove(st)
 	st.SayEnded() // the watch leg says released, not stopping

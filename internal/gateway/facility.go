@@ -1,612 +1,69 @@
 package gateway
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
-	"log/slog"
 	"net"
-	"net/netip"
-	"slices"
-	"strconv"
-	"sync"
-	"time"
 
 	"scistream/internal/api"
-	"scistream/internal/pace"
-	"scistream/internal/ports"
+	"scistream/internal/facility"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 )
 
-// A facility of several gateway nodes (Config.Node): every node joins
-// the facility in the shared etcd store under a lease (store.Member) and
-// keeps a mirror of every live stream of the facility in its table, so
-// that it answers the control API for any of them. A stream's channels
-// are spread over the nodes when it is created (its record's Nodes); a
-// node serves a channel once it has claimed it in etcd under its lease
-// and bound the channel's port on its own address (ports are reserved
-// for the whole facility, so the port is free on every node).
-//
-// The reconciler runs on every change of the facility's view and every
-// 250 ms: it mirrors new records, applies changes other nodes made
-// (attach, rate, allow-list, lease), stops what ended, and serves, gives
-// up or takes over channels. When a node dies, its lease runs out (half
-// of Config.Takeover), etcd deletes its claims, and the first live node
-// in an order derived from the stream and channel claims each channel,
-// the others stepping in a little later if it does not. Application
-// connections that were open on the dead node are reset (their sockets
-// close with a reset, and a TLS leg without close_notify aborts its
-// relay on the peer gateway); the outbound gateway finds the channel on
-// its new node by dialing the channel's port on the peer facility's
-// nodes (api.OutboundRequest.PeerNodes).
-//
-// When etcd cannot be reached, control requests that change state
-// answer unavailable and every channel keeps being served; a node whose
-// lease ran out meanwhile gets a new one when etcd returns and claims
-// its channels again, giving up any that another node took over.
+// A node of a facility of several (Config.Node) is internal/facility's
+// Node; it reads and changes the server's table through table, and the
+// server keeps the state changes of a stream (build, launch, end).
 
-// Timing of channel claims.
-const (
-	// claimGrace is how long the other nodes leave a channel unclaimed
-	// whose placed node is alive (it binds and claims at once, unless
-	// it cannot).
-	claimGrace = 2 * time.Second
-	// claimStep is the pause between the successors of a dead node: the
-	// first in a channel's order claims at once, the next after one
-	// step, and so on, so that a node that cannot bind the port does
-	// not leave the channel unserved.
-	claimStep = 500 * time.Millisecond
-	// claimWait is how long a create waits for the nodes it placed
-	// channels on to serve them before it serves them itself.
-	claimWait = 3 * time.Second
-	// reconcileEvery is the reconciler's tick when nothing changes.
-	reconcileEvery = 250 * time.Millisecond
-)
-
-// facility is a node's side of its facility.
-type facility struct {
-	m    *store.Member
-	node string
-	// sharedWAN is the shared WAN port's settings as given (before the
-	// defaults: Config.sharedWAN), which every node must have alike;
-	// routed says peers reach the port through a router
-	// (--wan_advertise), not at each node's own address.
-	sharedWAN string
-	routed    bool
-
-	recMu sync.Mutex // one reconcile (or mirror) at a time
-
-	mu        sync.Mutex // guards the following fields
-	unclaimed map[chanRef]time.Time
-	serving   map[chanRef]time.Time   // channels this node took over, since when
-	ended     map[store.Key]time.Time // streams this node ended: the Created of each
-	taken     map[int]bool            // ports a create found held by other streams
-	epoch     int
-}
-
-type chanRef struct {
-	k  store.Key
-	ch int
-}
-
-func newFacility(node string) *facility {
-	return &facility{node: node, unclaimed: map[chanRef]time.Time{}, serving: map[chanRef]time.Time{}, ended: map[store.Key]time.Time{}, taken: map[int]bool{}}
-}
-
-// joinFacility joins the facility under the node's lease, brings its
-// streams into the table and serves the channels placed on this node,
-// and starts the reconciler.
-func (s *Server) joinFacility() error {
-	e, ok := s.cfg.Store.(*store.Etcd)
-	if !ok {
-		return errors.New("a node of a facility (--node) keeps its state in etcd: give --store etcd://HOST:PORT")
-	}
-	m, err := e.Join(store.NodeInfo{Name: s.cfg.Node, Host: s.cfg.ListenerIP, CertSHA256: s.cfg.Identity.SHA256, SharedWAN: s.fac.sharedWAN, Started: s.cfg.Now()}, s.cfg.Takeover/2)
-	if err != nil {
-		return fmt.Errorf("join the facility as node %s: %w", s.cfg.Node, err)
-	}
-	f := s.fac
-	f.m = m
-	s.alloc.SetSkip(f.held)
-	// The other nodes serve the same range and shared port: a stream
-	// must not reach their listeners either (internal/egress).
-	s.self.SetOthers(func() []netip.Addr {
-		var out []netip.Addr
-		for _, n := range m.Nodes() {
-			if a, err := netip.ParseAddr(n.Host); err == nil && n.Name != s.cfg.Node {
-				out = append(out, a.Unmap())
-			}
-		}
-		return out
+// newFacility returns the Node of a gateway of a facility, which has not
+// joined yet.
+func (s *Server) newFacility(sharedWAN string, routed bool) *facility.Node {
+	cfg := s.cfg
+	return facility.NewNode(facility.Config{
+		Node:       cfg.Node,
+		Store:      cfg.Store.(*store.Etcd), // New checked
+		Info:       store.NodeInfo{Host: cfg.ListenerIP, CertSHA256: cfg.Identity.SHA256},
+		TTL:        cfg.Takeover / 2,
+		Now:        cfg.Now,
+		SharedWAN:  sharedWAN,
+		Routed:     routed,
+		ListenerIP: cfg.ListenerIP,
+		Alloc:      s.alloc,
+		PortRange:  cfg.PortRange,
+		Self:       s.self,
+		Log:        s.log,
+		Table:      table{s},
 	})
-	s.log.Info("joined the facility", "node", s.cfg.Node, "nodes", len(m.Nodes()), "takeover", s.cfg.Takeover)
-	s.reconcile()
+}
+
+// joinFacility joins the facility, bringing its streams into the table
+// and serving the channels placed on this node, and starts the
+// reconciler.
+func (s *Server) joinFacility() error {
+	if err := s.fac.Join(); err != nil {
+		return err
+	}
 	s.wg.Add(1)
-	go s.reconciler()
+	go func() {
+		defer s.wg.Done()
+		s.fac.Serve(s.ctx)
+	}()
 	return nil
 }
 
-// held reports whether another stream of the facility holds port p
-// (the allocator's skip).
-func (f *facility) held(p int) bool {
-	f.mu.Lock()
-	taken := f.taken[p]
-	f.mu.Unlock()
-	return taken || f.m.PortHeld(p)
-}
-
-// leave ends the node's lease at once, so that the other nodes take its
-// channels over now. Called by Shutdown once the reconciler stopped.
-func (s *Server) leaveFacility() {
-	if s.fac != nil && s.fac.m != nil {
-		s.fac.m.Leave()
-	}
-}
-
-func (s *Server) reconciler() {
-	defer s.wg.Done()
-	tick := time.NewTicker(reconcileEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-s.fac.m.Changed():
-		case <-tick.C:
-		}
-		s.reconcile()
-	}
-}
-
-// reconcile brings the node's table and channels in line with the
-// facility's view.
-func (s *Server) reconcile() {
-	f := s.fac
-	f.recMu.Lock()
-	defer f.recMu.Unlock()
-	if s.ctx.Err() != nil {
-		return
-	}
-	now := time.Now()
-	epoch := f.m.Epoch()
-	f.mu.Lock()
-	renew := epoch != f.epoch
-	f.epoch = epoch
-	f.mu.Unlock()
-	nodes := f.m.Nodes()
-	seen := map[store.Key]bool{}
-	for _, sv := range f.m.Streams() {
-		rec := sv.Rec
-		k := rec.Key()
-		if rec.State.Terminal() {
-			if st := s.local(k); st != nil && st.Record().Created.Equal(rec.Created) {
-				s.stopMirror(st, rec)
-			}
-			continue
-		}
-		seen[k] = true
-		if st := s.mirrorLocked(rec); st != nil && !rec.Shared() {
-			// A stream on the shared WAN port has no channels to
-			// place: every node serves all of them on its own port.
-			s.placeChannels(st, rec, nodes, now, renew)
-		}
-	}
-	for _, st := range s.live() {
-		if seen[st.Key] || s.isPending(st.Key) {
-			continue
-		}
-		// Not in the view: created here a moment ago (the watch has
-		// not brought it yet), or deleted. Ask etcd.
-		if _, err := s.cfg.Store.Get(st.Key); errors.Is(err, store.ErrNotFound) {
-			s.stopMirror(st, nil)
-		}
-	}
-	f.forget(seen)
-}
-
-// local returns the live stream of k in the table, or nil.
-func (s *Server) local(k store.Key) *stream.Stream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.streams[k]
-}
-
-func (s *Server) isPending(k store.Key) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pending[k] != nil
-}
-
-// mirror is mirrorLocked for a handler that found rec in the store but
-// not in the table (the reconciler has not brought it yet).
-func (s *Server) mirror(rec *store.Record) *stream.Stream {
-	s.fac.recMu.Lock()
-	defer s.fac.recMu.Unlock()
-	return s.mirrorLocked(rec)
-}
-
-// mirrorLocked returns the table's stream of rec, with the changes rec
-// brings applied, or builds it without listeners (placeChannels opens
-// the channels this node serves). It returns nil for a stream being
-// created or ended on this node, or if the stream cannot be built.
-// f.recMu must be held.
-func (s *Server) mirrorLocked(rec *store.Record) *stream.Stream {
-	k := rec.Key()
-	s.mu.Lock()
-	st, pending, closed := s.streams[k], s.pending[k] != nil, s.closed
-	s.mu.Unlock()
-	if st != nil {
-		if st.Record().Created.Equal(rec.Created) {
-			s.applyRecord(st, rec)
-		}
-		return st
-	}
-	if pending || closed || s.fac.endedHere(k, rec.Created) {
-		return nil
-	}
-	st, err := s.build(rec, make([]*net.TCPListener, rec.PortsHeld()))
-	if err != nil {
-		s.log.Error("cannot mirror a stream of the facility", "uid", rec.UID, "owner", rec.Owner, "err", err)
-		return nil
-	}
-	if !s.add(st) {
-		st.Stop()
-		return nil
-	}
-	st.Start()
-	s.rebalance()
-	return st
-}
-
-// applyRecord applies to st what another node changed in its record:
-// the pin of an attach, the rate, the allow-list, the lease.
-func (s *Server) applyRecord(st *stream.Stream, rec *store.Record) {
-	st.SaveMu.Lock()
-	defer st.SaveMu.Unlock()
-	cur := st.Record()
-	if rec.Updated.Equal(cur.Updated) && rec.State == cur.State && rec.PeerCertSHA256 == cur.PeerCertSHA256 &&
-		rec.Rate == cur.Rate && slices.Equal(rec.Allow, cur.Allow) && rec.Expires.Equal(cur.Expires) {
-		return
-	}
-	if rec.PeerCertSHA256 != cur.PeerCertSHA256 {
-		pin := rec.PeerCertSHA256
-		st.PeerPin.Store(&pin)
-	}
-	if !slices.Equal(rec.Allow, cur.Allow) {
-		if allow, err := stream.ParseAllow(rec.Allow); err == nil { // the node that stored it checked it
-			st.Allow.Store(&allow)
-		}
-	}
-	st.SetRecord(rec)
-	if rec.Rate != cur.Rate {
-		st.Pace.Set(pace.Rate(rec.Rate))
-		s.rebalance()
-	}
-}
-
-// stopMirror stops this node's part of a stream that ended on another
-// node (rec, its final record) or whose record was deleted (rec nil).
-func (s *Server) stopMirror(st *stream.Stream, rec *store.Record) {
-	s.remove(st)
-	st.SayEnded()
-	st.Stop()
-	s.rebalance()
-	if rec != nil {
-		st.SetRecord(rec)
-	}
-	s.log.Info("stream ended on another node of the facility", "uid", st.UID, "owner", st.Key.Owner)
-}
-
-// placeChannels serves, keeps, gives up or takes over each channel of
-// st as the facility's claims say.
-func (s *Server) placeChannels(st *stream.Stream, rec *store.Record, nodes []store.NodeInfo, now time.Time, renew bool) {
-	f := s.fac
-	k := rec.Key()
-	owners := f.m.Owners(k, rec.NumConn)
-	for ch, o := range owners {
-		has := st.HasChannel(ch)
-		switch o {
-		case f.node:
-			f.claimed(chanRef{k, ch})
-			if renew { // a new lease: move the claim onto it
-				if ok, err := f.m.Claim(k, ch); err == nil && !ok {
-					st.CloseChannel(ch)
-					continue
-				}
-			}
-			if !has {
-				s.serveChannel(st, rec, ch, false)
-			} else {
-				s.giveBack(st, rec, ch, nodes, now)
-			}
-		case "":
-			if has {
-				// Our claim is gone: the lease ran out while etcd was
-				// away. Claim again; give the channel up if another
-				// node took it meanwhile.
-				if ok, err := f.m.Claim(k, ch); err == nil && !ok {
-					st.CloseChannel(ch)
-				}
-				continue
-			}
-			if f.shouldClaim(chanRef{k, ch}, rec, nodes, now) {
-				s.serveChannel(st, rec, ch, true)
-			}
-		default:
-			f.claimed(chanRef{k, ch})
-			f.mu.Lock()
-			delete(f.serving, chanRef{k, ch})
-			f.mu.Unlock()
-			if has {
-				st.CloseChannel(ch)
-				s.log.Warn("channel now served by another node of the facility: stopped serving it here", "uid", rec.UID, "channel", ch, "node", o)
-			}
-		}
-	}
-}
-
-// serveChannel binds channel ch's port on this node and serves it,
-// claiming it first if claim is set (else the node holds the claim and
-// gives it up if it cannot bind the port).
-func (s *Server) serveChannel(st *stream.Stream, rec *store.Record, ch int, claim bool) {
-	f := s.fac
-	k := rec.Key()
-	lns, err := s.alloc.ListenPorts([]int{rec.Ports[ch]})
-	if err != nil {
-		level := slog.LevelWarn
-		if errors.Is(err, ports.ErrInUse) {
-			// A create on this node holds the port for a moment, until
-			// its transaction finds it reserved and lets it go: the
-			// next reconcile binds it.
-			level = slog.LevelDebug
-		}
-		s.log.Log(context.Background(), level, "cannot bind the port of a channel: leaving it to another node", "uid", rec.UID, "channel", ch, "port", rec.Ports[ch], "err", err)
-		if !claim {
-			f.m.Unclaim(k, ch)
-		}
-		return
-	}
-	if claim {
-		ok, err := f.m.Claim(k, ch)
-		if err != nil || !ok {
-			s.alloc.Release(lns[0])
-			return
-		}
-	}
-	if !st.OpenChannel(ch, lns[0]) {
-		s.alloc.Release(lns[0])
-		return
-	}
-	placed := ""
-	if ch < len(rec.Nodes) {
-		placed = rec.Nodes[ch]
-	}
-	if placed != f.node {
-		f.mu.Lock()
-		f.serving[chanRef{k, ch}] = time.Now()
-		f.mu.Unlock()
-		s.log.Warn("took over a channel of the facility", "uid", rec.UID, "channel", ch, "listener", lns[0].Addr().String(), "placed_on", placed)
-	} else {
-		s.log.Debug("serving a channel", "uid", rec.UID, "channel", ch, "listener", lns[0].Addr().String())
-	}
-}
-
-// giveBack hands channel ch, which this node took over, back to the
-// node it was placed on once that node is live again, this node has
-// served it for claimGrace, and no connection is open on it (a move
-// resets a channel's connections): it gives up its claim, and the
-// placed node claims the channel at its next reconcile. So a stream's
-// channels spread over the nodes again after a node comes back.
-func (s *Server) giveBack(st *stream.Stream, rec *store.Record, ch int, nodes []store.NodeInfo, now time.Time) {
-	f := s.fac
-	c := chanRef{rec.Key(), ch}
-	f.mu.Lock()
-	since, took := f.serving[c]
-	f.mu.Unlock()
-	if !took || ch >= len(rec.Nodes) || now.Sub(since) < claimGrace {
-		return
-	}
-	placed := rec.Nodes[ch]
-	if !slices.ContainsFunc(nodes, func(n store.NodeInfo) bool { return n.Name == placed }) || !st.ChannelIdle(ch) {
-		return
-	}
-	if err := f.m.Unclaim(c.k, ch); err != nil {
-		return
-	}
-	st.CloseChannel(ch)
-	f.mu.Lock()
-	delete(f.serving, c)
-	f.mu.Unlock()
-	s.log.Info("gave a channel back to the node it was placed on", "uid", rec.UID, "channel", ch, "node", placed)
-}
-
-// shouldClaim says whether this node claims the unclaimed channel c of
-// rec now: at once if it was placed here; else, when its node is alive,
-// after claimGrace, and when it is not, at once for the first node of
-// the channel's order of successors and one claimStep later for each
-// next one.
-func (f *facility) shouldClaim(c chanRef, rec *store.Record, nodes []store.NodeInfo, now time.Time) bool {
-	f.mu.Lock()
-	first, ok := f.unclaimed[c]
-	if !ok {
-		first = now
-		f.unclaimed[c] = now
-	}
-	f.mu.Unlock()
-	placed := ""
-	if c.ch < len(rec.Nodes) {
-		placed = rec.Nodes[c.ch]
-	}
-	if placed == f.node {
-		return true
-	}
-	var wait time.Duration
-	var order []string
-	for _, n := range nodes {
-		if n.Name == placed {
-			wait = claimGrace
-			continue
-		}
-		order = append(order, n.Name)
-	}
-	if len(order) == 0 {
-		return false
-	}
-	start := int(spread(c.k.UID, c.ch) % uint32(len(order)))
-	order = append(order[start:], order[:start]...)
-	rank := slices.Index(order, f.node)
-	if rank < 0 {
-		return false // not a live node: the lease is being renewed
-	}
-	return now.Sub(first) >= wait+time.Duration(rank)*claimStep
-}
-
-// claimed notes that channel c has a node.
-func (f *facility) claimed(c chanRef) {
-	f.mu.Lock()
-	delete(f.unclaimed, c)
-	f.mu.Unlock()
-}
-
-// endedHere notes, with created, a stream this node is ending, or
-// reports whether it ended that incarnation of k (created is its
-// Created time).
-func (f *facility) endedHere(k store.Key, created time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t, ok := f.ended[k]
-	return ok && t.Equal(created)
-}
-
-func (f *facility) noteEnded(k store.Key, created time.Time) {
-	f.mu.Lock()
-	f.ended[k] = created
-	f.mu.Unlock()
-}
-
-// forget drops what the node remembers of streams no longer live.
-func (f *facility) forget(live map[store.Key]bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for c := range f.unclaimed {
-		if !live[c.k] {
-			delete(f.unclaimed, c)
-		}
-	}
-	for c := range f.serving {
-		if !live[c.k] {
-			delete(f.serving, c)
-		}
-	}
-	for k := range f.ended {
-		if !live[k] {
-			delete(f.ended, k)
-		}
-	}
-}
-
-// spread is a channel's place in the facility: where its order of nodes
-// starts.
-func spread(uid string, ch int) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(uid))
-	h.Write([]byte{byte(ch), byte(ch >> 8)})
-	return h.Sum32()
-}
-
-// placement spreads numConn channels over the live nodes, starting at a
-// node derived from the UID, so that one stream's channels, and many
-// streams' first channels, land on different nodes.
-func (f *facility) placement(uid string, numConn int) []string {
-	var names []string
-	for _, n := range f.m.Nodes() {
-		names = append(names, n.Name)
-	}
-	if !slices.Contains(names, f.node) {
-		names = append(names, f.node) // its lease is being renewed
-		slices.Sort(names)
-	}
-	start := int(spread(uid, 0) % uint32(len(names)))
-	out := make([]string, numConn)
-	for i := range out {
-		out[i] = names[(start+i)%len(names)]
-	}
-	return out
-}
-
-// createOnNodes is create for a node of a facility: it binds the
-// stream's ports here (skipping those other streams of the facility
-// hold), stores the record and reserves the ports in one etcd
-// transaction, serves the channels placed on this node, and waits for
-// the other nodes to serve theirs (serving any they do not). The caller
-// holds rec's reservation.
-// createPortAttempts bounds how often a create binds other ports after
-// other nodes' creates took the ones it chose. Every lost attempt means
-// another create won, so the bound only needs to exceed the creates a
-// facility runs at once: five was met by six concurrent requests on
-// three nodes (TestFacility, once in CI).
-const createPortAttempts = 16
-
+// createOnNodes is create for a node of a facility: the facility places
+// the stream's channels and stores its record (facility.Node.Create),
+// this node serves those placed on it and waits for the other nodes to
+// serve theirs (serving any they do not). The caller holds rec's
+// reservation.
 func (s *Server) createOnNodes(rec *store.Record) (*stream.Stream, error) {
-	if rec.Shared() {
-		return s.createShared(rec)
+	mine, err := s.fac.Create(rec)
+	var se *facility.StoreError
+	if errors.As(err, &se) {
+		s.abandon(rec, se.Err)
+		return nil, storeError("save the stream", se.Err)
 	}
-	f := s.fac
-	var lns []*net.TCPListener
-	for attempt := 0; ; attempt++ {
-		l, err := s.alloc.Listen(rec.NumConn)
-		if err != nil {
-			if errors.Is(err, ports.ErrExhausted) {
-				return nil, api.Errorf(api.CodeNoResources, "no free ports: %d wanted, range %s is in use across the facility; release streams or widen --port_range", rec.NumConn, s.cfg.PortRange).WithCause(err)
-			}
-			return nil, api.Errorf(api.CodeInternal, "bind listeners").WithCause(err)
-		}
-		rec.Ports = rec.Ports[:0]
-		for _, ln := range l {
-			rec.Ports = append(rec.Ports, ln.Addr().(*net.TCPAddr).Port)
-		}
-		rec.Nodes = f.placement(rec.UID, rec.NumConn)
-		err = f.m.Create(rec)
-		if err == nil {
-			lns = l
-			break
-		}
-		for _, ln := range l {
-			s.alloc.Release(ln)
-		}
-		var taken *store.PortsTakenError
-		switch {
-		case errors.As(err, &taken) && attempt < createPortAttempts:
-			f.mu.Lock()
-			for _, p := range taken.Ports {
-				f.taken[p] = true // until the view has them
-			}
-			f.mu.Unlock()
-			continue
-		case errors.Is(err, store.ErrExists):
-			return nil, existsInFacility(rec.UID)
-		case errors.As(err, &taken):
-			return nil, api.Errorf(api.CodeUnavailable, "could not reserve ports: other nodes of the facility took them at the same moment; retry").WithCause(err)
-		}
-		s.abandon(rec, err)
-		return nil, storeError("save the stream", err)
-	}
-	f.mu.Lock()
-	clear(f.taken)
-	f.mu.Unlock()
-
-	k := rec.Key()
-	mine := make([]*net.TCPListener, rec.NumConn)
-	for ch, ln := range lns {
-		if rec.Nodes[ch] == f.node {
-			if ok, err := f.m.Claim(k, ch); err == nil && ok {
-				mine[ch] = ln
-				continue
-			}
-		}
-		s.alloc.Release(ln)
+	if err != nil {
+		return nil, err
 	}
 	st, err := s.build(rec, mine)
 	if err != nil {
@@ -621,164 +78,43 @@ func (s *Server) createOnNodes(rec *store.Record) (*stream.Stream, error) {
 	if err := s.launch(st); err != nil {
 		return nil, err
 	}
-	s.awaitClaims(st, rec)
+	s.fac.AwaitClaims(st, rec)
 	return st, nil
-}
-
-// existsInFacility is the answer to a create whose UID a live stream of
-// the facility holds.
-func existsInFacility(uid string) error {
-	return api.Errorf(api.CodeConflict, "stream %s already exists in this facility; release it first or use another uid", uid)
-}
-
-// createShared is createOnNodes for a stream on the shared WAN port,
-// which holds no ports and claims no channels: every node of the facility
-// serves all its channels on its own shared port (the SNI router in front
-// sends a leg to any of them), so it only stores the record; the other
-// nodes serve it once their reconcile mirrors it, within milliseconds.
-// rec.Nodes[0] names the node that stewards it while it lives.
-func (s *Server) createShared(rec *store.Record) (*stream.Stream, error) {
-	rec.Ports = nil
-	rec.Nodes = s.fac.placement(rec.UID, 1)
-	if err := s.fac.m.Create(rec); err != nil {
-		if errors.Is(err, store.ErrExists) {
-			return nil, existsInFacility(rec.UID)
-		}
-		s.abandon(rec, err)
-		return nil, storeError("save the stream", err)
-	}
-	st, err := s.build(rec, nil)
-	if err != nil {
-		s.finish(rec, api.StateFailed, "could not start")
-		return nil, api.Errorf(api.CodeInternal, "create stream").WithCause(err)
-	}
-	if err := s.launch(st); err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-// awaitClaims waits, up to claimWait, for every channel of the new
-// stream st to have a node, and serves those still without one itself.
-func (s *Server) awaitClaims(st *stream.Stream, rec *store.Record) {
-	f := s.fac
-	k := rec.Key()
-	deadline := time.NewTimer(claimWait)
-	defer deadline.Stop()
-wait:
-	for {
-		updated := f.m.Updated() // before the check: no change is missed
-		if !slices.Contains(f.m.Owners(k, rec.NumConn), "") {
-			break
-		}
-		select {
-		case <-st.Done():
-			return
-		case <-deadline.C:
-			break wait
-		case <-updated:
-		}
-	}
-	f.recMu.Lock()
-	defer f.recMu.Unlock()
-	for ch, o := range f.m.Owners(k, rec.NumConn) {
-		if o == "" && !st.HasChannel(ch) {
-			s.log.Warn("a node of the facility did not serve the channel placed on it in time: serving it here", "uid", rec.UID, "channel", ch, "placed_on", rec.Nodes[ch])
-			s.serveChannel(st, rec, ch, true)
-		}
-	}
 }
 
 // stewards reports whether this node runs the janitor's work for st:
-// the node that serves its first channel (or, while none does, the node
-// it was placed on), so that one node expires a stream, not all. A stream
-// on the shared WAN port, whose channels every node serves, is stewarded
-// by the node it was placed on while that node lives, else by the first
-// live node of an order derived from its UID.
+// always on a gateway of one node (facility.Node.Stewards).
 func (s *Server) stewards(st *stream.Stream) bool {
-	if s.fac == nil {
-		return true
-	}
-	rec := st.Record()
-	if rec.Shared() {
-		return s.fac.sharedSteward(rec) == s.fac.node
-	}
-	o := s.fac.m.Owners(rec.Key(), 1)[0]
-	if o == "" && len(rec.Nodes) > 0 {
-		o = rec.Nodes[0]
-	}
-	return o == s.fac.node
+	return s.fac == nil || s.fac.Stewards(st)
 }
 
-// sharedSteward names the node that stewards rec, a stream on the shared
-// WAN port (stewards), or "" while no node is live.
-func (f *facility) sharedSteward(rec *store.Record) string {
-	var live []string
-	for _, n := range f.m.Nodes() {
-		live = append(live, n.Name)
-	}
-	return stewardOf(rec, live)
+// table is the server's table of live streams as the facility uses it.
+type table struct{ s *Server }
+
+func (t table) Lookup(k store.Key) (*stream.Stream, bool, bool) {
+	s := t.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[k], s.pending[k] != nil, s.closed
 }
 
-// stewardOf is sharedSteward among the live nodes named live: the node
-// rec was placed on while it lives, else the one rec's UID picks from
-// the others, the same on every node.
-func stewardOf(rec *store.Record, live []string) string {
-	if len(rec.Nodes) > 0 && slices.Contains(live, rec.Nodes[0]) {
-		return rec.Nodes[0]
+func (t table) Live() []*stream.Stream { return t.s.live() }
+
+func (t table) Adopt(rec *store.Record, lns []*net.TCPListener) (*stream.Stream, error) {
+	s := t.s
+	st, err := s.build(rec, lns)
+	if err != nil {
+		return nil, err
 	}
-	if len(live) == 0 {
-		return ""
+	if !s.add(st) {
+		st.Stop()
+		return nil, nil
 	}
-	live = slices.Sorted(slices.Values(live))
-	return live[int(spread(rec.UID, 0)%uint32(len(live)))]
+	st.Start()
+	s.rebalance()
+	return st, nil
 }
 
-// facilityView fills the facility's part of a live stream's view: where
-// each channel is served now, and the hosts of the facility's nodes.
-func (s *Server) facilityView(v *api.Stream, rec *store.Record) {
-	f := s.fac
-	hosts := map[string]string{}
-	for _, n := range f.m.Nodes() {
-		hosts[n.Name] = n.Host
-		if !slices.Contains(v.Nodes, n.Host) {
-			v.Nodes = append(v.Nodes, n.Host)
-		}
-	}
-	if rec.Shared() {
-		// Every node serves every channel, on the shared WAN port. Behind
-		// a router the nodes' own addresses are not for the peer (the
-		// router's port is not theirs): it dials the router alone.
-		if f.routed {
-			v.Nodes = nil
-		}
-		return
-	}
-	owners := f.m.Owners(rec.Key(), rec.NumConn)
-	v.Listeners = nil
-	for ch, p := range rec.Ports {
-		host := hosts[owners[ch]]
-		if host == "" && ch < len(rec.Nodes) {
-			host = hosts[rec.Nodes[ch]]
-		}
-		if host == "" {
-			host = s.cfg.ListenerIP
-		}
-		l := net.JoinHostPort(host, strconv.Itoa(p))
-		v.Listeners = append(v.Listeners, l)
-		v.Channels = append(v.Channels, api.Channel{Channel: ch, Node: owners[ch], Listener: l})
-	}
-}
+func (t table) Drop(st *stream.Stream) { t.s.remove(st) }
 
-// facilityInfo fills the facility's part of /v1/info.
-func (s *Server) facilityInfo(in *api.Info) {
-	if s.fac == nil || s.fac.m == nil {
-		return
-	}
-	e := s.cfg.Store.(*store.Etcd)
-	in.Facility = e.Facility()
-	in.Node = s.fac.node
-	for _, n := range s.fac.m.Nodes() {
-		in.Nodes = append(in.Nodes, api.NodeInfo{Name: n.Name, Host: n.Host})
-	}
-}
+func (t table) Rebalance() { t.s.rebalance() }

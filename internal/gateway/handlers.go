@@ -59,7 +59,9 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		LeaseDefaultS:   int(s.cfg.LeaseDefault / time.Second),
 		LeaseMaxS:       int(s.cfg.LeaseMax / time.Second),
 	}
-	s.facilityInfo(&info)
+	if s.fac != nil {
+		s.fac.Info(&info)
+	}
 	return http.StatusOK, info, nil
 }
 
@@ -235,8 +237,8 @@ func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 		v.Listeners = []string{s.cfg.WANAdvertise}
 		v.WANServerName = rec.ServerName
 	}
-	if s.fac != nil && s.fac.m != nil && !rec.State.Terminal() {
-		s.facilityView(&v, rec)
+	if s.fac != nil && !rec.State.Terminal() {
+		s.fac.View(&v, rec)
 	}
 	v.PeerServerName = rec.PeerServerName
 	v.WANPool = rec.WANPool

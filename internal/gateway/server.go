@@ -21,7 +21,7 @@
 //	create.go    a stream created (requested -> listening/connected) or restored
 //	attach.go    an inbound stream attached to its peer (listening -> connected)
 //	end.go       a stream ended (released, expired, failed) and the janitor
-//	facility.go  a node of a facility of several on etcd: membership, placement, takeover
+//	facility.go  a node of a facility of several (internal/facility): its table and its create
 //	observe.go   what operators look at (internal/observe reads the server), GET /v1/status
 //	targets.go   a request's addresses checked against what the gateway may dial (internal/egress)
 //	admission.go what a stream may hold (capacity, quotas, rate granted; internal/stream paces it)
@@ -42,6 +42,7 @@ import (
 
 	"scistream/internal/admission"
 	"scistream/internal/egress"
+	"scistream/internal/facility"
 	"scistream/internal/observe"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
@@ -64,7 +65,7 @@ type Server struct {
 	files   Files             // the plan of open files, as Config.Files gave it
 	admit   admission.Policy  // what a stream may hold (Config.Capacity, Config.Quota)
 	obs     *observe.Observer // what operators look at: metrics, status, rates
-	fac     *facility         // the node's facility (facility.go); nil for a gateway of one node
+	fac     *facility.Node    // the node's side of its facility (internal/facility); nil for a gateway of one node
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -157,8 +158,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)
 	if cfg.Node != "" {
-		s.fac = newFacility(cfg.Node)
-		s.fac.sharedWAN, s.fac.routed = sharedWAN, routed
+		s.fac = s.newFacility(sharedWAN, routed)
 		s.env.Reread = cfg.Store.Get
 	}
 	return s, nil
@@ -296,8 +296,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cancel()
 		s.wg.Wait()
 		s.obs.Wait()
-		s.leaveFacility() // its channels move to the other nodes now
-		s.saveUnsaved()   // a last try
+		if s.fac != nil {
+			s.fac.Leave() // its channels move to the other nodes now
+		}
+		s.saveUnsaved() // a last try
 		s.mu.Lock()
 		s.streams = map[store.Key]*stream.Stream{}
 		s.mu.Unlock()

@@ -126,7 +126,7 @@ func (s *Server) owned(uid, caller string) (*stream.Stream, *store.Record, error
 	if s.fac != nil && !rec.State.Terminal() && rec.State != api.StateRequested {
 		// Live in the facility: created on another node a moment
 		// ago, before the reconciler brought it here.
-		if st := s.mirror(rec); st != nil {
+		if st := s.fac.Mirror(rec); st != nil {
 			return st, st.Record(), nil
 		}
 	}
