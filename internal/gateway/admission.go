@@ -97,17 +97,5 @@ func (s *Server) grantLocked(owner string, skip store.Key, want, least pace.Rate
 	return s.admit.Grant(s.usageLocked(owner, skip), owner, want, least)
 }
 
-// leaseOf checks a request's lease_s and returns it, defaulted.
-func (s *Server) leaseOf(leaseS int) (int, error) {
-	most := int(s.cfg.LeaseMax.Seconds())
-	switch {
-	case leaseS == 0:
-		return int(s.cfg.LeaseDefault.Seconds()), nil
-	case leaseS < 0 || leaseS > most:
-		return 0, api.Errorf(api.CodeInvalidArgument, "lease_s %d: give 1 to %d seconds (this gateway's longest lease, s2cs --lease_max), or omit it for the default (%d)", leaseS, most, int(s.cfg.LeaseDefault.Seconds()))
-	}
-	return leaseS, nil
-}
-
 // rateText is a rate for a log line or a message.
 func rateText(r int64) string { return fmt.Sprint(pace.Rate(r)) }

@@ -16,6 +16,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/intake"
 	"scistream/internal/observe"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
@@ -508,8 +509,8 @@ func (c Config) withDefaults() Config {
 }
 
 // maxWANDomain leaves room under the 253 bytes of a DNS name for a
-// stream's label (nameLabelLen) and its dot.
-const maxWANDomain = 253 - nameLabelLen - 1
+// stream's label (intake.NameLabelLen) and its dot.
+const maxWANDomain = 253 - intake.NameLabelLen - 1
 
 // checkAdvertise checks an advertised "host:port" and returns its port.
 func checkAdvertise(hp string) (int, error) {

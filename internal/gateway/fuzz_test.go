@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/intake"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
@@ -40,14 +41,14 @@ func FuzzRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var in api.InboundRequest
 		if err := decodeBody(body, &in); checkRefusal(t, "decode inbound", err) {
-			rec, err := s.inboundRecord(t.Context(), &in, "alice")
+			rec, err := s.intake.Inbound(t.Context(), &in, "alice")
 			if checkRefusal(t, "inbound", err) {
 				checkRecord(t, s, rec)
 			}
 		}
 		var out api.OutboundRequest
 		if err := decodeBody(body, &out); checkRefusal(t, "decode outbound", err) {
-			rec, err := s.outboundRecord(t.Context(), &out, "alice")
+			rec, err := s.intake.Outbound(t.Context(), &out, "alice")
 			if checkRefusal(t, "outbound", err) {
 				checkRecord(t, s, rec)
 			}
@@ -55,7 +56,7 @@ func FuzzRequest(f *testing.F) {
 		var at api.AttachRequest
 		if err := decodeBody(body, &at); checkRefusal(t, "decode attach", err) {
 			for _, w := range []string{api.WANTLS, api.WANQUIC, api.WANTCP} {
-				pin, err := attachPin(&at, &store.Record{UID: "u", Role: api.RoleInbound, WAN: w})
+				pin, err := intake.AttachPin(&at, &store.Record{UID: "u", Role: api.RoleInbound, WAN: w})
 				if checkRefusal(t, "attach", err) && api.WANPinned(w) != (pin != "") {
 					t.Fatalf("attach on a %s stream gave pin %q", w, pin)
 				}

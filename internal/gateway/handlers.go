@@ -12,6 +12,7 @@ import (
 
 	"scistream/internal/access"
 	"scistream/internal/api"
+	"scistream/internal/intake"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 	"scistream/internal/version"
@@ -66,7 +67,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleInbound(r *http.Request) (int, any, error) {
-	rec, v, err := createFrom(s, r, s.inboundRecord)
+	rec, v, err := createFrom(s, r, s.intake.Inbound)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -76,7 +77,7 @@ func (s *Server) handleInbound(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleOutbound(r *http.Request) (int, any, error) {
-	_, v, err := createFrom(s, r, s.outboundRecord)
+	_, v, err := createFrom(s, r, s.intake.Outbound)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -119,7 +120,7 @@ func (s *Server) handleAttach(r *http.Request) (int, any, error) {
 	if st == nil {
 		return 0, nil, api.Errorf(api.CodeConflict, "stream %s has ended (%s); request a new one", rec.UID, rec.State)
 	}
-	pin, err := attachPin(&req, rec)
+	pin, err := intake.AttachPin(&req, rec)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -43,6 +43,7 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/egress"
 	"scistream/internal/facility"
+	"scistream/internal/intake"
 	"scistream/internal/observe"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
@@ -64,6 +65,7 @@ type Server struct {
 	self    *egress.Self      // the endpoints no stream may make the gateway dial
 	files   Files             // the plan of open files, as Config.Files gave it
 	admit   admission.Policy  // what a stream may hold (Config.Capacity, Config.Quota)
+	intake  *intake.Checker   // a request turned into a record
 	obs     *observe.Observer // what operators look at: metrics, status, rates
 	fac     *facility.Node    // the node's side of its facility (internal/facility); nil for a gateway of one node
 
@@ -157,6 +159,13 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)
+	s.intake = intake.New(intake.Config{
+		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
+		WANPort: cfg.WANPort, WANDomain: cfg.WANDomain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
+		Engines: engines, Engine: cfg.Engine, ConnFiles: FilesPerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
+		AppWaitDefault: cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax, LeaseDefault: cfg.LeaseDefault, LeaseMax: cfg.LeaseMax,
+		LookupHost: cfg.LookupHost, Targets: s.env.Targets, Peers: s.env.Peers,
+	})
 	if cfg.Node != "" {
 		s.fac = s.newFacility(sharedWAN, routed)
 		s.env.Reread = cfg.Store.Get
@@ -317,3 +326,22 @@ func (s *Server) Ready() bool {
 
 // maxHeaderBytes bounds the header block of a control request.
 const maxHeaderBytes = 64 << 10
+
+// ownEndpoints returns the gateway's own endpoints that cfg (defaults
+// filled) gives before it serves: its data-port range, its shared WAN
+// port and its metrics listener. Serve adds the control port.
+func ownEndpoints(cfg Config) *egress.Self {
+	self := &egress.Self{}
+	bind, err := netip.ParseAddr(cfg.BindIP)
+	if err != nil { // Validate checked it
+		bind = netip.IPv4Unspecified()
+	}
+	self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.PortRange.Lo), Hi: uint16(cfg.PortRange.Hi), What: "this gateway's own data-port range " + cfg.PortRange.String()})
+	if cfg.WANPort != 0 {
+		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WANPort), Hi: uint16(cfg.WANPort), What: "this gateway's own shared WAN port"})
+	}
+	if ln := cfg.Observe.MetricsListener; ln != nil {
+		self.AddListener(ln.Addr(), "this gateway's own metrics listener")
+	}
+	return self
+}

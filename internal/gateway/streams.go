@@ -6,6 +6,7 @@ import (
 
 	"scistream/internal/access"
 	"scistream/internal/api"
+	"scistream/internal/intake"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 )
@@ -101,7 +102,7 @@ func (s *Server) live() []*stream.Stream {
 // if it has ended or belongs to an earlier run, its stored record with a
 // nil stream. Any other identity's stream is not found.
 func (s *Server) owned(uid, caller string) (*stream.Stream, *store.Record, error) {
-	if err := checkUID(uid); err != nil {
+	if err := intake.CheckUID(uid); err != nil {
 		return nil, nil, err
 	}
 	k := store.Key{Owner: caller, UID: uid}

@@ -15,6 +15,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/client"
+	"scistream/internal/intake"
 	"scistream/internal/waitfor"
 )
 
@@ -188,7 +189,7 @@ func TestTargetPolicyOwnEndpoints(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Code != api.CodePermissionDenied || !strings.Contains(ae.Message, c.rule) || !strings.Contains(ae.Message, "whatever") {
 			t.Errorf("bob's stream to %s:%d: %v; want permission_denied saying %q, whatever the lists say", c.host, c.port, err, c.rule)
 		}
-		_, err = bob.Outbound(ctx, &api.OutboundRequest{UID: newUID(), NumConn: 1, PeerCert: string(pem),
+		_, err = bob.Outbound(ctx, &api.OutboundRequest{UID: intake.NewUID(), NumConn: 1, PeerCert: string(pem),
 			PeerListeners: []string{net.JoinHostPort(c.host, strconv.Itoa(c.port))}, Secret: strings.Repeat("A", 43) + "="})
 		if !errors.As(err, &ae) || ae.Code != api.CodePermissionDenied || !strings.Contains(ae.Message, "peer_listeners") || !strings.Contains(ae.Message, c.rule) {
 			t.Errorf("bob's outbound stream to %s:%d: %v; want a refusal saying %q", c.host, c.port, err, c.rule)

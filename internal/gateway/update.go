@@ -61,7 +61,7 @@ func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Recor
 		if st.Role != api.RoleOutbound {
 			return nil, api.Errorf(api.CodeInvalidArgument, "allow: an inbound stream has no allow-list (its WAN legs are authenticated by the peer gateway's pinned certificate); update the outbound side")
 		}
-		a, err := s.checkAllow(*req.Allow)
+		a, err := s.intake.Allow(*req.Allow)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +72,7 @@ func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Recor
 		if *req.LeaseS == 0 {
 			return nil, api.Errorf(api.CodeInvalidArgument, "lease_s 0: give the seconds the stream should live from now, 1 to %d; release it to end it now", int(s.cfg.LeaseMax.Seconds()))
 		}
-		if _, err := s.leaseOf(*req.LeaseS); err != nil {
+		if _, err := s.intake.Lease(*req.LeaseS); err != nil {
 			return nil, err
 		}
 	}

@@ -1,4 +1,13 @@
-package gateway
+// Package intake turns a control request into a stream's record: every
+// check of a request field lives here, and every refusal is an
+// invalid_argument (or permission_denied) *api.Error whose message names
+// the field and the fix. Nothing here opens a socket or touches the
+// store; host names are resolved (Config.LookupHost) so that one that
+// does not resolve is refused now, not when data flows, and every
+// address a stream would make the gateway dial is checked against the
+// gateway's target policies (internal/egress), which its dials check
+// again at connect(2).
+package intake
 
 import (
 	"context"
@@ -7,6 +16,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,25 +25,65 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/certs"
+	"scistream/internal/egress"
 	"scistream/internal/pace"
+	"scistream/internal/ports"
+	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
 )
 
-// A request turned into a record: every check of a request field lives
-// here, and every refusal is an invalid_argument (or permission_denied)
-// *api.Error whose message names the field and the fix. Nothing here
-// opens a socket or touches the store; host names are resolved
-// (Config.LookupHost) so that one that does not resolve is refused now,
-// not when data flows.
+// Config is what a Checker checks requests against: the gateway's
+// settings, defaults filled in. Every field must be set but those whose
+// zero value is documented.
+type Config struct {
+	// ListenerIP is the address the gateway's listeners are reached at;
+	// BindIP the one they bind (0.0.0.0: every address). An outbound
+	// stream's default allow-list is the subnet of the one reached.
+	ListenerIP, BindIP string
+	// PortRange is the gateway's data ports.
+	PortRange ports.Range
+	// WANPort is the shared WAN port (0: none), WANDomain the domain of
+	// the server names of the streams on it.
+	WANPort   int
+	WANDomain string
+	// Node is the gateway's node name in a facility of several ("" for
+	// a gateway of one node).
+	Node string
+	// AllowTCPWAN admits plaintext WAN legs (wan "tcp").
+	AllowTCPWAN bool
+	// Engines are the data-plane engines, Engine the default.
+	Engines *relay.Engines
+	Engine  string
+	// ConnFiles is the gateway's cap of open files of application
+	// connections (stream.FilesOf of a transport per connection).
+	ConnFiles int
+	// PoolMaxWarm is the most idle legs per channel a stream may ask.
+	PoolMaxWarm int
+	// AppWaitDefault and AppWaitMax bound an inbound stream's wait for
+	// its application; LeaseDefault and LeaseMax a stream's lease.
+	AppWaitDefault, AppWaitMax time.Duration
+	LeaseDefault, LeaseMax     time.Duration
+	// LookupHost resolves the host names of a request.
+	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Targets is what applications a stream may make the gateway dial,
+	// Peers what peer gateways.
+	Targets, Peers *egress.Policy
+}
+
+// Checker checks requests against its Config.
+type Checker struct{ cfg Config }
+
+// New returns the Checker of cfg.
+func New(cfg Config) *Checker { return &Checker{cfg: cfg} }
 
 // lookupTimeout bounds the resolution of one host name of a request.
 const lookupTimeout = 5 * time.Second
 
-// inboundRecord checks an inbound request and returns the record of the
-// new stream it asks for, owned by owner, with a fresh stream secret.
-func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, owner string) (*store.Record, error) {
+// Inbound checks an inbound request and returns the record of the new
+// stream it asks for, owned by owner, with a fresh stream secret.
+func (s *Checker) Inbound(ctx context.Context, req *api.InboundRequest, owner string) (*store.Record, error) {
 	shared, err := s.checkListener(req.WANListener, req.WAN)
 	if err != nil {
 		return nil, err
@@ -44,7 +94,7 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 	if err := s.checkMaxActive(req.MaxActiveConns, req.WAN); err != nil {
 		return nil, err
 	}
-	if s.fac != nil && req.WAN == api.WANQUIC {
+	if s.cfg.Node != "" && req.WAN == api.WANQUIC {
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan \"quic\": this gateway is node %s of a facility of several nodes, whose inbound channels move between nodes over tls and tcp only; use wan \"tls\"", s.cfg.Node)
 	}
 	if len(req.ReceiverPorts) == 0 || len(req.ReceiverPorts) > api.MaxReceiverPorts {
@@ -60,13 +110,13 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 		}
 		targets = append(targets, net.JoinHostPort(req.RemoteIP, strconv.Itoa(p)))
 	}
-	if err := s.checkDial(ctx, s.env.Targets, "remote_ip", req.RemoteIP, req.ReceiverPorts); err != nil {
+	if err := s.checkDial(ctx, s.cfg.Targets, "remote_ip", req.RemoteIP, req.ReceiverPorts); err != nil {
 		return nil, err
 	}
 	uid := req.UID
 	if uid == "" {
-		uid = newUID()
-	} else if err := checkUID(uid); err != nil {
+		uid = NewUID()
+	} else if err := CheckUID(uid); err != nil {
 		return nil, err
 	}
 	wait, err := s.appWaitS(req.AppWaitS)
@@ -101,7 +151,7 @@ func (s *Server) inboundRecord(ctx context.Context, req *api.InboundRequest, own
 // checkListener checks an inbound request's wan_listener for transport
 // wanT (not yet defaulted) and reports whether the stream uses the
 // gateway's shared WAN port.
-func (s *Server) checkListener(listener, wanT string) (bool, error) {
+func (s *Checker) checkListener(listener, wanT string) (bool, error) {
 	pinned := wanT == "" || api.WANPinned(wanT)
 	switch listener {
 	case "":
@@ -120,9 +170,9 @@ func (s *Server) checkListener(listener, wanT string) (bool, error) {
 	return false, api.Errorf(api.CodeInvalidArgument, "wan_listener %.40q unknown: use \"shared\" or \"ports\", or omit it", listener)
 }
 
-// nameLabelLen is the length of a shared-port stream's label: 16 random
+// NameLabelLen is the length of a shared-port stream's label: 16 random
 // bytes in unpadded base32.
-const nameLabelLen = 26
+const NameLabelLen = 26
 
 // newServerName returns a fresh server name for a stream on the shared
 // WAN port: a random label under domain. It is unique on the gateway (128
@@ -136,7 +186,7 @@ func newServerName(domain string) string {
 
 // appWaitS checks the app_wait_s of an inbound request (nil: absent) and
 // returns the stream's wait for its application, in seconds.
-func (s *Server) appWaitS(req *int) (int, error) {
+func (s *Checker) appWaitS(req *int) (int, error) {
 	most := int(s.cfg.AppWaitMax / time.Second)
 	switch {
 	case req == nil:
@@ -149,10 +199,10 @@ func (s *Server) appWaitS(req *int) (int, error) {
 	return *req, nil
 }
 
-// outboundRecord checks an outbound request and returns the record of the
-// new stream it asks for, owned by owner.
-func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, owner string) (*store.Record, error) {
-	if err := checkUID(req.UID); err != nil {
+// Outbound checks an outbound request and returns the record of the new
+// stream it asks for, owned by owner.
+func (s *Checker) Outbound(ctx context.Context, req *api.OutboundRequest, owner string) (*store.Record, error) {
+	if err := CheckUID(req.UID); err != nil {
 		return nil, err
 	}
 	if err := s.checkCommon(req.NumConn, true, &req.WAN, &req.Engine); err != nil {
@@ -167,8 +217,8 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 		}
 	}
 	switch {
-	case req.WANPool < 0 || req.WANPool > s.cfg.Pool.MaxWarm:
-		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool %d out of range: give 0 to %d idle legs per channel (s2cs --pool_max_warm)", req.WANPool, s.cfg.Pool.MaxWarm)
+	case req.WANPool < 0 || req.WANPool > s.cfg.PoolMaxWarm:
+		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool %d out of range: give 0 to %d idle legs per channel (s2cs --pool_max_warm)", req.WANPool, s.cfg.PoolMaxWarm)
 	case req.WANPool > 0 && req.WAN != api.WANTLS:
 		return nil, api.Errorf(api.CodeInvalidArgument, "wan_pool needs wan \"tls\": a quic stream's application connections already share one QUIC connection per channel, and a tcp leg would lose its splice; omit wan_pool")
 	case req.WANPool > 0 && len(req.PeerNodes) > 0:
@@ -184,7 +234,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	}
 	var peerPorts []int
 	for _, pl := range req.PeerListeners {
-		port, err := s.checkHostPort(ctx, s.env.Peers, "peer_listeners", pl)
+		port, err := s.checkHostPort(ctx, s.cfg.Peers, "peer_listeners", pl)
 		if err != nil {
 			return nil, err
 		}
@@ -195,7 +245,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	// A channel whose listener does not answer is dialled at the same
 	// port on the peer facility's other nodes (stream.dialPeer).
 	for _, h := range req.PeerNodes {
-		if err := s.checkDial(ctx, s.env.Peers, "peer_nodes", h, peerPorts); err != nil {
+		if err := s.checkDial(ctx, s.cfg.Peers, "peer_nodes", h, peerPorts); err != nil {
 			return nil, err
 		}
 	}
@@ -207,7 +257,7 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	if err != nil {
 		return nil, err
 	}
-	allow, err := s.checkAllow(req.Allow)
+	allow, err := s.Allow(req.Allow)
 	if err != nil {
 		return nil, err
 	}
@@ -236,9 +286,9 @@ func (s *Server) outboundRecord(ctx context.Context, req *api.OutboundRequest, o
 	return rec, nil
 }
 
-// checkAllow checks an allow-list and returns it, defaulted to the
-// listener's own subnet when empty.
-func (s *Server) checkAllow(allow []string) ([]string, error) {
+// Allow checks an allow-list and returns it, defaulted to the listener's
+// own subnet when empty.
+func (s *Checker) Allow(allow []string) ([]string, error) {
 	if len(allow) > api.MaxAllow {
 		return nil, api.Errorf(api.CodeInvalidArgument, "allow: at most %d entries", api.MaxAllow)
 	}
@@ -260,12 +310,12 @@ type terms struct {
 }
 
 // checkTerms checks a create request's rate, min_rate and lease_s.
-func (s *Server) checkTerms(rate, least int64, leaseS int) (terms, error) {
+func (s *Checker) checkTerms(rate, least int64, leaseS int) (terms, error) {
 	r, l, err := admission.CheckRate(rate, least)
 	if err != nil {
 		return terms{}, err
 	}
-	lease, err := s.leaseOf(leaseS)
+	lease, err := s.Lease(leaseS)
 	if err != nil {
 		return terms{}, err
 	}
@@ -277,10 +327,10 @@ func (t terms) apply(rec *store.Record) {
 	rec.RateRequested, rec.MinRate, rec.LeaseS = int64(t.rate), int64(t.least), t.leaseS
 }
 
-// attachPin checks an attach request for the inbound stream rec and
+// AttachPin checks an attach request for the inbound stream rec and
 // returns the pin of the outbound gateway's certificate ("" for a
 // transport that pins nothing).
-func attachPin(req *api.AttachRequest, rec *store.Record) (string, error) {
+func AttachPin(req *api.AttachRequest, rec *store.Record) (string, error) {
 	if rec.Role != api.RoleInbound {
 		return "", api.Errorf(api.CodeInvalidArgument, "stream %s is the outbound side on this gateway; attach applies to the inbound side", rec.UID)
 	}
@@ -307,8 +357,8 @@ func parsePin(wanT, peerCert, peer string) (string, error) {
 // checkMaxActive checks a request's max_active_conns for a stream over
 // transport wanT: 0 (the gateway's cap) up to the most the gateway
 // admits over that transport (over quic, twice its cap).
-func (s *Server) checkMaxActive(n int, wanT string) error {
-	most := FilesPerConn * s.cfg.MaxActiveConns / int(stream.FilesOf(wanT))
+func (s *Checker) checkMaxActive(n int, wanT string) error {
+	most := s.cfg.ConnFiles / int(stream.FilesOf(wanT))
 	if n < 0 || n > most {
 		return api.Errorf(api.CodeInvalidArgument, "max_active_conns %d out of range: give 1 to %d (this gateway's cap on %s connections at once), or omit it for the gateway's cap", n, most, wanT)
 	}
@@ -318,7 +368,7 @@ func (s *Server) checkMaxActive(n int, wanT string) error {
 // checkCommon checks the fields both requests share and fills in the
 // defaults of wanT and engine. ports says whether the stream needs
 // num_conn ports of the gateway's range.
-func (s *Server) checkCommon(numConn int, ports bool, wanT, engine *string) error {
+func (s *Checker) checkCommon(numConn int, ports bool, wanT, engine *string) error {
 	if numConn < 1 || numConn > api.MaxChannels {
 		return api.Errorf(api.CodeInvalidArgument, "num_conn %d out of range: give 1 to %d channels", numConn, api.MaxChannels)
 	}
@@ -338,15 +388,15 @@ func (s *Server) checkCommon(numConn int, ports bool, wanT, engine *string) erro
 	}
 	if *engine == "" {
 		*engine = s.cfg.Engine
-	} else if _, err := s.engines.Get(*engine); err != nil {
-		return api.Errorf(api.CodeInvalidArgument, "engine %q unknown: use one of %s", *engine, strings.Join(s.engines.Names(), ", "))
+	} else if _, err := s.cfg.Engines.Get(*engine); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "engine %q unknown: use one of %s", *engine, strings.Join(s.cfg.Engines.Names(), ", "))
 	}
 	return nil
 }
 
 // defaultAllow is the allow-list of an outbound stream whose request
 // gives none: the subnet of the address its listeners are reached at.
-func (s *Server) defaultAllow() string {
+func (s *Checker) defaultAllow() string {
 	ip := s.cfg.BindIP
 	if net.ParseIP(ip).IsUnspecified() {
 		ip = s.cfg.ListenerIP
@@ -354,15 +404,16 @@ func (s *Server) defaultAllow() string {
 	return ownSubnet(ip)
 }
 
-func checkUID(uid string) error {
+// CheckUID refuses what is not a stream UID.
+func CheckUID(uid string) error {
 	if !api.ValidUID(uid) {
 		return api.Errorf(api.CodeInvalidArgument, "uid %.80q is not a stream UID (a lower-case UUID such as 0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c)", uid)
 	}
 	return nil
 }
 
-// newUID returns a random (version 4) UUID.
-func newUID() string {
+// NewUID returns a random (version 4) UUID.
+func NewUID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
@@ -415,4 +466,16 @@ func ownSubnet(ip string) string {
 		return addr.String() + "/32"
 	}
 	return addr.String() + "/128"
+}
+
+// Lease checks a request's lease_s and returns it, defaulted.
+func (s *Checker) Lease(leaseS int) (int, error) {
+	most := int(s.cfg.LeaseMax.Seconds())
+	switch {
+	case leaseS == 0:
+		return int(s.cfg.LeaseDefault.Seconds()), nil
+	case leaseS < 0 || leaseS > most:
+		return 0, api.Errorf(api.CodeInvalidArgument, "lease_s %d: give 1 to %d seconds (this gateway's longest lease, s2cs --lease_max), or omit it for the default (%d)", leaseS, most, int(s.cfg.LeaseDefault.Seconds()))
+	}
+	return leaseS, nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"context"
@@ -14,28 +14,9 @@ import (
 
 // What a stream may make the gateway dial (internal/egress): the
 // addresses of a request are checked here when it arrives, and every
-// dial checks again at connect(2) (env.targets, env.peers), so that a
-// name resolving elsewhere later, or a record restored under a narrower
-// policy, leads nowhere it should not.
-
-// ownEndpoints returns the gateway's own endpoints that cfg (defaults
-// filled) gives before it serves: its data-port range, its shared WAN
-// port and its metrics listener. Serve adds the control port.
-func ownEndpoints(cfg Config) *egress.Self {
-	self := &egress.Self{}
-	bind, err := netip.ParseAddr(cfg.BindIP)
-	if err != nil { // Validate checked it
-		bind = netip.IPv4Unspecified()
-	}
-	self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.PortRange.Lo), Hi: uint16(cfg.PortRange.Hi), What: "this gateway's own data-port range " + cfg.PortRange.String()})
-	if cfg.WANPort != 0 {
-		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WANPort), Hi: uint16(cfg.WANPort), What: "this gateway's own shared WAN port"})
-	}
-	if ln := cfg.Observe.MetricsListener; ln != nil {
-		self.AddListener(ln.Addr(), "this gateway's own metrics listener")
-	}
-	return self
-}
+// dial checks again at connect(2) (stream.Env's Targets and Peers), so
+// that a name resolving elsewhere later, or a record restored under a
+// narrower policy, leads nowhere it should not.
 
 // checkDial checks that the gateway may dial host (an address, or a
 // name resolved now) at each of ports under policy p; field names the
@@ -43,7 +24,7 @@ func ownEndpoints(cfg Config) *egress.Self {
 // (the request is well formed; the gateway will not lead there) unless
 // no stream may lead there at all (unspecified, broadcast, multicast:
 // invalid_argument).
-func (s *Server) checkDial(ctx context.Context, p *egress.Policy, field, host string, ports []int) error {
+func (s *Checker) checkDial(ctx context.Context, p *egress.Policy, field, host string, ports []int) error {
 	addrs, err := s.resolve(ctx, field, host)
 	if err != nil {
 		return err
@@ -72,7 +53,7 @@ func (s *Server) checkDial(ctx context.Context, p *egress.Policy, field, host st
 
 // checkHostPort checks a "host:port" address of field that this gateway
 // will dial under p, and returns its port.
-func (s *Server) checkHostPort(ctx context.Context, p *egress.Policy, field, hp string) (int, error) {
+func (s *Checker) checkHostPort(ctx context.Context, p *egress.Policy, field, hp string) (int, error) {
 	h, ps, err := net.SplitHostPort(hp)
 	if err != nil {
 		return 0, api.Errorf(api.CodeInvalidArgument, "%s: %.80q is not host:port", field, hp)
@@ -89,7 +70,7 @@ func (s *Server) checkHostPort(ctx context.Context, p *egress.Policy, field, hp 
 
 // resolve returns the addresses of host, a field of a request: itself if
 // it is an IP address, else what it resolves to now.
-func (s *Server) resolve(ctx context.Context, field, host string) ([]netip.Addr, error) {
+func (s *Checker) resolve(ctx context.Context, field, host string) ([]netip.Addr, error) {
 	if err := checkHost(field, host); err != nil {
 		return nil, err
 	}

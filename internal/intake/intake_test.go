@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 
 func TestValidUID(t *testing.T) {
 	for uid, want := range map[string]bool{
-		newUID():                               true,
+		NewUID():                               true,
 		"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c": true,
 		"0F8E3C5A-4B1D-4C2E-9A7F-1D2E3F4A5B6C": false, // one spelling only: no case aliasing of keys
 		"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6":  false,
