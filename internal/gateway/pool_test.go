@@ -172,8 +172,10 @@ func TestPoolStaleLegNotReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	roundTrip(t, outS.Listeners[0], 1<<10)
-	if st := stats(); st.LegsReused != 0 || st.LegsCreated != 2 {
-		t.Fatalf("the connection after a stale warm leg: %d reused, %d created; want 0 reused (the stale leg carried nothing) and 2 created", st.LegsReused, st.LegsCreated)
+	// At least the stale leg and the connection's own: taking the stale
+	// leg wakes the warmer, which may have dialed a replacement by now.
+	if st := stats(); st.LegsReused != 0 || st.LegsCreated < 2 {
+		t.Fatalf("the connection after a stale warm leg: %d reused, %d created; want 0 reused (the stale leg carried nothing) and at least 2 created", st.LegsReused, st.LegsCreated)
 	}
 	for _, cl := range []*client.Client{out, in} {
 		if _, err := cl.Release(ctx, inS.UID); err != nil {

@@ -10,21 +10,27 @@
 // proxy (keeping the records, so the next start restores them) and waits
 // for every goroutine the server started.
 //
-// Where each concern lives:
+// It composes the packages of each concern: internal/access (who calls),
+// internal/intake (a request turned into a record), internal/admission
+// (what a stream may hold), internal/stream (a running stream),
+// internal/wanport (the shared WAN port), internal/facility (a node of a
+// facility), internal/observe (what operators watch). Each gets what it
+// needs of the server as a value or a small interface; none reaches back
+// into the Server. Here:
 //
-//	config.go    Config, its defaults and Validate (the one validator)
+//	config.go    Config, its defaults and Validate (the one validator), the plan of open files
 //	server.go    Server: New, Serve, Shutdown
+//	listener.go  the control API's TLS listener (net/http's own errors with the JSON body)
 //	routes.go    the HTTP layer: routes, authentication, decoding, error writing
-//	handlers.go  one thin handler per route
-//	validate.go  a request turned into a record: every check of a request field
+//	reqlog.go    request ids and the request log line
+//	handlers.go  one thin handler per route, the public view
 //	streams.go   the table of live streams: reservation, lookup, ownership
 //	create.go    a stream created (requested -> listening/connected) or restored
 //	attach.go    an inbound stream attached to its peer (listening -> connected)
 //	end.go       a stream ended (released, expired, failed) and the janitor
-//	facility.go  a node of a facility of several (internal/facility): its table and its create
-//	observe.go   what operators look at (internal/observe reads the server), GET /v1/status
-//	targets.go   a request's addresses checked against what the gateway may dial (internal/egress)
-//	admission.go what a stream may hold (capacity, quotas, rate granted; internal/stream paces it)
+//	facility.go  the table as internal/facility uses it, and the create of a node
+//	observe.go   what internal/observe reads of the server; GET /v1/status
+//	admission.go the usage internal/admission decides on; best effort rebalanced
 //	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
 package gateway
 
