@@ -52,7 +52,7 @@ func (o *idOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.introAlias, "introspection_alias", "", "prefix of the identities and groups the endpoint vouches for (default: its host name); must differ from --oidc_alias")
 	fs.DurationVar(&o.introCacheTTL, "introspection_cache_ttl", idp.DefaultCacheTTL, "longest an active introspection answer is reused (never past the token's expiry)")
 	fs.IntVar(&o.introInFlight, "introspection_max_in_flight", idp.DefaultMaxInFlight, "most introspection requests at once, a quarter of them (at least 1 of 2 or more) kept for addresses a token was accepted from lately; more token checks wait, then answer unavailable (docs/identity.md: fair checks)")
-	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and nobody a reader: the status and the metrics, which show every identity's streams, then answer permission_denied to every token (docs/identity.md)")
+	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and nobody a reader: the status shows each caller its own streams, and the metrics, which show every identity's, answer permission_denied to every token; read again on SIGHUP, as --tokens is (docs/identity.md)")
 }
 
 // jwt reports whether JWTs of an issuer are trusted; opaque whether an

@@ -82,12 +82,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if cfg.Auth, err = o.authenticator(ctx, log); err != nil {
 		return err
 	}
-	if c, ok := cfg.Auth.(io.Closer); ok {
-		defer c.Close() // the issuer's keys are refreshed in the background (idp.RemoteKeys)
-	}
 	if cfg.Roles, err = o.id.policy(log); err != nil {
+		closeAuth(cfg.Auth)
 		return err
 	}
+	rl := &reloader{o: o, log: log, cur: cfg.Auth}
+	defer func() { closeAuth(rl.cur) }() // until the reloader has it (watchReload)
 	if cfg.AllowTCPWAN {
 		log.Warn("--insecure_tcp_wan is set: streams may ask for plaintext WAN legs")
 	}
@@ -118,6 +118,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 		return flagError(err)
 	}
+	rl.srv = srv
+	stopReload := rl.watchReload(ctx) // SIGHUP: tokens, roles and identity providers read again (reload.go)
+	defer stopReload()
 	reportFiles(srv.Files(), log, stdout)
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
 	if err != nil {

@@ -46,13 +46,16 @@ type Config struct {
 	// Auth authenticates control-API callers. Required; use
 	// auth.Anonymous only for an explicitly insecure gateway. One that
 	// is an auth.PrincipalAuthenticator (auth.Chain) also tells the
-	// caller's groups and scopes, which Roles may use.
+	// caller's groups and scopes, which Roles may use. Server.SetAccess
+	// replaces it while the gateway serves.
 	Auth auth.Authenticator
-	// Roles gives callers their roles (access.go): user (own streams),
-	// operator (every identity's streams), reader (info, status and
-	// metrics). If nil, every authenticated caller is a user, and
-	// nobody a reader or an operator: the status and the metrics, which
-	// show every identity's streams, are refused to every token.
+	// Roles gives callers their roles (internal/access): user (own
+	// streams, and its own streams in the status), operator (every
+	// identity's streams), reader (info, every stream in the status, and
+	// the metrics). If nil, every authenticated caller is a user, and
+	// nobody a reader or an operator: the metrics, which show every
+	// identity's streams, are refused to every token. Server.SetAccess
+	// replaces it while the gateway serves.
 	Roles *auth.Policy
 	// Store persists stream records. Required. Shutdown closes it.
 	Store store.Store

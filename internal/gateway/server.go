@@ -44,6 +44,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"scistream/internal/admission"
@@ -68,12 +69,13 @@ type Server struct {
 	engines *relay.Engines
 	env     *stream.Env // what every stream gets
 	strange *strangers.Gate
-	self    *egress.Self      // the endpoints no stream may make the gateway dial
-	files   Files             // the plan of open files, as Config.Files gave it
-	admit   admission.Policy  // what a stream may hold (Config.Capacity, Config.Quota)
-	intake  *intake.Checker   // a request turned into a record
-	obs     *observe.Observer // what operators look at: metrics, status, rates
-	fac     *facility.Node    // the node's side of its facility (internal/facility); nil for a gateway of one node
+	self    *egress.Self                 // the endpoints no stream may make the gateway dial
+	files   Files                        // the plan of open files, as Config.Files gave it
+	admit   admission.Policy             // what a stream may hold (Config.Capacity, Config.Quota)
+	access  atomic.Pointer[accessConfig] // who may call: Config.Auth and Roles, or SetAccess's
+	intake  *intake.Checker              // a request turned into a record
+	obs     *observe.Observer            // what operators look at: metrics, status, rates
+	fac     *facility.Node               // the node's side of its facility (internal/facility); nil for a gateway of one node
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -165,6 +167,7 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)
+	s.access.Store(&accessConfig{cfg.Auth, cfg.Roles})
 	s.intake = intake.New(intake.Config{
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
 		WANPort: cfg.WANPort, WANDomain: cfg.WANDomain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
