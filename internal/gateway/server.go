@@ -310,6 +310,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		for _, st := range s.live() {
 			st.Stop()
+			s.keepCarried(st)
 		}
 		s.cancel()
 		s.wg.Wait()

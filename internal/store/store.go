@@ -86,6 +86,19 @@ type Record struct {
 	// outbound stream looks for a channel whose listener stopped
 	// answering (api.OutboundRequest.PeerNodes).
 	PeerNodes []string `json:"peer_nodes,omitempty"`
+	// Carried is what the stream carried before: in the runs of the
+	// gateway before a restart, while it lives (a stopping gateway
+	// stores it), and in all, once it ended. nil if nothing was stored
+	// (a new stream; a gateway killed, or one node of a facility, which
+	// keeps its own counters).
+	Carried *Carried `json:"carried,omitempty"`
+}
+
+// Carried counts what a stream carried.
+type Carried struct {
+	BytesToWAN   int64 `json:"bytes_to_wan"`
+	BytesFromWAN int64 `json:"bytes_from_wan"`
+	Conns        int64 `json:"conns"`
 }
 
 // Shared reports whether r is an inbound stream on the shared WAN port.

@@ -747,16 +747,24 @@ func (st *Stream) PendingSince(now time.Time) time.Duration {
 	return now.Sub(st.rec.Updated)
 }
 
+// Stats returns st's counters, what its record says it carried before a
+// restart (store.Record.Carried) included.
 func (st *Stream) Stats() *api.Stats {
 	rt, rf := st.Rates.Current()
+	var before store.Carried
+	st.mu.Lock()
+	if c := st.rec.Carried; c != nil {
+		before = *c
+	}
+	st.mu.Unlock()
 	s := &api.Stats{
 		ActiveConns:   st.Active.Load(),
 		WaitingConns:  st.WaitingApp.Load(),
-		TotalConns:    st.Total.Load(),
+		TotalConns:    before.Conns + st.Total.Load(),
 		RejectedConns: st.rejected.Load(),
 		OverCapConns:  st.overCap.Load(),
-		BytesToWAN:    st.ToWAN.Load(),
-		BytesFromWAN:  st.FromWAN.Load(),
+		BytesToWAN:    before.BytesToWAN + st.ToWAN.Load(),
+		BytesFromWAN:  before.BytesFromWAN + st.FromWAN.Load(),
 		RateToWAN:     rt,
 		RateFromWAN:   rf,
 		Rates:         st.Rates.View(false),
@@ -842,4 +850,11 @@ func (st *Stream) Listeners() []*net.TCPListener {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return slices.Clone(st.listeners)
+}
+
+// Carried returns what st carried in all, before a restart included, as
+// its record keeps it (store.Record.Carried).
+func (st *Stream) Carried() *store.Carried {
+	s := st.Stats()
+	return &store.Carried{BytesToWAN: s.BytesToWAN, BytesFromWAN: s.BytesFromWAN, Conns: s.TotalConns}
 }
