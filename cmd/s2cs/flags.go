@@ -13,10 +13,10 @@ import (
 	"scistream/internal/cliflag"
 	"scistream/internal/egress"
 	"scistream/internal/gateway"
+	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
-	"scistream/internal/stream"
 )
 
 // options are s2cs's command line: the gateway's settings (config turns
@@ -45,7 +45,7 @@ type options struct {
 	wanAdvertise       string
 	wanProxy           bool
 	wanProxyFrom       string
-	pool               stream.PoolConfig
+	pool               legpool.Config
 	certFile, keyFile  string
 	tokensFile         string
 	id                 idOptions // identity.go
@@ -107,9 +107,9 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
 	fs.StringVar(&o.wanProxyFrom, "wan_proxy_from", "", "with --wan_proxy_protocol (required there): the routers' addresses, CIDR prefixes or addresses, comma-separated; a connection to the shared WAN port from any other address is reset before its header is read, so no one past the router names a source of their choosing")
 	fs.IntVar(&o.pool.MaxPerPeer, "pool_max_per_peer", 64, "most pooled WAN legs (idle and busy) to one peer gateway; at the cap an idle one is torn down by --pool_policy")
-	fs.StringVar(&o.pool.Policy, "pool_policy", stream.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
+	fs.StringVar(&o.pool.Policy, "pool_policy", legpool.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
 	fs.IntVar(&o.pool.MaxWarm, "pool_max_warm", 16, "largest wan_pool (idle pooled legs per channel) a stream may ask for")
-	fs.DurationVar(&o.pool.IdleTimeout, "pool_idle_timeout", stream.DefaultIdleTimeout, "how long a pooled WAN leg beyond a channel's wan_pool may stay idle (after a burst dialed more) before it is torn down")
+	fs.DurationVar(&o.pool.IdleTimeout, "pool_idle_timeout", legpool.DefaultIdleTimeout, "how long a pooled WAN leg beyond a channel's wan_pool may stay idle (after a burst dialed more) before it is torn down")
 	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")

@@ -17,6 +17,7 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/intake"
+	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
@@ -122,8 +123,8 @@ type Config struct {
 	// stream waits (a request may ask for 0 only).
 	AppWaitMax time.Duration
 	// Pool manages the pooled WAN legs of outbound streams (internal/stream). Its
-	// zero value is the defaults documented on stream.PoolConfig.
-	Pool stream.PoolConfig
+	// zero value is the defaults documented on legpool.Config.
+	Pool legpool.Config
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on admission.Quota.
 	Quota admission.Quota
@@ -341,7 +342,7 @@ func (c Config) Validate() error {
 		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
 	}
 	if err := c.Pool.Validate(); err != nil {
-		var fe *stream.FieldError
+		var fe *legpool.FieldError
 		errors.As(err, &fe)
 		return &ConfigError{Field: "Pool." + fe.Field, Problem: fe.Problem, Err: err}
 	}

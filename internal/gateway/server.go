@@ -51,6 +51,7 @@ import (
 	"scistream/internal/egress"
 	"scistream/internal/facility"
 	"scistream/internal/intake"
+	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
@@ -150,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 			Peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
 			Advertise: cfg.WANAdvertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
-			Legs:       stream.NewLegManager(cfg.Pool, cfg.Logger),
+			Legs:       legpool.New(cfg.Pool, cfg.Logger),
 			Handshakes: stream.NewHandshakes(cfg.HandshakesPerPeer),
 			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
 			BestEffort: stream.NewBestEffort(cfg.Capacity.Rate),

@@ -34,7 +34,7 @@ func (st *Stream) OpenChannel(ch int, ln *net.TCPListener) bool {
 	pooled := st.rec.WANPool > 0
 	st.mu.Unlock()
 	if pooled {
-		st.env.Legs.channelOpened(st) // its warmer dials the channel's legs
+		st.env.Legs.ChannelOpened(legOwner{st}) // its warmer dials the channel's legs
 	}
 	return true
 }
@@ -64,7 +64,7 @@ func (st *Stream) CloseChannel(ch int) {
 		relay.Abort(c)
 	}
 	if pooled {
-		st.env.Legs.dropChannel(st, ch)
+		st.env.Legs.DropChannel(legOwner{st}, ch)
 	}
 }
 

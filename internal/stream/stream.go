@@ -16,6 +16,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/egress"
+	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
@@ -43,7 +44,7 @@ type Env struct {
 	// if the gateway has one (wanport.go).
 	Port      SharedPort
 	Advertise string
-	Legs      *LegManager // pooled WAN legs of outbound streams (pool.go)
+	Legs      *legpool.Manager // pooled WAN legs of outbound streams
 	// Handshakes bounds the WAN handshakes in flight to each peer
 	// (handshakes.go); nil bounds nothing.
 	Handshakes *Handshakes
@@ -267,7 +268,7 @@ func (st *Stream) Start() {
 	st.startQUIC()
 	if st.Role == api.RoleOutbound && st.rec.WANPool > 0 {
 		st.wg.Add(1)
-		go st.env.Legs.warmer(st, st.rec.WANPool)
+		go st.warmLegs(st.rec.WANPool)
 	}
 }
 
@@ -288,7 +289,7 @@ func (st *Stream) Stop() {
 	}
 	st.mu.Unlock()
 	st.cancel()
-	st.env.Legs.drop(st)
+	st.env.Legs.Drop(legOwner{st})
 	st.closeWatch()
 	st.stopQUIC()
 	for _, ln := range lns {
@@ -773,7 +774,7 @@ func (st *Stream) Stats() *api.Stats {
 	s.Peer = peerName(st.watchSt.peer.Load())
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
 	if st.Role == api.RoleOutbound {
-		s.LegsIdle = int64(st.env.Legs.idleOf(st))
+		s.LegsIdle = int64(st.env.Legs.IdleOf(legOwner{st}))
 		s.WANRedials = st.redials.Load()
 		s.PeerFlaps = st.ends.peer.flapped()
 	}
