@@ -1,5 +1,7 @@
 // Package legpool holds the pooled WAN legs of a gateway's outbound
-// streams (seed 002; the framing is internal/wan's Pooled). A stream whose
+// streams (seed 002): the legs themselves (Pooled: TLS legs that carry
+// sessions one after another, pooled.go) and the Manager that keeps them
+// warm, hands them out and tears them down. A stream whose
 // outbound request asks for wan_pool N keeps N idle legs per channel
 // dialed ahead of need, so an application connection starts without a
 // TCP and TLS handshake; a leg whose session ended cleanly at both ends
@@ -109,7 +111,7 @@ type Owner interface {
 	Serves(ch int) bool
 	// DialLeg dials a pooled leg to target, as the stream dials (its
 	// bound on handshakes, its redial of legs the peer reset).
-	DialLeg(ctx context.Context, target string, leg *wan.Leg) (*wan.Pooled, error)
+	DialLeg(ctx context.Context, target string, leg *wan.Leg) (*Pooled, error)
 	// Counted adds to the stream's counters of legs dialed and torn
 	// down.
 	Counted(created, tornDown int64)
@@ -124,15 +126,15 @@ type flow struct {
 // Leg is one pooled leg on the outbound side, taken by Acquire and given
 // back by Release.
 type Leg struct {
-	p    *wan.Pooled
+	p    *Pooled
 	flow flow
 	peer string
 	used uint64    // the manager's tick when it last went idle (LRU order)
 	idle time.Time // when it last went idle
 }
 
-// Open starts a session on the leg (wan.Pooled.Open).
-func (pl *Leg) Open() (*wan.Session, error) { return pl.p.Open() }
+// Open starts a session on the leg (Pooled.Open).
+func (pl *Leg) Open() (*Session, error) { return pl.p.Open() }
 
 // Manager holds every pooled leg of the gateway's outbound streams.
 type Manager struct {

@@ -37,7 +37,7 @@ type testOwner struct{ id int }
 
 func (testOwner) Context() context.Context { return context.Background() }
 func (testOwner) Serves(int) bool          { return true }
-func (testOwner) DialLeg(context.Context, string, *wan.Leg) (*wan.Pooled, error) {
+func (testOwner) DialLeg(context.Context, string, *wan.Leg) (*Pooled, error) {
 	return nil, errors.New("no dial in this test")
 }
 func (testOwner) Counted(int64, int64) {}

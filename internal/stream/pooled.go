@@ -22,10 +22,10 @@ func (o legOwner) Context() context.Context { return o.st.ctx }
 
 func (o legOwner) Serves(ch int) bool { return o.st.HasChannel(ch) }
 
-func (o legOwner) DialLeg(ctx context.Context, target string, leg *wan.Leg) (*wan.Pooled, error) {
+func (o legOwner) DialLeg(ctx context.Context, target string, leg *wan.Leg) (*legpool.Pooled, error) {
 	st := o.st
-	return redial(ctx, redialWindow, func(ctx context.Context) (*wan.Pooled, error) {
-		return handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (*wan.Pooled, error) { return wan.DialPooled(ctx, target, leg) })
+	return redial(ctx, redialWindow, func(ctx context.Context) (*legpool.Pooled, error) {
+		return handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (*legpool.Pooled, error) { return legpool.DialPooled(ctx, target, leg) })
 	}, st.redialed(target))
 }
 
@@ -53,7 +53,7 @@ func (st *Stream) warmLegs(want int) {
 func (st *Stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target string, leg *wan.Leg) {
 	legs := st.env.Legs
 	var pl *legpool.Leg
-	var s *wan.Session
+	var s *legpool.Session
 	for {
 		var fresh bool
 		var err error

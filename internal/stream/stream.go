@@ -568,7 +568,7 @@ func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 		st.relayToApp(log, st.Record(), r.Channel, r.Conn)
 		return
 	}
-	p, err := wan.NewPooledAcceptor(r.Conn)
+	p, err := legpool.NewPooledAcceptor(r.Conn)
 	if err != nil {
 		log.Debug("pooled leg refused", "err", err)
 		relay.Abort(r.Conn)
