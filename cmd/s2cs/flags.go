@@ -73,7 +73,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 			fs.Usage()
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w (s2cs --help lists every flag)", err)
+		return nil, cliflag.ParseError(fs, err, "s2cs --help")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
