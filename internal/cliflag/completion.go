@@ -171,10 +171,16 @@ func (c Completion) bash(w io.Writer, zsh bool) error {
 		if snake := strings.ReplaceAll(cmd.Name, "-", "_"); snake != cmd.Name {
 			pattern += "|" + snake
 		}
-		writeCase(pattern, cmd.Flags, nil)
+		var extra []string
+		if cmd.Name == "completion" {
+			extra = Shells
+		}
+		writeCase(pattern, cmd.Flags, extra)
 	}
 	b.WriteString("  *) return 0 ;;\n  esac\n")
-	b.WriteString("  if [[ -n $cmd && $cur != -* ]]; then return 0; fi\n")
+	// After a command, a word that is no flag is an argument: file
+	// names (bash's own completion), except the shell of completion.
+	b.WriteString("  if [[ -n $cmd && $cmd != completion && $cur != -* ]]; then return 0; fi\n")
 	b.WriteString("  COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n}\n")
 	fmt.Fprintf(b, "complete -o default -F %s %s\n", fn, c.Program)
 	_, err := io.WriteString(w, b.String())
@@ -216,6 +222,9 @@ func (c Completion) fish(w io.Writer) error {
 		cond := fmt.Sprintf(" -n '__fish_seen_subcommand_from %s'", cmd.Name)
 		for _, f := range cmd.Flags {
 			flag(cond, f)
+		}
+		if cmd.Name == "completion" {
+			fmt.Fprintf(b, "complete -c %s%s -a '%s'\n", c.Program, cond, strings.Join(Shells, " "))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -21,6 +21,7 @@ func testCompletion() cliflag.Completion {
 		Commands: []cliflag.CompletionCommand{
 			{Name: "inbound-request", Summary: "open the inbound side", Flags: []cliflag.CompletionFlag{{Name: "s2cs", Value: true}}},
 			{Name: "list", Summary: "list your streams", Flags: cliflag.FlagsOf(fs)},
+			{Name: "completion", Summary: "print the completion script"},
 		},
 	}
 }
@@ -61,6 +62,8 @@ func TestBashCompletion(t *testing.T) {
 	}{
 		{[]string{"tool", "inb"}, "inbound-request"},
 		{[]string{"tool", "l"}, "list"},
+		{[]string{"tool", "completion", "z"}, "zsh"},
+		{[]string{"tool", "list", "n"}, ""},
 		{[]string{"tool", "--ver"}, "--version"},
 		{[]string{"tool", "list", "--ser"}, "--server_cert"},
 		{[]string{"tool", "list", "--a"}, "--all"},
