@@ -35,7 +35,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *remoteIP == "" {
-		return fmt.Errorf("missing --remote_ip: the address of the application that listens")
+		return usagef("missing --remote_ip: the address of the application that listens")
 	}
 	rp, err := parsePorts("receiver_ports", *recvPorts)
 	if err != nil {
@@ -57,7 +57,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	if ig.s2cs == "" || og.s2cs == "" {
-		return fmt.Errorf("give both --inbound_s2cs and --outbound_s2cs")
+		return usagef("give both --inbound_s2cs and --outbound_s2cs")
 	}
 	in, err := ig.client(cl.timeout)
 	if err != nil {
