@@ -8,6 +8,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
+	"scistream/internal/cliflag"
 )
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,8 +52,11 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkMaxActive(*maxActive); err != nil {
 		return err
 	}
+	seen := cliflag.Seen(cl.fs)
 	for _, g := range []*gatewayFlags{ig, og} {
-		if g.tokenFile == "" {
+		// --token_file on the command line wins over a side's default
+		// (configuration file), not over --inbound_token_file.
+		if *tokenFile != "" && !seen[g.prefix+"token_file"] {
 			g.tokenFile = *tokenFile
 		}
 	}
