@@ -144,7 +144,8 @@ func (o *options) flagSet() *flag.FlagSet {
 
 Every flag is also a key of the --config file, and answers to its
 kebab-case spelling too (--port-range); --print_config writes the keys
-in these groups.
+in these groups. s2cs completion bash|zsh|fish prints a shell
+completion script.
 
 `)
 		cliflag.PrintGroups(fs.Output(), fs, flagGroups())

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -305,18 +306,25 @@ func TestWiringChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer consumer.Close()
-	accepted := make(chan struct{})
+	var echoes sync.WaitGroup // the accept loop and each echo
+	echoes.Add(1)
 	go func() {
-		defer close(accepted)
+		defer echoes.Done()
 		for {
 			c, err := consumer.Accept()
 			if err != nil {
 				return
 			}
-			go func() { io.Copy(c, c); c.Close() }()
+			echoes.Add(1)
+			go func() {
+				defer echoes.Done()
+				c.SetDeadline(time.Now().Add(time.Minute))
+				io.Copy(c, c)
+				c.Close()
+			}()
 		}
 	}()
-	defer func() { consumer.Close(); <-accepted }()
+	defer func() { consumer.Close(); echoes.Wait() }()
 	cport := consumer.Addr().(*net.TCPAddr).Port
 
 	stdout, stderr, code := s2uc(t, "inbound-request", "--s2cs", in.Addr, "--server_cert", in.CertFile, "--token_file", inTok,
