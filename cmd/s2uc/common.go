@@ -180,7 +180,7 @@ func checkOwner(owner string, gw *gatewayFlags) error {
 	case !auth.ValidIdentity(owner):
 		return usagef("--owner %.140q is not an identity: 1-128 letters, digits or ._@+:/-, as s2uc list --all_owners shows it", owner)
 	case gw.s2cs == "":
-		return usagef("%s", "--owner needs --s2cs: give the gateway whose operator you are")
+		return usagef("--owner needs --s2cs: give the gateway whose operator you are")
 	}
 	return nil
 }

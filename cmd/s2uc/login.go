@@ -23,9 +23,9 @@ func runLogin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case *issuer == "":
-		return usagef("%s", "missing --issuer URL of the identity provider the gateways trust (their operator names it)")
+		return usagef("missing --issuer URL of the identity provider the gateways trust (their operator names it)")
 	case *clientID == "":
-		return usagef("%s", "missing --client_id: s2uc's client id at the issuer (the gateways' operator names it)")
+		return usagef("missing --client_id: s2uc's client id at the issuer (the gateways' operator names it)")
 	}
 	cfg := login.Config{Issuer: *issuer, ClientID: *clientID, Scopes: strings.Fields(*scope)}
 	if *ca != "" {

@@ -41,7 +41,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var peers []string
 	if *remoteIP != "" || *recvPorts != "" {
 		if *remoteIP == "" {
-			return usagef("%s", "missing --remote_ip: the inbound gateway's address")
+			return usagef("missing --remote_ip: the inbound gateway's address")
 		}
 		rp, err := parsePorts("receiver_ports", *recvPorts)
 		if err != nil {
@@ -131,7 +131,7 @@ func checkPeers(ctx context.Context, in *client.Client, sess *client.Session, pe
 	}
 	switch {
 	case len(peers) == 0 && len(gave) == 0:
-		return nil, usagef("%s", "missing the inbound gateway's listener(s): give --remote_ip and --receiver_ports, or PEER_IP:PROXY_C after the UID")
+		return nil, usagef("missing the inbound gateway's listener(s): give --remote_ip and --receiver_ports, or PEER_IP:PROXY_C after the UID")
 	case len(peers) == 0:
 		return gave, nil
 	case len(gave) == 0 || slices.Equal(peers, gave):

@@ -26,7 +26,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
-		return usagef("%s", "--watch must be at least 100ms")
+		return usagef("--watch must be at least 100ms")
 	}
 	uid := pos[0]
 	gws := []gatewayFlags{*gw}

@@ -53,7 +53,7 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		req.LeaseS = &l
 	}
 	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
-		return usagef("%s", "nothing to update: give --rate, --allow or --lease")
+		return usagef("nothing to update: give --rate, --allow or --lease")
 	}
 	type side struct {
 		role api.Role

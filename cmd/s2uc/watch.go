@@ -55,7 +55,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if gw.s2cs == "" {
 		if w.uid == "" {
 			if !gw.useDefault() {
-				return usagef("%s", "missing --s2cs HOST:PORT of the gateway to watch (or give a stream UID that s2uc wired, or a default gateway: docs/client.md)")
+				return usagef("missing --s2cs HOST:PORT of the gateway to watch (or give a stream UID that s2uc wired, or a default gateway: docs/client.md)")
 			}
 			gws = []gatewayFlags{*gw}
 		} else if gws, err = sessionGateways(w.uid); err != nil {
