@@ -65,5 +65,8 @@ func markReleased(ss client.Sessions, sess *client.Session, at time.Time, by str
 	if err := ss.Save(sess); err != nil {
 		return fmt.Errorf("keep the record of released stream %s: %w", sess.UID, err)
 	}
-	return nil
+	return ss.PruneReleased(time.Now().Add(-releasedKept))
 }
+
+// releasedKept is how long s2uc keeps the record of a released stream.
+const releasedKept = 30 * 24 * time.Hour

@@ -243,3 +243,24 @@ func (s Sessions) UIDs() ([]string, error) {
 	}
 	return uids, nil
 }
+
+// PruneReleased removes the records of streams released before
+// before: a released record only answers a UID given again, and would
+// otherwise stay for good. A record that cannot be read is left alone.
+func (s Sessions) PruneReleased(before time.Time) error {
+	uids, err := s.UIDs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, uid := range uids {
+		sess, err := s.Load(uid)
+		if err != nil || sess.Released == nil || !sess.Released.At.Before(before) {
+			continue
+		}
+		if err := s.Remove(uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
