@@ -92,6 +92,7 @@ func s2ucProc(t *testing.T, env []string, args ...string) (string, string, int) 
 // and under --output json its error is one JSON object on stderr with
 // the gateway's code, the message and the id of the refused request.
 func TestExitStatuses(t *testing.T) {
+	isolate(t)
 	g := startGateway(t)
 	home := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -159,6 +160,7 @@ func TestExitStatuses(t *testing.T) {
 // in bash, completes a command and a command's flag; version is a
 // command as well as --version.
 func TestBinaryCompletionAndVersion(t *testing.T) {
+	isolate(t)
 	script, stderr, code := s2ucProc(t, nil, "completion", "bash")
 	if code != 0 {
 		t.Fatalf("completion bash: exit %d, %s", code, stderr)

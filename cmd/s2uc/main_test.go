@@ -30,10 +30,14 @@ func s2uc(t *testing.T, args ...string) (string, string, int) {
 	return stdout.String(), stderr.String(), exitCode(err)
 }
 
-// isolate keeps s2uc away from the user's stream records and token.
+// isolate keeps s2uc away from the user's stream records, token,
+// configuration file and SCISTREAM_* defaults (an empty variable is
+// unset to s2uc).
 func isolate(t *testing.T) {
 	t.Setenv("SCISTREAM_HOME", t.TempDir())
-	t.Setenv("SCISTREAM_TOKEN", "")
+	for _, v := range []string{"SCISTREAM_TOKEN", "SCISTREAM_CONFIG", "SCISTREAM_PROFILE", "SCISTREAM_S2CS", "SCISTREAM_SERVER_CERT", "SCISTREAM_TOKEN_FILE", "SCISTREAM_OUTPUT"} {
+		t.Setenv(v, "")
+	}
 }
 
 // TestHelp: --help on the tool and on every command prints the usage
