@@ -74,7 +74,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 			fs.Usage()
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w (s2cs --help lists every flag)", err)
+		return nil, cliflag.ParseError(fs, err, "s2cs --help")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
@@ -145,7 +145,8 @@ func (o *options) flagSet() *flag.FlagSet {
 
 Every flag is also a key of the --config file, and answers to its
 kebab-case spelling too (--port-range); --print_config writes the keys
-in these groups.
+in these groups. s2cs completion bash|zsh|fish prints a shell
+completion script.
 
 `)
 		cliflag.PrintGroups(fs.Output(), fs, flagGroups())

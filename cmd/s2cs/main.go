@@ -16,11 +16,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"scistream/internal/auth"
 	"scistream/internal/bytesize"
 	"scistream/internal/certs"
+	"scistream/internal/cliflag"
 	"scistream/internal/egress"
 	"scistream/internal/gateway"
 	"scistream/internal/pace"
@@ -42,16 +44,30 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintln(stderr, "s2cs:", err)
+	if !errors.As(err, new(loggedError)) {
+		fmt.Fprintln(stderr, "s2cs:", err)
+	}
 	return 2
 }
 
 // run starts the gateway that args describe and serves until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	if len(args) > 0 && args[0] == "completion" {
+		return completion(args[1:], stdout)
+	}
 	o, err := parseFlags(args, stdout) // --help is asked for: it goes to stdout, to be paged or grepped
 	if err != nil {
 		return err
 	}
+	// Under --log_format json, an error once the log is open is a JSON
+	// record too (after the hint below, deferred later, is added).
+	var jsonLog *slog.Logger
+	defer func() {
+		if err != nil && jsonLog != nil {
+			jsonLog.Error("s2cs stopped: " + strings.ReplaceAll(err.Error(), "\n", "; "))
+			err = loggedError{err}
+		}
+	}()
 	// A refused value that came from --config names its key and file.
 	defer func() { err = o.ops.fileHint(err) }()
 	if o.version {
@@ -72,6 +88,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	if o.ops.printConfig {
 		return o.ops.writeConfig(stdout)
+	}
+	if o.logFormat == "json" {
+		// Every line s2cs writes is JSON: the log on stderr, and what it
+		// says on stdout (announce.go).
+		jsonLog = log
+		jl := newJSONLines(stdout)
+		defer jl.Flush()
+		stdout = jl
 	}
 	if o.ops.configFile != "" {
 		log.Info("configuration file", "path", o.ops.configFile, "keys", len(o.ops.fromFile))
@@ -258,6 +282,16 @@ func (o *options) sockmap(engine string, log *slog.Logger, stdout io.Writer) *so
 	}
 	log.Info("engine sockmap available", "window_bytes", smr.Window())
 	return smr
+}
+
+// completion writes the completion script of the shell args name:
+// "s2cs completion bash|zsh|fish".
+func completion(args []string, stdout io.Writer) error {
+	if len(args) != 1 || !cliflag.HasShell(args[0]) {
+		return fmt.Errorf("usage: s2cs completion %s", strings.Join(cliflag.Shells, "|"))
+	}
+	var o options
+	return cliflag.Completion{Program: "s2cs", Flags: cliflag.FlagsOf(o.flagSet())}.Write(stdout, args[0])
 }
 
 // rateOrNone writes a configured rate for the log, "none" for zero.
