@@ -48,10 +48,12 @@ func exitCode(err error, stderr io.Writer) int {
 
 // run starts the gateway that args describe and serves until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	args, l12 := translate12(args)     // a SciStream 1.2 command line (legacy12.go)
 	o, err := parseFlags(args, stdout) // --help is asked for: it goes to stdout, to be paged or grepped
 	if err != nil {
 		return err
 	}
+	l12.apply(o)
 	// A refused value that came from --config names its key and file.
 	defer func() { err = o.ops.fileHint(err) }()
 	if o.version {
@@ -121,6 +123,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	rl.srv = srv
 	stopReload := rl.watchReload(ctx) // SIGHUP: tokens, roles and identity providers read again (reload.go)
 	defer stopReload()
+	l12.report(log)
+	if err := o.legacy.serve(srv, log); err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
 	reportFiles(srv.Files(), log, stdout)
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
 	if err != nil {
