@@ -188,3 +188,10 @@ func (discardHeader) WriteHeader(int)             {}
 // against (s2cs --peer_ca). Call it before Serve; nil (the default)
 // refuses every such leg.
 func (s *Server) SetPeerCA(pool *x509.CertPool) { s.env.PeerCA = pool }
+
+// waitsForPeer reports whether rec, being created, is an inbound stream
+// that will wait for its outbound peer's attach (--quota_pending); one
+// of a 1.2 client is created connected.
+func waitsForPeer(rec *store.Record) bool {
+	return rec.Role == api.RoleInbound && rec.State == api.StateListening
+}

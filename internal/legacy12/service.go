@@ -452,3 +452,25 @@ func checkList(field string, l []string) error {
 	}
 	return nil
 }
+
+// Waiting returns how many reqs wait for their hello now.
+func (s *Service) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ss := range s.sessions {
+		if ss.req {
+			n++
+		}
+	}
+	return n
+}
+
+// StatusOf returns err as the service answers it: a gRPC status error
+// whose code is never UNKNOWN (nil for nil).
+func StatusOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	return toStatus(err).Err()
+}
