@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/gateway"
+	"scistream/internal/leakcheck"
 	"scistream/internal/legacy12"
 	"scistream/internal/localgw"
 	"scistream/internal/ports"
@@ -35,6 +37,10 @@ const (
 	aliceToken = "alice-token-for-legacy12-tests"
 	bobToken   = "bob-token-for-legacy12-tests"
 )
+
+// TestMain fails a run whose tests left goroutines running: the
+// gateway's, the service's waits and the client's.
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // testWriter logs to t.
 type testWriter struct{ t testing.TB }
@@ -50,6 +56,7 @@ type env struct {
 	gw     *gateway.Server
 	svc    *legacy12.Service
 	addr   string
+	leaf   *x509.Certificate // the gateway's certificate
 	client legacy12.ControlClient
 }
 
@@ -120,7 +127,7 @@ func start(t testing.TB, wait time.Duration) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), client: legacy12.NewControlClient(cc)}
+	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, client: legacy12.NewControlClient(cc)}
 }
 
 // as is a context whose calls carry token as the 1.2 client sends it.
@@ -334,5 +341,31 @@ func TestRefusals(t *testing.T) {
 	}
 	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); err != nil {
 		t.Errorf("release again: %v; want success, as the API's", err)
+	}
+}
+
+// TestAPIBeside: the control port serves the HTTPS API to HTTP/1.1 and
+// HTTP/2 clients as before, and gRPC beside it, told apart by content
+// type.
+func TestAPIBeside(t *testing.T) {
+	e := start(t, time.Second)
+	roots := x509.NewCertPool()
+	roots.AddCert(e.leaf)
+	host, _, _ := net.SplitHostPort(e.addr)
+	for _, h2 := range []bool{false, true} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: host}, ForceAttemptHTTP2: h2}
+		c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		resp, err := c.Get("https://" + e.addr + "/healthz")
+		if err != nil {
+			t.Fatalf("HTTP/2 %v: %v", h2, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || (resp.ProtoMajor == 2) != h2 {
+			t.Errorf("HTTP/2 %v: /healthz answered %s over %s", h2, resp.Status, resp.Proto)
+		}
+		tr.CloseIdleConnections()
+	}
+	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); codeOf(t, err) != codes.NotFound {
+		t.Errorf("gRPC beside the API: %v; want NOT_FOUND for an unknown uid", err)
 	}
 }
