@@ -57,6 +57,7 @@ type options struct {
 	logFormat          string
 	version            bool
 	observe            observeOptions // observe.go
+	legacy             legacyOptions  // legacy12.go: SciStream 1.2 clients
 }
 
 // parseFlags reads args, and the configuration file --config names
@@ -139,6 +140,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
 	o.observe.register(fs)
 	o.store.register(fs)
+	o.legacy.register(fs)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]
@@ -183,6 +185,8 @@ func flagGroups() []cliflag.Group {
 			"node", "takeover"}},
 		{Title: "Observability (metrics, rates, logs)", Flags: []string{
 			"metrics_listen", "rate_interval", "rate_window", "log_format", "log_level", "verbose"}},
+		{Title: "SciStream 1.2 clients (the gRPC control protocol)", Flags: []string{
+			"control_grpc", "peer_ca"}},
 		{Title: "The command itself", Flags: []string{
 			"config", "print_config", "version"}},
 	}
@@ -228,6 +232,9 @@ func (o *options) config() (gateway.Config, error) {
 		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
 	}
 	if err := o.id.check(); err != nil {
+		return gateway.Config{}, err
+	}
+	if err := o.legacy.check(o.node); err != nil {
 		return gateway.Config{}, err
 	}
 	cfg := gateway.Config{

@@ -24,6 +24,7 @@ type idOptions struct {
 	idClaim, groupsClaim, alias          string
 
 	introURL, introClientID, introSecretFile string
+	introSecret                              string // inline, from a 1.2 command line's --client_secret (legacy12.go); "": read introSecretFile
 	introAudience                            string
 	introIDClaim, introGroupsClaim           string
 	introAlias                               string
@@ -83,7 +84,7 @@ func (o *idOptions) check() error {
 		return errors.New("--oidc_issuer needs --oidc_audience: the \"aud\" this gateway's tokens carry at the issuer")
 	case o.opaque() && o.introClientID == "":
 		return errors.New("--introspection_url needs --introspection_client_id")
-	case o.opaque() && o.introSecretFile == "":
+	case o.opaque() && o.introSecretFile == "" && o.introSecret == "":
 		return errors.New("--introspection_url needs --introspection_secret_file")
 	case o.skew < 0 || o.skew > idp.MaxClockSkew:
 		return fmt.Errorf("--oidc_clock_skew %s: give 0s to %s", o.skew, idp.MaxClockSkew)
@@ -184,9 +185,12 @@ func (o *idOptions) chain(ctx context.Context, static *auth.Tokens, log *slog.Lo
 		}
 	}
 	if o.opaque() {
-		secret, err := readSecret(o.introSecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("--introspection_secret_file: %w", err)
+		secret := o.introSecret
+		if secret == "" {
+			var err error
+			if secret, err = readSecret(o.introSecretFile); err != nil {
+				return nil, fmt.Errorf("--introspection_secret_file: %w", err)
+			}
 		}
 		o.introAlias = o.introspectionAlias()
 		in, err := idp.NewIntrospector(idp.IntrospectConfig{

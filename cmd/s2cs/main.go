@@ -55,10 +55,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if len(args) > 0 && args[0] == "completion" {
 		return completion(args[1:], stdout)
 	}
+	args, l12 := translate12(args)     // a SciStream 1.2 command line (legacy12.go)
 	o, err := parseFlags(args, stdout) // --help is asked for: it goes to stdout, to be paged or grepped
 	if err != nil {
 		return err
 	}
+	l12.apply(o)
 	// Under --log_format json, an error once the log is open is a JSON
 	// record too (after the hint below, deferred later, is added).
 	var jsonLog *slog.Logger
@@ -145,6 +147,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	rl.srv = srv
 	stopReload := rl.watchReload(ctx) // SIGHUP: tokens, roles and identity providers read again (reload.go)
 	defer stopReload()
+	l12.report(log)
+	if err := o.legacy.serve(srv, log); err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
 	reportFiles(srv.Files(), log, stdout)
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
 	if err != nil {

@@ -26,7 +26,8 @@ import (
 // Its connections are not *tls.Conn, so net/http does not run the TLS
 // handshake itself: the first Read does, under the read deadline net/http
 // sets for the request header (ReadHeaderTimeout). They speak HTTP/1.1,
-// as before: the TLS configuration offers no HTTP/2.
+// as before: the TLS configuration offers no HTTP/2, unless the control
+// port serves a gRPC service too (grpcmux.go).
 
 // controlListener turns the TCP connections of ln into TLS connections
 // for the control API.

@@ -91,6 +91,7 @@ type Server struct {
 	port    *wanport.Port // the shared WAN port, once open (Config.WANPort)
 
 	httpSrv  *http.Server
+	grpc     http.Handler   // the gRPC service on the control port (grpcmux.go); nil: none
 	wg       sync.WaitGroup // janitor and HTTP serving
 	stopOnce sync.Once
 	done     chan struct{}
@@ -248,7 +249,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		errc <- s.httpSrv.Serve(controlListener{ln, s.httpSrv.TLSConfig})
+		errc <- s.httpSrv.Serve(s.controlListen(ln))
 	}()
 	select {
 	case <-ctx.Done():

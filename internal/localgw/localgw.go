@@ -211,6 +211,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 			if (a == "--server_crt" || a == "--server-crt") && i+1 < len(o.Args) {
 				g.CertFile = o.Args[i+1]
 			}
+			if f, ok := strings.CutPrefix(a, "--server_crt="); ok {
+				g.CertFile = f
+			}
 		}
 	}
 	if err := g.waitHealthy(ctx, deadline.C); err != nil {

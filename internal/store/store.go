@@ -92,6 +92,13 @@ type Record struct {
 	// (a new stream; a gateway killed, or one node of a facility, which
 	// keeps its own counters).
 	Carried *Carried `json:"carried,omitempty"`
+	// PeerCA says the stream's WAN legs are verified against the
+	// gateway's peer CA bundle (s2cs --peer_ca) instead of a pin, and
+	// bound to it by a secret derived from its owner and UID
+	// (wan.CASecret): a stream of a SciStream 1.2 client, which carries
+	// neither. An outbound one has no Targets until the client's update
+	// gives them. false: pinned, with a random secret.
+	PeerCA bool `json:"peer_ca,omitempty"`
 }
 
 // Carried counts what a stream carried.

@@ -120,6 +120,9 @@ const peerStagger = 500 * time.Millisecond
 // remembering the one that answers. A channel's port is the facility's
 // alone, so only the node serving the channel can answer on it.
 func (st *Stream) dialPeer(log *slog.Logger, ch int, rec *store.Record, leg *wan.Leg) (net.Conn, error) {
+	if len(rec.Targets) == 0 {
+		return nil, errNoPeers // peerca.go
+	}
 	first := rec.Targets[ch%len(rec.Targets)]
 	if p := st.peerAt[ch].Load(); p != nil {
 		first = *p

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,9 @@ type Env struct {
 	// facility: the pin of an attach stored a moment ago by another
 	// node, stream.pin); nil on a gateway of one node.
 	Reread func(store.Key) (*store.Record, error)
+	// PeerCA verifies the WAN legs of the streams of SciStream 1.2
+	// clients (store.Record.PeerCA, peerca.go); nil refuses them all.
+	PeerCA *x509.CertPool
 }
 
 // FilesPerConn is what one application connection over a TLS or TCP
@@ -180,7 +184,7 @@ type Stream struct {
 // channel, relaying with engine eng. parent is the context whose end
 // stops it. It starts nothing: see start.
 func New(parent context.Context, e *Env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*Stream, error) {
-	if len(lns) != rec.PortsHeld() || len(rec.Targets) == 0 {
+	if len(lns) != rec.PortsHeld() || len(rec.Targets) == 0 && !awaitsPeers(rec) {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
 	}
 	if rec.Shared() && (e.Port == nil || rec.Role != api.RoleInbound) {
@@ -660,6 +664,7 @@ func (st *Stream) leg(rec *store.Record, ch int) *wan.Leg {
 		PeerSHA256: st.pin,
 		ServerName: rec.PeerServerName,
 		Control:    st.env.Peers.Control,
+		PeerCA:     st.peerCA(rec),
 	}
 }
 

@@ -164,6 +164,10 @@ type Leg struct {
 	// preface naming any channel below it (or the watch channel), in
 	// place of Channel alone. Zero on every other leg.
 	Channels int
+	// PeerCA, if not nil, replaces the pin (tls only): the peer's
+	// certificate must chain to one of these roots (peerca.go). nil:
+	// the pin decides.
+	PeerCA *x509.CertPool
 }
 
 // DefaultServerName is the TLS server name of a leg that sets none.
@@ -185,7 +189,7 @@ func (l *Leg) validate() error {
 	switch l.Transport {
 	case api.WANTCP:
 	case api.WANTLS, api.WANQUIC:
-		if l.Cert == nil || l.PeerSHA256 == nil {
+		if l.Cert == nil || l.PeerSHA256 == nil && l.PeerCA == nil {
 			return errors.New("tls leg without certificate or pin")
 		}
 	default:
@@ -207,7 +211,7 @@ func (l *Leg) tlsConfig() *tls.Config {
 	if name == "" {
 		name = DefaultServerName
 	}
-	return &tls.Config{
+	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{*l.Cert},
 		// Pinning replaces CA verification: each side accepts exactly
@@ -221,6 +225,10 @@ func (l *Leg) tlsConfig() *tls.Config {
 		// must have nothing to read (Pooled.Stale).
 		SessionTicketsDisabled: true,
 	}
+	if l.PeerCA != nil {
+		cfg.VerifyPeerCertificate = l.verifyCA
+	}
+	return cfg
 }
 
 // Dial opens a WAN leg to addr and sends the preface. The returned
