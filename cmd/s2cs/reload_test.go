@@ -67,16 +67,27 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 	}()
-	var addr string
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if a, ok := strings.CutPrefix(sc.Text(), "s2cs: control API on https://"); ok {
-			addr, _, _ = strings.Cut(a, " ")
-			break
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			// Under --log_format json stdout's lines are JSON records
+			// whose message is the text line's, without "s2cs: ".
+			var rec struct{ Msg string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil {
+				if a, ok := strings.CutPrefix(rec.Msg, "control API on https://"); ok {
+					a, _, _ = strings.Cut(a, " ")
+					addrc <- a
+					break
+				}
+			}
 		}
-	}
-	go io.Copy(io.Discard, stdout)
-	if addr == "" {
+		io.Copy(io.Discard, stdout)
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case <-time.After(30 * time.Second):
 		t.Fatalf("s2cs never said where it serves; stderr:\n%s", logs)
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
