@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
+	"scistream/internal/controlport"
 )
 
 // The HTTP layer: routes, authentication, request decoding and error
@@ -215,4 +217,33 @@ func (s *Server) SetAccess(authn auth.Authenticator, roles *auth.Policy) error {
 	}
 	s.access.Store(&accessConfig{authn, roles})
 	return nil
+}
+
+// SetGRPC makes the control port serve h, a gRPC server's ServeHTTP, to
+// HTTP/2 requests of content type application/grpc, beside the API
+// (internal/controlport). Call it before Serve; nil (the default) serves
+// the HTTPS API alone, over HTTP/1.1.
+func (s *Server) SetGRPC(h http.Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.grpc = h
+}
+
+// controlListen returns the listener of the control API on ln: TLS
+// connections for net/http, with those that chose HTTP/2 served apart
+// when a gRPC service is set. Called by Serve with s.httpSrv set.
+func (s *Server) controlListen(ln net.Listener) net.Listener {
+	cfg := s.httpSrv.TLSConfig
+	if s.grpc == nil {
+		return controlport.Listen(ln, cfg, maxHeaderBytes)
+	}
+	api, grpcH := s.httpSrv.Handler, s.grpc
+	h2 := s.httpServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			grpcH.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	return controlport.ListenSplit(ln, cfg, maxHeaderBytes, s.httpSrv.ReadHeaderTimeout, h2, &s.wg)
 }

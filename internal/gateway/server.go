@@ -14,13 +14,13 @@
 // internal/intake (a request turned into a record), internal/admission
 // (what a stream may hold), internal/stream (a running stream),
 // internal/wanport (the shared WAN port), internal/facility (a node of a
-// facility), internal/observe (what operators watch). Each gets what it
+// facility), internal/observe (what operators watch), internal/controlport
+// (the control port's listener), internal/legacy12 (the 1.2 protocol). Each gets what it
 // needs of the server as a value or a small interface; none reaches back
 // into the Server. Here:
 //
 //	config.go    Config, its defaults and Validate (the one validator), the plan of open files
 //	server.go    Server: New, Serve, Shutdown
-//	listener.go  the control API's TLS listener (net/http's own errors with the JSON body)
 //	routes.go    the HTTP layer: routes, authentication, decoding, error writing
 //	reqlog.go    request ids and the request log line
 //	handlers.go  one thin handler per route, the public view
@@ -91,7 +91,7 @@ type Server struct {
 	port    *wanport.Port // the shared WAN port, once open (Config.WANPort)
 
 	httpSrv  *http.Server
-	grpc     http.Handler   // the gRPC service on the control port (grpcmux.go); nil: none
+	grpc     http.Handler   // the gRPC service on the control port (SetGRPC); nil: none
 	wg       sync.WaitGroup // janitor and HTTP serving
 	stopOnce sync.Once
 	done     chan struct{}

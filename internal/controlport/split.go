@@ -1,72 +1,53 @@
-package gateway
+package controlport
 
 import (
 	"crypto/tls"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 )
 
-// The control port with a gRPC service beside the HTTPS API (SetGRPC):
-// the SciStream 1.2 control protocol (internal/legacy12), which a 1.2
-// client reaches with the same --s2cs host:port and certificate. Without
-// it the control port is as listener.go describes (HTTP/1.1 only).
+// The control port with a gRPC service beside the HTTPS API: the
+// SciStream 1.2 control protocol (internal/legacy12), which a 1.2 client
+// reaches with the same --s2cs host:port and certificate. Without it the
+// control port is as Listen describes (HTTP/1.1 only).
 //
 // With it, the TLS configuration offers "h2" before "http/1.1" by ALPN
 // and the handshake runs here, in a goroutine of its own per connection
-// under ReadHeaderTimeout, before net/http sees the connection: an HTTP/2
-// connection goes to a second http.Server, which sends each request to
-// the gRPC service if its content type is application/grpc and to the
-// API otherwise; an HTTP/1.1 one goes on to the API's server exactly as
-// before.
+// under a deadline, before net/http sees the connection: an HTTP/2
+// connection goes to a second http.Server (h2), which the caller gives a
+// handler that sends each request to the gRPC service if its content
+// type is application/grpc and to the API otherwise; an HTTP/1.1 one
+// goes on to the API's server exactly as Listen's would.
 
-// SetGRPC makes the control port serve h, a gRPC server's ServeHTTP, to
-// HTTP/2 requests of content type application/grpc. Call it before
-// Serve; nil (the default) serves the HTTPS API alone.
-func (s *Server) SetGRPC(h http.Handler) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.grpc = h
-}
-
-// controlListen returns the listener of the control API on ln: TLS
-// connections for net/http, with those that chose HTTP/2 served apart
-// when a gRPC service is set. Called by Serve with s.httpSrv set.
-func (s *Server) controlListen(ln net.Listener) net.Listener {
-	cfg := s.httpSrv.TLSConfig
-	if s.grpc == nil {
-		return controlListener{ln, cfg}
-	}
+// ListenSplit returns the listener of the API's HTTP/1.1 connections on
+// ln, and serves the HTTP/2 ones with h2 (set up here to take them over
+// TLS). It adds "h2" to cfg's protocols. timeout bounds a TLS handshake;
+// maxHeaderBytes is as for Listen. The goroutines it starts are counted
+// in wg; they end once the returned listener is closed, which closes h2
+// too.
+func ListenSplit(ln net.Listener, cfg *tls.Config, maxHeaderBytes int, timeout time.Duration, h2 *http.Server, wg *sync.WaitGroup) net.Listener {
 	cfg.NextProtos = []string{"h2", "http/1.1"}
-	api := s.httpSrv.Handler
-	grpcH := s.grpc
-	h2 := s.httpServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-			grpcH.ServeHTTP(w, r)
-			return
-		}
-		api.ServeHTTP(w, r)
-	}))
 	h2.Protocols = new(http.Protocols)
 	h2.Protocols.SetHTTP2(true) // over the TLS connections the listener hands it
 	h2.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 250}
 	l := &splitListener{
-		Listener: ln,
-		timeout:  s.httpSrv.ReadHeaderTimeout,
-		cfg:      cfg,
-		conns:    make(chan net.Conn),
-		h2:       &chanListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})},
-		h2Srv:    h2,
-		done:     make(chan struct{}),
-		open:     map[net.Conn]struct{}{},
-		wg:       &s.wg,
+		Listener:       ln,
+		timeout:        timeout,
+		cfg:            cfg,
+		maxHeaderBytes: maxHeaderBytes,
+		conns:          make(chan net.Conn),
+		h2:             &chanListener{addr: ln.Addr(), conns: make(chan net.Conn), done: make(chan struct{})},
+		h2Srv:          h2,
+		done:           make(chan struct{}),
+		open:           map[net.Conn]struct{}{},
+		wg:             wg,
 	}
-	s.wg.Add(2)
+	wg.Add(2)
 	go l.acceptLoop()
 	go func() {
-		defer s.wg.Done()
+		defer wg.Done()
 		h2.Serve(l.h2) // until Close closes it
 	}()
 	return l
@@ -77,12 +58,13 @@ func (s *Server) controlListen(ln net.Listener) net.Listener {
 // the others to Accept. Close closes h2Srv too.
 type splitListener struct {
 	net.Listener
-	timeout time.Duration // bounds a handshake
-	cfg     *tls.Config
-	conns   chan net.Conn // HTTP/1.1 connections, for Accept
-	h2      *chanListener // HTTP/2 connections, for h2Srv
-	h2Srv   *http.Server
-	wg      *sync.WaitGroup
+	timeout        time.Duration // bounds a handshake
+	cfg            *tls.Config
+	maxHeaderBytes int
+	conns          chan net.Conn // HTTP/1.1 connections, for Accept
+	h2             *chanListener // HTTP/2 connections, for h2Srv
+	h2Srv          *http.Server
+	wg             *sync.WaitGroup
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
@@ -118,7 +100,7 @@ func (l *splitListener) acceptLoop() {
 // handshake runs the TLS handshake of c and passes it on.
 func (l *splitListener) handshake(raw net.Conn) {
 	defer l.wg.Done()
-	cc := &controlConn{Conn: tls.Server(raw, l.cfg)}
+	cc := &controlConn{Conn: tls.Server(raw, l.cfg), maxHeaderBytes: l.maxHeaderBytes}
 	if l.timeout > 0 {
 		raw.SetDeadline(time.Now().Add(l.timeout))
 	}
