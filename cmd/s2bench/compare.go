@@ -102,13 +102,13 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compare.Config, error) {
 	return cfg, nil
 }
 
-func parseCompare(args []string, stderr io.Writer) (*compare.Config, error) {
+func parseCompare(args []string, help io.Writer) (*compare.Config, error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	var f compareFlags
 	f.register(fs, 3)
 	baseline := fs.Bool("baseline", false, "also run the workload through a naive proxy pair (io.Copy over the same WAN transport), interleaved with direct and gateways")
-	if err := parseFlags(fs, args, compareUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, compareUsage, help); err != nil {
 		return nil, err
 	}
 	cfg, err := f.config(fs)
@@ -120,7 +120,7 @@ func parseCompare(args []string, stderr io.Writer) (*compare.Config, error) {
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseCompare(args, stderr)
+	cfg, err := parseCompare(args, stdout)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ tls and tcp (the application's socket and the WAN leg's; splice on tcp adds
 2 pipes) and 1 over quic (one UDP socket carries every stream): the count
 must fit the file-descriptor limit, which the command checks first.`
 
-func parseConns(args []string, stderr io.Writer) (*conns.Config, error) {
+func parseConns(args []string, help io.Writer) (*conns.Config, error) {
 	fs := flag.NewFlagSet("s2bench conns", flag.ContinueOnError)
 	count := fs.Int("conns", 1000, "application connections open at once")
 	size := fs.String("size", "16KiB", "message size")
@@ -41,7 +41,7 @@ func parseConns(args []string, stderr io.Writer) (*conns.Config, error) {
 	engine := fs.String("engine", "splice", "data-plane engine of both gateways")
 	wanT := fs.String("wan", api.WANTLS, "WAN transport: tls, tcp or quic")
 	direct := fs.Bool("direct", true, "then run the same workload straight to a consumer (no gateways) and print the ratio")
-	if err := parseFlags(fs, args, connsUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, connsUsage, help); err != nil {
 		return nil, err
 	}
 	cfg := &conns.Config{Conns: *count, Dialers: *dialers, Timeout: *timeout, S2CS: *s2cs, S2Bench: *s2b, Engine: *engine, WAN: *wanT, Direct: *direct}
@@ -95,7 +95,7 @@ func findSelf() (string, error) {
 func baseName(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
 func runConns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseConns(args, stderr)
+	cfg, err := parseConns(args, stdout)
 	if err != nil {
 		return err
 	}

@@ -24,9 +24,9 @@ with the table, JSON and plots of compare. The consumer verifies every message
 and returns what it measured at the end of each connection. Either path may be
 left out. The gateways' CPU is not measured (they are not local).`
 
-func parseRun(args []string, stderr io.Writer) (*compare.RemoteConfig, error) {
+func parseRun(args []string, help io.Writer) (*compare.RemoteConfig, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	var wf workload.Flags
 	wf.Register(fs)
 	var (
@@ -43,7 +43,7 @@ func parseRun(args []string, stderr io.Writer) (*compare.RemoteConfig, error) {
 		runTimeout   = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
 		idle         = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
 	)
-	if err := parseFlags(fs, args, runUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, runUsage, help); err != nil {
 		return nil, err
 	}
 	cfg := &compare.RemoteConfig{Targets: map[string]string{}, Reps: *reps, Engine: *engine, WAN: *wanT, JSONPath: *jsonPath,
@@ -78,7 +78,7 @@ func parseRun(args []string, stderr io.Writer) (*compare.RemoteConfig, error) {
 }
 
 func runDriver(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseRun(args, stderr)
+	cfg, err := parseRun(args, stdout)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ const (
 	maxCtlRequests   = 10000
 )
 
-func parseFacility(args []string, stderr io.Writer) (*facility.Config, error) {
+func parseFacility(args []string, help io.Writer) (*facility.Config, error) {
 	fs := flag.NewFlagSet("s2bench facility", flag.ContinueOnError)
 	exps := fs.String("experiments", strings.Join(facility.Experiments(), ","), "experiments to run, comma-separated: goodput, takeover, control")
 	nodes := fs.String("nodes", "1,2,3", "goodput: nodes per facility, one configuration each (1 to 5), comma-separated")
@@ -61,7 +61,7 @@ func parseFacility(args []string, stderr io.Writer) (*facility.Config, error) {
 	jsonPath := fs.String("json", "", "also write every run as a JSON array of records to FILE")
 	s2cs := fs.String("s2cs", "", "s2cs binary (default: next to s2bench, ./bin, PATH)")
 	runTimeout := fs.Duration("run_timeout", 2*time.Minute, "goodput: upper bound of one run")
-	if err := parseFlags(fs, args, facilityUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, facilityUsage, help); err != nil {
 		return nil, err
 	}
 	cfg := &facility.Config{NumConn: *numConn, Conns: *conns, Reps: *reps, Requests: *requests, WAN: *wanT, Engine: *engine,
@@ -143,7 +143,7 @@ func parseFacility(args []string, stderr io.Writer) (*facility.Config, error) {
 }
 
 func runFacility(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseFacility(args, stderr)
+	cfg, err := parseFacility(args, stdout)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"scistream/internal/localgw"
 )
 
-func parseFlood(args []string, stderr io.Writer) (*flood.Config, error) {
+func parseFlood(args []string, help io.Writer) (*flood.Config, error) {
 	fs := flag.NewFlagSet("s2bench flood", flag.ContinueOnError)
 	conns := fs.Int("conns", 20000, "stranger connections in the flood")
 	sources := fs.Int("sources", 4, "source addresses the flood comes from (random 127.x.y.z)")
@@ -23,7 +23,7 @@ func parseFlood(args []string, stderr io.Writer) (*flood.Config, error) {
 	s2cs := fs.String("s2cs", "", "s2cs binary (default: next to s2bench, ./bin, PATH)")
 	engine := fs.String("engine", "splice", "data-plane engine of both gateways")
 	wanT := fs.String("wan", api.WANTLS, "WAN transport: tls or tcp (the flood is TCP connections to the WAN listener)")
-	if err := parseFlags(fs, args, "usage: s2bench flood [--conns 20000] [--sources 4] [--duration 5s] [--wan tls|tcp]", stderr); err != nil {
+	if err := parseFlags(fs, args, "usage: s2bench flood [--conns 20000] [--sources 4] [--duration 5s] [--wan tls|tcp]", help); err != nil {
 		return nil, err
 	}
 	cfg := &flood.Config{Conns: *conns, Sources: *sources, Duration: *duration, Settle: *settle, S2CS: *s2cs, Engine: *engine, WAN: *wanT}
@@ -56,7 +56,7 @@ func parseFlood(args []string, stderr io.Writer) (*flood.Config, error) {
 }
 
 func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseFlood(args, stderr)
+	cfg, err := parseFlood(args, stdout)
 	if err != nil {
 		return err
 	}

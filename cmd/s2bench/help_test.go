@@ -12,8 +12,9 @@ import (
 	"scistream/internal/version"
 )
 
-// TestHelp: --help on the tool and on every command prints the usage and
-// exits 0, in process and as a real process.
+// TestHelp: --help on the tool and on every command prints the usage on
+// stdout (to be paged or grepped) and exits 0, in process and as a real
+// process.
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
 		var stdout, stderr bytes.Buffer
@@ -22,9 +23,12 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%v: exit %d (%v)", args, code, err)
 		}
 		for _, c := range tool().Commands {
-			if !strings.Contains(stderr.String(), "\n  "+c.Name+" ") {
-				t.Errorf("%v: the listing lacks %s:\n%s", args, c.Name, stderr.String())
+			if !strings.Contains(stdout.String(), "\n  "+c.Name+" ") {
+				t.Errorf("%v: the listing lacks %s:\n%s", args, c.Name, stdout.String())
 			}
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("%v: stderr %q, want nothing", args, stderr.String())
 		}
 	}
 	for _, c := range tool().Commands {
@@ -34,8 +38,8 @@ func TestHelp(t *testing.T) {
 			if code := exitCode(err); code != 0 {
 				t.Errorf("%v: exit %d (%v)", args, code, err)
 			}
-			if !strings.HasPrefix(stderr.String(), "usage: s2bench "+c.Name+" ") {
-				t.Errorf("%v: stderr does not start with its usage:\n%s", args, stderr.String())
+			if !strings.HasPrefix(stdout.String(), "usage: s2bench "+c.Name+" ") || stderr.Len() > 0 {
+				t.Errorf("%v: stdout does not start with its usage, or stderr %q:\n%s", args, stderr.String(), stdout.String())
 			}
 		}
 	}

@@ -119,15 +119,17 @@ func flagged(err error) error {
 // A flag the command lacks, or a value its flag refuses, is one line
 // (cliflag.ParseError: the nearest flag and where --help lists them),
 // not the flag package's message and the usage.
-func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) error {
+func parseFlags(fs *flag.FlagSet, args []string, usage string, help io.Writer) error {
 	cliflag.AddAliases(fs)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, usage)
-			fmt.Fprintln(stderr)
-			fs.SetOutput(stderr)
+			// Asked for: on stdout, to be paged or grepped (the
+			// callers pass their help writer, stdout).
+			fmt.Fprintln(help, usage)
+			fmt.Fprintln(help)
+			fs.SetOutput(help)
 			cliflag.PrintDefaults(fs)
 			return err
 		}
@@ -182,7 +184,7 @@ func parsePairs(s string) ([]int, error) {
 // runVersion prints the version line, as --version does.
 func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	if err := parseFlags(fs, args, "usage: s2bench version   (the same as s2bench --version)", stderr); err != nil {
+	if err := parseFlags(fs, args, "usage: s2bench version   (the same as s2bench --version)", stdout); err != nil {
 		return err
 	}
 	return tool().Run(ctx, []string{"--version"}, stdout, stderr)
@@ -194,21 +196,10 @@ func runCompletion(ctx context.Context, args []string, stdout, stderr io.Writer)
 	usage := "usage: s2bench completion " + strings.Join(cliflag.Shells, "|") + "   (e.g. source <(s2bench completion bash))"
 	switch {
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
-		fmt.Fprintln(stderr, usage)
+		fmt.Fprintln(stdout, usage)
 		return flag.ErrHelp
 	case len(args) != 1 || !cliflag.HasShell(args[0]):
 		return usagef("give the shell: s2bench completion %s", strings.Join(cliflag.Shells, "|"))
 	}
-	return toolCompletion(ctx, tool(), cliflag.Completion{Program: "s2bench", Flags: []cliflag.CompletionFlag{{Name: "help"}, {Name: "version"}}}).Write(stdout, args[0])
-}
-
-// toolCompletion adds to c every command of t, with the flags its
-// --help lists.
-func toolCompletion(ctx context.Context, t *subcmd.Tool, c cliflag.Completion) cliflag.Completion {
-	for _, cmd := range t.Commands {
-		var usage strings.Builder
-		cmd.Run(ctx, []string{"--help"}, io.Discard, &usage)
-		c.Commands = append(c.Commands, cliflag.CompletionCommand{Name: cmd.Name, Summary: cmd.Summary, Flags: cliflag.FlagsOfUsage(usage.String())})
-	}
-	return c
+	return tool().Completion(ctx, cliflag.Completion{Program: "s2bench", Flags: []cliflag.CompletionFlag{{Name: "help"}, {Name: "version"}}}).Write(stdout, args[0])
 }

@@ -28,7 +28,7 @@ func runNaiveProxy(ctx context.Context, args []string, stdout, stderr io.Writer)
 	certFile := fs.String("cert", "", "out side, tls and quic: PEM certificate")
 	keyFile := fs.String("key", "", "out side, tls and quic: PEM private key")
 	pin := fs.String("pin", "", "in side, tls and quic: SHA-256 (hex) of the out side's certificate")
-	if err := parseFlags(fs, args, naiveUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, naiveUsage, stdout); err != nil {
 		return err
 	}
 	host, _, err := net.SplitHostPort(*listen)

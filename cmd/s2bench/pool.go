@@ -26,7 +26,7 @@ hotset, stealing: seed 002's access patterns over --flows streams to one peer
 gateway, under --pool_policy lru then lrum with the same seeded sequence:
 legs torn down, created, reused, and the connections' setup time.`
 
-func parsePool(args []string, stdout, stderr io.Writer) (*pool.Config, error) {
+func parsePool(args []string, stdout, help io.Writer) (*pool.Config, error) {
 	fs := flag.NewFlagSet("s2bench pool", flag.ContinueOnError)
 	exps := fs.String("experiments", "warm,hotset,stealing", "experiments to run, comma-separated: warm (warm pool against cold), hotset, stealing (LRU against LRU-M)")
 	conns := fs.Int("conns", 200, "warm: new connections on each of the two streams")
@@ -45,7 +45,7 @@ func parsePool(args []string, stdout, stderr io.Writer) (*pool.Config, error) {
 	name := fs.String("name", "pool", "testbed name (with --preset or --rtt): one that is up is used as it is, else one is brought up and taken down")
 	wanRate := fs.String("wan_rate", "", "rate of the testbed's emulated WAN (default: the preset's)")
 	keep := fs.Bool("keep", false, "leave a testbed this command brought up running afterwards")
-	if err := parseFlags(fs, args, poolUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, poolUsage, help); err != nil {
 		return nil, err
 	}
 	cfg := &pool.Config{
@@ -111,7 +111,7 @@ func parsePool(args []string, stdout, stderr io.Writer) (*pool.Config, error) {
 }
 
 func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parsePool(args, stdout, stderr)
+	cfg, err := parsePool(args, stdout, stdout)
 	if err != nil {
 		return err
 	}

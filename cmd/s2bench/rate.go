@@ -27,7 +27,7 @@ grant. compete: gateways with --capacity, one stream reserving --reserved and
 --besteffort streams without a rate, all at once. Rates are bits per second
 with an optional prefix (800M, 1Gbit/s) or bytes with B/s (100MB/s).`
 
-func parseRateFlags(args []string, stderr io.Writer) (*rate.Config, error) {
+func parseRateFlags(args []string, help io.Writer) (*rate.Config, error) {
 	fs := flag.NewFlagSet("s2bench rate", flag.ContinueOnError)
 	exps := fs.String("experiments", "accuracy,compete", "experiments to run, comma-separated: accuracy, compete")
 	rates := fs.String("rates", "10MB/s,100MB/s,500MB/s", "accuracy: the rates granted, one stream each, comma-separated")
@@ -39,7 +39,7 @@ func parseRateFlags(args []string, stderr io.Writer) (*rate.Config, error) {
 	wanT := fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, quic or tcp")
 	engine := fs.String("engine", "splice", "the gateways' engine: splice, buffer or sockmap")
 	s2cs := fs.String("s2cs", "", "s2cs binary (default: next to s2bench, ./bin, PATH)")
-	if err := parseFlags(fs, args, rateUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, rateUsage, help); err != nil {
 		return nil, err
 	}
 	cfg := &rate.Config{BestEffort: *be, Duration: *duration, WAN: *wanT, Engine: *engine, S2CS: *s2cs}
@@ -111,7 +111,7 @@ func orZero(err error, s string) error {
 }
 
 func runRate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseRateFlags(args, stderr)
+	cfg, err := parseRateFlags(args, stdout)
 	if err != nil {
 		return err
 	}

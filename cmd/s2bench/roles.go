@@ -23,9 +23,9 @@ goodput, latency and jitter, and returns them at the end of each connection;
 the producer prints them with, in rr mode, the round-trip times it measured.
 --path labels the records of both sides. (s2bench run drives both paths.)`
 
-func parseProducer(args []string, stderr io.Writer) (*roles.ProducerConfig, error) {
+func parseProducer(args []string, help io.Writer) (*roles.ProducerConfig, error) {
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	var wf workload.Flags
 	wf.Register(fs)
 	var (
@@ -38,7 +38,7 @@ func parseProducer(args []string, stderr io.Writer) (*roles.ProducerConfig, erro
 		runTimeout   = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
 		idle         = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
 	)
-	if err := parseFlags(fs, args, producerUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, producerUsage, help); err != nil {
 		return nil, err
 	}
 	cfg := &roles.ProducerConfig{Connect: *connect, Path: *path, Pairs: *pairs, Reps: *reps, JSONPath: *jsonPath,
@@ -80,7 +80,7 @@ func parseProducer(args []string, stderr io.Writer) (*roles.ProducerConfig, erro
 }
 
 func runProducer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseProducer(args, stderr)
+	cfg, err := parseProducer(args, stdout)
 	if err != nil {
 		return err
 	}
@@ -97,9 +97,9 @@ pairs of a run have finished prints and records goodput, latency and jitter.
 A run with any error fails loudly. Serves until --runs runs have completed, or
 until interrupted (Ctrl-C); the exit status is 1 if any run failed.`
 
-func parseConsumer(args []string, stderr io.Writer) (*roles.ConsumerConfig, error) {
+func parseConsumer(args []string, help io.Writer) (*roles.ConsumerConfig, error) {
 	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(help)
 	var (
 		listen     = fs.String("listen", "", "HOST:PORT to listen on (port 0: any free port, printed) (required)")
 		runs       = fs.Int("runs", 0, "exit after this many runs (0: serve until interrupted)")
@@ -107,7 +107,7 @@ func parseConsumer(args []string, stderr io.Writer) (*roles.ConsumerConfig, erro
 		runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one connection")
 		idle       = fs.Duration("idle_timeout", 30*time.Second, "fail a connection that makes no progress for this long")
 	)
-	if err := parseFlags(fs, args, consumerUsage, stderr); err != nil {
+	if err := parseFlags(fs, args, consumerUsage, help); err != nil {
 		return nil, err
 	}
 	cfg := &roles.ConsumerConfig{Listen: *listen, Runs: *runs, JSONPath: *jsonPath, RunTimeout: *runTimeout, Idle: *idle}
@@ -134,7 +134,7 @@ func parseConsumer(args []string, stderr io.Writer) (*roles.ConsumerConfig, erro
 }
 
 func runConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseConsumer(args, stderr)
+	cfg, err := parseConsumer(args, stdout)
 	if err != nil {
 		return err
 	}

@@ -39,10 +39,11 @@ presets (seed 000 Table I, overall RTT): ` + "lan 0.44 ms, metro 5.49 ms, shortw
 
 func runTestbed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stderr, testbedUsage)
 		if len(args) == 0 {
+			fmt.Fprintln(stderr, testbedUsage)
 			return usagef("testbed: give up, run or down")
 		}
+		fmt.Fprintln(stdout, testbedUsage) // asked for
 		return flag.ErrHelp
 	}
 	switch args[0] {
@@ -105,14 +106,14 @@ func (b *bedFlags) config(stdout io.Writer) (netbed.Config, error) {
 	return netbed.Config{Name: *b.name, Preset: p, DelayLine: []string{exe, "testbed", "delayline"}, CC: *b.cc, StateRoot: *b.stateRoot, Log: stdout}, nil
 }
 
-func parseSub(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	return parseFlags(fs, args, testbedUsage, stderr)
+func parseSub(fs *flag.FlagSet, args []string, help io.Writer) error {
+	return parseFlags(fs, args, testbedUsage, help)
 }
 
 func testbedUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("testbed up", flag.ContinueOnError)
 	bf := addBedFlags(fs)
-	if err := parseSub(fs, args, stderr); err != nil {
+	if err := parseSub(fs, args, stdout); err != nil {
 		return err
 	}
 	cfg, err := bf.config(stdout)
@@ -126,7 +127,7 @@ func testbedDown(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("testbed down", flag.ContinueOnError)
 	name := fs.String("name", "tb", "testbed name")
 	root := fs.String("state_root", netbed.DefaultStateRoot, "directory of testbed state files")
-	if err := parseSub(fs, args, stderr); err != nil {
+	if err := parseSub(fs, args, stdout); err != nil {
 		return err
 	}
 	if err := netbed.ValidateName(*name); err != nil {
@@ -139,7 +140,7 @@ func testbedDown(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func parseTestbedRun(args []string, stdout, stderr io.Writer) (*testbed.RunConfig, error) {
+func parseTestbedRun(args []string, stdout, help io.Writer) (*testbed.RunConfig, error) {
 	fs := flag.NewFlagSet("testbed run", flag.ContinueOnError)
 	bf := addBedFlags(fs)
 	cf := compareFlags{wf: workload.Flags{Default: workload.Sweep}}
@@ -148,7 +149,7 @@ func parseTestbedRun(args []string, stdout, stderr io.Writer) (*testbed.RunConfi
 	// The testbed's own defaults of the amount (see testbed.Amount).
 	fs.Lookup("bytes").Usage = "payload per run, over all pairs, e.g. 64MiB (default: what the WAN rate carries in max(2 s, 15 RTT), at least 16 messages per pair)"
 	fs.Lookup("messages").Usage = "messages per run, over all pairs, instead of --bytes (default in rr mode: one per RTT for 2 s, 16 to 2000 per pair)"
-	if err := parseSub(fs, args, stderr); err != nil {
+	if err := parseSub(fs, args, help); err != nil {
 		return nil, err
 	}
 	bed, err := bf.config(stdout)
@@ -163,7 +164,7 @@ func parseTestbedRun(args []string, stdout, stderr io.Writer) (*testbed.RunConfi
 }
 
 func testbedRunCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseTestbedRun(args, stdout, stderr)
+	cfg, err := parseTestbedRun(args, stdout, stdout)
 	if err != nil {
 		return err
 	}

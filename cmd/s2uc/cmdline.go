@@ -17,7 +17,7 @@ import (
 // anything.
 type cmdline struct {
 	name, synopsis string
-	stderr         io.Writer
+	stdout, stderr io.Writer // --help goes to stdout, to be paged or grepped
 	fs             *flag.FlagSet
 	commonFlags    // registered if checkCommon
 	checkCommon    bool
@@ -30,8 +30,8 @@ type cmdline struct {
 
 // newCmdline starts the command line of a command that talks to a
 // gateway; synopsis follows "usage: s2uc NAME" in its usage.
-func newCmdline(name, synopsis string, stderr io.Writer) *cmdline {
-	c := newLocalCmdline(name, synopsis, stderr)
+func newCmdline(name, synopsis string, stdout, stderr io.Writer) *cmdline {
+	c := newLocalCmdline(name, synopsis, stdout, stderr)
 	c.commonFlags.register(c.fs)
 	c.checkCommon = true
 	return c
@@ -39,9 +39,9 @@ func newCmdline(name, synopsis string, stderr io.Writer) *cmdline {
 
 // newLocalCmdline starts the command line of a command that talks to no
 // gateway, so it has no --output or --timeout.
-func newLocalCmdline(name, synopsis string, stderr io.Writer) *cmdline {
+func newLocalCmdline(name, synopsis string, stdout, stderr io.Writer) *cmdline {
 	return &cmdline{
-		name: name, synopsis: synopsis, stderr: stderr,
+		name: name, synopsis: synopsis, stdout: stdout, stderr: stderr,
 		fs: flag.NewFlagSet("s2uc "+name, flag.ContinueOnError),
 	}
 }
@@ -144,10 +144,10 @@ func loadDefaults(profile string) (client.Defaults, error) {
 
 // usage writes the command's usage, listing only canonical flag names.
 func (c *cmdline) usage() {
-	fmt.Fprintf(c.stderr, "usage: s2uc %s %s\n\n", c.name, c.synopsis)
-	c.fs.SetOutput(c.stderr)
+	fmt.Fprintf(c.stdout, "usage: s2uc %s %s\n\n", c.name, c.synopsis)
+	c.fs.SetOutput(c.stdout)
 	cliflag.PrintDefaults(c.fs)
 	if c.checkCommon {
-		fmt.Fprintln(c.stderr, "\nGateway flags and --output not given come from $SCISTREAM_S2CS, $SCISTREAM_SERVER_CERT,\n$SCISTREAM_TOKEN_FILE, $SCISTREAM_OUTPUT, then the configuration file (docs/client.md).\nExit statuses: s2uc --help.")
+		fmt.Fprintln(c.stdout, "\nGateway flags and --output not given come from $SCISTREAM_S2CS, $SCISTREAM_SERVER_CERT,\n$SCISTREAM_TOKEN_FILE, $SCISTREAM_OUTPUT, then the configuration file (docs/client.md).\nExit statuses: s2uc --help.")
 	}
 }

@@ -150,9 +150,9 @@ func TestExitStatuses(t *testing.T) {
 		})
 	}
 	// The table is in the help's footer.
-	_, stderr, code := s2ucProc(t, nil, "--help")
-	if code != 0 || !strings.Contains(stderr, "Exit status: 0 done; 1 other failure; 2 wrong command line (usage);") {
-		t.Errorf("--help: exit %d, footer lacks the exit statuses:\n%s", code, stderr)
+	stdout, _, code := s2ucProc(t, nil, "--help")
+	if code != 0 || !strings.Contains(stdout, "Exit status: 0 done; 1 other failure; 2 wrong command line (usage);") {
+		t.Errorf("--help: exit %d, footer lacks the exit statuses:\n%s", code, stdout)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 func runHashToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newLocalCmdline("hash-token", "--identity NAME < token", stderr)
+	cl := newLocalCmdline("hash-token", "--identity NAME < token", stdout, stderr)
 	id := cl.fs.String("identity", "", "identity the token stands for")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err

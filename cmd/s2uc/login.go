@@ -13,7 +13,7 @@ import (
 )
 
 func runLogin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newLocalCmdline("login", "--issuer URL --client_id ID [--scope SCOPES] [--ca FILE]", stderr)
+	cl := newLocalCmdline("login", "--issuer URL --client_id ID [--scope SCOPES] [--ca FILE]", stdout, stderr)
 	issuer := cl.fs.String("issuer", "", "the OpenID Connect issuer the gateways trust, an https URL (their operator names it)")
 	clientID := cl.fs.String("client_id", "", "s2uc's client id at the issuer (the gateways' operator names it)")
 	scope := cl.fs.String("scope", "", "the scopes to ask for, separated by spaces (default: the issuer's)")
@@ -83,7 +83,7 @@ func loginFlagError(err error) error {
 }
 
 func runLogout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newLocalCmdline("logout", "", stderr)
+	cl := newLocalCmdline("logout", "", stdout, stderr)
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
 	}

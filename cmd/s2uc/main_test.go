@@ -40,18 +40,19 @@ func isolate(t *testing.T) {
 	}
 }
 
-// TestHelp: --help on the tool and on every command prints the usage
-// and exits 0.
+// TestHelp: --help on the tool and on every command prints the usage on
+// stdout (to be paged or grepped: s2uc list --help | grep owner) and
+// exits 0.
 func TestHelp(t *testing.T) {
 	isolate(t)
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
-		_, stderr, code := s2uc(t, args...)
-		if code != 0 || !strings.HasPrefix(stderr, "usage: s2uc COMMAND") {
-			t.Errorf("%v: exit %d, stderr:\n%s", args, code, stderr)
+		stdout, stderr, code := s2uc(t, args...)
+		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: s2uc COMMAND") {
+			t.Errorf("%v: exit %d, stderr %q, stdout:\n%s", args, code, stderr, stdout)
 		}
 		for _, c := range tool().Commands {
-			if !strings.Contains(stderr, "\n  "+c.Name+" ") {
-				t.Errorf("%v: the listing lacks %s:\n%s", args, c.Name, stderr)
+			if !strings.Contains(stdout, "\n  "+c.Name+" ") {
+				t.Errorf("%v: the listing lacks %s:\n%s", args, c.Name, stdout)
 			}
 		}
 	}
@@ -59,12 +60,12 @@ func TestHelp(t *testing.T) {
 		snake := strings.ReplaceAll(c.Name, "-", "_")
 		for _, args := range [][]string{{c.Name, "--help"}, {c.Name, "-h"}, {"help", c.Name}, {snake, "--help"}} {
 			stdout, stderr, code := s2uc(t, args...)
-			if code != 0 || stdout != "" || !strings.HasPrefix(stderr, "usage: s2uc "+c.Name+" ") {
-				t.Errorf("%v: exit %d, stdout %q, stderr:\n%s", args, code, stdout, stderr)
+			if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: s2uc "+c.Name+" ") {
+				t.Errorf("%v: exit %d, stderr %q, stdout:\n%s", args, code, stderr, stdout)
 			}
 			local := c.Name == "hash-token" || c.Name == "login" || c.Name == "logout" || c.Name == "version" || c.Name == "completion" // talk to no gateway
-			if !local && !strings.Contains(stderr, "--timeout") {
-				t.Errorf("%v: the usage lacks the common flags:\n%s", args, stderr)
+			if !local && !strings.Contains(stdout, "--timeout") {
+				t.Errorf("%v: the usage lacks the common flags:\n%s", args, stdout)
 			}
 		}
 	}

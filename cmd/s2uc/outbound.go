@@ -12,7 +12,7 @@ import (
 )
 
 func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("outbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip PEER_IP --receiver_ports PROXY_C[,...] --num_conn N UID [PEER_IP:PROXY_C[,...]]", stderr)
+	cl := newCmdline("outbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip PEER_IP --receiver_ports PROXY_C[,...] --num_conn N UID [PEER_IP:PROXY_C[,...]]", stdout, stderr)
 	gw := cl.gateway("", "outbound gateway")
 	remoteIP := cl.fs.String("remote_ip", "", "address of the inbound gateway, as the outbound gateway reaches it")
 	recvPorts := cl.fs.String("receiver_ports", "", "the inbound gateway's listener port(s) (PROXY_C)")

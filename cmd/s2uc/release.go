@@ -14,7 +14,7 @@ import (
 )
 
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("release", "UID [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
+	cl := newCmdline("release", "UID [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stdout, stderr)
 	gw := cl.recordGateway("", "gateway")
 	owner := cl.fs.String("owner", "", ownerUsage)
 	pos, err := cl.parse(args, 1, 1, "give exactly one stream UID to release")

@@ -13,7 +13,7 @@ import (
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("status", "UID [--s2cs HOST:PORT --server_cert FILE] [--watch 1s]", stderr)
+	cl := newCmdline("status", "UID [--s2cs HOST:PORT --server_cert FILE] [--watch 1s]", stdout, stderr)
 	gw := cl.recordGateway("", "gateway (default: every gateway s2uc wired for UID)")
 	watch := cl.fs.Duration("watch", 0, "repeat every interval until interrupted (e.g. 1s)")
 	count := cl.fs.Int("count", 0, "with --watch, stop after this many reports (0: until interrupted)")

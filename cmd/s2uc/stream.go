@@ -12,7 +12,7 @@ import (
 )
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("stream", "--inbound_s2cs HOST:PORT --inbound_server_cert FILE --outbound_s2cs HOST:PORT --outbound_server_cert FILE --remote_ip IP --receiver_ports P[,...] [--num_conn N]", stderr)
+	cl := newCmdline("stream", "--inbound_s2cs HOST:PORT --inbound_server_cert FILE --outbound_s2cs HOST:PORT --outbound_server_cert FILE --remote_ip IP --receiver_ports P[,...] [--num_conn N]", stdout, stderr)
 	ig := cl.gateway("inbound_", "inbound gateway (in front of the listening application)")
 	og := cl.gateway("outbound_", "outbound gateway (in front of the connecting application)")
 	tokenFile := cl.fs.String("token_file", "", "token file for both gateways (default: $SCISTREAM_TOKEN)")

@@ -18,7 +18,7 @@ import (
 // the stream, the inbound side first; if a later side refuses a higher
 // rate, the sides already raised are set back.
 func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("update", "UID [--rate R] [--allow LIST] [--lease D] [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
+	cl := newCmdline("update", "UID [--rate R] [--allow LIST] [--lease D] [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stdout, stderr)
 	gw := cl.recordGateway("", "gateway")
 	owner := cl.fs.String("owner", "", ownerUsage)
 	rateF := cl.fs.String("rate", "", "new reserved rate in bits per second (e.g. 800M, 10Gbit/s, 100MB/s), 0 for best effort; a higher rate is admitted by each gateway or refused")

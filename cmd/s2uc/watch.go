@@ -33,7 +33,7 @@ import (
 const watchHistory = 60 // sparkline samples kept per stream and direction
 
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newCmdline("watch", "[UID] [--s2cs HOST:PORT --server_cert FILE] [--interval 1s] [--count N]", stderr)
+	cl := newCmdline("watch", "[UID] [--s2cs HOST:PORT --server_cert FILE] [--interval 1s] [--count N]", stdout, stderr)
 	gw := cl.recordGateway("", "gateway (default with a UID: both gateways s2uc wired for it)")
 	interval := cl.fs.Duration("interval", time.Second, "time between refreshes, at least 100ms")
 	count := cl.fs.Int("count", 0, "stop after this many refreshes (0: until q or Ctrl-C)")

@@ -4,8 +4,9 @@
 //
 // Each subcommand owns its flag.FlagSet. On -h or --help it prints its
 // usage and returns flag.ErrHelp, which a tool's main treats as success,
-// as it treats help asked of the tool itself. Usage goes to stderr;
-// --version, which a script may read, goes to stdout.
+// as it treats help asked of the tool itself. Help that was asked for
+// goes to stdout, to be paged or grepped, as --version does; the listing
+// after a wrong command line goes to stderr with the error.
 package subcmd
 
 import (
@@ -16,6 +17,7 @@ import (
 	"io"
 	"strings"
 
+	"scistream/internal/cliflag"
 	"scistream/internal/version"
 )
 
@@ -56,7 +58,7 @@ func (e usageError) Is(target error) bool { return target == ErrUsage }
 // Run dispatches args, the command line after the program's name:
 //
 //	(nothing)              the listing on stderr, and an ErrUsage error
-//	-h, --help, help       the listing on stderr, nil
+//	-h, --help, help       the listing on stdout, nil
 //	help COMMAND           COMMAND --help
 //	--version, -version    the version line on stdout, nil
 //	COMMAND [ARGS]         COMMAND's Run with ARGS
@@ -72,7 +74,7 @@ func (t *Tool) Run(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if args[0] == "help" && len(args) > 1 {
 			return t.Run(ctx, []string{args[1], "--help"}, stdout, stderr)
 		}
-		t.Usage(stderr)
+		t.Usage(stdout)
 		return nil
 	case "--version", "-version":
 		_, err := fmt.Fprintln(stdout, version.String(t.Name))
@@ -125,4 +127,16 @@ func Report(w io.Writer, program string, err error) {
 		return
 	}
 	fmt.Fprintln(w, program+":", OneLine(err))
+}
+
+// Completion adds to c every command of t, with the flags its --help
+// lists (cliflag.FlagsOfUsage: the commands build their flag sets as
+// they run).
+func (t *Tool) Completion(ctx context.Context, c cliflag.Completion) cliflag.Completion {
+	for _, cmd := range t.Commands {
+		var usage strings.Builder
+		cmd.Run(ctx, []string{"--help"}, &usage, io.Discard)
+		c.Commands = append(c.Commands, cliflag.CompletionCommand{Name: cmd.Name, Summary: cmd.Summary, Flags: cliflag.FlagsOfUsage(usage.String())})
+	}
+	return c
 }
