@@ -4,6 +4,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --demo (make demo): only what the demo and the README's quickstart
+# need, then the binaries: Go (and the modules its build fetches),
+# netcat and jq for the quickstart's applications and UID; nothing only
+# the tests need (browsers, containers, brokers, etcd, staticcheck). The
+# demo itself (s2bench compare) runs its gateways and applications.
+if [ "${1:-}" = "--demo" ]; then
+  demo_apt=()
+  command -v go >/dev/null 2>&1 || demo_apt+=(golang-go)
+  command -v nc >/dev/null 2>&1 || demo_apt+=(netcat-openbsd)
+  command -v jq >/dev/null 2>&1 || demo_apt+=(jq)
+  if [ ${#demo_apt[@]} -gt 0 ]; then
+    echo "setup: installing ${demo_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${demo_apt[@]}" >/dev/null
+  fi
+  mkdir -p bin
+  go build -buildvcs=auto -o bin/ ./cmd/...
+  echo "setup: built $(ls bin | tr '\n' ' ')"
+  exit 0
+fi
+
 need_apt=()
 command -v nc >/dev/null 2>&1 || need_apt+=(netcat-openbsd)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
