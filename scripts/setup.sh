@@ -55,6 +55,11 @@ command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# The README's quickstart (e2e/readme_test.go runs it) reads the stream's
+# UID with jq; the compose path (deploy/compose, deploy/compose_test.go)
+# runs with podman-compose.
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+command -v podman-compose >/dev/null 2>&1 || need_apt+=(podman-compose)
 # The etcd state store (internal/store, internal/etcdtest, e2e/etcd_test.go):
 # Debian's etcd server, started by the tests on loopback ports they pick.
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
