@@ -56,10 +56,8 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 # The README's quickstart (e2e/readme_test.go runs it) reads the stream's
-# UID with jq; the compose path (deploy/compose, deploy/compose_test.go)
-# runs with podman-compose.
+# UID with jq.
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
-command -v podman-compose >/dev/null 2>&1 || need_apt+=(podman-compose)
 # The etcd state store (internal/store, internal/etcdtest, e2e/etcd_test.go):
 # Debian's etcd server, started by the tests on loopback ports they pick.
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
@@ -114,6 +112,15 @@ for key in net.core.rmem_max net.core.wmem_max; do
     fi
   fi
 done
+
+# podman-compose runs deploy/compose (deploy/compose_test.go): 1.0.6 from
+# PyPI, into the python3 on PATH, as Debian 12's 1.0.3 adds a network to
+# each service that podman refuses beside network_mode: host.
+if ! python3 -c 'import podman_compose as p, sys; sys.exit(p.__version__ != "1.0.6")' 2>/dev/null; then
+  echo "setup: installing podman-compose 1.0.6"
+  python3 -m pip install --quiet podman-compose==1.0.6 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages podman-compose==1.0.6
+fi
 
 go mod download
 (cd deploy/helmtest && go mod download)   # the Helm chart's tests, a module of their own
