@@ -20,6 +20,15 @@ if [ "${1:-}" = "--demo" ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${demo_apt[@]}" >/dev/null
   fi
+  # Go 1.21 or later fetches the toolchain go.mod names by itself (from
+  # the module proxy); an older one (Debian 12's golang-go is 1.19)
+  # cannot build this module.
+  gov=$(go env GOVERSION 2>/dev/null || go version | awk '{print $3}')
+  minor=$(echo "$gov" | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+  if [ -n "$minor" ] && [ "$minor" -lt 21 ]; then
+    echo "setup: $gov is too old to build SciStream: install Go 1.21 or later (it fetches the $(sed -n 's/^go //p' go.mod) toolchain itself), e.g. apt-get install -t bookworm-backports golang-go on Debian 12" >&2
+    exit 1
+  fi
   mkdir -p bin
   go build -buildvcs=auto -o bin/ ./cmd/...
   echo "setup: built $(ls bin | tr '\n' ' ')"
