@@ -128,14 +128,25 @@ func TestCompose(t *testing.T) {
 	t.Logf("up -d (image built, five containers started) in %s", time.Since(start).Round(100*time.Millisecond))
 
 	// The consumer exits after its one run: 0 only if every message was
-	// verified.
-	// Found by label: podman-compose versions name containers apart.
-	name := p.must("ps", "--all", "--format", "{{.Names}}", "--filter", "label=io.podman.compose.project="+c.project, "--filter", "label=com.docker.compose.service=consumer")
-	if name == "" || strings.Contains(name, "\n") {
-		t.Fatalf("the consumer's container: %q, want one name", name)
+	// verified. The client and the producer start again on failure, up
+	// to their compose file's bound: one that gave up ends the wait.
+	container := func(service string) string {
+		// Found by label: podman-compose versions name containers apart.
+		name := p.must("ps", "--all", "--format", "{{.Names}}", "--filter", "label=io.podman.compose.project="+c.project, "--filter", "label=com.docker.compose.service="+service)
+		if name == "" || strings.Contains(name, "\n") {
+			t.Fatalf("the %s's container: %q, want one name", service, name)
+		}
+		return name
 	}
+	name := container("consumer")
+	gaveUp := map[string]string{container("client"): "30", container("producer"): "60"}
 	var state string
 	waitfor.Must(t, 3*time.Minute, "the consumer container to end its run", func() bool {
+		for n, bound := range gaveUp {
+			if st := p.must("inspect", "--format", "{{.State.Status}} {{.RestartCount}}", n); st == "exited "+bound {
+				t.Fatalf("%s gave up after %s restarts", n, bound)
+			}
+		}
 		state = p.must("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name)
 		return strings.HasPrefix(state, "exited")
 	})
