@@ -20,6 +20,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/certs"
 	"scistream/internal/client"
+	"scistream/internal/waitfor"
 )
 
 // TestConcurrentStreams: 20 identities request streams at the same moment
@@ -111,6 +112,59 @@ func TestRestartRestores(t *testing.T) {
 	out := p.mustS2UC("alice", "status", so.UID, "--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile)
 	if !strings.Contains(out, "inbound connected") {
 		t.Fatalf("restored stream status:\n%s", out)
+	}
+}
+
+// TestCountersSurviveRestart: a gateway stopped and started again counts
+// on from what its streams carried before (it stores their counters as
+// it stops), so a release after the restart reports every byte, and the
+// released stream keeps its final counters for status.
+func TestCountersSurviveRestart(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	app := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", app.host(), app.port(), 1)
+	send := func(msg string) {
+		t.Helper()
+		c, err := dialFrom("", so.Listeners[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(msg))
+		c.Close()
+		if r := app.next(t, 10*time.Second); string(r.data) != msg {
+			t.Fatalf("consumer got %q, want %q", r.data, msg)
+		}
+	}
+	before, after := strings.Repeat("b", 4000), strings.Repeat("a", 3000) // within the sink's 4 KiB head
+	send(before)
+	p.restart(&p.prod, true)
+	send(after)
+	stats := func(args ...string) *api.Stats {
+		t.Helper()
+		var v api.Stream
+		out := p.mustS2UC("alice", append(args, "--s2cs", p.prod.Addr, "--server_cert", p.prod.CertFile, "--output", "json")...)
+		if err := json.Unmarshal([]byte(out), &v); err != nil || v.Stats == nil {
+			t.Fatalf("s2uc %v: %v, no stats in\n%s", args, err, out)
+		}
+		return v.Stats
+	}
+	want := int64(len(before) + len(after))
+	// The second connection's bytes may still be on their way into the
+	// counters when the consumer has them: wait for them.
+	waitfor.Must(t, 10*time.Second, "the restored stream's counters", func() bool { return stats("status", so.UID).BytesToWAN == want })
+	if st := stats("status", so.UID); st.TotalConns != 2 {
+		t.Fatalf("restored stream: %d connections, want 2 (one before the restart)", st.TotalConns)
+	}
+	var rel struct{ Released []api.Stream }
+	out := p.mustS2UC("alice", "release", so.UID, "--s2cs", p.prod.Addr, "--server_cert", p.prod.CertFile, "--output", "json")
+	if err := json.Unmarshal([]byte(out), &rel); err != nil || len(rel.Released) != 1 || rel.Released[0].Stats == nil {
+		t.Fatalf("s2uc release: %v\n%s", err, out)
+	}
+	if st := rel.Released[0].Stats; st.BytesToWAN != want || st.TotalConns != 2 {
+		t.Fatalf("release after a restart reports %d bytes in %d connections, want %d in 2", st.BytesToWAN, st.TotalConns, want)
+	}
+	if st := stats("status", so.UID); st.BytesToWAN != want {
+		t.Fatalf("the released stream's status: %d bytes, want its final %d", st.BytesToWAN, want)
 	}
 }
 

@@ -23,7 +23,14 @@ var commandLine = regexp.MustCompile(`(?m)^  ([a-z][a-z0-9-]*)  +\S`)
 func helpOf(t *testing.T, bin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "HOME=/nonexistent", "SCISTREAM_HOME=", "COLUMNS=80")
+	// No setting of this machine's may show in the reference: no
+	// configuration file, profile or environment default.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SCISTREAM_") && !strings.HasPrefix(kv, "XDG_") && !strings.HasPrefix(kv, "HOME=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "HOME=/nonexistent", "COLUMNS=80")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

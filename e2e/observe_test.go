@@ -303,15 +303,15 @@ func (s *statusPage) screenshot(t *testing.T, name string) {
 }
 
 // TestWatchMisuse: s2uc watch told a stream that is not there says so
-// and exits 1; with no stream it says there is none; and when the
+// and exits 4 (not found); with no stream it says there is none; and when the
 // gateway is killed under a running watch it reports the error on each
 // refresh instead of dying, and stops on Ctrl-C (SIGINT) with status 0.
 func TestWatchMisuse(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	gw := []string{"--s2cs", p.cons.Addr, "--server_cert", p.cons.CertFile}
 	_, stderr, code := p.s2uc("alice", append([]string{"watch", "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c", "--count", "1"}, gw...)...)
-	if code != 1 || !strings.Contains(stderr, "not_found") || strings.Count(stderr, "\n") != 1 {
-		t.Errorf("watch of an unknown stream: exit %d, stderr %q; want 1 and one line saying not_found", code, stderr)
+	if code != 4 || !strings.Contains(stderr, "not_found") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("watch of an unknown stream: exit %d, stderr %q; want 4 and one line saying not_found", code, stderr)
 	}
 	if out := p.mustS2UC("bob", append([]string{"watch", "--count", "1"}, gw...)...); !strings.HasSuffix(strings.TrimSpace(out), "gateway="+p.cons.Addr+" streams=0") {
 		t.Errorf("watch with no stream: %q", out)

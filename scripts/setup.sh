@@ -99,6 +99,9 @@ python3 -c 'import zmq' 2>/dev/null || need_pip+=(pyzmq)
 python3 -c 'import numpy' 2>/dev/null || need_pip+=(numpy)
 python3 -c 'import pika' 2>/dev/null || need_pip+=(pika)
 python3 -c 'import PIL' 2>/dev/null || need_pip+=(Pillow)
+# The SciStream 1.2 client of e2e/legacy12_test.go: gRPC stubs generated
+# at test time from internal/legacy12/scistream.proto.
+python3 -c 'import grpc, grpc_tools' 2>/dev/null || need_pip+=(grpcio-tools)
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "setup: installing python packages ${need_pip[*]}"
   # Debian's own python3 marks itself externally managed; a pyenv one does not.

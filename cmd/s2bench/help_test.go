@@ -79,3 +79,59 @@ func TestExitCode(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryCommandLine runs the real s2bench: a mistyped flag is one
+// line naming it, the nearest flag and --help, exit status 2; version
+// is a command as well as --version; the bash completion script,
+// loaded in bash, completes a command and a command's flag.
+func TestBinaryCommandLine(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(s2benchBin, "compare", "--wrokload", "sweep")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Errorf("compare --wrokload: %v, want exit status 2", err)
+	}
+	if want := "s2bench: unknown flag --wrokload: did you mean --workload? (s2bench compare --help lists the flags)\n"; stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("compare --wrokload: stderr %q, stdout %q; want stderr %q", stderr.String(), stdout.String(), want)
+	}
+	out, err := exec.Command(s2benchBin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "s2bench "+version.Version+" (commit ") {
+		t.Errorf("s2bench version: %v, %q", err, out)
+	}
+	script, err := exec.Command(s2benchBin, "completion", "bash").Output()
+	if err != nil {
+		t.Fatalf("completion bash: %v", err)
+	}
+	for _, c := range []struct{ words, want string }{
+		{"s2bench comp", "compare completion"},
+		{"s2bench compare --work", "--workload"},
+		{"s2bench compare --json ", ""},
+	} {
+		if got := bashComplete(t, string(script), "_s2bench", c.words); got != c.want {
+			t.Errorf("%q completes to %q, want %q", c.words, got, c.want)
+		}
+	}
+}
+
+// bashComplete loads script in a real bash, completes line (its last
+// word, empty if line ends in a space) with fn, and returns the
+// candidates, space-separated.
+func bashComplete(t *testing.T, script, fn, line string) string {
+	t.Helper()
+	words := strings.Fields(line)
+	if strings.HasSuffix(line, " ") {
+		words = append(words, "")
+	}
+	var quoted []string
+	for _, w := range words {
+		quoted = append(quoted, "'"+w+"'")
+	}
+	prog := script + "\nCOMP_WORDS=(" + strings.Join(quoted, " ") + ")\nCOMP_CWORD=$((${#COMP_WORDS[@]}-1))\n" + fn + "\necho \"${COMPREPLY[*]}\"\n"
+	out, err := exec.Command("bash", "--norc", "--noprofile", "-c", prog).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -87,6 +87,8 @@ func tool() *subcmd.Tool {
 			{Name: "rate", Summary: "rates granted to streams and kept to: goodput against the grant, and a reserved stream beside best-effort ones", Run: runRate},
 			{Name: "facility", Summary: "a facility of several s2cs nodes on etcd: goodput over 1, 2, 3 nodes, takeover time after a SIGKILL, control latency against bbolt", Run: runFacility},
 			{Name: "naiveproxy", Summary: "one side of the naive baseline proxy pair that compare --baseline starts", Run: runNaiveProxy},
+			{Name: "version", Summary: "print the version and the commit s2bench was built from (as --version)", Run: runVersion},
+			{Name: "completion", Summary: "print the shell completion script: completion bash|zsh|fish", Run: runCompletion},
 		},
 	}
 }
@@ -113,19 +115,23 @@ func flagged(err error) error {
 // parseFlags parses a subcommand's flags: both spellings of every flag
 // (cliflag), usage text then the flags on --help, and no positional
 // arguments.
+//
+// A flag the command lacks, or a value its flag refuses, is one line
+// (cliflag.ParseError: the nearest flag and where --help lists them),
+// not the flag package's message and the usage.
 func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) error {
-	fs.SetOutput(stderr)
 	cliflag.AddAliases(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fmt.Fprintln(stderr)
-		cliflag.PrintDefaults(fs)
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, usage)
+			fmt.Fprintln(stderr)
+			fs.SetOutput(stderr)
+			cliflag.PrintDefaults(fs)
 			return err
 		}
-		return usageError{err}
+		return usageError{cliflag.ParseError(fs, err, "s2bench "+strings.TrimPrefix(fs.Name(), "s2bench ")+" --help")}
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q: every %s option is a --flag", fs.Arg(0), fs.Name())
@@ -171,4 +177,38 @@ func parsePairs(s string) ([]int, error) {
 		return nil, usageError{err}
 	}
 	return n, nil
+}
+
+// runVersion prints the version line, as --version does.
+func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := parseFlags(fs, args, "usage: s2bench version   (the same as s2bench --version)", stderr); err != nil {
+		return err
+	}
+	return tool().Run(ctx, []string{"--version"}, stdout, stderr)
+}
+
+// runCompletion prints the completion script of a shell, its commands'
+// flags read from the usage each prints on --help.
+func runCompletion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := "usage: s2bench completion " + strings.Join(cliflag.Shells, "|") + "   (e.g. source <(s2bench completion bash))"
+	switch {
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+		fmt.Fprintln(stderr, usage)
+		return flag.ErrHelp
+	case len(args) != 1 || !cliflag.HasShell(args[0]):
+		return usagef("give the shell: s2bench completion %s", strings.Join(cliflag.Shells, "|"))
+	}
+	return toolCompletion(ctx, tool(), cliflag.Completion{Program: "s2bench", Flags: []cliflag.CompletionFlag{{Name: "help"}, {Name: "version"}}}).Write(stdout, args[0])
+}
+
+// toolCompletion adds to c every command of t, with the flags its
+// --help lists.
+func toolCompletion(ctx context.Context, t *subcmd.Tool, c cliflag.Completion) cliflag.Completion {
+	for _, cmd := range t.Commands {
+		var usage strings.Builder
+		cmd.Run(ctx, []string{"--help"}, io.Discard, &usage)
+		c.Commands = append(c.Commands, cliflag.CompletionCommand{Name: cmd.Name, Summary: cmd.Summary, Flags: cliflag.FlagsOfUsage(usage.String())})
+	}
+	return c
 }

@@ -208,7 +208,7 @@ func TestCompareFlags(t *testing.T) {
 		{[]string{"--idle-timeout", "-1s"}, "--idle_timeout must be positive"},
 		{[]string{"--rate_interval", "1ms"}, "--rate_interval 1ms out of range: give 10ms to 1m"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
-		{[]string{"--nope"}, "not defined"},
+		{[]string{"--nope"}, "unknown flag --nope: did you mean --mode? (s2bench compare --help lists the flags)"},
 	} {
 		args := append([]string{"compare", "--s2cs", s2csBin}, c.args...)
 		var stderr bytes.Buffer

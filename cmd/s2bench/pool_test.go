@@ -69,6 +69,7 @@ func TestPool(t *testing.T) {
 	if took, _ := strconv.Atoi(m[1]); took < 18 {
 		t.Errorf("with a warm pool only %d of 20 connections took an idle leg", took)
 	}
+	const flows = 6 // --flows
 	rows := regexp.MustCompile(`(?m)^(hotset|stealing) +(lru|lrum) +60 +(\d+) +(\d+) +(\d+) +(`+num+`) +`+num+` ms( +`+num+`){4} +(\d+)$`).FindAllStringSubmatch(out, -1)
 	if len(rows) != 4 {
 		t.Fatalf("%d pattern rows, want 4 (2 patterns x 2 policies)", len(rows))
@@ -80,10 +81,14 @@ func TestPool(t *testing.T) {
 		switch {
 		case r[1] == pool.HotSet && torn == 0:
 			t.Errorf("%s %s: no leg torn down with 6 streams and a cap of 3", r[1], r[2])
-		case created < 3 || created > 3+torn+3:
-			// One per teardown, and a warm leg dialed before its
-			// stream's attach may have been refused (and replaced).
-			t.Errorf("%s %s: %d legs created, want the 3 warm ones plus one per teardown (%d) and at most 3 more", r[1], r[2], created, torn)
+		case created < 3 || created > 3+torn+2*flows:
+			// One per teardown; and a warm leg dialed before its
+			// stream's attach is refused by the peer, found stale and
+			// replaced, by the warmer or by the connection that took
+			// it: on a loaded machine, where the attach comes late,
+			// up to twice per flow (a runaway pool creates one per
+			// connection, 60).
+			t.Errorf("%s %s: %d legs created, want the 3 warm ones plus one per teardown (%d) and at most %d more", r[1], r[2], created, torn, 2*flows)
 		case reused+created-3 < 60-1 || reused > 60:
 			t.Errorf("%s %s: %d reused and %d created do not account for 60 connections", r[1], r[2], reused, created)
 		case r[len(r)-1] != "0":

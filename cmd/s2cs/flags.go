@@ -13,10 +13,10 @@ import (
 	"scistream/internal/cliflag"
 	"scistream/internal/egress"
 	"scistream/internal/gateway"
+	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
-	"scistream/internal/stream"
 )
 
 // options are s2cs's command line: the gateway's settings (config turns
@@ -45,7 +45,7 @@ type options struct {
 	wanAdvertise       string
 	wanProxy           bool
 	wanProxyFrom       string
-	pool               stream.PoolConfig
+	pool               legpool.Config
 	certFile, keyFile  string
 	tokensFile         string
 	id                 idOptions // identity.go
@@ -57,6 +57,7 @@ type options struct {
 	logFormat          string
 	version            bool
 	observe            observeOptions // observe.go
+	legacy             legacyOptions  // legacy12.go: SciStream 1.2 clients
 }
 
 // parseFlags reads args, and the configuration file --config names
@@ -74,7 +75,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 			fs.Usage()
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w (s2cs --help lists every flag)", err)
+		return nil, cliflag.ParseError(fs, err, "s2cs --help")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: every s2cs option is a --flag", fs.Arg(0))
@@ -107,15 +108,15 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
 	fs.StringVar(&o.wanProxyFrom, "wan_proxy_from", "", "with --wan_proxy_protocol (required there): the routers' addresses, CIDR prefixes or addresses, comma-separated; a connection to the shared WAN port from any other address is reset before its header is read, so no one past the router names a source of their choosing")
 	fs.IntVar(&o.pool.MaxPerPeer, "pool_max_per_peer", 64, "most pooled WAN legs (idle and busy) to one peer gateway; at the cap an idle one is torn down by --pool_policy")
-	fs.StringVar(&o.pool.Policy, "pool_policy", stream.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
+	fs.StringVar(&o.pool.Policy, "pool_policy", legpool.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
 	fs.IntVar(&o.pool.MaxWarm, "pool_max_warm", 16, "largest wan_pool (idle pooled legs per channel) a stream may ask for")
-	fs.DurationVar(&o.pool.IdleTimeout, "pool_idle_timeout", stream.DefaultIdleTimeout, "how long a pooled WAN leg beyond a channel's wan_pool may stay idle (after a burst dialed more) before it is torn down")
+	fs.DurationVar(&o.pool.IdleTimeout, "pool_idle_timeout", legpool.DefaultIdleTimeout, "how long a pooled WAN leg beyond a channel's wan_pool may stay idle (after a burst dialed more) before it is torn down")
 	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
 	fs.BoolVar(&o.noSockmap, "no_sockmap", false, "with --type sockmap: do not load the eBPF program, use splice (as when the kernel refuses it)")
 	fs.BoolVar(&o.verbose, "verbose", false, "log every connection event (debug level)")
-	fs.StringVar(&o.tokensFile, "tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --oidc_issuer, --introspection_url or --insecure_no_auth)")
+	fs.StringVar(&o.tokensFile, "tokens", "", "token file: one \"<sha256 hex of token> <identity>\" per line (required unless --oidc_issuer, --introspection_url or --insecure_no_auth); read again on SIGHUP")
 	o.id.register(fs)
 	fs.StringVar(&o.stateDir, "state_dir", "s2cs-state", "directory for the state database and any generated certificate")
 	fs.BoolVar(&o.noAuth, "insecure_no_auth", false, "accept control requests without authentication (INSECURE; for isolated testing only)")
@@ -139,13 +140,15 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
 	o.observe.register(fs)
 	o.store.register(fs)
+	o.legacy.register(fs)
 	cliflag.AddAliases(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: s2cs --listener_ip=IP [--server_crt=FILE --server_key=FILE] (--tokens=FILE | --oidc_issuer=URL ... | --introspection_url=URL ...) [--roles=FILE] [flags]
 
 Every flag is also a key of the --config file, and answers to its
 kebab-case spelling too (--port-range); --print_config writes the keys
-in these groups.
+in these groups. s2cs completion bash|zsh|fish prints a shell
+completion script.
 
 `)
 		cliflag.PrintGroups(fs.Output(), fs, flagGroups())
@@ -182,6 +185,8 @@ func flagGroups() []cliflag.Group {
 			"node", "takeover"}},
 		{Title: "Observability (metrics, rates, logs)", Flags: []string{
 			"metrics_listen", "rate_interval", "rate_window", "log_format", "log_level", "verbose"}},
+		{Title: "SciStream 1.2 clients (the gRPC control protocol)", Flags: []string{
+			"control_grpc", "peer_ca"}},
 		{Title: "The command itself", Flags: []string{
 			"config", "print_config", "version"}},
 	}
@@ -227,6 +232,9 @@ func (o *options) config() (gateway.Config, error) {
 		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
 	}
 	if err := o.id.check(); err != nil {
+		return gateway.Config{}, err
+	}
+	if err := o.legacy.check(o.node); err != nil {
 		return gateway.Config{}, err
 	}
 	cfg := gateway.Config{

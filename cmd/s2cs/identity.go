@@ -24,6 +24,7 @@ type idOptions struct {
 	idClaim, groupsClaim, alias          string
 
 	introURL, introClientID, introSecretFile string
+	introSecret                              string // inline, from a 1.2 command line's --client_secret (legacy12.go); "": read introSecretFile
 	introAudience                            string
 	introIDClaim, introGroupsClaim           string
 	introAlias                               string
@@ -52,7 +53,7 @@ func (o *idOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.introAlias, "introspection_alias", "", "prefix of the identities and groups the endpoint vouches for (default: its host name); must differ from --oidc_alias")
 	fs.DurationVar(&o.introCacheTTL, "introspection_cache_ttl", idp.DefaultCacheTTL, "longest an active introspection answer is reused (never past the token's expiry)")
 	fs.IntVar(&o.introInFlight, "introspection_max_in_flight", idp.DefaultMaxInFlight, "most introspection requests at once, a quarter of them (at least 1 of 2 or more) kept for addresses a token was accepted from lately; more token checks wait, then answer unavailable (docs/identity.md: fair checks)")
-	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and nobody a reader: the status and the metrics, which show every identity's streams, then answer permission_denied to every token (docs/identity.md)")
+	fs.StringVar(&o.rolesFile, "roles", "", "roles file: lines \"<user|operator|reader> <any | identity NAME | group NAME | scope NAME>\"; without it every authenticated caller is a user and nobody a reader: the status shows each caller its own streams, and the metrics, which show every identity's, answer permission_denied to every token; read again on SIGHUP, as --tokens is (docs/identity.md)")
 }
 
 // jwt reports whether JWTs of an issuer are trusted; opaque whether an
@@ -83,7 +84,7 @@ func (o *idOptions) check() error {
 		return errors.New("--oidc_issuer needs --oidc_audience: the \"aud\" this gateway's tokens carry at the issuer")
 	case o.opaque() && o.introClientID == "":
 		return errors.New("--introspection_url needs --introspection_client_id")
-	case o.opaque() && o.introSecretFile == "":
+	case o.opaque() && o.introSecretFile == "" && o.introSecret == "":
 		return errors.New("--introspection_url needs --introspection_secret_file")
 	case o.skew < 0 || o.skew > idp.MaxClockSkew:
 		return fmt.Errorf("--oidc_clock_skew %s: give 0s to %s", o.skew, idp.MaxClockSkew)
@@ -184,9 +185,12 @@ func (o *idOptions) chain(ctx context.Context, static *auth.Tokens, log *slog.Lo
 		}
 	}
 	if o.opaque() {
-		secret, err := readSecret(o.introSecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("--introspection_secret_file: %w", err)
+		secret := o.introSecret
+		if secret == "" {
+			var err error
+			if secret, err = readSecret(o.introSecretFile); err != nil {
+				return nil, fmt.Errorf("--introspection_secret_file: %w", err)
+			}
 		}
 		o.introAlias = o.introspectionAlias()
 		in, err := idp.NewIntrospector(idp.IntrospectConfig{

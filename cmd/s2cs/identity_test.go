@@ -46,7 +46,7 @@ func serve(t *testing.T, args []string) *served {
 	for sc.Scan() {
 		line := sc.Text()
 		s.stdout = append(s.stdout, line)
-		if a, ok := strings.CutPrefix(line, "s2cs: control API on https://"); ok {
+		if a, ok := strings.CutPrefix(announced(line), "control API on https://"); ok {
 			s.addr, _, _ = strings.Cut(a, " ")
 			break
 		}

@@ -16,11 +16,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"scistream/internal/auth"
 	"scistream/internal/bytesize"
 	"scistream/internal/certs"
+	"scistream/internal/cliflag"
 	"scistream/internal/egress"
 	"scistream/internal/gateway"
 	"scistream/internal/pace"
@@ -42,16 +44,32 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintln(stderr, "s2cs:", err)
+	if !errors.As(err, new(loggedError)) {
+		fmt.Fprintln(stderr, "s2cs:", err)
+	}
 	return 2
 }
 
 // run starts the gateway that args describe and serves until ctx ends.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	if len(args) > 0 && args[0] == "completion" {
+		return completion(args[1:], stdout)
+	}
+	args, l12 := translate12(args)     // a SciStream 1.2 command line (legacy12.go)
 	o, err := parseFlags(args, stdout) // --help is asked for: it goes to stdout, to be paged or grepped
 	if err != nil {
 		return err
 	}
+	l12.apply(o)
+	// Under --log_format json, an error once the log is open is a JSON
+	// record too (after the hint below, deferred later, is added).
+	var jsonLog *slog.Logger
+	defer func() {
+		if err != nil && jsonLog != nil {
+			jsonLog.Error("s2cs stopped: " + strings.ReplaceAll(err.Error(), "\n", "; "))
+			err = loggedError{err}
+		}
+	}()
 	// A refused value that came from --config names its key and file.
 	defer func() { err = o.ops.fileHint(err) }()
 	if o.version {
@@ -73,6 +91,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.ops.printConfig {
 		return o.ops.writeConfig(stdout)
 	}
+	if o.logFormat == "json" {
+		// Every line s2cs writes is JSON: the log on stderr, and what it
+		// says on stdout (announce.go).
+		jsonLog = log
+		jl := newJSONLines(stdout)
+		defer jl.Flush()
+		stdout = jl
+	}
 	if o.ops.configFile != "" {
 		log.Info("configuration file", "path", o.ops.configFile, "keys", len(o.ops.fromFile))
 	}
@@ -82,12 +108,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if cfg.Auth, err = o.authenticator(ctx, log); err != nil {
 		return err
 	}
-	if c, ok := cfg.Auth.(io.Closer); ok {
-		defer c.Close() // the issuer's keys are refreshed in the background (idp.RemoteKeys)
-	}
 	if cfg.Roles, err = o.id.policy(log); err != nil {
+		closeAuth(cfg.Auth)
 		return err
 	}
+	rl := &reloader{o: o, log: log, cur: cfg.Auth}
+	defer func() { closeAuth(rl.cur) }() // until the reloader has it (watchReload)
 	if cfg.AllowTCPWAN {
 		log.Warn("--insecure_tcp_wan is set: streams may ask for plaintext WAN legs")
 	}
@@ -117,6 +143,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			cfg.Observe.MetricsListener.Close()
 		}
 		return flagError(err)
+	}
+	rl.srv = srv
+	stopReload := rl.watchReload(ctx) // SIGHUP: tokens, roles and identity providers read again (reload.go)
+	defer stopReload()
+	l12.report(log)
+	if err := o.legacy.serve(srv, log); err != nil {
+		srv.Shutdown(context.Background())
+		return err
 	}
 	reportFiles(srv.Files(), log, stdout)
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
@@ -255,6 +289,16 @@ func (o *options) sockmap(engine string, log *slog.Logger, stdout io.Writer) *so
 	}
 	log.Info("engine sockmap available", "window_bytes", smr.Window())
 	return smr
+}
+
+// completion writes the completion script of the shell args name:
+// "s2cs completion bash|zsh|fish".
+func completion(args []string, stdout io.Writer) error {
+	if len(args) != 1 || !cliflag.HasShell(args[0]) {
+		return fmt.Errorf("usage: s2cs completion %s", strings.Join(cliflag.Shells, "|"))
+	}
+	var o options
+	return cliflag.Completion{Program: "s2cs", Flags: cliflag.FlagsOf(o.flagSet())}.Write(stdout, args[0])
 }
 
 // rateOrNone writes a configured rate for the log, "none" for zero.

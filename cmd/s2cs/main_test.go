@@ -73,7 +73,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--allow_peers", "gw.example.org"}, `--allow_peers: "gw.example.org" is neither a CIDR prefix nor an address`},
 		{[]string{"--listener_ip", "127.0.0.1", "--wan_port", "8443", "--wan_proxy_protocol"}, "--wan_proxy_from is required with the PROXY protocol: list the addresses of the routers"},
 		{[]string{"--listener_ip", "127.0.0.1", "--wan_port", "8443", "--wan_proxy_from", "10.0.0.1"}, "--wan_proxy_from applies to the PROXY protocol only"},
-		{[]string{"--listener_ip", "127.0.0.1", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
+		{[]string{"--listener_ip", "127.0.0.1", "--frobnicate"}, "unknown flag --frobnicate (s2cs --help lists the flags)"},
+		{[]string{"--listner_ip", "127.0.0.1"}, "unknown flag --listner_ip: did you mean --listener_ip? (s2cs --help lists the flags)"},
+		{[]string{"--listener_ip", "127.0.0.1", "--port-rnage", "1-2"}, "did you mean --port_range?"},
 		{[]string{"--listener_ip", "127.0.0.1", "stray"}, `unexpected argument "stray"`},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -251,7 +253,7 @@ func TestBadFlagIsShort(t *testing.T) {
 		if stdout.Len() != 0 || stderr.Len() != 0 {
 			t.Errorf("%v: printed more than the error:\nstdout:\n%s\nstderr:\n%s", args, stdout.String(), stderr.String())
 		}
-		if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.HasSuffix(line, "(s2cs --help lists every flag)\n") {
+		if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.HasSuffix(line, "(s2cs --help lists the flags)\n") {
 			t.Errorf("%v: message %q; want one line that points to s2cs --help", args, line)
 		}
 	}

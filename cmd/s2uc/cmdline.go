@@ -5,19 +5,27 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
+	"scistream/internal/client"
 	"scistream/internal/cliflag"
 )
 
 // cmdline is one s2uc command's command line: its flag set, the flags
-// shared by every command that talks to a gateway (--output, --timeout),
-// and the checks every command makes before it does anything.
+// shared by every command that talks to a gateway (--output, --timeout,
+// --profile), and the checks every command makes before it does
+// anything.
 type cmdline struct {
 	name, synopsis string
 	stderr         io.Writer
 	fs             *flag.FlagSet
 	commonFlags    // registered if checkCommon
 	checkCommon    bool
+	// gateways are the gateway flags registered, to be given the
+	// defaults of the configuration file and environment once parsed.
+	gateways []*gatewayFlags
+	// defaults are those defaults, loaded by parse (checkCommon only).
+	defaults client.Defaults
 }
 
 // newCmdline starts the command line of a command that talks to a
@@ -40,23 +48,38 @@ func newLocalCmdline(name, synopsis string, stderr io.Writer) *cmdline {
 
 // gateway registers the flags that reach one gateway (--s2cs,
 // --server_cert, --token_file, each after prefix); what names the gateway
-// in their help.
+// in their help. Once parsed, a flag not given takes its default from
+// the configuration file or the environment (client.LoadDefaults).
 func (c *cmdline) gateway(prefix, what string) *gatewayFlags {
 	g := &gatewayFlags{}
 	g.register(c.fs, prefix, what)
+	c.gateways = append(c.gateways, g)
+	return g
+}
+
+// recordGateway registers the flags of a gateway that, when not given,
+// the command takes from its local record of the stream: the defaults
+// are not applied by parse but kept for useDefault, for a stream s2uc
+// has no record of.
+func (c *cmdline) recordGateway(prefix, what string) *gatewayFlags {
+	g := &gatewayFlags{record: true}
+	g.register(c.fs, prefix, what)
+	c.gateways = append(c.gateways, g)
 	return g
 }
 
 // parse parses args, in which flags may follow positional arguments (as
 // in the reference runbooks), after adding the alias spellings of every
 // flag. It then checks the count of positional arguments against min
-// and max, and the common flags, and returns the positional arguments.
+// and max, and the common flags, applies the defaults, and returns the
+// positional arguments.
 //
 // A wrong count is reported as want, except that an argument beyond max
 // is named ("unexpected argument") when want is empty or min < max. On
 // -h or --help parse prints the usage and returns flag.ErrHelp. A flag
 // the command does not have, or a bad flag value, is a one-line error
-// (the flag package's own message and usage dump are held back).
+// (cliflag.ParseError: the nearest flag; the flag package's own message
+// and usage dump are held back). Every error is a usage error.
 func (c *cmdline) parse(args []string, min, max int, want string) ([]string, error) {
 	cliflag.AddAliases(c.fs)
 	c.fs.SetOutput(io.Discard)
@@ -69,7 +92,7 @@ func (c *cmdline) parse(args []string, min, max int, want string) ([]string, err
 			return nil, err
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w; run s2uc %s --help for its flags", err, c.name)
+			return nil, usagef("%w", cliflag.ParseError(c.fs, err, "s2uc "+c.name+" --help"))
 		}
 		args = c.fs.Args()
 		if len(args) == 0 {
@@ -80,14 +103,43 @@ func (c *cmdline) parse(args []string, min, max int, want string) ([]string, err
 	}
 	switch {
 	case len(pos) > max && (want == "" || min < max):
-		return nil, fmt.Errorf("unexpected argument %q", pos[max])
+		return nil, usagef("unexpected argument %q", pos[max])
 	case len(pos) < min || len(pos) > max:
-		return nil, errors.New(want)
+		return nil, usagef("%s", want)
 	}
 	if !c.checkCommon {
 		return pos, nil
 	}
+	if err := c.applyDefaults(); err != nil {
+		return nil, err
+	}
 	return pos, c.commonFlags.check()
+}
+
+// applyDefaults loads the defaults of the configuration file and the
+// environment for --profile, and gives them to the flags not given.
+func (c *cmdline) applyDefaults() error {
+	d, err := loadDefaults(c.profile)
+	if err != nil {
+		return usagef("%w", err)
+	}
+	c.defaults = d
+	if !cliflag.Seen(c.fs)["output"] && d.Output != "" {
+		c.output = d.Output
+	}
+	for _, g := range c.gateways {
+		g.def = d.Side(g.prefix)
+		if !g.record {
+			g.fill()
+		}
+	}
+	return nil
+}
+
+// loadDefaults reads the configuration file and the environment for
+// profile (client.LoadDefaults).
+func loadDefaults(profile string) (client.Defaults, error) {
+	return client.LoadDefaults(profile, os.Getenv)
 }
 
 // usage writes the command's usage, listing only canonical flag names.
@@ -95,4 +147,7 @@ func (c *cmdline) usage() {
 	fmt.Fprintf(c.stderr, "usage: s2uc %s %s\n\n", c.name, c.synopsis)
 	c.fs.SetOutput(c.stderr)
 	cliflag.PrintDefaults(c.fs)
+	if c.checkCommon {
+		fmt.Fprintln(c.stderr, "\nGateway flags and --output not given come from $SCISTREAM_S2CS, $SCISTREAM_SERVER_CERT,\n$SCISTREAM_TOKEN_FILE, $SCISTREAM_OUTPUT, then the configuration file (docs/client.md).\nExit statuses: s2uc --help.")
+	}
 }

@@ -22,6 +22,35 @@ import (
 type gatewayFlags struct {
 	s2cs, cert, tokenFile string
 	prefix                string // of the flags' names: "", "inbound_", "outbound_"
+	// record is set for the gateway of a command that reaches a stream's
+	// gateways from its local record when --s2cs is not given.
+	record bool
+	// def are the defaults of the configuration file and environment
+	// for this side (cmdline.applyDefaults).
+	def client.GatewayDefaults
+}
+
+// fill gives the fields not set on the command line their defaults.
+func (g *gatewayFlags) fill() {
+	if g.s2cs == "" {
+		g.s2cs = g.def.S2CS
+	}
+	if g.cert == "" {
+		g.cert = g.def.ServerCert
+	}
+	if g.tokenFile == "" {
+		g.tokenFile = g.def.TokenFile
+	}
+}
+
+// useDefault fills g from the defaults when --s2cs is not given (for a
+// stream s2uc has no record of) and reports whether g then names a
+// gateway.
+func (g *gatewayFlags) useDefault() bool {
+	if g.s2cs == "" && g.def.S2CS != "" {
+		g.fill()
+	}
+	return g.s2cs != ""
 }
 
 // endpointGateway reaches the gateway of one side of a stream as the
@@ -42,7 +71,7 @@ func (g *gatewayFlags) register(fs *flag.FlagSet, prefix, what string) {
 // are said in terms of these flags.
 func (g *gatewayFlags) client(timeout time.Duration) (*client.Client, error) {
 	if g.s2cs == "" {
-		return nil, fmt.Errorf("missing --%ss2cs HOST:PORT of the gateway's control API", g.prefix)
+		return nil, usagef("missing --%ss2cs HOST:PORT of the gateway's control API (or a default: SCISTREAM_S2CS, or s2cs in the configuration file, docs/client.md)", g.prefix)
 	}
 	tok, err := token(g.tokenFile)
 	if err != nil {
@@ -53,9 +82,9 @@ func (g *gatewayFlags) client(timeout time.Duration) (*client.Client, error) {
 	if errors.As(err, &ce) {
 		switch ce.Field {
 		case "Addr":
-			return nil, fmt.Errorf("--%ss2cs %q: want HOST:PORT of the gateway's control API, e.g. 10.0.0.5:5000", g.prefix, ce.Value)
+			return nil, usagef("--%ss2cs %q: want HOST:PORT of the gateway's control API, e.g. 10.0.0.5:5000", g.prefix, ce.Value)
 		case "ServerCert":
-			return nil, fmt.Errorf("--%sserver_cert %s: %w", g.prefix, ce.Value, ce.Err)
+			return nil, usagef("--%sserver_cert %s: %w", g.prefix, ce.Value, ce.Err)
 		}
 	}
 	return c, err
@@ -122,19 +151,19 @@ func token(file string) (string, error) {
 func tokenFile(file string) (string, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return "", fmt.Errorf("--token_file: %w", err)
+		return "", usagef("--token_file: %w", err)
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("--token_file %s can be read or written by others (mode %04o): chmod 600 %s", file, fi.Mode().Perm(), file)
+		return "", usagef("--token_file %s can be read or written by others (mode %04o): chmod 600 %s", file, fi.Mode().Perm(), file)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
-		return "", fmt.Errorf("--token_file: %w", err)
+		return "", usagef("--token_file: %w", err)
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {
-		return "", fmt.Errorf("--token_file %s is empty", file)
+		return "", usagef("--token_file %s is empty", file)
 	}
 	return t, nil
 }
@@ -149,9 +178,9 @@ func checkOwner(owner string, gw *gatewayFlags) error {
 	case owner == "":
 		return nil
 	case !auth.ValidIdentity(owner):
-		return fmt.Errorf("--owner %.140q is not an identity: 1-128 letters, digits or ._@+:/-, as s2uc list --all_owners shows it", owner)
+		return usagef("--owner %.140q is not an identity: 1-128 letters, digits or ._@+:/-, as s2uc list --all_owners shows it", owner)
 	case gw.s2cs == "":
-		return errors.New("--owner needs --s2cs: give the gateway whose operator you are")
+		return usagef("--owner needs --s2cs: give the gateway whose operator you are")
 	}
 	return nil
 }
@@ -160,19 +189,21 @@ func checkOwner(owner string, gw *gatewayFlags) error {
 type commonFlags struct {
 	output  string
 	timeout time.Duration
+	profile string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.output, "output", "text", "output format: text or json")
+	fs.StringVar(&c.output, "output", "text", "output format: text or json (default: $SCISTREAM_OUTPUT, or output in the configuration file)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "timeout of each control request")
+	fs.StringVar(&c.profile, "profile", "", "the profile of the configuration file to take defaults from (default: $SCISTREAM_PROFILE, or its profile key)")
 }
 
 func (c *commonFlags) check() error {
 	if c.output != "text" && c.output != "json" {
-		return fmt.Errorf("--output %q: use text or json", c.output)
+		return usagef("--output %q: use text or json", c.output)
 	}
 	if c.timeout <= 0 {
-		return fmt.Errorf("--timeout must be positive, e.g. 30s")
+		return usagef("--timeout must be positive, e.g. 30s")
 	}
 	return nil
 }
@@ -180,13 +211,13 @@ func (c *commonFlags) check() error {
 // parsePorts parses "8080" or "7000,17000".
 func parsePorts(flagName, s string) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("missing --%s: give the port(s), e.g. 8080 or 7000,17000", flagName)
+		return nil, usagef("missing --%s: give the port(s), e.g. 8080 or 7000,17000", flagName)
 	}
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		p, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || p < 1 || p > 65535 {
-			return nil, fmt.Errorf("--%s: %q is not a port 1-65535", flagName, strings.TrimSpace(f))
+			return nil, usagef("--%s: %q is not a port 1-65535", flagName, strings.TrimSpace(f))
 		}
 		out = append(out, p)
 	}
@@ -216,11 +247,11 @@ func parseAppWait(s string) (*int, error) {
 	d, err := time.ParseDuration(s)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("--app_wait %q: give a duration such as 30s or 10m, or 0 not to wait", s)
+		return nil, usagef("--app_wait %q: give a duration such as 30s or 10m, or 0 not to wait", s)
 	case d < 0 || d%time.Second != 0:
-		return nil, fmt.Errorf("--app_wait %s: give a whole number of seconds, 0 or more, e.g. 30s", d)
+		return nil, usagef("--app_wait %s: give a whole number of seconds, 0 or more, e.g. 30s", d)
 	case d > api.MaxAppWaitS*time.Second:
-		return nil, fmt.Errorf("--app_wait %s is longer than any gateway allows (24h); see s2uc info for the gateway's maximum", d)
+		return nil, usagef("--app_wait %s is longer than any gateway allows (24h); see s2uc info for the gateway's maximum", d)
 	}
 	n := int(d / time.Second)
 	return &n, nil
@@ -228,7 +259,7 @@ func parseAppWait(s string) (*int, error) {
 
 func checkNumConn(n int) error {
 	if n < 1 || n > api.MaxChannels {
-		return fmt.Errorf("--num_conn %d out of range: give 1 to %d", n, api.MaxChannels)
+		return usagef("--num_conn %d out of range: give 1 to %d", n, api.MaxChannels)
 	}
 	return nil
 }
@@ -237,7 +268,7 @@ func checkNumConn(n int) error {
 // gateway refuses more than it admits).
 func checkMaxActive(n int) error {
 	if n < 0 {
-		return fmt.Errorf("--max_active_conns %d: give the most connections the stream relays at once, or 0 for the gateway's cap", n)
+		return usagef("--max_active_conns %d: give the most connections the stream relays at once, or 0 for the gateway's cap", n)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ func runHashToken(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if *id == "" {
-		return errors.New("missing --identity NAME")
+		return usagef("missing --identity NAME")
 	}
 	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -27,7 +27,7 @@ func runHashToken(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	tok := strings.TrimSpace(line)
 	if tok == "" {
-		return errors.New("no token on stdin")
+		return usagef("no token on stdin")
 	}
 	fmt.Fprintf(stdout, "%s %s\n", auth.HashToken(tok), *id)
 	return nil

@@ -31,7 +31,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *remoteIP == "" {
-		return fmt.Errorf("missing --remote_ip: the address of the application that listens (e.g. the consumer)")
+		return usagef("missing --remote_ip: the address of the application that listens (e.g. the consumer)")
 	}
 	rp, err := parsePorts("receiver_ports", *recvPorts)
 	if err != nil {
@@ -80,8 +80,10 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "server name: %s (on the shared WAN port; outbound-request sends it)\n", printable(s.WANServerName))
 	}
 	printTerms(stdout, s)
-	fmt.Fprintf(stdout, "next: s2uc outbound-request --s2cs PRODUCER_GATEWAY:PORT --server_cert FILE --remote_ip %s --receiver_ports %s --num_conn %d %s %s\n",
-		hostOf(s.Listeners[0]), portsOf(s.Listeners), s.NumConn, s.UID, s.Listeners[0])
+	// Every listener, once: as the UID's argument (flags would say the
+	// same again, and the two must agree).
+	fmt.Fprintf(stdout, "next: s2uc outbound-request --s2cs PRODUCER_GATEWAY:PORT --server_cert FILE --num_conn %d %s %s\n",
+		s.NumConn, s.UID, strings.Join(s.Listeners, ","))
 	return nil
 }
 

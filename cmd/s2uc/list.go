@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -21,7 +20,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *owner != "" && *allOwners {
-		return errors.New("give --owner or --all_owners, not both")
+		return usagef("give --owner or --all_owners, not both")
 	}
 	c, err := gw.client(cl.timeout)
 	if err != nil {

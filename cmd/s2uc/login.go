@@ -23,15 +23,15 @@ func runLogin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case *issuer == "":
-		return errors.New("missing --issuer URL of the identity provider the gateways trust (their operator names it)")
+		return usagef("missing --issuer URL of the identity provider the gateways trust (their operator names it)")
 	case *clientID == "":
-		return errors.New("missing --client_id: s2uc's client id at the issuer (the gateways' operator names it)")
+		return usagef("missing --client_id: s2uc's client id at the issuer (the gateways' operator names it)")
 	}
 	cfg := login.Config{Issuer: *issuer, ClientID: *clientID, Scopes: strings.Fields(*scope)}
 	if *ca != "" {
 		abs, err := filepath.Abs(*ca)
 		if err != nil {
-			return fmt.Errorf("--ca: %w", err)
+			return usagef("--ca: %w", err)
 		}
 		cfg.CAFile = abs
 	}
@@ -75,9 +75,9 @@ func loginFlagError(err error) error {
 	msg := err.Error()
 	switch {
 	case strings.HasPrefix(msg, "issuer "), strings.HasPrefix(msg, "discovery of"):
-		return fmt.Errorf("--issuer: %w", err)
+		return usagef("--issuer: %w", err)
 	case strings.HasPrefix(msg, "CA file"):
-		return fmt.Errorf("--ca: %w", err)
+		return usagef("--ca: %w", err)
 	}
 	return err
 }

@@ -122,7 +122,7 @@ func TestLogin(t *testing.T) {
 	}
 	os.Chmod(file, 0o640)
 	_, stderr, code := s2uc(t, "info", "--s2cs", addr, "--server_cert", cert, "--token_file", file)
-	if code != 1 || !strings.Contains(stderr, "can be read or written by others (mode 0640): chmod 600 "+file) {
+	if code != exitUsage || !strings.Contains(stderr, "can be read or written by others (mode 0640): chmod 600 "+file) {
 		t.Fatalf("token file others can read: exit %d, %s", code, stderr)
 	}
 	t.Setenv("SCISTREAM_TOKEN", "")

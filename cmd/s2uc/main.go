@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"io"
 	"os"
 	"os/signal"
@@ -19,17 +17,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	subcmd.Report(os.Stderr, "s2uc", err)
+	report(os.Stderr, os.Args[1:], err)
 	os.Exit(exitCode(err))
-}
-
-// exitCode is s2uc's exit status for what run returned: 0 on success
-// and when help was asked for, 1 for any error.
-func exitCode(err error) int {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	return 1
 }
 
 // tool is s2uc's command table, in the order of a stream's life.
@@ -49,8 +38,12 @@ func tool() *subcmd.Tool {
 			{Name: "hash-token", Summary: "print the token-file line for a token read from stdin", Run: runHashToken},
 			{Name: "login", Summary: "log in at the identity provider the gateways trust (device code in a browser)", Run: runLogin},
 			{Name: "logout", Summary: "remove (and revoke) the token s2uc login stored", Run: runLogout},
+			{Name: "version", Summary: "print the version and the commit s2uc was built from (as --version)", Run: runVersion},
+			{Name: "completion", Summary: "print the shell completion script: completion bash|zsh|fish", Run: runCompletion},
 		},
-		Footer: "The bearer token comes from --token_file, else SCISTREAM_TOKEN, else the login of s2uc login.",
+		Footer: "The bearer token comes from --token_file, else SCISTREAM_TOKEN, else the login of s2uc login.\n" +
+			"Defaults for --s2cs, --server_cert, --token_file and --output come from the environment\n" +
+			"(SCISTREAM_S2CS...) and the configuration file, with profiles (docs/client.md).\n\n" + exitTable,
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
-	"scistream/internal/subcmd"
 	"scistream/internal/version"
 )
 
@@ -27,14 +26,18 @@ func s2uc(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), args, &stdout, &stderr)
-	subcmd.Report(&stderr, "s2uc", err)
+	report(&stderr, args, err)
 	return stdout.String(), stderr.String(), exitCode(err)
 }
 
-// isolate keeps s2uc away from the user's stream records and token.
+// isolate keeps s2uc away from the user's stream records, token,
+// configuration file and SCISTREAM_* defaults (an empty variable is
+// unset to s2uc).
 func isolate(t *testing.T) {
 	t.Setenv("SCISTREAM_HOME", t.TempDir())
-	t.Setenv("SCISTREAM_TOKEN", "")
+	for _, v := range []string{"SCISTREAM_TOKEN", "SCISTREAM_CONFIG", "SCISTREAM_PROFILE", "SCISTREAM_S2CS", "SCISTREAM_SERVER_CERT", "SCISTREAM_TOKEN_FILE", "SCISTREAM_OUTPUT"} {
+		t.Setenv(v, "")
+	}
 }
 
 // TestHelp: --help on the tool and on every command prints the usage
@@ -59,7 +62,7 @@ func TestHelp(t *testing.T) {
 			if code != 0 || stdout != "" || !strings.HasPrefix(stderr, "usage: s2uc "+c.Name+" ") {
 				t.Errorf("%v: exit %d, stdout %q, stderr:\n%s", args, code, stdout, stderr)
 			}
-			local := c.Name == "hash-token" || c.Name == "login" || c.Name == "logout" // talk to no gateway
+			local := c.Name == "hash-token" || c.Name == "login" || c.Name == "logout" || c.Name == "version" || c.Name == "completion" // talk to no gateway
 			if !local && !strings.Contains(stderr, "--timeout") {
 				t.Errorf("%v: the usage lacks the common flags:\n%s", args, stderr)
 			}
@@ -90,7 +93,8 @@ func TestBadCommandLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, `unknown command "frobnicate"; run s2uc --help for the list`},
-		{[]string{"list", "--nope"}, "flag provided but not defined: -nope; run s2uc list --help for its flags"},
+		{[]string{"list", "--nope"}, "unknown flag --nope (s2uc list --help lists the flags)"},
+		{[]string{"list", "--servr_cert", "x"}, "unknown flag --servr_cert: did you mean --server_cert? (s2uc list --help lists the flags)"},
 		{[]string{"inbound-request", "--num_conn", "many"}, `invalid value "many" for flag -num_conn`},
 		{[]string{"list", "--output", "xml"}, `--output "xml": use text or json`},
 		{[]string{"list", "--timeout", "0s"}, "--timeout must be positive"},
@@ -137,18 +141,30 @@ func TestBadCommandLine(t *testing.T) {
 	}
 	// Without a command: the listing, then the message.
 	_, stderr, code := s2uc(t)
-	if code != 1 || !strings.HasPrefix(stderr, "usage: s2uc") || !strings.HasSuffix(stderr, "\ns2uc: no command given; see the list above\n") {
+	if code != exitUsage || !strings.HasPrefix(stderr, "usage: s2uc") || !strings.HasSuffix(stderr, "\ns2uc: no command given; see the list above\n") {
 		t.Errorf("no command: exit %d, stderr:\n%s", code, stderr)
 	}
 }
 
-// checkOneLine: exit status 1, nothing on stdout, and stderr exactly one
-// line "s2uc: ..." containing want.
+// checkOneLine: a refused command line, exit status 2 (4 for a UID
+// s2uc has no record of), nothing on stdout, and stderr exactly one line
+// "s2uc: ..." containing want.
 func checkOneLine(t *testing.T, args []string, stdout, stderr string, code int, want string) {
 	t.Helper()
-	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "s2uc: ") || !strings.Contains(stderr, want) {
-		t.Errorf("s2uc %s: exit %d, stdout %q, stderr %q; want exit 1 and one line containing %q",
-			strings.Join(args, " "), code, stdout, stderr, want)
+	status := exitUsage
+	if strings.Contains(want, "no local record") {
+		status = exitNotFound
+	}
+	checkExit(t, args, stdout, stderr, code, status, want)
+}
+
+// checkExit: exit status status, nothing on stdout, and stderr exactly
+// one line "s2uc: ..." containing want.
+func checkExit(t *testing.T, args []string, stdout, stderr string, code, status int, want string) {
+	t.Helper()
+	if code != status || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "s2uc: ") || !strings.Contains(stderr, want) {
+		t.Errorf("s2uc %s: exit %d, stdout %q, stderr %q; want exit %d and one line containing %q",
+			strings.Join(args, " "), code, stdout, stderr, status, want)
 	}
 }
 
@@ -200,26 +216,27 @@ func TestRequestErrors(t *testing.T) {
 	gwAddr, plainAddr := gw.Listener.Addr().String(), plain.Listener.Addr().String()
 
 	for _, c := range []struct {
-		args []string
-		want []string
+		args   []string
+		status int
+		want   []string
 	}{
-		{[]string{"list", "--s2cs", refused, "--server_cert", certFile},
+		{[]string{"list", "--s2cs", refused, "--server_cert", certFile}, exitUnavailable,
 			[]string{"s2uc: s2cs " + refused + ": unreachable: ", "connection refused; check --s2cs and that s2cs runs there"}},
-		{[]string{"status", "uid1", "--s2cs", refused, "--server_cert", certFile},
+		{[]string{"status", "uid1", "--s2cs", refused, "--server_cert", certFile}, exitUnavailable,
 			[]string{"s2uc: status on " + refused + ": s2cs " + refused + ": unreachable: ", "; check --s2cs"}},
-		{[]string{"info", "--s2cs", gwAddr, "--server_cert", otherFile},
+		{[]string{"info", "--s2cs", gwAddr, "--server_cert", otherFile}, exitFailed,
 			[]string{"s2uc: s2cs " + gwAddr + ": TLS verification failed (x509: ", "the gateway's certificate does not match the one given; pass the gateway's certificate with --server_cert (s2cs prints its path at start)"}},
-		{[]string{"info", "--s2cs", gwAddr},
+		{[]string{"info", "--s2cs", gwAddr}, exitFailed,
 			[]string{"TLS verification failed", "none was given; pass the gateway's certificate with --server_cert"}},
-		{[]string{"info", "--s2cs", plainAddr, "--server_cert", certFile},
+		{[]string{"info", "--s2cs", plainAddr, "--server_cert", certFile}, exitUnavailable,
 			[]string{"s2uc: s2cs " + plainAddr + ": answered plain HTTP; the control API is HTTPS only; check --s2cs"}},
-		{[]string{"list", "--s2cs", gwAddr, "--server_cert", certFile},
+		{[]string{"list", "--s2cs", gwAddr, "--server_cert", certFile}, exitDenied,
 			[]string{"s2uc: permission_denied: alice may not list (request "}},
 	} {
 		stdout, stderr, code := s2uc(t, c.args...)
 		t.Logf("s2uc %s: %s", c.args[0], stderr)
 		for _, want := range c.want {
-			checkOneLine(t, c.args, stdout, stderr, code, want)
+			checkExit(t, c.args, stdout, stderr, code, c.status, want)
 		}
 	}
 

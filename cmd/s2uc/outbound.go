@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
+	"slices"
 	"strings"
 
 	"scistream/internal/api"
@@ -42,7 +41,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var peers []string
 	if *remoteIP != "" || *recvPorts != "" {
 		if *remoteIP == "" {
-			return errors.New("missing --remote_ip: the inbound gateway's address")
+			return usagef("missing --remote_ip: the inbound gateway's address")
 		}
 		rp, err := parsePorts("receiver_ports", *recvPorts)
 		if err != nil {
@@ -57,20 +56,14 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if peers == nil {
 			peers = given
 		} else if strings.Join(given, ",") != strings.Join(peers, ",") {
-			return fmt.Errorf("%s disagrees with --remote_ip/--receiver_ports (%s); give one of them", pos[1], strings.Join(peers, ","))
+			return usagef("%s disagrees with --remote_ip/--receiver_ports (%s); give one of them", pos[1], strings.Join(peers, ","))
 		}
-	}
-	if len(peers) == 0 {
-		return errors.New("missing the inbound gateway's listener(s): give --remote_ip and --receiver_ports, or PEER_IP:PROXY_C after the UID")
 	}
 	ss, err := sessions()
 	if err != nil {
 		return err
 	}
-	sess, err := ss.Load(uid)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no local record of stream %s in %s: run outbound-request as the same user (same SCISTREAM_HOME) that ran inbound-request, or use s2uc stream", uid, ss.Dir)
-	}
+	sess, err := loadRecord(ss, uid, fmt.Sprintf("s2uc keeps them in %s: run outbound-request as the same user (same SCISTREAM_HOME) that ran inbound-request, or use s2uc stream", ss.Dir))
 	if err != nil {
 		return err
 	}
@@ -78,10 +71,10 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("local record of stream %s has no inbound side; request it with inbound-request first", uid)
 	}
 	if rate > 0 && sess.Rate == 0 {
-		return fmt.Errorf("--rate: the inbound side of stream %s reserved no rate (best effort), so the two sides could not settle on one; give --rate to inbound-request, or raise the inbound side first with s2uc update %s --rate --s2cs %s", uid, uid, sess.Inbound.S2CS)
+		return usagef("--rate: the inbound side of stream %s reserved no rate (best effort), so the two sides could not settle on one; give --rate to inbound-request, or raise the inbound side first with s2uc update %s --rate --s2cs %s", uid, uid, sess.Inbound.S2CS)
 	}
 	if sess.Outbound != nil {
-		return fmt.Errorf("stream %s already has an outbound side on %s; release it first", uid, sess.Outbound.S2CS)
+		return conflictf("stream %s already has an outbound side on %s; release it first", uid, sess.Outbound.S2CS)
 	}
 	out, err := gw.client(cl.timeout)
 	if err != nil {
@@ -97,6 +90,9 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("inbound gateway %s: %w", sess.Inbound.S2CS, err)
 	}
 	defer in.Close()
+	if peers, err = checkPeers(ctx, in, sess, peers); err != nil {
+		return err
+	}
 	req := &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
 		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
@@ -118,4 +114,29 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "uid: %s\nlisteners: %s\n", s.UID, printableList(s.Listeners, " "))
 	printTerms(stdout, s)
 	return nil
+}
+
+// checkPeers checks the inbound listeners the command line gives
+// (peers) against those the inbound side gave: s2uc's record of it, or,
+// when the record holds none, the inbound gateway, if it answers. A
+// mismatch is refused, naming both: the outbound side would dial a port
+// the inbound side never opened, and say "connected" until data failed.
+// With none given, the inbound side's are used.
+func checkPeers(ctx context.Context, in *client.Client, sess *client.Session, peers []string) ([]string, error) {
+	gave, from := sess.Inbound.Listeners, "s2uc's record of the inbound side"
+	if len(gave) == 0 {
+		if s, err := in.Get(ctx, sess.UID); err == nil {
+			gave, from = s.Listeners, "the inbound gateway "+sess.Inbound.S2CS
+		}
+	}
+	switch {
+	case len(peers) == 0 && len(gave) == 0:
+		return nil, usagef("missing the inbound gateway's listener(s): give --remote_ip and --receiver_ports, or PEER_IP:PROXY_C after the UID")
+	case len(peers) == 0:
+		return gave, nil
+	case len(gave) == 0 || slices.Equal(peers, gave):
+		return peers, nil
+	}
+	return nil, conflictf("the inbound listeners given, %s, are not those the inbound side of %s gave, %s (%s): give --remote_ip %s --receiver_ports %s, or %s after the UID, or nothing (s2uc takes them from its record)",
+		strings.Join(peers, ","), sess.UID, printableList(gave, ","), from, hostOf(gave[0]), portsOf(gave), printableList(gave, ","))
 }

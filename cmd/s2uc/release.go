@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/bytesize"
@@ -14,7 +15,7 @@ import (
 
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("release", "UID [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
-	gw := cl.gateway("", "gateway")
+	gw := cl.recordGateway("", "gateway")
 	owner := cl.fs.String("owner", "", ownerUsage)
 	pos, err := cl.parse(args, 1, 1, "give exactly one stream UID to release")
 	if err != nil {
@@ -32,17 +33,18 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if serr != nil && !errors.Is(serr, os.ErrNotExist) {
 		return serr
 	}
+	if sess != nil && sess.Released != nil && gw.s2cs == "" {
+		return releasedError(uid, sess.Released)
+	}
 	type target struct {
 		side string
 		gw   gatewayFlags
 	}
 	var targets []target
-	if gw.s2cs != "" {
+	switch {
+	case gw.s2cs != "":
 		targets = append(targets, target{"", *gw})
-	} else {
-		if sess == nil {
-			return fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT (and --server_cert)", uid)
-		}
+	case sess != nil:
 		// Outbound first: stop accepting producers before the far side goes.
 		if e := sess.Outbound; e != nil {
 			targets = append(targets, target{"outbound", endpointGateway(e)})
@@ -50,6 +52,10 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if e := sess.Inbound; e != nil {
 			targets = append(targets, target{"inbound", endpointGateway(e)})
 		}
+	case gw.useDefault():
+		targets = append(targets, target{"", *gw})
+	default:
+		return noRecord(ss, uid, "give the gateway with --s2cs HOST:PORT (and --server_cert)")
 	}
 	var errs []error
 	var released []*api.Stream
@@ -85,9 +91,14 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintln(stdout, line)
 		}
 	}
-	if sess != nil {
+	if sess != nil && sess.Released == nil {
 		if sess.Inbound == nil && sess.Outbound == nil {
-			if err := ss.Remove(uid); err != nil {
+			var at time.Time
+			by := ""
+			if len(released) > 0 {
+				at, by = released[0].Updated, released[0].Reason
+			}
+			if err := markReleased(ss, sess, at, by); err != nil {
 				errs = append(errs, err)
 			}
 		} else if err := ss.Save(sess); err != nil {

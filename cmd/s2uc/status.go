@@ -14,7 +14,7 @@ import (
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("status", "UID [--s2cs HOST:PORT --server_cert FILE] [--watch 1s]", stderr)
-	gw := cl.gateway("", "gateway (default: every gateway s2uc wired for UID)")
+	gw := cl.recordGateway("", "gateway (default: every gateway s2uc wired for UID)")
 	watch := cl.fs.Duration("watch", 0, "repeat every interval until interrupted (e.g. 1s)")
 	count := cl.fs.Int("count", 0, "with --watch, stop after this many reports (0: until interrupted)")
 	owner := cl.fs.String("owner", "", ownerUsage)
@@ -26,7 +26,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *watch < 0 || (*watch > 0 && *watch < 100*time.Millisecond) {
-		return errors.New("--watch must be at least 100ms")
+		return usagef("--watch must be at least 100ms")
 	}
 	uid := pos[0]
 	gws := []gatewayFlags{*gw}
@@ -35,20 +35,30 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		sess, err := ss.Load(uid)
-		if err != nil {
-			return fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT", uid)
-		}
-		gws = nil
-		if e := sess.Inbound; e != nil {
-			gws = append(gws, endpointGateway(e))
-		}
-		if e := sess.Outbound; e != nil {
-			gws = append(gws, endpointGateway(e))
+		sess, err := loadRecord(ss, uid, "give the gateway with --s2cs HOST:PORT")
+		var nf *classified
+		switch {
+		case errors.As(err, &nf) && nf.status == exitNotFound && !errors.Is(err, errReleased) && gw.useDefault():
+			gws = []gatewayFlags{*gw} // no record: ask the default gateway
+		case err != nil:
+			return err
+		default:
+			gws = nil
+			if e := sess.Inbound; e != nil {
+				gws = append(gws, endpointGateway(e))
+			}
+			if e := sess.Outbound; e != nil {
+				gws = append(gws, endpointGateway(e))
+			}
 		}
 	}
 	for n := 1; ; n++ {
+		// Every side that answers is shown; the error of each that
+		// does not is returned (and said on stderr each round with
+		// --watch), so that one gateway down hides nothing of the other.
 		var views []*api.Stream
+		var addrs []string
+		var errs []error
 		for _, g := range gws {
 			c, err := g.client(cl.timeout)
 			if err != nil {
@@ -57,15 +67,18 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			s, err := c.GetOf(ctx, *owner, uid)
 			c.Close()
 			if err != nil {
-				return fmt.Errorf("status on %s: %w", g.s2cs, err)
+				errs = append(errs, fmt.Errorf("status on %s: %w", g.s2cs, err))
+				continue
 			}
 			views = append(views, public(s))
+			addrs = append(addrs, g.s2cs)
 		}
 		if cl.output == "json" {
 			var err error
-			if len(views) == 1 {
+			switch {
+			case len(gws) == 1 && len(views) == 1:
 				err = printJSON(stdout, views[0])
-			} else {
+			case len(views) > 0:
 				err = printJSON(stdout, map[string]any{"uid": uid, "gateways": views})
 			}
 			if err != nil {
@@ -73,11 +86,15 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		} else {
 			for i, s := range views {
-				printStatus(stdout, gws[i].s2cs, s)
+				printStatus(stdout, addrs[i], s)
 			}
 		}
+		err := errors.Join(errs...)
 		if *watch == 0 || (*count > 0 && n >= *count) {
-			return nil
+			return err
+		}
+		if err != nil {
+			report(stderr, args, hint(printableError{err}))
 		}
 		select {
 		case <-ctx.Done():
@@ -95,6 +112,9 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	fmt.Fprintf(w, "%s on %s: %s %s", s.UID, addr, printable(string(s.Role)), printable(string(s.State)))
 	if s.Reason != "" {
 		fmt.Fprintf(w, " (%s)", printable(s.Reason))
+	}
+	if st.Peer != "" {
+		fmt.Fprintf(w, ", peer gateway %s", printable(st.Peer))
 	}
 	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s", printableList(s.Listeners, ","), printableList(s.Targets, ","), printable(s.WAN), printable(s.Engine))
 	if s.AppWaitS != nil {

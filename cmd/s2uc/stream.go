@@ -8,6 +8,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
+	"scistream/internal/cliflag"
 )
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -35,7 +36,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *remoteIP == "" {
-		return fmt.Errorf("missing --remote_ip: the address of the application that listens")
+		return usagef("missing --remote_ip: the address of the application that listens")
 	}
 	rp, err := parsePorts("receiver_ports", *recvPorts)
 	if err != nil {
@@ -51,13 +52,16 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkMaxActive(*maxActive); err != nil {
 		return err
 	}
+	seen := cliflag.Seen(cl.fs)
 	for _, g := range []*gatewayFlags{ig, og} {
-		if g.tokenFile == "" {
+		// --token_file on the command line wins over a side's default
+		// (configuration file), not over --inbound_token_file.
+		if *tokenFile != "" && !seen[g.prefix+"token_file"] {
 			g.tokenFile = *tokenFile
 		}
 	}
 	if ig.s2cs == "" || og.s2cs == "" {
-		return fmt.Errorf("give both --inbound_s2cs and --outbound_s2cs")
+		return usagef("give both --inbound_s2cs and --outbound_s2cs")
 	}
 	in, err := ig.client(cl.timeout)
 	if err != nil {

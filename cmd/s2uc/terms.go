@@ -35,7 +35,7 @@ func (t *termFlags) parse() (rate, least int64, leaseS int, err error) {
 		return 0, 0, 0, err
 	}
 	if l > r {
-		return 0, 0, 0, fmt.Errorf("--min_rate %s is more than --rate %s", l, r)
+		return 0, 0, 0, usagef("--min_rate %s is more than --rate %s", l, r)
 	}
 	leaseS, err = parseLease(t.lease)
 	return int64(r), int64(l), leaseS, err
@@ -47,7 +47,7 @@ func parseRateFlag(name, s string) (pace.Rate, error) {
 	}
 	r, err := pace.ParseRate(s)
 	if err != nil {
-		return 0, fmt.Errorf("--%s %w", name, err)
+		return 0, usagef("--%s %w", name, err)
 	}
 	return r, nil
 }
@@ -61,11 +61,11 @@ func parseLease(s string) (int, error) {
 	d, err := time.ParseDuration(s)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("--lease %q: give a duration such as 2h or 90m", s)
+		return 0, usagef("--lease %q: give a duration such as 2h or 90m", s)
 	case d <= 0 || d%time.Second != 0:
-		return 0, fmt.Errorf("--lease %s: give a positive whole number of seconds, e.g. 2h", d)
+		return 0, usagef("--lease %s: give a positive whole number of seconds, e.g. 2h", d)
 	case d > 366*24*time.Hour:
-		return 0, fmt.Errorf("--lease %s is longer than a year; see s2uc info for the gateway's longest lease", d)
+		return 0, usagef("--lease %s is longer than a year; see s2uc info for the gateway's longest lease", d)
 	}
 	return int(d / time.Second), nil
 }

@@ -144,8 +144,8 @@ func TestGatewayAnswersChecked(t *testing.T) {
 					}
 					continue
 				}
-				checkOneLine(t, args, stdout, stderr, code, "s2cs "+addr+": answer refused: ")
-				checkOneLine(t, args, stdout, stderr, code, c.want)
+				checkExit(t, args, stdout, stderr, code, exitFailed, "s2cs "+addr+": answer refused: ")
+				checkExit(t, args, stdout, stderr, code, exitFailed, c.want)
 				if !strings.Contains(stderr, "check that --s2cs and --server_cert name a SciStream gateway you trust") {
 					t.Errorf("%s: %q does not say what to check", args[0], stderr)
 				}
@@ -306,7 +306,7 @@ func TestGatewayTextPrintable(t *testing.T) {
 	for _, args := range [][]string{{"status", otherUID}, {"watch", otherUID, "--count", "1"}} {
 		args = append(args, gw...)
 		stdout, stderr, code := s2uc(t, args...)
-		checkOneLine(t, args, stdout, stderr, code, `internal: x\x1b]0;pwned\a\x1b[2J\u009b31m\u202egnp.exe\x7f\tcol; line (request id\u009b2J\u202e in the gateway's log)`)
+		checkExit(t, args, stdout, stderr, code, exitFailed, `internal: x\x1b]0;pwned\a\x1b[2J\u009b31m\u202egnp.exe\x7f\tcol; line (request id\u009b2J\u202e in the gateway's log)`)
 		checkNoControls(t, "s2uc "+strings.Join(args, " "), stderr)
 	}
 

@@ -19,7 +19,7 @@ import (
 // rate, the sides already raised are set back.
 func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("update", "UID [--rate R] [--allow LIST] [--lease D] [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stderr)
-	gw := cl.gateway("", "gateway")
+	gw := cl.recordGateway("", "gateway")
 	owner := cl.fs.String("owner", "", ownerUsage)
 	rateF := cl.fs.String("rate", "", "new reserved rate in bits per second (e.g. 800M, 10Gbit/s, 100MB/s), 0 for best effort; a higher rate is admitted by each gateway or refused")
 	allowF := cl.fs.String("allow", "", "new allow-list of the outbound side: comma-separated addresses or CIDR prefixes; connections open now stay")
@@ -53,7 +53,7 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		req.LeaseS = &l
 	}
 	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
-		return errors.New("nothing to update: give --rate, --allow or --lease")
+		return usagef("nothing to update: give --rate, --allow or --lease")
 	}
 	type side struct {
 		role api.Role
@@ -68,18 +68,22 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if serr != nil && !errors.Is(serr, os.ErrNotExist) {
 		return serr
 	}
-	if gw.s2cs != "" {
+	switch {
+	case gw.s2cs != "":
 		sides = append(sides, side{"", *gw})
-	} else {
-		if sess == nil {
-			return fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT (and --server_cert)", uid)
-		}
+	case sess != nil && sess.Released != nil:
+		return releasedError(uid, sess.Released)
+	case sess != nil:
 		if e := sess.Inbound; e != nil {
 			sides = append(sides, side{api.RoleInbound, endpointGateway(e)})
 		}
 		if e := sess.Outbound; e != nil {
 			sides = append(sides, side{api.RoleOutbound, endpointGateway(e)})
 		}
+	case gw.useDefault():
+		sides = append(sides, side{"", *gw})
+	default:
+		return noRecord(ss, uid, "give the gateway with --s2cs HOST:PORT (and --server_cert)")
 	}
 	type done struct {
 		c   *client.Client

@@ -34,7 +34,7 @@ const watchHistory = 60 // sparkline samples kept per stream and direction
 
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("watch", "[UID] [--s2cs HOST:PORT --server_cert FILE] [--interval 1s] [--count N]", stderr)
-	gw := cl.gateway("", "gateway (default with a UID: both gateways s2uc wired for it)")
+	gw := cl.recordGateway("", "gateway (default with a UID: both gateways s2uc wired for it)")
 	interval := cl.fs.Duration("interval", time.Second, "time between refreshes, at least 100ms")
 	count := cl.fs.Int("count", 0, "stop after this many refreshes (0: until q or Ctrl-C)")
 	pos, err := cl.parse(args, 0, 1, "")
@@ -43,9 +43,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case *interval < 100*time.Millisecond:
-		return fmt.Errorf("--interval %s: give at least 100ms, e.g. 1s", *interval)
+		return usagef("--interval %s: give at least 100ms, e.g. 1s", *interval)
 	case *count < 0:
-		return fmt.Errorf("--count %d: give how many refreshes, or 0 until q or Ctrl-C", *count)
+		return usagef("--count %d: give how many refreshes, or 0 until q or Ctrl-C", *count)
 	}
 	w := &watcher{out: stdout, json: cl.output == "json", hist: map[string]*sparks{}}
 	if len(pos) == 1 {
@@ -54,10 +54,16 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	gws := []gatewayFlags{*gw}
 	if gw.s2cs == "" {
 		if w.uid == "" {
-			return errors.New("missing --s2cs HOST:PORT of the gateway to watch (or give a stream UID that s2uc wired)")
-		}
-		if gws, err = sessionGateways(w.uid); err != nil {
-			return err
+			if !gw.useDefault() {
+				return usagef("missing --s2cs HOST:PORT of the gateway to watch (or give a stream UID that s2uc wired, or a default gateway: docs/client.md)")
+			}
+			gws = []gatewayFlags{*gw}
+		} else if gws, err = sessionGateways(w.uid); err != nil {
+			var nf *classified
+			if !errors.As(err, &nf) || nf.status != exitNotFound || errors.Is(err, errReleased) || !gw.useDefault() {
+				return err
+			}
+			gws = []gatewayFlags{*gw}
 		}
 	}
 	for _, g := range gws {
@@ -80,9 +86,9 @@ func sessionGateways(uid string) ([]gatewayFlags, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := ss.Load(uid)
+	sess, err := loadRecord(ss, uid, "give the gateway with --s2cs HOST:PORT")
 	if err != nil {
-		return nil, fmt.Errorf("no local record of stream %s: give the gateway with --s2cs HOST:PORT", uid)
+		return nil, err
 	}
 	var gws []gatewayFlags
 	for _, e := range []*client.Endpoint{sess.Inbound, sess.Outbound} {

@@ -17,13 +17,13 @@ func TestWatchBadCommandLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"watch"}, "missing --s2cs HOST:PORT of the gateway to watch (or give a stream UID that s2uc wired)"},
+		{[]string{"watch"}, "missing --s2cs HOST:PORT of the gateway to watch (or give a stream UID that s2uc wired, or a default gateway"},
 		{[]string{"watch", "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c"}, "no local record of stream 0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c: give the gateway with --s2cs"},
 		{[]string{"watch", "--s2cs", gw, "--interval", "10ms"}, "--interval 10ms: give at least 100ms"},
 		{[]string{"watch", "--s2cs", gw, "--count", "-1"}, "--count -1: give how many refreshes"},
 		{[]string{"watch", "--s2cs", gw, "a", "b"}, `unexpected argument "b"`},
 		{[]string{"watch", "--s2cs", gw, "--output", "yaml"}, `--output "yaml": use text or json`},
-		{[]string{"watch", "--s2cs", gw, "--refresh", "1s"}, "flag provided but not defined: -refresh"},
+		{[]string{"watch", "--s2cs", gw, "--refresh", "1s"}, "unknown flag --refresh (s2uc watch --help lists the flags)"},
 	} {
 		stdout, stderr, code := s2uc(t, c.args...)
 		checkOneLine(t, c.args, stdout, stderr, code, c.want)

@@ -95,9 +95,20 @@ type GatewayStatus struct {
 	Now        time.Time     `json:"now"`
 	Started    time.Time     `json:"started"`
 	Health     GatewayHealth `json:"health"`
-	// Streams are the live streams, oldest first.
+	// Identity is the caller's, and Scope whose streams Streams holds:
+	// ScopeAll for a reader or an operator, ScopeOwn (the caller's
+	// own) for anyone else.
+	Identity string `json:"identity"`
+	Scope    string `json:"scope"`
+	// Streams are the live streams in Scope, oldest first.
 	Streams []Stream `json:"streams"`
 }
+
+// The scopes of GET /v1/status.
+const (
+	ScopeAll = "all" // every identity's streams: readers and operators
+	ScopeOwn = "own" // the caller's own streams
+)
 
 // GatewayHealth is what the gateway holds and has refused; the same
 // numbers as its Prometheus metrics (docs/operations.md).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"scistream/internal/api"
@@ -123,6 +124,18 @@ type Session struct {
 	LeaseS   int       `json:"lease_s,omitempty"`
 	Inbound  *Endpoint `json:"inbound,omitempty"`
 	Outbound *Endpoint `json:"outbound,omitempty"`
+	// Released is set once s2uc released every side it wired: the
+	// record then stays, without its sides, so that the UID given again
+	// is answered "released at T by X", not "unknown".
+	Released *Released `json:"released,omitempty"`
+}
+
+// Released says when a stream was released, and by whom, as its
+// gateway told it.
+type Released struct {
+	At time.Time `json:"at"`
+	// By is the gateway's reason, e.g. "released by alice".
+	By string `json:"by,omitempty"`
 }
 
 // Sessions stores Session files in a directory.
@@ -209,4 +222,45 @@ func (s Sessions) Remove(uid string) error {
 		return nil
 	}
 	return err
+}
+
+// UIDs returns the UIDs of the records in the store (released ones
+// too), to suggest the nearest to a mistyped one. A store that does
+// not exist yet holds none.
+func (s Sessions) UIDs() ([]string, error) {
+	ents, err := os.ReadDir(s.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var uids []string
+	for _, e := range ents {
+		if uid, ok := strings.CutSuffix(e.Name(), ".json"); ok && api.ValidUID(uid) && e.Type().IsRegular() {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
+}
+
+// PruneReleased removes the records of streams released before
+// before: a released record only answers a UID given again, and would
+// otherwise stay for good. A record that cannot be read is left alone.
+func (s Sessions) PruneReleased(before time.Time) error {
+	uids, err := s.UIDs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, uid := range uids {
+		sess, err := s.Load(uid)
+		if err != nil || sess.Released == nil || !sess.Released.At.Before(before) {
+			continue
+		}
+		if err := s.Remove(uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

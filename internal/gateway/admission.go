@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"scistream/internal/admission"
-	"scistream/internal/api"
 	"scistream/internal/pace"
 	"scistream/internal/store"
 )
@@ -64,9 +63,10 @@ func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 	}
 	for k, r := range s.pending {
 		// A stream in both is counted once: create adds it to the
-		// table just before it unreserves its key.
+		// table just before it unreserves its key. One created
+		// connected (of a 1.2 client: legacy12.go) waits for no peer.
 		if s.streams[k] == nil {
-			add(k, pace.Rate(r.Rate), r.NumConn, r.PortsHeld(), r.Role == api.RoleInbound)
+			add(k, pace.Rate(r.Rate), r.NumConn, r.PortsHeld(), waitsForPeer(r))
 		}
 	}
 	return u
@@ -77,7 +77,7 @@ func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 // (rec.Rate). s.mu must be held.
 func (s *Server) admitLocked(rec *store.Record) error {
 	g, err := s.admit.Admit(s.usageLocked(rec.Owner, rec.Key()), admission.Ask{
-		Owner: rec.Owner, NumConn: rec.NumConn, Ports: rec.PortsHeld(), Inbound: rec.Role == api.RoleInbound,
+		Owner: rec.Owner, NumConn: rec.NumConn, Ports: rec.PortsHeld(), Inbound: waitsForPeer(rec),
 		Want: pace.Rate(rec.RateRequested), Least: pace.Rate(rec.MinRate),
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/intake"
+	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
@@ -46,13 +47,16 @@ type Config struct {
 	// Auth authenticates control-API callers. Required; use
 	// auth.Anonymous only for an explicitly insecure gateway. One that
 	// is an auth.PrincipalAuthenticator (auth.Chain) also tells the
-	// caller's groups and scopes, which Roles may use.
+	// caller's groups and scopes, which Roles may use. Server.SetAccess
+	// replaces it while the gateway serves.
 	Auth auth.Authenticator
-	// Roles gives callers their roles (access.go): user (own streams),
-	// operator (every identity's streams), reader (info, status and
-	// metrics). If nil, every authenticated caller is a user, and
-	// nobody a reader or an operator: the status and the metrics, which
-	// show every identity's streams, are refused to every token.
+	// Roles gives callers their roles (internal/access): user (own
+	// streams, and its own streams in the status), operator (every
+	// identity's streams), reader (info, every stream in the status, and
+	// the metrics). If nil, every authenticated caller is a user, and
+	// nobody a reader or an operator: the metrics, which show every
+	// identity's streams, are refused to every token. Server.SetAccess
+	// replaces it while the gateway serves.
 	Roles *auth.Policy
 	// Store persists stream records. Required. Shutdown closes it.
 	Store store.Store
@@ -119,8 +123,8 @@ type Config struct {
 	// stream waits (a request may ask for 0 only).
 	AppWaitMax time.Duration
 	// Pool manages the pooled WAN legs of outbound streams (internal/stream). Its
-	// zero value is the defaults documented on stream.PoolConfig.
-	Pool stream.PoolConfig
+	// zero value is the defaults documented on legpool.Config.
+	Pool legpool.Config
 	// Quota limits what one identity may hold at once. Its zero value is
 	// the defaults documented on admission.Quota.
 	Quota admission.Quota
@@ -338,7 +342,7 @@ func (c Config) Validate() error {
 		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
 	}
 	if err := c.Pool.Validate(); err != nil {
-		var fe *stream.FieldError
+		var fe *legpool.FieldError
 		errors.As(err, &fe)
 		return &ConfigError{Field: "Pool." + fe.Field, Problem: fe.Problem, Err: err}
 	}

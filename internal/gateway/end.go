@@ -30,6 +30,9 @@ func (s *Server) end(st *stream.Stream, state api.State, reason string) *store.R
 	st.SaveMu.Lock()
 	defer st.SaveMu.Unlock()
 	rec := st.Record()
+	if s.fac == nil { // a node of a facility counts its own channels only
+		rec.Carried = st.Carried() // the final counters, kept with the end
+	}
 	s.finish(rec, state, reason)
 	st.SetRecord(rec)
 	return rec
@@ -159,5 +162,22 @@ func (s *Server) prune(now time.Time) {
 				s.log.Error("prune record", "uid", r.UID, "err", err)
 			}
 		}
+	}
+}
+
+// keepCarried stores what the stopped stream st carried in its record, so
+// that the next start counts on from it (store.Record.Carried). A node of
+// a facility keeps none: its counters are its own channels' only, and
+// the record is every node's.
+func (s *Server) keepCarried(st *stream.Stream) {
+	if s.fac != nil {
+		return
+	}
+	st.SaveMu.Lock()
+	defer st.SaveMu.Unlock()
+	c := st.Carried()
+	rec := st.Change(func(r *store.Record) { r.Carried = c })
+	if err := s.cfg.Store.Put(rec); err != nil {
+		s.log.Warn("could not store what a stream carried; its counters start again from zero at the next start", "uid", rec.UID, "owner", rec.Owner, "err", err)
 	}
 }

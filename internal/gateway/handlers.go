@@ -243,6 +243,9 @@ func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 	}
 	v.PeerServerName = rec.PeerServerName
 	v.WANPool = rec.WANPool
+	if st == nil && rec.Carried != nil { // ended: its final counters
+		v.Stats = &api.Stats{BytesToWAN: rec.Carried.BytesToWAN, BytesFromWAN: rec.Carried.BytesFromWAN, TotalConns: rec.Carried.Conns}
+	}
 	if st != nil {
 		v.Stats = st.Stats()
 		v.EngineNote = st.EngineNote()

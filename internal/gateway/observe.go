@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"sort"
 
+	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/observe"
@@ -41,10 +42,14 @@ func (o observed) Gauges() observe.Gauges {
 	}
 }
 
-// handleStatus answers GET /v1/status: the gateway's health and every
-// live stream, whoever owns it, with its rate history.
+// handleStatus answers GET /v1/status: the gateway's health and the live
+// streams, with their rate history: every identity's for a reader or an
+// operator, the caller's own for anyone else.
 func (s *Server) handleStatus(r *http.Request) (int, any, error) {
+	p := access.Principal(r)
 	out := api.GatewayStatus{
+		Identity:   p.Identity,
+		Scope:      api.ScopeOwn,
 		Version:    version.Version,
 		ListenerIP: s.cfg.ListenerIP,
 		Now:        s.cfg.Now(),
@@ -52,7 +57,14 @@ func (s *Server) handleStatus(r *http.Request) (int, any, error) {
 		Health:     s.obs.Health(),
 		Streams:    []api.Stream{},
 	}
+	all := p.Has(auth.RoleReader)
+	if all {
+		out.Scope = api.ScopeAll
+	}
 	for _, st := range s.live() {
+		if !all && st.Key.Owner != p.Identity {
+			continue
+		}
 		v := s.view(st.Record(), st)
 		v.Stats.Rates = st.Rates.View(true)
 		out.Streams = append(out.Streams, v)
@@ -64,7 +76,6 @@ func (s *Server) handleStatus(r *http.Request) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
-// operatorView guards what operators look at (GET /metrics, GET
-// /v1/status), which shows every identity's streams: readers and
-// operators only (s2cs --roles names them).
+// operatorView guards GET /metrics, which shows every identity's
+// streams: readers and operators only (s2cs --roles names them).
 func (s *Server) operatorView(h http.Handler) http.Handler { return s.authedHTTP(h, auth.RoleReader) }

@@ -11,7 +11,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
-	"scistream/internal/stream"
+	"scistream/internal/legpool"
 	"scistream/internal/waitfor"
 )
 
@@ -105,7 +105,7 @@ func TestPooledLegs(t *testing.T) {
 // tears down another stream's idle one (counted), and warming alone
 // never does.
 func TestPoolCap(t *testing.T) {
-	p := startPair(t, nil, func(c *Config) { c.Pool = stream.PoolConfig{MaxPerPeer: 2, Policy: stream.PolicyLRU} })
+	p := startPair(t, nil, func(c *Config) { c.Pool = legpool.Config{MaxPerPeer: 2, Policy: legpool.PolicyLRU} })
 	prod, in, out := p.prod, p.in, p.out
 	ctx := context.Background()
 	echo := echoApp(t)

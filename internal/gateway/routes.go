@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
+	"scistream/internal/controlport"
 )
 
 // The HTTP layer: routes, authentication, request decoding and error
@@ -27,9 +29,11 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(api.OpenAPI)
 	})
-	// What operators look at (observe.go): the metrics, the gateway's
-	// status, and the status page, which holds no data of its own.
-	mux.Handle("GET /v1/status", s.operatorView(s.answer(s.handleStatus)))
+	// What operators look at (observe.go): the metrics (readers and
+	// operators), the gateway's status (every caller: its own streams,
+	// all of them for readers and operators), and the status page, which
+	// holds no data of its own.
+	mux.Handle("GET /v1/status", s.authedAs(s.handleStatus, auth.RoleUser, auth.RoleReader))
 	mux.Handle("GET /metrics", s.operatorView(s.obs.Metrics()))
 	mux.HandleFunc("GET /status", s.obs.ServeStatusPage)
 
@@ -99,7 +103,8 @@ func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 // refuses requests until the server is ready; then h answers.
 func (s *Server) authedHTTP(h http.Handler, roles ...auth.Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := access.Authenticate(s.cfg.Auth, s.cfg.Roles, w, r, roles)
+		ac := s.access.Load()
+		p, err := access.Authenticate(ac.auth, ac.roles, w, r, roles)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -191,4 +196,54 @@ func jsonMsg(err error) string {
 		return "empty body; send a JSON object"
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// accessConfig is how callers are authenticated and what roles they
+// hold, replaced whole by SetAccess.
+type accessConfig struct {
+	auth  auth.Authenticator
+	roles *auth.Policy
+}
+
+// SetAccess replaces how callers are authenticated (Config.Auth) and the
+// roles they hold (Config.Roles, nil for every caller a user), at once
+// for every request that arrives from now on (one in flight finishes
+// under the old ones); s2cs calls it on SIGHUP with the files re-read.
+// It refuses a nil authn and keeps the old ones. The caller closes the
+// old authenticator, if it must, once it has replaced it.
+func (s *Server) SetAccess(authn auth.Authenticator, roles *auth.Policy) error {
+	if authn == nil {
+		return errors.New("authenticator required")
+	}
+	s.access.Store(&accessConfig{authn, roles})
+	return nil
+}
+
+// SetGRPC makes the control port serve h, a gRPC server's ServeHTTP, to
+// HTTP/2 requests of content type application/grpc, beside the API
+// (internal/controlport). Call it before Serve; nil (the default) serves
+// the HTTPS API alone, over HTTP/1.1.
+func (s *Server) SetGRPC(h http.Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.grpc = h
+}
+
+// controlListen returns the listener of the control API on ln: TLS
+// connections for net/http, with those that chose HTTP/2 served apart
+// when a gRPC service is set. Called by Serve with s.httpSrv set.
+func (s *Server) controlListen(ln net.Listener) net.Listener {
+	cfg := s.httpSrv.TLSConfig
+	if s.grpc == nil {
+		return controlport.Listen(ln, cfg, maxHeaderBytes)
+	}
+	api, grpcH := s.httpSrv.Handler, s.grpc
+	h2 := s.httpServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			grpcH.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	return controlport.ListenSplit(ln, cfg, maxHeaderBytes, s.httpSrv.ReadHeaderTimeout, h2, &s.wg)
 }

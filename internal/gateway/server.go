@@ -14,13 +14,13 @@
 // internal/intake (a request turned into a record), internal/admission
 // (what a stream may hold), internal/stream (a running stream),
 // internal/wanport (the shared WAN port), internal/facility (a node of a
-// facility), internal/observe (what operators watch). Each gets what it
+// facility), internal/observe (what operators watch), internal/controlport
+// (the control port's listener), internal/legacy12 (the 1.2 protocol). Each gets what it
 // needs of the server as a value or a small interface; none reaches back
 // into the Server. Here:
 //
 //	config.go    Config, its defaults and Validate (the one validator), the plan of open files
 //	server.go    Server: New, Serve, Shutdown
-//	listener.go  the control API's TLS listener (net/http's own errors with the JSON body)
 //	routes.go    the HTTP layer: routes, authentication, decoding, error writing
 //	reqlog.go    request ids and the request log line
 //	handlers.go  one thin handler per route, the public view
@@ -44,12 +44,14 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"scistream/internal/admission"
 	"scistream/internal/egress"
 	"scistream/internal/facility"
 	"scistream/internal/intake"
+	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
@@ -68,12 +70,13 @@ type Server struct {
 	engines *relay.Engines
 	env     *stream.Env // what every stream gets
 	strange *strangers.Gate
-	self    *egress.Self      // the endpoints no stream may make the gateway dial
-	files   Files             // the plan of open files, as Config.Files gave it
-	admit   admission.Policy  // what a stream may hold (Config.Capacity, Config.Quota)
-	intake  *intake.Checker   // a request turned into a record
-	obs     *observe.Observer // what operators look at: metrics, status, rates
-	fac     *facility.Node    // the node's side of its facility (internal/facility); nil for a gateway of one node
+	self    *egress.Self                 // the endpoints no stream may make the gateway dial
+	files   Files                        // the plan of open files, as Config.Files gave it
+	admit   admission.Policy             // what a stream may hold (Config.Capacity, Config.Quota)
+	access  atomic.Pointer[accessConfig] // who may call: Config.Auth and Roles, or SetAccess's
+	intake  *intake.Checker              // a request turned into a record
+	obs     *observe.Observer            // what operators look at: metrics, status, rates
+	fac     *facility.Node               // the node's side of its facility (internal/facility); nil for a gateway of one node
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -88,6 +91,7 @@ type Server struct {
 	port    *wanport.Port // the shared WAN port, once open (Config.WANPort)
 
 	httpSrv  *http.Server
+	grpc     http.Handler   // the gRPC service on the control port (SetGRPC); nil: none
 	wg       sync.WaitGroup // janitor and HTTP serving
 	stopOnce sync.Once
 	done     chan struct{}
@@ -148,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 			Peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
 			Advertise: cfg.WANAdvertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
-			Legs:       stream.NewLegManager(cfg.Pool, cfg.Logger),
+			Legs:       legpool.New(cfg.Pool, cfg.Logger),
 			Handshakes: stream.NewHandshakes(cfg.HandshakesPerPeer),
 			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
 			BestEffort: stream.NewBestEffort(cfg.Capacity.Rate),
@@ -165,6 +169,7 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)
+	s.access.Store(&accessConfig{cfg.Auth, cfg.Roles})
 	s.intake = intake.New(intake.Config{
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
 		WANPort: cfg.WANPort, WANDomain: cfg.WANDomain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
@@ -244,7 +249,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		errc <- s.httpSrv.Serve(controlListener{ln, s.httpSrv.TLSConfig})
+		errc <- s.httpSrv.Serve(s.controlListen(ln))
 	}()
 	select {
 	case <-ctx.Done():
@@ -307,6 +312,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		for _, st := range s.live() {
 			st.Stop()
+			s.keepCarried(st)
 		}
 		s.cancel()
 		s.wg.Wait()

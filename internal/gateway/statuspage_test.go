@@ -54,9 +54,10 @@ func TestStatusPageServed(t *testing.T) {
 	}
 }
 
-// TestStatusAPI: GET /v1/status needs a token and the reader role; it
-// shows every identity's live streams (the operators' view) with their
-// rate history and the gateway's health, and never a secret.
+// TestStatusAPI: GET /v1/status needs a token; it shows a reader every
+// identity's live streams (the operators' view), and a plain user its
+// own only, with their rate history and the gateway's health, and never
+// a secret.
 func TestStatusAPI(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.Roles = mustPolicy(t, "user any\nreader identity bob\n") })
 	var a, b api.Stream
@@ -64,7 +65,11 @@ func TestStatusAPI(t *testing.T) {
 	callOK(t, s, "POST", "/v1/streams/inbound", bobToken, inboundBody(9001), 201, &b)
 	callErr(t, s, "GET", "/v1/status", "", "", 401, api.CodeUnauthenticated, "bearer token")
 	callErr(t, s, "GET", "/v1/status", "nope", "", 401, api.CodeUnauthenticated, "not recognised")
-	callErr(t, s, "GET", "/v1/status", aliceToken, "", 403, api.CodePermissionDenied, "needs the role reader")
+	var own api.GatewayStatus
+	callOK(t, s, "GET", "/v1/status", aliceToken, "", 200, &own)
+	if own.Scope != api.ScopeOwn || own.Identity != "alice" || len(own.Streams) != 1 || own.Streams[0].UID != a.UID || own.Streams[0].Owner != "alice" {
+		t.Fatalf("alice's status: scope %q as %q, streams %+v; want her own stream only", own.Scope, own.Identity, own.Streams)
+	}
 	st := s.live()[0]
 	st.Rates.Sample(st.Rates.Last().Add(s.env.Rates.Interval()), 1000, 0)
 
@@ -81,8 +86,8 @@ func TestStatusAPI(t *testing.T) {
 			t.Errorf("stream %s without its rate history: %+v", x.UID, x.Stats)
 		}
 	}
-	if len(v.Streams) != 2 || owners[a.UID] != "alice" || owners[b.UID] != "bob" {
-		t.Errorf("streams %v, want alice's and bob's", owners)
+	if len(v.Streams) != 2 || owners[a.UID] != "alice" || owners[b.UID] != "bob" || v.Scope != api.ScopeAll || v.Identity != "bob" {
+		t.Errorf("streams %v, scope %q as %q; want alice's and bob's, all, as bob", owners, v.Scope, v.Identity)
 	}
 	h := v.Health
 	if !h.Ready || h.Streams["listening"] != 2 || h.Streams["released"] != 0 || h.PortsInUse != 2 || h.PortsCapacity != 4 ||

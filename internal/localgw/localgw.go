@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -161,6 +162,12 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		sent := false
 		for sc.Scan() {
 			line := sc.Text()
+			// Under --log_format json each line is a JSON record whose
+			// message is the text line's, without "s2cs: ".
+			var rec struct{ Msg string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg != "" {
+				line = "s2cs: " + rec.Msg
+			}
 			if strings.Contains(line, "self-signed certificate ") {
 				f := strings.Fields(line)
 				for i, w := range f {
@@ -203,6 +210,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		for i, a := range o.Args {
 			if (a == "--server_crt" || a == "--server-crt") && i+1 < len(o.Args) {
 				g.CertFile = o.Args[i+1]
+			}
+			if f, ok := strings.CutPrefix(a, "--server_crt="); ok {
+				g.CertFile = f
 			}
 		}
 	}

@@ -86,6 +86,26 @@ type Record struct {
 	// outbound stream looks for a channel whose listener stopped
 	// answering (api.OutboundRequest.PeerNodes).
 	PeerNodes []string `json:"peer_nodes,omitempty"`
+	// Carried is what the stream carried before: in the runs of the
+	// gateway before a restart, while it lives (a stopping gateway
+	// stores it), and in all, once it ended. nil if nothing was stored
+	// (a new stream; a gateway killed, or one node of a facility, which
+	// keeps its own counters).
+	Carried *Carried `json:"carried,omitempty"`
+	// PeerCA says the stream's WAN legs are verified against the
+	// gateway's peer CA bundle (s2cs --peer_ca) instead of a pin, and
+	// bound to it by a secret derived from its owner and UID
+	// (wan.CASecret): a stream of a SciStream 1.2 client, which carries
+	// neither. An outbound one has no Targets until the client's update
+	// gives them. false: pinned, with a random secret.
+	PeerCA bool `json:"peer_ca,omitempty"`
+}
+
+// Carried counts what a stream carried.
+type Carried struct {
+	BytesToWAN   int64 `json:"bytes_to_wan"`
+	BytesFromWAN int64 `json:"bytes_from_wan"`
+	Conns        int64 `json:"conns"`
 }
 
 // Shared reports whether r is an inbound stream on the shared WAN port.

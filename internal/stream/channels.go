@@ -34,7 +34,7 @@ func (st *Stream) OpenChannel(ch int, ln *net.TCPListener) bool {
 	pooled := st.rec.WANPool > 0
 	st.mu.Unlock()
 	if pooled {
-		st.env.Legs.channelOpened(st) // its warmer dials the channel's legs
+		st.env.Legs.ChannelOpened(legOwner{st}) // its warmer dials the channel's legs
 	}
 	return true
 }
@@ -64,7 +64,7 @@ func (st *Stream) CloseChannel(ch int) {
 		relay.Abort(c)
 	}
 	if pooled {
-		st.env.Legs.dropChannel(st, ch)
+		st.env.Legs.DropChannel(legOwner{st}, ch)
 	}
 }
 
@@ -120,6 +120,9 @@ const peerStagger = 500 * time.Millisecond
 // remembering the one that answers. A channel's port is the facility's
 // alone, so only the node serving the channel can answer on it.
 func (st *Stream) dialPeer(log *slog.Logger, ch int, rec *store.Record, leg *wan.Leg) (net.Conn, error) {
+	if len(rec.Targets) == 0 {
+		return nil, errNoPeers // peerca.go
+	}
 	first := rec.Targets[ch%len(rec.Targets)]
 	if p := st.peerAt[ch].Load(); p != nil {
 		first = *p

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"scistream/internal/wan"
 	"sync"
 )
 
@@ -90,7 +91,7 @@ func (h *Handshakes) inFlight(peer string) int {
 // included), in one of h's slots toward target's peer, waiting for one
 // until ctx ends.
 func handshake[T any](ctx context.Context, h *Handshakes, target string, dial func(context.Context) (T, error)) (T, error) {
-	release, err := h.acquire(ctx, peerOf(target))
+	release, err := h.acquire(ctx, wan.PeerOf(target))
 	if err != nil {
 		var zero T
 		return zero, err

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/egress"
+	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
@@ -43,7 +45,7 @@ type Env struct {
 	// if the gateway has one (wanport.go).
 	Port      SharedPort
 	Advertise string
-	Legs      *LegManager // pooled WAN legs of outbound streams (pool.go)
+	Legs      *legpool.Manager // pooled WAN legs of outbound streams
 	// Handshakes bounds the WAN handshakes in flight to each peer
 	// (handshakes.go); nil bounds nothing.
 	Handshakes *Handshakes
@@ -62,6 +64,9 @@ type Env struct {
 	// facility: the pin of an attach stored a moment ago by another
 	// node, stream.pin); nil on a gateway of one node.
 	Reread func(store.Key) (*store.Record, error)
+	// PeerCA verifies the WAN legs of the streams of SciStream 1.2
+	// clients (store.Record.PeerCA, peerca.go); nil refuses them all.
+	PeerCA *x509.CertPool
 }
 
 // FilesPerConn is what one application connection over a TLS or TCP
@@ -179,7 +184,7 @@ type Stream struct {
 // channel, relaying with engine eng. parent is the context whose end
 // stops it. It starts nothing: see start.
 func New(parent context.Context, e *Env, rec *store.Record, lns []*net.TCPListener, eng relay.Engine) (*Stream, error) {
-	if len(lns) != rec.PortsHeld() || len(rec.Targets) == 0 {
+	if len(lns) != rec.PortsHeld() || len(rec.Targets) == 0 && !awaitsPeers(rec) {
 		return nil, fmt.Errorf("record has %d listeners, %d targets for num_conn %d", len(lns), len(rec.Targets), rec.NumConn)
 	}
 	if rec.Shared() && (e.Port == nil || rec.Role != api.RoleInbound) {
@@ -267,7 +272,7 @@ func (st *Stream) Start() {
 	st.startQUIC()
 	if st.Role == api.RoleOutbound && st.rec.WANPool > 0 {
 		st.wg.Add(1)
-		go st.env.Legs.warmer(st, st.rec.WANPool)
+		go st.warmLegs(st.rec.WANPool)
 	}
 }
 
@@ -288,7 +293,7 @@ func (st *Stream) Stop() {
 	}
 	st.mu.Unlock()
 	st.cancel()
-	st.env.Legs.drop(st)
+	st.env.Legs.Drop(legOwner{st})
 	st.closeWatch()
 	st.stopQUIC()
 	for _, ln := range lns {
@@ -567,7 +572,7 @@ func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 		st.relayToApp(log, st.Record(), r.Channel, r.Conn)
 		return
 	}
-	p, err := wan.NewPooledAcceptor(r.Conn)
+	p, err := legpool.NewPooledAcceptor(r.Conn)
 	if err != nil {
 		log.Debug("pooled leg refused", "err", err)
 		relay.Abort(r.Conn)
@@ -659,6 +664,7 @@ func (st *Stream) leg(rec *store.Record, ch int) *wan.Leg {
 		PeerSHA256: st.pin,
 		ServerName: rec.PeerServerName,
 		Control:    st.env.Peers.Control,
+		PeerCA:     st.peerCA(rec),
 	}
 }
 
@@ -747,16 +753,24 @@ func (st *Stream) PendingSince(now time.Time) time.Duration {
 	return now.Sub(st.rec.Updated)
 }
 
+// Stats returns st's counters, what its record says it carried before a
+// restart (store.Record.Carried) included.
 func (st *Stream) Stats() *api.Stats {
 	rt, rf := st.Rates.Current()
+	var before store.Carried
+	st.mu.Lock()
+	if c := st.rec.Carried; c != nil {
+		before = *c
+	}
+	st.mu.Unlock()
 	s := &api.Stats{
 		ActiveConns:   st.Active.Load(),
 		WaitingConns:  st.WaitingApp.Load(),
-		TotalConns:    st.Total.Load(),
+		TotalConns:    before.Conns + st.Total.Load(),
 		RejectedConns: st.rejected.Load(),
 		OverCapConns:  st.overCap.Load(),
-		BytesToWAN:    st.ToWAN.Load(),
-		BytesFromWAN:  st.FromWAN.Load(),
+		BytesToWAN:    before.BytesToWAN + st.ToWAN.Load(),
+		BytesFromWAN:  before.BytesFromWAN + st.FromWAN.Load(),
 		RateToWAN:     rt,
 		RateFromWAN:   rf,
 		Rates:         st.Rates.View(false),
@@ -765,7 +779,7 @@ func (st *Stream) Stats() *api.Stats {
 	s.Peer = peerName(st.watchSt.peer.Load())
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
 	if st.Role == api.RoleOutbound {
-		s.LegsIdle = int64(st.env.Legs.idleOf(st))
+		s.LegsIdle = int64(st.env.Legs.IdleOf(legOwner{st}))
 		s.WANRedials = st.redials.Load()
 		s.PeerFlaps = st.ends.peer.flapped()
 	}
@@ -842,4 +856,11 @@ func (st *Stream) Listeners() []*net.TCPListener {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return slices.Clone(st.listeners)
+}
+
+// Carried returns what st carried in all, before a restart included, as
+// its record keeps it (store.Record.Carried).
+func (st *Stream) Carried() *store.Carried {
+	s := st.Stats()
+	return &store.Carried{BytesToWAN: s.BytesToWAN, BytesFromWAN: s.BytesFromWAN, Conns: s.TotalConns}
 }

@@ -35,7 +35,7 @@ type Routed struct {
 	Conn    net.Conn // carries application bytes only
 	Leg     *Leg     // the leg the Router chose
 	Channel int      // the channel its preface named (WatchChannel for the watch leg)
-	Pooled  bool     // a pooled leg of Channel (pooled.go)
+	Pooled  bool     // a pooled leg of Channel (internal/legpool)
 }
 
 // Watch reports whether the leg is its stream's watch leg.

@@ -164,6 +164,10 @@ type Leg struct {
 	// preface naming any channel below it (or the watch channel), in
 	// place of Channel alone. Zero on every other leg.
 	Channels int
+	// PeerCA, if not nil, replaces the pin (tls only): the peer's
+	// certificate must chain to one of these roots (peerca.go). nil:
+	// the pin decides.
+	PeerCA *x509.CertPool
 }
 
 // DefaultServerName is the TLS server name of a leg that sets none.
@@ -185,7 +189,7 @@ func (l *Leg) validate() error {
 	switch l.Transport {
 	case api.WANTCP:
 	case api.WANTLS, api.WANQUIC:
-		if l.Cert == nil || l.PeerSHA256 == nil {
+		if l.Cert == nil || l.PeerSHA256 == nil && l.PeerCA == nil {
 			return errors.New("tls leg without certificate or pin")
 		}
 	default:
@@ -207,7 +211,7 @@ func (l *Leg) tlsConfig() *tls.Config {
 	if name == "" {
 		name = DefaultServerName
 	}
-	return &tls.Config{
+	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{*l.Cert},
 		// Pinning replaces CA verification: each side accepts exactly
@@ -221,6 +225,10 @@ func (l *Leg) tlsConfig() *tls.Config {
 		// must have nothing to read (Pooled.Stale).
 		SessionTicketsDisabled: true,
 	}
+	if l.PeerCA != nil {
+		cfg.VerifyPeerCertificate = l.verifyCA
+	}
+	return cfg
 }
 
 // Dial opens a WAN leg to addr and sends the preface. The returned
@@ -285,7 +293,7 @@ func Accept(ctx context.Context, raw net.Conn, l *Leg) (net.Conn, error) {
 }
 
 // AcceptLeg is Accept for a stream's own listener of channel l.Channel:
-// it also takes pooled legs of that channel (pooled.go) and, on channel
+// it also takes pooled legs of that channel (internal/legpool) and, on channel
 // 0, the stream's watch leg (watch.go), and says which it got.
 func AcceptLeg(ctx context.Context, raw net.Conn, l *Leg) (*Routed, error) {
 	return accept(ctx, raw, l, true)
@@ -334,6 +342,10 @@ func accept(ctx context.Context, raw net.Conn, l *Leg, more bool) (*Routed, erro
 	raw.SetDeadline(time.Time{})
 	return routed(conn, l, p), nil
 }
+
+// PooledFlag, set in a preface's channel, marks a pooled leg (the legs
+// of internal/legpool: sessions one after another on one TLS leg).
+const PooledFlag = 0x8000
 
 // routed is the Routed of a leg whose preface p the leg l admitted.
 func routed(c net.Conn, l *Leg, p *Preface) *Routed {
@@ -530,10 +542,14 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// writeFrame writes hdr and then b (a pooled leg's frame) with both in
+// Raw is the leg's TCP connection, beneath TLS: to peek at it without
+// reading (a pooled leg's Stale) or to reset it.
+func (c *Conn) Raw() net.Conn { return c.raw.Conn }
+
+// WriteFrame writes hdr and then b (a pooled leg's frame) with both in
 // the same socket write: hdr is its own small record, b's records follow
 // in the batch.
-func (c *Conn) writeFrame(hdr, b []byte) (int, error) {
+func (c *Conn) WriteFrame(hdr, b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.raw.beginBatch(len(hdr) + len(b))

@@ -3,58 +3,12 @@ package wan_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
-	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
 )
-
-// acceptLeg starts a listener for the stream's channel-0 leg l and returns
-// its address and the results of wan.AcceptLeg on each connection.
-func acceptLeg(t *testing.T, l *wan.Leg) (string, <-chan legResult) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	ch := make(chan legResult, 4)
-	go func() {
-		for {
-			raw, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r, err := wan.AcceptLeg(context.Background(), raw, l)
-			if err != nil {
-				ch <- legResult{err: err}
-				continue
-			}
-			t.Cleanup(func() { r.Conn.Close() })
-			ch <- legResult{r.Conn, r.Watch(), nil}
-		}
-	}()
-	return ln.Addr().String(), ch
-}
-
-type legResult struct {
-	conn  net.Conn
-	watch bool
-	err   error
-}
-
-func nextLeg(t *testing.T, ch <-chan legResult) legResult {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(testTimeout):
-		t.Fatal("AcceptLeg did not return")
-		return legResult{}
-	}
-}
 
 // TestWatchLeg: the listener of channel 0 tells the watch leg from a data
 // leg; each word the sender gives before closing arrives as its PeerEnd,
@@ -64,14 +18,14 @@ func TestWatchLeg(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			dl, al := legs(t, tr)
 			dl.Channel, al.Channel = 0, 0
-			addr, ch := acceptLeg(t, al)
+			addr, next := wantest.AcceptLegs(t, al)
 
 			data, err := dial(t, addr, dl)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r := nextLeg(t, ch); r.err != nil || r.watch {
-				t.Fatalf("a data leg on channel 0: watch %v, %v", r.watch, r.err)
+			if r := next(t); r.Err != nil || r.Watch {
+				t.Fatalf("a data leg on channel 0: watch %v, %v", r.Watch, r.Err)
 			}
 			data.Close()
 
@@ -80,11 +34,11 @@ func TestWatchLeg(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				r := nextLeg(t, ch)
-				if r.err != nil || !r.watch {
-					t.Fatalf("the watch leg: watch %v, %v", r.watch, r.err)
+				r := next(t)
+				if r.Err != nil || !r.Watch {
+					t.Fatalf("the watch leg: watch %v, %v", r.Watch, r.Err)
 				}
-				peer := wan.NewWatch(r.conn)
+				peer := wan.NewWatch(r.Conn)
 				got := make(chan wan.PeerEnd, 1)
 				go func() { e, _ := peer.Wait(); got <- e }()
 				w.Close(end)
@@ -102,12 +56,12 @@ func TestWatchLeg(t *testing.T) {
 // secret like any other.
 func TestWatchLegRefused(t *testing.T) {
 	dl, al := legs(t, api.WANTLS) // channel 7
-	addr, ch := acceptLeg(t, al)
+	addr, next := wantest.AcceptLegs(t, al)
 	if _, err := wan.DialWatch(context.Background(), addr, dl); err != nil {
 		t.Fatal(err) // the preface is sent before the acceptor decides
 	}
-	if r := nextLeg(t, ch); !errors.Is(r.err, wan.ErrWrongStream) {
-		t.Fatalf("watch leg to channel 7's listener: %v, want ErrWrongStream", r.err)
+	if r := next(t); !errors.Is(r.Err, wan.ErrWrongStream) {
+		t.Fatalf("watch leg to channel 7's listener: %v, want ErrWrongStream", r.Err)
 	}
 	dl.Channel, al.Channel = 0, 0
 	addr0, ch0 := listen(t, al)
@@ -119,11 +73,11 @@ func TestWatchLegRefused(t *testing.T) {
 	}
 	bad := *dl
 	bad.Secret = wan.NewSecret()
-	addr1, ch1 := acceptLeg(t, al)
+	addr1, next1 := wantest.AcceptLegs(t, al)
 	if _, err := wan.DialWatch(context.Background(), addr1, &bad); err != nil {
 		t.Fatal(err)
 	}
-	if r := nextLeg(t, ch1); !errors.Is(r.err, wan.ErrBadSecret) {
-		t.Fatalf("watch leg without the secret: %v, want ErrBadSecret", r.err)
+	if r := next1(t); !errors.Is(r.Err, wan.ErrBadSecret) {
+		t.Fatalf("watch leg without the secret: %v, want ErrBadSecret", r.Err)
 	}
 }

@@ -1,4 +1,4 @@
-package wan_test
+package legpool_test
 
 import (
 	"bytes"
@@ -11,28 +11,30 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/legpool"
 	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
 )
 
 // pooledPair dials a pooled leg of channel 1 and returns both ends.
-func pooledPair(t *testing.T) (d, a *wan.Pooled) {
+func pooledPair(t *testing.T) (d, a *legpool.Pooled) {
 	t.Helper()
-	dl, al := legs(t, api.WANTLS)
+	dl, al := wantest.Legs(t, api.WANTLS)
 	dl.Channel, al.Channel = 1, 1
-	addr, ch := acceptLeg(t, al)
-	d, err := wan.DialPooled(context.Background(), addr, dl)
+	addr, next := wantest.AcceptLegs(t, al)
+	d, err := legpool.DialPooled(context.Background(), addr, dl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Abort)
-	r := nextLeg(t, ch)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := next(t)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	a, err = wan.NewPooledAcceptor(r.conn)
+	a, err = legpool.NewPooledAcceptor(r.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +146,7 @@ func TestPooledGarbage(t *testing.T) {
 	d, a := pooledPair(t)
 	// A data frame on an idle leg, written under the leg's TLS.
 	d.Conn().Write([]byte{'D', 0, 0, 1, 'x'})
-	if _, err := a.Next(); !errors.Is(err, wan.ErrFrame) {
+	if _, err := a.Next(); !errors.Is(err, legpool.ErrFrame) {
 		t.Fatalf("data on an idle leg: %v, want ErrFrame", err)
 	}
 	if _, err := d.Conn().Read(make([]byte, 1)); err == nil || err == io.EOF {

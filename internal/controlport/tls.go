@@ -1,4 +1,10 @@
-package gateway
+// Package controlport is the control port's listener: TLS connections
+// for net/http, on which every error answer carries the control API's
+// JSON error body, including those net/http gives by itself; and, when
+// the port serves a gRPC service beside the API (the SciStream 1.2
+// protocol), the split of HTTP/2 connections from HTTP/1.1 ones after
+// the TLS handshake (split.go).
+package controlport
 
 import (
 	"bytes"
@@ -26,13 +32,23 @@ import (
 // Its connections are not *tls.Conn, so net/http does not run the TLS
 // handshake itself: the first Read does, under the read deadline net/http
 // sets for the request header (ReadHeaderTimeout). They speak HTTP/1.1,
-// as before: the TLS configuration offers no HTTP/2.
+// as before: the TLS configuration offers no HTTP/2, unless the control
+// port serves a gRPC service too (ListenSplit).
+
+// Listen returns the control API's listener on ln: TLS connections under
+// cfg, for net/http's HTTP/1.1, whose canned error answers get the JSON
+// body. maxHeaderBytes is the server's bound on a request's header block,
+// which its 431 answer names.
+func Listen(ln net.Listener, cfg *tls.Config, maxHeaderBytes int) net.Listener {
+	return controlListener{ln, cfg, maxHeaderBytes}
+}
 
 // controlListener turns the TCP connections of ln into TLS connections
 // for the control API.
 type controlListener struct {
 	net.Listener
-	cfg *tls.Config
+	cfg            *tls.Config
+	maxHeaderBytes int
 }
 
 func (l controlListener) Accept() (net.Conn, error) {
@@ -40,14 +56,15 @@ func (l controlListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &controlConn{Conn: tls.Server(c, l.cfg)}, nil
+	return &controlConn{Conn: tls.Server(c, l.cfg), maxHeaderBytes: l.maxHeaderBytes}, nil
 }
 
 // controlConn is a control-API connection. It has ConnectionState, so
 // net/http still fills Request.TLS.
 type controlConn struct {
 	*tls.Conn
-	plainAnswered atomic.Bool
+	maxHeaderBytes int
+	plainAnswered  atomic.Bool
 }
 
 // cannedError matches net/http's own error answers (net/http/server.go,
@@ -56,7 +73,7 @@ var cannedError = regexp.MustCompile(`\AHTTP/1\.1 ([0-9]{3}) [^\r\n]*\r\nContent
 
 func (c *controlConn) Write(b []byte) (int, error) {
 	if m := cannedError.FindSubmatch(b); m != nil {
-		if _, err := c.Conn.Write(shapeCanned(string(m[1]), string(m[2]))); err != nil {
+		if _, err := c.Conn.Write(shapeCanned(string(m[1]), string(m[2]), c.maxHeaderBytes)); err != nil {
 			return 0, err
 		}
 		return len(b), nil
@@ -66,7 +83,7 @@ func (c *controlConn) Write(b []byte) (int, error) {
 
 // shapeCanned returns the answer with the documented JSON error body for
 // net/http's canned answer of status with plain-text body.
-func shapeCanned(status, body string) []byte {
+func shapeCanned(status, body string, maxHeaderBytes int) []byte {
 	code, _ := strconv.Atoi(status)
 	var msg string
 	switch code {

@@ -1,27 +1,15 @@
-package stream
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
-	"sync"
-	"time"
-
-	"scistream/internal/relay"
-	"scistream/internal/wan"
-)
-
-// Pooled WAN legs of outbound streams (seed 002, wan/pooled.go). A stream
-// whose outbound request asks for wan_pool N keeps N idle legs per
-// channel dialed ahead of need, so an application connection starts
-// without a TCP and TLS handshake; a leg whose session ended cleanly at
-// both ends goes back to idle for the next one. The gateway caps the
-// pooled legs to each peer gateway (PoolConfig.MaxPerPeer): when a stream
-// needs a new leg at the cap, an idle one (of any stream to that peer) is
-// torn down, in order ('Q' then close_notify: an idle leg carries no
-// byte), chosen by the gateway's policy:
+// Package legpool holds the pooled WAN legs of a gateway's outbound
+// streams (seed 002): the legs themselves (Pooled: TLS legs that carry
+// sessions one after another, pooled.go) and the Manager that keeps them
+// warm, hands them out and tears them down. A stream whose
+// outbound request asks for wan_pool N keeps N idle legs per channel
+// dialed ahead of need, so an application connection starts without a
+// TCP and TLS handshake; a leg whose session ended cleanly at both ends
+// goes back to idle for the next one. The gateway caps the pooled legs
+// to each peer gateway (Config.MaxPerPeer): when a stream needs a new
+// leg at the cap, an idle one (of any stream to that peer) is torn down,
+// in order ('Q' then close_notify: an idle leg carries no byte), chosen
+// by the gateway's policy:
 //
 //   - lru: the least recently used idle leg;
 //   - lrum (LRU-M, seed 002): flows are queued by how often their legs
@@ -29,15 +17,26 @@ import (
 //     leg of the least-torn-down queue, so a flow whose legs keep being
 //     torn down (and so re-dialed) is spared.
 //
-// A flow is one channel of one stream: its legs all lead to the same
-// application port. When no idle leg is left to tear down, the
-// application connection that needed one is reset and counted
-// (dial_failed). Warm legs are dialed only below the cap: warming never
-// tears down another stream's leg.
+// A flow is one channel of one stream (an Owner): its legs all lead to
+// the same application port. When no idle leg is left to tear down, the
+// application connection that needed one is refused (the stream counts
+// it as dial_failed). Warm legs are dialed only below the cap: warming
+// never tears down another stream's leg.
+package legpool
 
-// PoolConfig tunes the pooled WAN legs. Zero fields are the defaults
-// given.
-type PoolConfig struct {
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"scistream/internal/wan"
+)
+
+// Config tunes the pooled WAN legs. Zero fields are the defaults given.
+type Config struct {
 	// MaxPerPeer caps the pooled legs, idle and busy, this gateway holds
 	// to one peer gateway (one host, whatever its ports). If zero, 64.
 	MaxPerPeer int
@@ -56,16 +55,17 @@ type PoolConfig struct {
 	IdleTimeout time.Duration
 }
 
-// DefaultIdleTimeout is PoolConfig.IdleTimeout's default.
+// DefaultIdleTimeout is Config.IdleTimeout's default.
 const DefaultIdleTimeout = 30 * time.Second
 
-// Pool policies (PoolConfig.Policy).
+// Pool policies (Config.Policy).
 const (
 	PolicyLRU  = "lru"
 	PolicyLRUM = "lrum"
 )
 
-func (c PoolConfig) WithDefaults() PoolConfig {
+// WithDefaults returns c with its zero fields defaulted.
+func (c Config) WithDefaults() Config {
 	if c.MaxPerPeer == 0 {
 		c.MaxPerPeer = 64
 	}
@@ -81,15 +81,14 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	return c
 }
 
-// A FieldError names the field of a settings struct (PoolConfig) that
-// its Validate refused; Problem completes a sentence that starts with
-// the field's name.
+// A FieldError names the Config field that Validate refused; Problem
+// completes a sentence that starts with the field's name.
 type FieldError struct{ Field, Problem string }
 
 func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
 
 // Validate reports the settings a gateway refuses, as a *FieldError.
-func (c PoolConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.MaxPerPeer < 0:
 		return &FieldError{"MaxPerPeer", fmt.Sprintf("%d is negative: give the most pooled WAN legs to one peer gateway, e.g. 64", c.MaxPerPeer)}
@@ -103,57 +102,82 @@ func (c PoolConfig) Validate() error {
 	return nil
 }
 
+// An Owner is a stream whose channels pool legs.
+type Owner interface {
+	// Context ends when the stream stops.
+	Context() context.Context
+	// Serves reports whether this gateway serves channel ch of the
+	// stream now (a node of a facility serves some of them).
+	Serves(ch int) bool
+	// DialLeg dials a pooled leg to target, as the stream dials (its
+	// bound on handshakes, its redial of legs the peer reset).
+	DialLeg(ctx context.Context, target string, leg *wan.Leg) (*Pooled, error)
+	// Counted adds to the stream's counters of legs dialed and torn
+	// down.
+	Counted(created, tornDown int64)
+}
+
 // flow is one channel of one stream, the unit LRU-M queues by.
 type flow struct {
-	st *Stream
+	o  Owner
 	ch int
 }
 
-// pooledLeg is one pooled leg on the outbound side.
-type pooledLeg struct {
-	p    *wan.Pooled
+// Leg is one pooled leg on the outbound side, taken by Acquire and given
+// back by Release.
+type Leg struct {
+	p    *Pooled
 	flow flow
 	peer string
 	used uint64    // the manager's tick when it last went idle (LRU order)
 	idle time.Time // when it last went idle
 }
 
-// LegManager holds every pooled leg of the gateway's outbound streams.
-type LegManager struct {
-	cfg PoolConfig
+// Open starts a session on the leg (Pooled.Open).
+func (pl *Leg) Open() (*Session, error) { return pl.p.Open() }
+
+// Manager holds every pooled leg of the gateway's outbound streams.
+type Manager struct {
+	cfg Config
 	log *slog.Logger
 
 	mu        sync.Mutex // guards the following fields
 	tick      uint64
-	open      map[string]int                 // by peer: legs open (idle, busy, being dialed)
-	idle      map[string]map[*pooledLeg]bool // by peer: idle legs
-	byFlow    map[flow][]*pooledLeg          // idle legs of each flow, most recently used last
-	teardowns map[flow]int                   // legs of each flow torn down at the cap
-	waiters   map[*Stream]chan struct{}      // warmers to wake when a flow's idle leg was taken
+	open      map[string]int           // by peer: legs open (idle, busy, being dialed)
+	idle      map[string]map[*Leg]bool // by peer: idle legs
+	byFlow    map[flow][]*Leg          // idle legs of each flow, most recently used last
+	teardowns map[flow]int             // legs of each flow torn down at the cap
+	waiters   map[Owner]chan struct{}  // warmers to wake when a flow's idle leg was taken
 }
 
-func NewLegManager(cfg PoolConfig, log *slog.Logger) *LegManager {
-	return &LegManager{
+// New returns the Manager of a gateway; log is where it says what its
+// warmers do (nil: discarded).
+func New(cfg Config, log *slog.Logger) *Manager {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
 		cfg:       cfg.WithDefaults(),
 		log:       log,
 		open:      map[string]int{},
-		idle:      map[string]map[*pooledLeg]bool{},
-		byFlow:    map[flow][]*pooledLeg{},
+		idle:      map[string]map[*Leg]bool{},
+		byFlow:    map[flow][]*Leg{},
 		teardowns: map[flow]int{},
-		waiters:   map[*Stream]chan struct{}{},
+		waiters:   map[Owner]chan struct{}{},
 	}
 }
 
-// errPoolFull: every pooled leg to the peer is busy at the cap.
-var errPoolFull = errors.New("every pooled WAN leg to the peer gateway is busy")
+// ErrPoolFull: every pooled leg to the peer is busy at the cap.
+var ErrPoolFull = errors.New("every pooled WAN leg to the peer gateway is busy")
 
-// acquire returns an idle leg of the flow (dropping those its peer
-// ended), or dials a new one (tearing down an idle leg of the peer by
-// the policy if the peer is at the cap). fresh says it was dialed now. The caller must give the leg back with
-// release.
-func (m *LegManager) acquire(ctx context.Context, f flow, target string, leg *wan.Leg) (pl *pooledLeg, fresh bool, err error) {
-	peer := peerOf(target)
-	var stale []*pooledLeg
+// Acquire returns an idle leg of channel ch of o (dropping those its
+// peer ended), or dials a new one to target (tearing down an idle leg of
+// the peer by the policy if the peer is at the cap). fresh says it was
+// dialed now. The caller must give the leg back with Release.
+func (m *Manager) Acquire(ctx context.Context, o Owner, ch int, target string, leg *wan.Leg) (pl *Leg, fresh bool, err error) {
+	f := flow{o, ch}
+	peer := wan.PeerOf(target)
+	var stale []*Leg
 	defer func() {
 		for _, pl := range stale {
 			pl.p.Abort()
@@ -175,16 +199,16 @@ func (m *LegManager) acquire(ctx context.Context, f flow, target string, leg *wa
 			stale = append(stale, pl)
 			continue
 		}
-		m.wakeLocked(f.st)
+		m.wakeLocked(f.o)
 		m.mu.Unlock()
 		return pl, false, nil
 	}
-	var victim *pooledLeg
+	var victim *Leg
 	if m.open[peer] >= m.cfg.MaxPerPeer {
 		victim = m.victimLocked(peer)
 		if victim == nil {
 			m.mu.Unlock()
-			return nil, false, fmt.Errorf("%w: %d legs, the gateway's cap (s2cs --pool_max_per_peer)", errPoolFull, m.cfg.MaxPerPeer)
+			return nil, false, fmt.Errorf("%w: %d legs, the gateway's cap (s2cs --pool_max_per_peer)", ErrPoolFull, m.cfg.MaxPerPeer)
 		}
 		m.unidleLocked(victim)
 		m.teardowns[victim.flow]++
@@ -193,7 +217,7 @@ func (m *LegManager) acquire(ctx context.Context, f flow, target string, leg *wa
 	m.open[peer]++
 	m.mu.Unlock()
 	if victim != nil {
-		victim.flow.st.legsTornDown.Add(1)
+		victim.flow.o.Counted(0, 1)
 		victim.p.Quit()
 	}
 	pl, err = m.dial(ctx, f, target, leg)
@@ -203,59 +227,47 @@ func (m *LegManager) acquire(ctx context.Context, f flow, target string, leg *wa
 	return pl, true, nil
 }
 
-// peerOf is the peer gateway of a leg's target "host:port": its host, so
-// that the streams of one peer (on their own ports, or its shared WAN
-// port) share one cap.
-func peerOf(target string) string {
-	if host, _, err := net.SplitHostPort(target); err == nil {
-		return host
-	}
-	return target
-}
-
 // dial opens a pooled leg of flow f to target; its slot in the peer's
 // count is taken already, and given back if the dial fails.
-func (m *LegManager) dial(ctx context.Context, f flow, target string, leg *wan.Leg) (*pooledLeg, error) {
-	peer := peerOf(target)
-	p, err := redial(ctx, redialWindow, func(ctx context.Context) (*wan.Pooled, error) {
-		return handshake(ctx, f.st.env.Handshakes, target, func(ctx context.Context) (*wan.Pooled, error) { return wan.DialPooled(ctx, target, leg) })
-	}, f.st.redialed(target))
+func (m *Manager) dial(ctx context.Context, f flow, target string, leg *wan.Leg) (*Leg, error) {
+	peer := wan.PeerOf(target)
+	p, err := f.o.DialLeg(ctx, target, leg)
 	if err != nil {
 		m.mu.Lock()
 		m.open[peer]--
 		m.mu.Unlock()
 		return nil, err
 	}
-	f.st.legsCreated.Add(1)
-	return &pooledLeg{p: p, flow: f, peer: peer}, nil
+	f.o.Counted(1, 0)
+	return &Leg{p: p, flow: f, peer: peer}, nil
 }
 
-// release gives back a leg acquire returned: idle again if its session
+// Release gives back a leg Acquire returned: idle again if its session
 // was clean and its stream still runs, else it is gone.
-func (m *LegManager) release(pl *pooledLeg, clean bool) {
+func (m *Manager) Release(pl *Leg, clean bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if clean && pl.p.Idle() && pl.flow.st.ctx.Err() == nil {
+	if clean && pl.p.Idle() && pl.flow.o.Context().Err() == nil {
 		m.idleLocked(pl)
-		m.wakeLocked(pl.flow.st) // it may hold more than its pool now: the warmer trims
+		m.wakeLocked(pl.flow.o) // it may hold more than its pool now: the warmer trims
 		return
 	}
 	m.open[pl.peer]--
 	pl.p.Abort()
 }
 
-func (m *LegManager) idleLocked(pl *pooledLeg) {
+func (m *Manager) idleLocked(pl *Leg) {
 	m.tick++
 	pl.used = m.tick
 	pl.idle = time.Now()
 	if m.idle[pl.peer] == nil {
-		m.idle[pl.peer] = map[*pooledLeg]bool{}
+		m.idle[pl.peer] = map[*Leg]bool{}
 	}
 	m.idle[pl.peer][pl] = true
 	m.byFlow[pl.flow] = append(m.byFlow[pl.flow], pl)
 }
 
-func (m *LegManager) unidleLocked(pl *pooledLeg) {
+func (m *Manager) unidleLocked(pl *Leg) {
 	delete(m.idle[pl.peer], pl)
 	legs := m.byFlow[pl.flow]
 	for i, l := range legs {
@@ -271,8 +283,8 @@ func (m *LegManager) unidleLocked(pl *pooledLeg) {
 
 // victimLocked picks the idle leg of peer to tear down, by the policy;
 // nil if none is idle.
-func (m *LegManager) victimLocked(peer string) *pooledLeg {
-	var best *pooledLeg
+func (m *Manager) victimLocked(peer string) *Leg {
+	var best *Leg
 	for pl := range m.idle[peer] {
 		if best == nil || m.beforeLocked(pl, best) {
 			best = pl
@@ -282,7 +294,7 @@ func (m *LegManager) victimLocked(peer string) *pooledLeg {
 }
 
 // beforeLocked reports whether a goes before b as a victim.
-func (m *LegManager) beforeLocked(a, b *pooledLeg) bool {
+func (m *Manager) beforeLocked(a, b *Leg) bool {
 	if m.cfg.Policy == PolicyLRUM {
 		ta, tb := m.teardowns[a.flow], m.teardowns[b.flow]
 		if ta != tb {
@@ -295,15 +307,15 @@ func (m *LegManager) beforeLocked(a, b *pooledLeg) bool {
 // warm dials idle legs for the flow until it has want of them, without
 // tearing down anything (below the cap only). It returns the number it
 // still lacks and the last dial error.
-func (m *LegManager) warm(ctx context.Context, f flow, target string, leg *wan.Leg, want int) (int, error) {
-	peer := peerOf(target)
+func (m *Manager) warm(ctx context.Context, f flow, target string, leg *wan.Leg, want int) (int, error) {
+	peer := wan.PeerOf(target)
 	for {
 		m.mu.Lock()
 		// An idle leg its peer ended (refused before the attach, or a
 		// peer that restarted) is of no use, and must not count as
 		// warm: else the pool stays short of sound legs until a
 		// connection takes it and dials anew after all.
-		var stale []*pooledLeg
+		var stale []*Leg
 		for _, pl := range m.byFlow[f] {
 			if pl.p.Stale() {
 				stale = append(stale, pl)
@@ -332,7 +344,7 @@ func (m *LegManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 		if err != nil {
 			return want - have, err
 		}
-		served := f.st.HasChannel(f.ch) // not moved to another node meanwhile
+		served := f.o.Serves(f.ch) // not moved to another node meanwhile
 		m.mu.Lock()
 		if ctx.Err() != nil || !served {
 			m.open[peer]--
@@ -349,10 +361,10 @@ func (m *LegManager) warm(ctx context.Context, f flow, target string, leg *wan.L
 // newest that have been idle for the manager's IdleTimeout at now, and
 // returns how many it tore down and when the next of those beyond want
 // is due (zero if none is left).
-func (m *LegManager) trim(f flow, want int, now time.Time) (int, time.Time) {
+func (m *Manager) trim(f flow, want int, now time.Time) (int, time.Time) {
 	m.mu.Lock()
 	legs := m.byFlow[f] // most recently idle last
-	var gone []*pooledLeg
+	var gone []*Leg
 	var next time.Time
 	for _, pl := range legs[:max(0, len(legs)-want)] {
 		if due := pl.idle.Add(m.cfg.IdleTimeout); due.After(now) {
@@ -371,26 +383,26 @@ func (m *LegManager) trim(f flow, want int, now time.Time) (int, time.Time) {
 	for _, pl := range gone {
 		pl.p.Quit()
 	}
-	f.st.legsTornDown.Add(int64(len(gone)))
+	f.o.Counted(0, int64(len(gone)))
 	return len(gone), next
 }
 
-// idleOf returns how many idle legs st holds, over its channels.
-func (m *LegManager) idleOf(st *Stream) int {
+// IdleOf returns how many idle legs o holds, over its channels.
+func (m *Manager) IdleOf(o Owner) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
 	for f, legs := range m.byFlow {
-		if f.st == st {
+		if f.o == o {
 			n += len(legs)
 		}
 	}
 	return n
 }
 
-// wakeLocked tells st's warmer that one of its idle legs was taken.
-func (m *LegManager) wakeLocked(st *Stream) {
-	if c := m.waiters[st]; c != nil {
+// wakeLocked tells o's warmer that one of its idle legs was taken.
+func (m *Manager) wakeLocked(o Owner) {
+	if c := m.waiters[o]; c != nil {
 		select {
 		case c <- struct{}{}:
 		default:
@@ -398,36 +410,36 @@ func (m *LegManager) wakeLocked(st *Stream) {
 	}
 }
 
-// drop ends every idle leg of st in order and forgets st; its busy legs
+// Drop ends every idle leg of o in order and forgets o; its busy legs
 // end with their sessions (the stream aborts them) and come back through
-// release.
-func (m *LegManager) drop(st *Stream) {
-	m.dropFlows(st, func(flow) bool { return true })
+// Release.
+func (m *Manager) Drop(o Owner) {
+	m.dropFlows(o, func(flow) bool { return true })
 	m.mu.Lock()
-	delete(m.waiters, st)
+	delete(m.waiters, o)
 	m.mu.Unlock()
 }
 
-// dropChannel ends the idle legs of channel ch of st, which this node of
+// DropChannel ends the idle legs of channel ch of o, which this node of
 // a facility no longer serves (the node that does warms its own).
-func (m *LegManager) dropChannel(st *Stream, ch int) {
-	m.dropFlows(st, func(f flow) bool { return f.ch == ch })
+func (m *Manager) DropChannel(o Owner, ch int) {
+	m.dropFlows(o, func(f flow) bool { return f.ch == ch })
 }
 
-// channelOpened wakes st's warmer: a channel it now serves needs legs.
-func (m *LegManager) channelOpened(st *Stream) {
+// ChannelOpened wakes o's warmer: a channel it now serves needs legs.
+func (m *Manager) ChannelOpened(o Owner) {
 	m.mu.Lock()
-	m.wakeLocked(st)
+	m.wakeLocked(o)
 	m.mu.Unlock()
 }
 
-// dropFlows ends in order the idle legs of st's flows that match, and
+// dropFlows ends in order the idle legs of o's flows that match, and
 // forgets their teardown counts.
-func (m *LegManager) dropFlows(st *Stream, match func(flow) bool) {
+func (m *Manager) dropFlows(o Owner, match func(flow) bool) {
 	m.mu.Lock()
-	var legs []*pooledLeg
+	var legs []*Leg
 	for f, fl := range m.byFlow {
-		if f.st == st && match(f) {
+		if f.o == o && match(f) {
 			legs = append(legs, fl...)
 		}
 	}
@@ -436,7 +448,7 @@ func (m *LegManager) dropFlows(st *Stream, match func(flow) bool) {
 		m.open[pl.peer]--
 	}
 	for f := range m.teardowns {
-		if f.st == st && match(f) {
+		if f.o == o && match(f) {
 			delete(m.teardowns, f)
 		}
 	}
@@ -446,22 +458,32 @@ func (m *LegManager) dropFlows(st *Stream, match func(flow) bool) {
 	}
 }
 
-// warmer keeps st's flows at want idle legs each until st stops,
-// dialing again with backoff (1 s to 30 s) while the peer refuses (as
-// it does until the inbound side is attached), and trims the idle legs
-// beyond want that stayed idle for the IdleTimeout (trim).
-func (m *LegManager) warmer(st *Stream, want int) {
-	defer st.wg.Done()
+// A Channel is one channel of an Owner, as its warmer sees it.
+type Channel struct {
+	Ch     int
+	Served bool   // this gateway serves it now (a node of a facility serves some)
+	Target string // the peer's listener its legs lead to
+	Leg    *wan.Leg
+}
+
+// Warm keeps o's channels at want idle legs each until o's context
+// ends, dialing again with backoff (1 s to 30 s) while the peer refuses
+// (as it does until the inbound side is attached), and trims the idle
+// legs beyond want that stayed idle for the IdleTimeout. channels gives
+// o's channels at each round; log says what the warmer did. It returns
+// once o's context ended; Drop forgets o.
+func (m *Manager) Warm(o Owner, want int, channels func() []Channel, log *slog.Logger) {
+	ctx := o.Context()
 	wake := make(chan struct{}, 1)
 	m.mu.Lock()
-	m.waiters[st] = wake
+	m.waiters[o] = wake
 	m.mu.Unlock()
 	defer func() {
-		// drop may have run before this goroutine registered: the
+		// Drop may have run before this goroutine registered: the
 		// entry must not outlive the stream either way.
 		m.mu.Lock()
-		if m.waiters[st] == wake {
-			delete(m.waiters, st)
+		if m.waiters[o] == wake {
+			delete(m.waiters, o)
 		}
 		m.mu.Unlock()
 	}()
@@ -469,13 +491,12 @@ func (m *LegManager) warmer(st *Stream, want int) {
 	for {
 		var lastErr error
 		short := 0
-		rec := st.Record()
-		for ch := range rec.NumConn {
-			if !st.HasChannel(ch) {
+		chans := channels()
+		for _, c := range chans {
+			if !c.Served {
 				continue // another node of the facility serves it, and warms its legs
 			}
-			target := rec.Targets[ch%len(rec.Targets)]
-			n, err := m.warm(st.ctx, flow{st, ch}, target, st.leg(rec, ch), want)
+			n, err := m.warm(ctx, flow{o, c.Ch}, c.Target, c.Leg, want)
 			short += n
 			if err != nil {
 				lastErr = err
@@ -484,17 +505,17 @@ func (m *LegManager) warmer(st *Stream, want int) {
 		var wait <-chan time.Time
 		if lastErr != nil {
 			backoff = min(max(2*backoff, time.Second), 30*time.Second)
-			st.env.Log.Debug("warm WAN legs", "uid", st.UID, "short", short, "err", lastErr, "retry_in", backoff)
+			log.Debug("warm WAN legs", "short", short, "err", lastErr, "retry_in", backoff)
 			wait = time.After(backoff)
 		} else {
 			backoff = 0
 		}
 		now := time.Now()
 		var trimAt time.Time
-		for ch := range rec.NumConn {
-			n, next := m.trim(flow{st, ch}, want, now)
+		for _, c := range chans {
+			n, next := m.trim(flow{o, c.Ch}, want, now)
 			if n > 0 {
-				st.env.Log.Debug("idle WAN legs beyond the pool torn down", "uid", st.UID, "channel", ch, "legs", n, "idle_for", m.cfg.IdleTimeout)
+				log.Debug("idle WAN legs beyond the pool torn down", "channel", c.Ch, "legs", n, "idle_for", m.cfg.IdleTimeout)
 			}
 			if !next.IsZero() && (trimAt.IsZero() || next.Before(trimAt)) {
 				trimAt = next
@@ -507,7 +528,7 @@ func (m *LegManager) warmer(st *Stream, want int) {
 			trimC = trimT.C
 		}
 		select {
-		case <-st.Done():
+		case <-ctx.Done():
 		case <-wake:
 		case <-wait:
 		case <-trimC:
@@ -515,57 +536,15 @@ func (m *LegManager) warmer(st *Stream, want int) {
 		if trimT != nil {
 			trimT.Stop()
 		}
-		if st.ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
 	}
-}
-
-// relayPooled relays an application connection accepted on channel ch
-// of an outbound stream with wan_pool over a pooled leg to target: an
-// idle one of the flow if there is one (no handshake), else a new one.
-func (st *Stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target string, leg *wan.Leg) {
-	legs := st.env.Legs
-	var pl *pooledLeg
-	var s *wan.Session
-	for {
-		var fresh bool
-		var err error
-		pl, fresh, err = legs.acquire(st.ctx, flow{st, ch}, target, leg)
-		if err != nil {
-			st.dialFailed(log, true, target, err)
-			relay.Abort(app)
-			return
-		}
-		s, err = pl.p.Open()
-		if err == nil {
-			if !fresh {
-				st.legsReused.Add(1)
-			}
-			break
-		}
-		legs.release(pl, false)
-		if fresh {
-			st.dialFailed(log, true, target, err)
-			relay.Abort(app)
-			return
-		}
-	}
-	st.wanUp(log)
-	st.startWatch(log)
-	if !st.track(s) {
-		relay.Abort(app)
-		legs.release(pl, false)
-		return
-	}
-	st.relay(log, app, s)
-	st.untrack(s)
-	legs.release(pl, s.Clean())
 }
 
 // Counts returns the pooled legs idle now and open in all (idle,
 // busy and being dialed).
-func (m *LegManager) Counts() (idle, open int) {
+func (m *Manager) Counts() (idle, open int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, n := range m.open {
@@ -577,8 +556,8 @@ func (m *LegManager) Counts() (idle, open int) {
 	return idle, open
 }
 
-// LegStats is what a LegManager holds, for status and tests.
-type LegStats struct {
+// Stats is what a Manager holds, for status and tests.
+type Stats struct {
 	// Open and Idle count the legs to one peer: open in all (idle,
 	// busy, being dialed) and idle; Sound the idle ones neither ended
 	// by the peer nor carrying a session.
@@ -594,11 +573,11 @@ type LegStats struct {
 // Stats reports what the manager holds, counting the legs to the peer
 // gateway of target (a "host:port" the streams dial) in Open, Idle and
 // Sound.
-func (m *LegManager) Stats(target string) LegStats {
+func (m *Manager) Stats(target string) Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	peer := peerOf(target)
-	st := LegStats{Open: m.open[peer], Idle: len(m.idle[peer]), Flows: len(m.byFlow), Warmers: len(m.waiters), Teardowns: len(m.teardowns)}
+	peer := wan.PeerOf(target)
+	st := Stats{Open: m.open[peer], Idle: len(m.idle[peer]), Flows: len(m.byFlow), Warmers: len(m.waiters), Teardowns: len(m.teardowns)}
 	for pl := range m.idle[peer] {
 		if !pl.p.Stale() && pl.p.Idle() {
 			st.Sound++

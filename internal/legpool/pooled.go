@@ -1,4 +1,4 @@
-package wan
+package legpool
 
 // Pooled legs. A plain leg carries one application connection and ends
 // with it, so every application connection pays a TCP and TLS handshake
@@ -6,7 +6,7 @@ package wan
 // dialed ahead of need and carries application connections one after
 // another, each a session; between sessions it is idle and can wait in
 // the outbound gateway's pool (seed 002's connection reuse). Its preface
-// names the channel with PooledFlag set; then both directions carry
+// names the channel with wan.PooledFlag set; then both directions carry
 // frames:
 //
 //	type   1 byte   'O' open a session (dialer only, idle leg)
@@ -37,10 +37,8 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/wan"
 )
-
-// PooledFlag, set in a preface's channel, marks a pooled leg.
-const PooledFlag = 0x8000
 
 // Frame types of a pooled leg.
 const (
@@ -61,7 +59,7 @@ var ErrFrame = errors.New("unexpected frame on a pooled WAN leg")
 // Open (dialer) or Next (acceptor) starts one, and the leg serves the
 // next only once that session's Close found it clean.
 type Pooled struct {
-	c      *Conn
+	c      *wan.Conn
 	dialer bool
 
 	mu      sync.Mutex // guards the following fields
@@ -71,26 +69,26 @@ type Pooled struct {
 
 // DialPooled opens a pooled leg to addr for the stream and channel l
 // names (TLS legs only) and leaves it idle.
-func DialPooled(ctx context.Context, addr string, l *Leg) (*Pooled, error) {
+func DialPooled(ctx context.Context, addr string, l *wan.Leg) (*Pooled, error) {
 	if l.Transport != api.WANTLS {
 		return nil, fmt.Errorf("pooled legs are TLS only, not %q", l.Transport)
 	}
-	if l.Channel >= PooledFlag {
+	if l.Channel >= wan.PooledFlag {
 		return nil, fmt.Errorf("channel %d cannot be pooled", l.Channel)
 	}
 	pl := *l
-	pl.Channel |= PooledFlag
-	c, err := Dial(ctx, addr, &pl)
+	pl.Channel |= wan.PooledFlag
+	c, err := wan.Dial(ctx, addr, &pl)
 	if err != nil {
 		return nil, err
 	}
-	return &Pooled{c: c.(*Conn), dialer: true}, nil
+	return &Pooled{c: c.(*wan.Conn), dialer: true}, nil
 }
 
 // NewPooledAcceptor returns the acceptor's end of a pooled leg that
 // AcceptLeg (or AcceptRouted) returned with pooled true.
 func NewPooledAcceptor(c net.Conn) (*Pooled, error) {
-	tc, ok := c.(*Conn)
+	tc, ok := c.(*wan.Conn)
 	if !ok {
 		return nil, fmt.Errorf("pooled leg over %T: TLS legs only", c)
 	}
@@ -161,7 +159,7 @@ func (p *Pooled) Quit() bool {
 	}
 	p.broken = true
 	p.mu.Unlock()
-	p.c.SetWriteDeadline(time.Now().Add(HandshakeTimeout))
+	p.c.SetWriteDeadline(time.Now().Add(wan.HandshakeTimeout))
 	p.writeFrame(frameQuit, nil)
 	p.c.CloseWrite()
 	p.c.Close()
@@ -188,7 +186,7 @@ func (p *Pooled) Idle() bool {
 // mean the peer closed or reset it (its stream ended, it restarted) and
 // a session on it would fail. It does not read.
 func (p *Pooled) Stale() bool {
-	t, ok := p.c.raw.Conn.(*net.TCPConn)
+	t, ok := p.c.Raw().(*net.TCPConn)
 	if !ok {
 		return false
 	}
@@ -221,7 +219,7 @@ func (p *Pooled) writeFrame(typ byte, payload []byte) error {
 	var hdr [4]byte
 	hdr[0] = typ
 	hdr[1], hdr[2], hdr[3] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
-	_, err := p.c.writeFrame(hdr[:], payload)
+	_, err := p.c.WriteFrame(hdr[:], payload)
 	return err
 }
 
@@ -237,11 +235,11 @@ func readHeader(r io.Reader) (byte, int, error) {
 }
 
 // abortConn resets c's TCP connection (SO_LINGER 0).
-func abortConn(c *Conn) {
-	if t, ok := c.raw.Conn.(*net.TCPConn); ok {
+func abortConn(c *wan.Conn) {
+	if t, ok := c.Raw().(*net.TCPConn); ok {
 		t.SetLinger(0)
 	}
-	c.raw.Conn.Close()
+	c.Raw().Close()
 }
 
 // Session is one application connection's passage over a pooled leg, a
@@ -362,7 +360,7 @@ func (s *Session) Close() error {
 func (s *Session) Clean() bool { return s.clean.Load() }
 
 // NetConn is the leg's TCP connection: relay.Abort resets it.
-func (s *Session) NetConn() net.Conn { return s.p.c.raw.Conn }
+func (s *Session) NetConn() net.Conn { return s.p.c.Raw() }
 
 // LocalAddr implements net.Conn.
 func (s *Session) LocalAddr() net.Addr { return s.p.c.LocalAddr() }

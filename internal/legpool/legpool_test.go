@@ -1,6 +1,9 @@
-package stream
+package legpool
 
 import (
+	"context"
+	"errors"
+	"scistream/internal/wan"
 	"testing"
 )
 
@@ -8,16 +11,16 @@ import (
 // idle leg; LRU-M first spares the flows whose legs were torn down
 // before.
 func TestPoolVictims(t *testing.T) {
-	a, b := &Stream{}, &Stream{}
+	a, b := testOwner{1}, testOwner{2}
 	fa, fb := flow{a, 0}, flow{b, 0}
 	for _, c := range []struct {
 		policy string
 		want   flow
 	}{{PolicyLRU, fa}, {PolicyLRUM, fb}} {
-		m := NewLegManager(PoolConfig{Policy: c.policy}, nil)
+		m := New(Config{Policy: c.policy}, nil)
 		// fa's leg idles first (least recent); fa was torn down once.
-		m.idleLocked(&pooledLeg{flow: fa, peer: "p"})
-		m.idleLocked(&pooledLeg{flow: fb, peer: "p"})
+		m.idleLocked(&Leg{flow: fa, peer: "p"})
+		m.idleLocked(&Leg{flow: fb, peer: "p"})
 		m.teardowns[fa] = 1
 		v := m.victimLocked("p")
 		if v == nil || v.flow != c.want {
@@ -28,3 +31,13 @@ func TestPoolVictims(t *testing.T) {
 		}
 	}
 }
+
+// testOwner is an Owner of nothing, told apart by its id.
+type testOwner struct{ id int }
+
+func (testOwner) Context() context.Context { return context.Background() }
+func (testOwner) Serves(int) bool          { return true }
+func (testOwner) DialLeg(context.Context, string, *wan.Leg) (*Pooled, error) {
+	return nil, errors.New("no dial in this test")
+}
+func (testOwner) Counted(int64, int64) {}

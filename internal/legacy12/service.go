@@ -1,0 +1,476 @@
+// Package legacy12 serves the control protocol of SciStream 1.2 (the
+// gRPC service scistream.Control of the Python s2uc and s2cs) so that a
+// site's 1.2 runbooks drive this gateway unchanged. The gateway serves it
+// on its control port beside the HTTPS API (gateway.Server.SetGRPC); the
+// streams it creates are ordinary streams of the gateway, made through
+// Backend (gateway.Legacy12).
+//
+// The 1.2 client's sequences: inbound-request sends req(uid, PROD, ...),
+// which answers once hello(uid, PROD, targets) came (before or after it),
+// then update(uid, prod_listeners, PROD); outbound-request sends
+// req(uid, CONS, ...), answered once hello came, then update(uid,
+// inbound listeners, CONS); release(uid) ends one side. Unlike 1.2, a req
+// meets only the hello of its own UID and caller (sessions never cross),
+// waits for it a bounded time (Config.HelloWait), and every refusal is a
+// gRPC status with a message naming the fix, never UNKNOWN.
+package legacy12
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"scistream/internal/api"
+)
+
+// Roles of the 1.2 protocol.
+const (
+	RoleProd = "PROD" // the gateway in front of the listening application: an inbound stream
+	RoleCons = "CONS" // the gateway in front of the connecting application: an outbound stream
+)
+
+// Backend is the gateway as the service uses it: the same
+// authentication, checks, admission, persistence and end as its HTTPS
+// API. Every error should be an *api.Error (any other is internal).
+type Backend interface {
+	// Authenticate returns the identity of the caller whose token the
+	// metadata "authorization" held, connecting from remote.
+	Authenticate(ctx context.Context, token, remote string) (string, error)
+	// CreateInbound creates owner's inbound stream uid leading channel
+	// i to targets[i % len(targets)]; it returns its WAN listeners.
+	CreateInbound(ctx context.Context, owner, uid string, numConn int, targets []string) ([]string, error)
+	// CreateOutbound creates owner's outbound stream uid, whose peers
+	// SetPeers gives later; it returns its listeners.
+	CreateOutbound(ctx context.Context, owner, uid string, numConn int) ([]string, error)
+	// SetPeers gives owner's outbound stream uid its peer listeners.
+	SetPeers(ctx context.Context, owner, uid string, peers []string) ([]string, error)
+	// Get returns the view of owner's stream uid.
+	Get(ctx context.Context, owner, uid string) (api.Stream, error)
+	// Release ends owner's stream uid.
+	Release(ctx context.Context, owner, uid string) error
+}
+
+// Config configures a Service.
+type Config struct {
+	// Backend is the gateway. Required.
+	Backend Backend
+	// Logger gets a line per call. If nil, slog.Default().
+	Logger *slog.Logger
+	// HelloWait bounds how long a req waits for its hello, and how long a
+	// hello that came first waits for its req. If zero, 10 s.
+	HelloWait time.Duration
+	// MaxPending bounds the reqs and hellos waiting for their partner at
+	// once; one more is refused RESOURCE_EXHAUSTED. If zero, 1024.
+	MaxPending int
+}
+
+// Limits of a message's fields, past those of the gateway itself.
+const (
+	maxListeners = api.MaxReceiverPorts // entries of a listener list
+	maxAddr      = 300                  // bytes of one host:port
+)
+
+// Service is the gRPC service scistream.Control.
+type Service struct {
+	UnimplementedControlServer
+	b     Backend
+	log   *slog.Logger
+	wait  time.Duration
+	limit int
+
+	mu       sync.Mutex // guards the following
+	sessions map[key]*session
+}
+
+// key names a session: one caller's UID. Two callers' sessions of one
+// UID never meet.
+type key struct{ owner, uid string }
+
+// session is a req and its hello meeting.
+type session struct {
+	hello   chan struct{} // closed when the hello came
+	targets []string      // what the hello gave (set before hello closes)
+	req     bool          // a req waits on it
+	expires time.Time     // for a hello that came first
+}
+
+// New returns the service of cfg.
+func New(cfg Config) (*Service, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("legacy12: Backend required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HelloWait == 0 {
+		cfg.HelloWait = 10 * time.Second
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 1024
+	}
+	return &Service{b: cfg.Backend, log: cfg.Logger, wait: cfg.HelloWait, limit: cfg.MaxPending, sessions: map[key]*session{}}, nil
+}
+
+// maxMessage bounds a request message: the largest valid one is well
+// under it.
+const maxMessage = 64 << 10
+
+// NewServer returns a gRPC server of svc, to serve with its ServeHTTP
+// (gateway.Server.SetGRPC). It has no transport security of its own: the
+// gateway's control port runs TLS.
+func NewServer(svc *Service) *grpc.Server {
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage), grpc.MaxConcurrentStreams(250))
+	RegisterControlServer(gs, svc)
+	return gs
+}
+
+// Req asks for one side of stream uid and answers once its hello came.
+func (s *Service) Req(ctx context.Context, r *Request) (*Response, error) {
+	owner, err := s.caller(ctx)
+	if err != nil {
+		return nil, s.done("req", r.GetUid(), "", err)
+	}
+	uid := r.GetUid()
+	if err := checkUID(uid); err != nil {
+		return nil, s.done("req", uid, owner, err)
+	}
+	role, err := checkRole("role", r.GetRole())
+	if err != nil {
+		return nil, s.done("req", uid, owner, err)
+	}
+	n := int(r.GetNumConn())
+	if n < 1 || n > api.MaxChannels {
+		return nil, s.done("req", uid, owner, status.Errorf(codes.InvalidArgument, "num_conn %d out of range: give 1 to %d (s2uc --num_conn)", r.GetNumConn(), api.MaxChannels))
+	}
+	// A second req for a live stream is refused now, not after a wait
+	// for a hello.
+	if v, err := s.b.Get(ctx, owner, uid); err == nil && !v.State.Terminal() {
+		return nil, s.done("req", uid, owner, status.Errorf(codes.AlreadyExists, "stream %s exists on this gateway already: release it first, or use a new uid", uid))
+	}
+	// rate (kb/s) is ignored, as the 1.2 server ignores it: a stream of
+	// a 1.2 client is best effort.
+	targets, err := s.meet(ctx, key{owner, uid})
+	if err != nil {
+		return nil, s.done("req", uid, owner, err)
+	}
+	var out Response
+	switch role {
+	case RoleProd:
+		ls, err := s.b.CreateInbound(ctx, owner, uid, n, targets)
+		if err != nil {
+			return nil, s.done("req", uid, owner, err)
+		}
+		out.Listeners = ls
+		out.ProdListeners = expand(targets, n)
+	case RoleCons:
+		ls, err := s.b.CreateOutbound(ctx, owner, uid, n)
+		if err != nil {
+			return nil, s.done("req", uid, owner, err)
+		}
+		out.Listeners = ls
+	}
+	s.done("req", uid, owner, nil)
+	return &out, nil
+}
+
+// Hello gives stream uid's producer listeners to its req, waiting or to
+// come.
+func (s *Service) Hello(ctx context.Context, h *Hello) (*AppResponse, error) {
+	owner, err := s.caller(ctx)
+	if err != nil {
+		return nil, s.done("hello", h.GetUid(), "", err)
+	}
+	uid := h.GetUid()
+	if err := checkUID(uid); err != nil {
+		return nil, s.done("hello", uid, owner, err)
+	}
+	if _, err := checkRole("role", h.GetRole()); err != nil {
+		return nil, s.done("hello", uid, owner, err)
+	}
+	if err := checkList("prod_listeners", h.GetProdListeners()); err != nil {
+		return nil, s.done("hello", uid, owner, err)
+	}
+	if err := s.greet(key{owner, uid}, slices.Clone(h.GetProdListeners())); err != nil {
+		return nil, s.done("hello", uid, owner, err)
+	}
+	s.done("hello", uid, owner, nil)
+	return &AppResponse{Message: "hello received for " + uid, Listeners: h.GetProdListeners()}, nil
+}
+
+// Update gives a side its targets: on PROD the producer's listeners that
+// req answered (checked, nothing changes), on CONS the inbound gateway's
+// listeners, which start the proxies toward it.
+func (s *Service) Update(ctx context.Context, u *UpdateTargets) (*Response, error) {
+	owner, err := s.caller(ctx)
+	if err != nil {
+		return nil, s.done("update", u.GetUid(), "", err)
+	}
+	uid := u.GetUid()
+	if err := checkUID(uid); err != nil {
+		return nil, s.done("update", uid, owner, err)
+	}
+	role, err := checkRole("role", u.GetRole())
+	if err != nil {
+		return nil, s.done("update", uid, owner, err)
+	}
+	if err := checkList("remote_listeners", u.GetRemoteListeners()); err != nil {
+		return nil, s.done("update", uid, owner, err)
+	}
+	if role == RoleCons {
+		ls, err := s.b.SetPeers(ctx, owner, uid, u.GetRemoteListeners())
+		if err != nil {
+			return nil, s.done("update", uid, owner, err)
+		}
+		s.done("update", uid, owner, nil)
+		return &Response{Listeners: ls}, nil
+	}
+	v, err := s.b.Get(ctx, owner, uid)
+	if err != nil {
+		return nil, s.done("update", uid, owner, err)
+	}
+	switch {
+	case v.State.Terminal():
+		err = status.Errorf(codes.FailedPrecondition, "stream %s has ended (%s); request a new one", uid, v.State)
+	case v.Role != api.RoleInbound:
+		err = status.Errorf(codes.InvalidArgument, "stream %s is the CONS side on this gateway: update it with role CONS", uid)
+	case !slices.Equal(u.GetRemoteListeners(), expand(v.Targets, v.NumConn)) && !slices.Equal(u.GetRemoteListeners(), v.Targets):
+		err = status.Errorf(codes.InvalidArgument, "remote_listeners differ from the producer listeners req answered (%s): send those, or release the stream and request a new one", strings.Join(expand(v.Targets, v.NumConn), ", "))
+	}
+	if err != nil {
+		return nil, s.done("update", uid, owner, err)
+	}
+	s.done("update", uid, owner, nil)
+	return &Response{Listeners: v.Listeners, ProdListeners: expand(v.Targets, v.NumConn)}, nil
+}
+
+// Release ends this gateway's side of stream uid.
+func (s *Service) Release(ctx context.Context, r *Release) (*Response, error) {
+	owner, err := s.caller(ctx)
+	if err != nil {
+		return nil, s.done("release", r.GetUid(), "", err)
+	}
+	uid := r.GetUid()
+	if err := checkUID(uid); err != nil {
+		return nil, s.done("release", uid, owner, err)
+	}
+	s.forget(key{owner, uid})
+	if err := s.b.Release(ctx, owner, uid); err != nil {
+		return nil, s.done("release", uid, owner, err)
+	}
+	s.done("release", uid, owner, nil)
+	return &Response{}, nil
+}
+
+// meet registers a req for k and waits for its hello (or finds the one
+// that came first); it returns the hello's targets.
+func (s *Service) meet(ctx context.Context, k key) ([]string, error) {
+	s.mu.Lock()
+	s.purgeLocked(time.Now())
+	ss := s.sessions[k]
+	switch {
+	case ss != nil && ss.req:
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.AlreadyExists, "a req for %s is already waiting for its hello: send hello, or use a new uid", k.uid)
+	case ss == nil && len(s.sessions) >= s.limit:
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, "%d requests already wait for their hello on this gateway; retry shortly", s.limit)
+	case ss == nil:
+		ss = &session{hello: make(chan struct{})}
+		s.sessions[k] = ss
+	}
+	ss.req = true
+	s.mu.Unlock()
+	defer s.forgetSession(k, ss)
+
+	t := time.NewTimer(s.wait)
+	defer t.Stop()
+	select {
+	case <-ss.hello:
+		return ss.targets, nil
+	case <-t.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no hello for %s came within %v of its req: the 1.2 client sends hello(uid, PROD, producer listeners) beside req; send it, then req again", k.uid, s.wait)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// greet gives the hello of k to its req, or keeps it for the req to come.
+func (s *Service) greet(k key, targets []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.purgeLocked(now)
+	ss := s.sessions[k]
+	switch {
+	case ss != nil && ss.targets != nil:
+		return status.Errorf(codes.AlreadyExists, "a hello for %s came already: one hello per req; use a new uid for a new stream", k.uid)
+	case ss == nil && len(s.sessions) >= s.limit:
+		return status.Errorf(codes.ResourceExhausted, "%d requests already wait for their partner on this gateway; retry shortly", s.limit)
+	case ss == nil:
+		ss = &session{hello: make(chan struct{}), expires: now.Add(s.wait)}
+		s.sessions[k] = ss
+	}
+	if targets == nil {
+		targets = []string{}
+	}
+	ss.targets = targets
+	close(ss.hello)
+	return nil
+}
+
+// forgetSession removes ss, a session whose req ended, from the table.
+func (s *Service) forgetSession(k key, ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[k] == ss {
+		delete(s.sessions, k)
+	}
+}
+
+// forget drops a hello kept for k (its stream is released).
+func (s *Service) forget(k key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.sessions[k]; ss != nil && !ss.req {
+		delete(s.sessions, k)
+	}
+}
+
+// purgeLocked drops the hellos whose req did not come in time.
+func (s *Service) purgeLocked(now time.Time) {
+	for k, ss := range s.sessions {
+		if !ss.req && now.After(ss.expires) {
+			delete(s.sessions, k)
+		}
+	}
+}
+
+// caller authenticates the call's token (metadata "authorization").
+func (s *Service) caller(ctx context.Context) (string, error) {
+	var token, remote string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			token = v[0]
+		}
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		remote = p.Addr.String()
+	}
+	return s.b.Authenticate(ctx, token, remote)
+}
+
+// done logs the end of a call and returns err as a gRPC status error.
+func (s *Service) done(method, uid, owner string, err error) error {
+	if err == nil {
+		s.log.Info("1.2 call", "method", method, "uid", uid, "owner", owner)
+		return nil
+	}
+	st := toStatus(err)
+	s.log.Info("1.2 call refused", "method", method, "uid", uid, "owner", owner, "code", st.Code().String(), "message", st.Message())
+	return st.Err()
+}
+
+// toStatus maps err to a gRPC status: an *api.Error by its code, a status
+// as it is, anything else INTERNAL (never UNKNOWN).
+func toStatus(err error) *status.Status {
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		return st
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return status.New(codes.Internal, "internal error; see the gateway's log")
+	}
+	c := codes.Internal
+	switch ae.Code {
+	case api.CodeInvalidArgument:
+		c = codes.InvalidArgument
+	case api.CodeUnauthenticated:
+		c = codes.Unauthenticated
+	case api.CodePermissionDenied:
+		c = codes.PermissionDenied
+	case api.CodeNotFound:
+		c = codes.NotFound
+	case api.CodeNoResources:
+		c = codes.ResourceExhausted
+	case api.CodeConflict:
+		c = codes.AlreadyExists
+	case api.CodeUnavailable:
+		c = codes.Unavailable
+	}
+	msg := ae.Message
+	if c == codes.Internal {
+		msg = "internal error; see the gateway's log"
+	}
+	return status.New(c, msg)
+}
+
+// expand lists targets round-robin over n channels, as the gateway leads
+// channel i to targets[i % len(targets)].
+func expand(targets []string, n int) []string {
+	if len(targets) == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = targets[i%len(targets)]
+	}
+	return out
+}
+
+func checkUID(uid string) error {
+	if !api.ValidUID(uid) {
+		return status.Errorf(codes.InvalidArgument, "uid %.80q is not a stream UID: give a lower-case UUID, as the 1.2 client generates", uid)
+	}
+	return nil
+}
+
+func checkRole(field, role string) (string, error) {
+	if role != RoleProd && role != RoleCons {
+		return "", status.Errorf(codes.InvalidArgument, "%s %.40q unknown: use %q (the producer's gateway) or %q (the consumer's)", field, role, RoleProd, RoleCons)
+	}
+	return role, nil
+}
+
+func checkList(field string, l []string) error {
+	if len(l) > maxListeners {
+		return status.Errorf(codes.InvalidArgument, "%s: at most %d listeners", field, maxListeners)
+	}
+	for _, a := range l {
+		if len(a) == 0 || len(a) > maxAddr {
+			return status.Errorf(codes.InvalidArgument, "%s: %.80q is not host:port", field, a)
+		}
+	}
+	return nil
+}
+
+// Waiting returns how many reqs wait for their hello now.
+func (s *Service) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ss := range s.sessions {
+		if ss.req {
+			n++
+		}
+	}
+	return n
+}
+
+// StatusOf returns err as the service answers it: a gRPC status error
+// whose code is never UNKNOWN (nil for nil).
+func StatusOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	return toStatus(err).Err()
+}

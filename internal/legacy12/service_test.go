@@ -1,0 +1,371 @@
+package legacy12_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"scistream/internal/auth"
+	"scistream/internal/certs"
+	"scistream/internal/gateway"
+	"scistream/internal/leakcheck"
+	"scistream/internal/legacy12"
+	"scistream/internal/localgw"
+	"scistream/internal/ports"
+	"scistream/internal/store"
+	"scistream/internal/waitfor"
+)
+
+const (
+	aliceToken = "alice-token-for-legacy12-tests"
+	bobToken   = "bob-token-for-legacy12-tests"
+)
+
+// TestMain fails a run whose tests left goroutines running: the
+// gateway's, the service's waits and the client's.
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// testWriter logs to t.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// env is a real gateway serving the 1.2 service on its control port, and
+// a gRPC client of it.
+type env struct {
+	gw     *gateway.Server
+	svc    *legacy12.Service
+	addr   string
+	leaf   *x509.Certificate // the gateway's certificate
+	client legacy12.ControlClient
+}
+
+// start runs a gateway of one node with the 1.2 service (hello waits
+// bounded by wait) on a random loopback address, stopped at the test's
+// end.
+func start(t testing.TB, wait time.Duration) *env {
+	t.Helper()
+	dir := t.TempDir()
+	ip := localgw.RandomLoopback()
+	id, _, _, err := certs.LoadOrGenerate(dir, []string{ip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenBolt(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.ParseTokens(strings.NewReader(auth.HashToken(aliceToken) + " alice\n" + auth.HashToken(bobToken) + " bob\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	var w io.Writer = testWriter{t}
+	if _, ok := t.(*testing.F); ok {
+		w = io.Discard // a fuzz target may not log through f
+	}
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	gw, err := gateway.New(gateway.Config{
+		ListenerIP: ip, PortRange: ports.Range{Lo: 5100, Hi: 5199}, Identity: id, Auth: tokens, Store: st,
+		Logger: log, AllowTargets: lo, AllowPeers: lo,
+		// No name resolves: a test asks no DNS server.
+		LookupHost: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		},
+	})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	svc, err := legacy12.New(legacy12.Config{Backend: gw.Legacy12(), Logger: log, HelloWait: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := legacy12.NewServer(svc)
+	gw.SetGRPC(gs)
+	gw.SetPeerCA(x509.NewCertPool())
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		gw.Serve(context.Background(), ln)
+	}()
+	t.Cleanup(func() {
+		gw.Shutdown(context.Background())
+		wg.Wait()
+		gs.Stop()
+	})
+	waitfor.Must(t, 10*time.Second, "the gateway to be ready", gw.Ready)
+	roots := x509.NewCertPool()
+	roots.AddCert(id.Leaf)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: ip})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, client: legacy12.NewControlClient(cc)}
+}
+
+// as is a context whose calls carry token as the 1.2 client sends it.
+// The calls are bounded by the service's own waits and the test's
+// deadline.
+func as(token string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", token)
+}
+
+// uid returns the i-th UID of a test, a version-1 UUID as 1.2 makes.
+func uid(i int) string { return fmt.Sprintf("%08x-ea8b-11f1-8301-02fc00000001", i) }
+
+// codeOf is err's gRPC code; the test fails on UNKNOWN.
+func codeOf(t *testing.T, err error) codes.Code {
+	t.Helper()
+	c := status.Code(err)
+	if c == codes.Unknown {
+		t.Errorf("UNKNOWN status: %v", err)
+	}
+	return c
+}
+
+// inbound runs 1.2's inbound-request: req beside its hello (sent after
+// it unless helloFirst), returning req's answer.
+func (e *env) inbound(t *testing.T, token, id string, targets []string, n int32, helloFirst bool) (*legacy12.Response, error) {
+	t.Helper()
+	hello := func() error {
+		_, err := e.client.Hello(as(token), &legacy12.Hello{Uid: id, ProdListeners: targets, Role: "PROD"})
+		return err
+	}
+	if helloFirst {
+		if err := hello(); err != nil {
+			return nil, err
+		}
+		return e.client.Req(as(token), &legacy12.Request{Uid: id, Role: "PROD", NumConn: n})
+	}
+	type answer struct {
+		r   *legacy12.Response
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		r, err := e.client.Req(as(token), &legacy12.Request{Uid: id, Role: "PROD", NumConn: n})
+		ch <- answer{r, err}
+	}()
+	// The hello goes only once the req waits, as 1.2 sends it later.
+	waitfor.Must(t, 10*time.Second, "the req to wait for its hello", func() bool { return e.svc.Waiting() > 0 })
+	if err := hello(); err != nil {
+		return nil, err
+	}
+	a := <-ch
+	return a.r, a.err
+}
+
+func TestHelloEitherOrder(t *testing.T) {
+	e := start(t, 10*time.Second)
+	for i, first := range []bool{false, true} {
+		r, err := e.inbound(t, aliceToken, uid(i), []string{"127.0.0.1:7001", "127.0.0.1:7002"}, 3, first)
+		if err != nil {
+			t.Fatalf("hello first %v: %v", first, err)
+		}
+		if len(r.Listeners) != 3 || strings.Join(r.ProdListeners, ",") != "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7001" {
+			t.Errorf("hello first %v: listeners %v prod_listeners %v; want 3 and the targets round-robin", first, r.Listeners, r.ProdListeners)
+		}
+		// update(PROD) with what req answered changes nothing.
+		if _, err := e.client.Update(as(aliceToken), &legacy12.UpdateTargets{Uid: uid(i), RemoteListeners: r.ProdListeners, Role: "PROD"}); err != nil {
+			t.Errorf("update PROD: %v", err)
+		}
+		v, err := e.gw.Legacy12().Get(context.Background(), "alice", uid(i))
+		if err != nil || v.Owner != "alice" || len(v.Listeners) != 3 {
+			t.Errorf("the gateway's view: %+v, %v", v, err)
+		}
+	}
+}
+
+// TestSessionsNeverCross: concurrent sessions, and two users' sessions
+// of one UID, each get their own hello's targets (1.2 crossed them).
+func TestSessionsNeverCross(t *testing.T) {
+	e := start(t, 10*time.Second)
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		for _, who := range []struct{ token, port string }{{aliceToken, "71"}, {bobToken, "72"}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				target := fmt.Sprintf("127.0.0.1:%s%02d", who.port, i)
+				id := uid(100 + i) // the same UID for alice and bob
+				type answer struct {
+					r   *legacy12.Response
+					err error
+				}
+				ch := make(chan answer, 1)
+				go func() {
+					r, err := e.client.Req(as(who.token), &legacy12.Request{Uid: id, Role: "PROD", NumConn: 1})
+					ch <- answer{r, err}
+				}()
+				if _, err := e.client.Hello(as(who.token), &legacy12.Hello{Uid: id, ProdListeners: []string{target}, Role: "PROD"}); err != nil {
+					errs <- err
+					return
+				}
+				a := <-ch
+				switch {
+				case a.err != nil:
+					errs <- a.err
+				case len(a.r.ProdListeners) != 1 || a.r.ProdListeners[0] != target:
+					errs <- fmt.Errorf("session %s got %v, want its own %s: sessions crossed", id, a.r.ProdListeners, target)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestReqWithoutHello(t *testing.T) {
+	e := start(t, 300*time.Millisecond)
+	_, err := e.client.Req(as(aliceToken), &legacy12.Request{Uid: uid(1), Role: "PROD", NumConn: 1})
+	if codeOf(t, err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), "no hello") {
+		t.Fatalf("req never followed by hello: %v; want DEADLINE_EXCEEDED naming the missing hello", err)
+	}
+	// Nothing was created, and the UID is free again.
+	if _, err := e.gw.Legacy12().Get(context.Background(), "alice", uid(1)); codeOf(t, statusOf(err)) != codes.NotFound {
+		t.Errorf("after the refused req: %v; want no stream", err)
+	}
+	if e.svc.Waiting() != 0 {
+		t.Errorf("%d sessions left waiting", e.svc.Waiting())
+	}
+}
+
+// statusOf maps a backend error as the service does.
+func statusOf(err error) error { return legacy12.StatusOf(err) }
+
+func TestRefusals(t *testing.T) {
+	e := start(t, 300*time.Millisecond)
+	if _, err := e.inbound(t, aliceToken, uid(1), []string{"127.0.0.1:7001"}, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want codes.Code
+	}{
+		{"no token", func() error {
+			_, err := e.client.Req(context.Background(), &legacy12.Request{Uid: uid(2), Role: "PROD", NumConn: 1})
+			return err
+		}, codes.Unauthenticated},
+		{"INVALID_TOKEN", func() error {
+			_, err := e.client.Release(as("INVALID_TOKEN"), &legacy12.Release{Uid: uid(1)})
+			return err
+		}, codes.Unauthenticated},
+		{"bad role", func() error {
+			_, err := e.client.Req(as(aliceToken), &legacy12.Request{Uid: uid(2), Role: "prod", NumConn: 1})
+			return err
+		}, codes.InvalidArgument},
+		{"bad uid", func() error {
+			_, err := e.client.Hello(as(aliceToken), &legacy12.Hello{Uid: "not-a-uuid", Role: "PROD"})
+			return err
+		}, codes.InvalidArgument},
+		{"second req for a live uid", func() error {
+			_, err := e.client.Req(as(aliceToken), &legacy12.Request{Uid: uid(1), Role: "PROD", NumConn: 1})
+			return err
+		}, codes.AlreadyExists},
+		{"second hello", func() error {
+			e.client.Hello(as(aliceToken), &legacy12.Hello{Uid: uid(3), ProdListeners: []string{"127.0.0.1:1"}, Role: "PROD"})
+			_, err := e.client.Hello(as(aliceToken), &legacy12.Hello{Uid: uid(3), ProdListeners: []string{"127.0.0.1:2"}, Role: "PROD"})
+			return err
+		}, codes.AlreadyExists},
+		{"unknown uid: update", func() error {
+			_, err := e.client.Update(as(aliceToken), &legacy12.UpdateTargets{Uid: uid(9), RemoteListeners: []string{"127.0.0.1:1"}, Role: "CONS"})
+			return err
+		}, codes.NotFound},
+		{"another user's stream", func() error {
+			_, err := e.client.Release(as(bobToken), &legacy12.Release{Uid: uid(1)})
+			return err
+		}, codes.NotFound},
+		{"update PROD with other targets", func() error {
+			_, err := e.client.Update(as(aliceToken), &legacy12.UpdateTargets{Uid: uid(1), RemoteListeners: []string{"127.0.0.1:9"}, Role: "PROD"})
+			return err
+		}, codes.InvalidArgument},
+		{"update CONS of a PROD stream", func() error {
+			_, err := e.client.Update(as(aliceToken), &legacy12.UpdateTargets{Uid: uid(1), RemoteListeners: []string{"127.0.0.1:9"}, Role: "CONS"})
+			return err
+		}, codes.InvalidArgument},
+		{"targets on two hosts", func() error {
+			_, err := e.inbound(t, aliceToken, uid(4), []string{"127.0.0.1:1", "127.0.0.2:1"}, 1, true)
+			return err
+		}, codes.InvalidArgument},
+		{"a target the policy refuses", func() error {
+			_, err := e.inbound(t, aliceToken, uid(5), []string{"10.1.2.3:80"}, 1, true)
+			return err
+		}, codes.PermissionDenied},
+		{"more channels than ports", func() error {
+			_, err := e.inbound(t, aliceToken, uid(6), []string{"127.0.0.1:80"}, 101, true)
+			return err
+		}, codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if got := codeOf(t, err); got != tc.want {
+				t.Errorf("%v; want %s", err, tc.want)
+			}
+		})
+	}
+	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); err != nil {
+		t.Errorf("release: %v", err)
+	}
+	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); err != nil {
+		t.Errorf("release again: %v; want success, as the API's", err)
+	}
+}
+
+// TestAPIBeside: the control port serves the HTTPS API to HTTP/1.1 and
+// HTTP/2 clients as before, and gRPC beside it, told apart by content
+// type.
+func TestAPIBeside(t *testing.T) {
+	e := start(t, time.Second)
+	roots := x509.NewCertPool()
+	roots.AddCert(e.leaf)
+	host, _, _ := net.SplitHostPort(e.addr)
+	for _, h2 := range []bool{false, true} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: host}, ForceAttemptHTTP2: h2}
+		c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		resp, err := c.Get("https://" + e.addr + "/healthz")
+		if err != nil {
+			t.Fatalf("HTTP/2 %v: %v", h2, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || (resp.ProtoMajor == 2) != h2 {
+			t.Errorf("HTTP/2 %v: /healthz answered %s over %s", h2, resp.Status, resp.Proto)
+		}
+		tr.CloseIdleConnections()
+	}
+	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); codeOf(t, err) != codes.NotFound {
+		t.Errorf("gRPC beside the API: %v; want NOT_FOUND for an unknown uid", err)
+	}
+}
