@@ -181,4 +181,21 @@ func TestReadmeQuickstart(t *testing.T) {
 	if n := strings.Count(out, "released "); n != 2 {
 		t.Errorf("the s2uc stream block released %d sides, want 2:\n%s", n, out)
 	}
+
+	// The README sends the reader to the status page with the token the
+	// first block made: its data, GET /v1/status, answers that token.
+	tok, err := os.ReadFile(filepath.Join(qs, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "https://127.0.0.3:5000/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /v1/status with the quickstart's token: %s, want 200 (the README says the status page shows the user's streams)", resp.Status)
+	}
 }
