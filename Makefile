@@ -8,9 +8,16 @@ setup:
 	bash scripts/setup.sh
 
 # A complete local two-gateway stream: starts two s2cs, a consumer and a
-# producer, streams 1 GiB through them and directly, prints both.
-demo: setup
+# producer, streams 1 GiB through them and directly, prints both. Installs
+# only what it needs (scripts/setup.sh --demo); `make test` the rest.
+demo:
+	bash scripts/setup.sh --demo
 	bin/s2bench compare
+	@echo
+	@echo "Next:"
+	@echo "  README.md, Quickstart: two gateways and a stream by hand, four blocks to paste"
+	@echo "  bin/s2bench compare --workload lstream   # one long stream instead of the sweep"
+	@echo "  make test                                # every test (installs their tools first)"
 
 test:
 	bash scripts/test.sh

@@ -4,6 +4,37 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --demo (make demo): only what the demo and the README's quickstart
+# need, then the binaries: Go (and the modules its build fetches),
+# netcat and jq for the quickstart's applications and UID; nothing only
+# the tests need (browsers, containers, brokers, etcd, staticcheck). The
+# demo itself (s2bench compare) runs its gateways and applications.
+if [ "${1:-}" = "--demo" ]; then
+  demo_apt=()
+  command -v go >/dev/null 2>&1 || demo_apt+=(golang-go)
+  command -v nc >/dev/null 2>&1 || demo_apt+=(netcat-openbsd)
+  command -v jq >/dev/null 2>&1 || demo_apt+=(jq)
+  if [ ${#demo_apt[@]} -gt 0 ]; then
+    echo "setup: installing ${demo_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${demo_apt[@]}" >/dev/null
+  fi
+  # Go 1.21 or later fetches the toolchain go.mod names by itself (from
+  # the module proxy); an older one (Debian 12's golang-go is 1.19)
+  # cannot build this module.
+  gov=$(go env GOVERSION 2>/dev/null || go version | awk '{print $3}')
+  minor=$(echo "$gov" | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+  if [ -n "$minor" ] && [ "$minor" -lt 21 ]; then
+    echo "setup: $gov is too old to build SciStream: install Go 1.21 or later (it fetches the $(sed -n 's/^go //p' go.mod) toolchain itself), e.g. apt-get install -t bookworm-backports golang-go on Debian 12" >&2
+    exit 1
+  fi
+  mkdir -p bin
+  go build -buildvcs=auto -o bin/ ./cmd/...
+  echo "setup: built $(ls bin | tr '\n' ' ')"
+  exit 0
+fi
+
 need_apt=()
 command -v nc >/dev/null 2>&1 || need_apt+=(netcat-openbsd)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
@@ -33,6 +64,9 @@ command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# The README's quickstart (e2e/readme_test.go runs it) reads the stream's
+# UID with jq.
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # The etcd state store (internal/store, internal/etcdtest, e2e/etcd_test.go):
 # Debian's etcd server, started by the tests on loopback ports they pick.
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
@@ -90,6 +124,15 @@ for key in net.core.rmem_max net.core.wmem_max; do
     fi
   fi
 done
+
+# podman-compose runs deploy/compose (deploy/compose_test.go): 1.0.6 from
+# PyPI, into the python3 on PATH, as Debian 12's 1.0.3 adds a network to
+# each service that podman refuses beside network_mode: host.
+if ! python3 -c 'import podman_compose as p, sys; sys.exit(p.__version__ != "1.0.6")' 2>/dev/null; then
+  echo "setup: installing podman-compose 1.0.6"
+  python3 -m pip install --quiet podman-compose==1.0.6 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages podman-compose==1.0.6
+fi
 
 go mod download
 (cd deploy/helmtest && go mod download)   # the Helm chart's tests, a module of their own

@@ -17,7 +17,28 @@
     return e;
   }
 
-  function rate(bps) { return (Number(bps || 0) / 1e6).toFixed(1) + " MB/s"; }
+  // rate is a rate in bytes per second, in the decimal unit its size
+  // calls for (B/s, kB/s, MB/s, GB/s); 0 is "0 B/s".
+  function rate(bps) {
+    var n = Number(bps || 0), units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"], i = 0;
+    while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
+    return (i === 0 ? n.toFixed(0) : n.toFixed(n < 10 ? 2 : 1)) + " " + units[i];
+  }
+
+  // stat says a mean ± standard deviation (and peak): "idle" when
+  // nothing moved, no spread when there was none, "none yet" without a
+  // sample.
+  function stat(s, peak) {
+    if (!s || !s.samples) { return "none yet"; }
+    if (!s.mean_Bps && !s.peak_Bps) { return "idle"; }
+    var t = rate(s.mean_Bps);
+    if (s.stddev_Bps > 0.0005 * s.mean_Bps) { t += " ± " + rate(s.stddev_Bps); }
+    if (peak) { t += ", peak " + rate(s.peak_Bps); }
+    return t;
+  }
+
+  // short is a UID's first 8 characters, as git shortens a hash.
+  function short(uid) { uid = String(uid || ""); return uid.length > 9 ? uid.slice(0, 8) + "…" : uid; }
 
   function bytes(n) {
     n = Number(n || 0);
@@ -94,9 +115,8 @@
     $("login").hidden = true;
     $("status").hidden = false;
     var h = st.health;
-    $("gw-name").textContent = st.listener_ip;
     var up = (new Date(st.now) - new Date(st.started)) / 1000;
-    $("gw-summary").textContent = "version " + st.version + " · up " + duration(up) + " · " +
+    $("gw-summary").textContent = "listener " + st.listener_ip + " · version " + st.version + " · up " + duration(up) + " · " +
       (h.ready ? "ready" : "NOT READY");
     $("gw-summary").className = "summary " + (h.ready ? "ok" : "bad");
 
@@ -143,7 +163,12 @@
     var r = x.rates || { to_wan: { window: {}, steady: {} }, from_wan: { window: {}, steady: {} } };
     var tr = el("tr");
     tr.dataset.uid = v.uid;
-    var id = cell(tr, v.uid, "uid");
+    // The short UID on one line, the whole one in its title (hover) and
+    // in the row's data-uid.
+    var id = cell(tr, "", "uid");
+    var code = el("code", short(v.uid), "id");
+    code.title = v.uid;
+    id.appendChild(code);
     id.appendChild(el("div", v.role + " · " + v.wan + " · " + v.engine, "sub"));
     cell(tr, v.owner);
     var state = cell(tr, v.state, v.state === "connected" ? "ok" : "");
@@ -158,56 +183,81 @@
     b.dataset.bytesToWan = x.bytes_to_wan || 0;
     b.dataset.bytesFromWan = x.bytes_from_wan || 0;
     b.className = "bytes";
-    var now = cell(tr, rate(x.rate_to_wan_Bps) + " / " + rate(x.rate_from_wan_Bps), "rate");
+    var now = cell(tr, x.rate_to_wan_Bps || x.rate_from_wan_Bps ? rate(x.rate_to_wan_Bps) + " / " + rate(x.rate_from_wan_Bps) : "idle", "rate");
     now.dataset.rateToWan = x.rate_to_wan_Bps || 0;
     now.dataset.rateFromWan = x.rate_from_wan_Bps || 0;
-    var win = cell(tr, "");
-    [["to", r.to_wan.window], ["from", r.from_wan.window]].forEach(function (p) {
-      win.appendChild(el("div", p[0] + " " + rate(p[1].mean_Bps) + " ± " + rate(p[1].stddev_Bps) + " (" + rate(p[1].peak_Bps) + ")", "legend-" + p[0]));
-    });
+    var win = cell(tr, "", "window");
+    directions(win, r.to_wan.window, r.from_wan.window, true);
     var steady = cell(tr, "", "steady");
     steady.dataset.steadyToWan = r.to_wan.steady.mean_Bps || 0;
     steady.dataset.steadyFromWan = r.from_wan.steady.mean_Bps || 0;
-    [["to", r.to_wan.steady], ["from", r.from_wan.steady]].forEach(function (p) {
-      steady.appendChild(el("div", p[0] + " " + rate(p[1].mean_Bps) + " ± " + rate(p[1].stddev_Bps), "legend-" + p[0]));
-    });
+    directions(steady, r.to_wan.steady, r.from_wan.steady, false);
     var ch = cell(tr, "");
     ch.appendChild(chart(r.history, r.interval_s, r.window_s));
     return tr;
   }
 
+  // directions writes one line per direction that carried data, or one
+  // word for both when neither did ("idle", "none yet").
+  function directions(td, to, from, peak) {
+    var t = stat(to, peak), f = stat(from, peak);
+    if (t === f && (t === "idle" || t === "none yet")) { td.appendChild(el("div", t, "sub")); return; }
+    [["to", t], ["from", f]].forEach(function (p) {
+      if (p[1] !== "idle" && p[1] !== "none yet") { td.appendChild(el("div", p[0] + " " + p[1], "legend-" + p[0])); }
+    });
+  }
+
   var SVG = "http://www.w3.org/2000/svg";
 
+  // nice is the smallest 1, 2 or 5 times a power of ten at or above v:
+  // the top of the chart's scale.
+  function nice(v) {
+    var p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (var m of [1, 2, 5, 10]) { if (m * p >= v) { return m * p; } }
+    return 10 * p;
+  }
+
+  function svgEl(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+
   // chart draws the window's samples, the newest at the right edge and
-  // the whole window wide, so a young stream's line grows from the right.
+  // the whole window wide, so a young stream's line grows from the right:
+  // a rate axis from 0 to a round top, in its unit, and a time axis in
+  // seconds before now.
   function chart(hist, interval, window) {
-    var W = 240, H = 56;
-    var svg = document.createElementNS(SVG, "svg");
-    svg.setAttribute("class", "chart");
-    svg.setAttribute("width", W);
-    svg.setAttribute("height", H);
-    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    var W = 300, H = 96, L = 58, R = 6, T = 14, B = 16; // plot area inside the margins
+    var pw = W - L - R, ph = H - T - B;
+    var svg = svgEl("svg", { "class": "chart", width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" });
     var to = (hist && hist.to_wan_Bps) || [], from = (hist && hist.from_wan_Bps) || [];
-    var peak = Math.max.apply(null, [1].concat(to, from));
+    // An idle window gets a nominal 1 MB/s scale, not one of a byte.
+    var top = nice(Math.max.apply(null, [0].concat(to, from)) || 1e6);
     var n = Math.max(2, to.length, Math.round((window || 0) / (interval || 1)));
+    var span = Math.round((n - 1) * (interval || 1));
+    svg.appendChild(svgEl("title", {}, "rate to (blue) and from (orange) the WAN over the last " + span + " s"));
+    // axes, a mid gridline, tick labels
+    svg.appendChild(svgEl("line", { "class": "grid", x1: L, x2: L + pw, y1: T + ph / 2, y2: T + ph / 2 }));
+    svg.appendChild(svgEl("line", { "class": "axis", x1: L, x2: L, y1: T, y2: T + ph }));
+    svg.appendChild(svgEl("line", { "class": "axis", x1: L, x2: L + pw, y1: T + ph, y2: T + ph }));
+    [[top, T], [top / 2, T + ph / 2], [0, T + ph]].forEach(function (t) {
+      svg.appendChild(svgEl("text", { "class": "tick", x: L - 4, y: t[1] + 3, "text-anchor": "end" }, rate(t[0])));
+    });
+    [[-span + " s", L, "start"], [-Math.round(span / 2) + " s", L + pw / 2, "middle"], ["now", L + pw, "end"]].forEach(function (t) {
+      svg.appendChild(svgEl("text", { "class": "tick", x: t[1], y: H - 3, "text-anchor": t[2] }, t[0]));
+    });
+    svg.appendChild(svgEl("text", { "class": "tick legend-to", x: L + 2, y: T - 4 }, "to WAN"));
+    svg.appendChild(svgEl("text", { "class": "tick legend-from", x: L + 52, y: T - 4 }, "from WAN"));
     [["to", to], ["from", from]].forEach(function (p) {
       if (!p[1].length) { return; }
       var skip = n - p[1].length;
       var pts = p[1].map(function (y, i) {
-        return ((skip + i) * (W - 2) / (n - 1) + 1).toFixed(1) + "," + (H - 12 - y / peak * (H - 16)).toFixed(1);
+        return (L + (skip + i) * pw / (n - 1)).toFixed(1) + "," + (T + ph - y / top * ph).toFixed(1);
       });
-      var line = document.createElementNS(SVG, "polyline");
-      line.setAttribute("class", p[0]);
-      line.setAttribute("points", pts.join(" "));
-      svg.appendChild(line);
+      svg.appendChild(svgEl("polyline", { "class": p[0], points: pts.join(" ") }));
     });
-    var label = document.createElementNS(SVG, "text");
-    label.setAttribute("x", 2);
-    label.setAttribute("y", H - 2);
-    label.setAttribute("font-size", 9);
-    label.setAttribute("fill", "#5c6b7a");
-    label.textContent = "peak " + rate(peak) + " · the last " + Math.round(n * (interval || 1)) + " s";
-    svg.appendChild(label);
     return svg;
   }
 
@@ -225,5 +275,8 @@
   });
   $("forget").addEventListener("click", function () { forget("Token forgotten."); });
 
+  // Which gateway: the host and port this page came from.
+  document.title = "SciStream gateway " + location.host;
+  $("gw-name").textContent = location.host;
   if (token()) { poll(); } else { showLogin(""); }
 }());

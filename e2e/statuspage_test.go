@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"scistream/internal/waitfor"
+)
+
+// statusScreenshot is the status page's picture in docs/operations.md,
+// rewritten by TestStatusPageReadable under -update_docs.
+const statusScreenshot = "../docs/img/status-page.png"
+
+// TestStatusPageReadable loads a gateway's status page in headless
+// Chromium with two streams, one moving (a paced transfer) and one idle,
+// and reads it as a person would: the title names the gateway's
+// host:port; every rate has its unit; the idle stream says "idle"
+// instead of zero means with zero spreads, and no "± 0" appears
+// anywhere; each UID is a short form on one line with the whole UID in
+// its title; the chart has two axes with a rate scale in units and a
+// time scale in seconds. The page's own style sheet applies (the
+// no-wrap of the UIDs comes from it), so its Content-Security-Policy
+// admits the inline style it hashes. The screenshot goes to the
+// artifacts directory, and with -update_docs to docs/img.
+func TestStatusPageReadable(t *testing.T) {
+	roles := filepath.Join(t.TempDir(), "roles")
+	if err := os.WriteFile(roles, []byte("user any\nreader identity alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newPair(t, pairOpts{args: []string{"--rate_interval", "200ms", "--roles", roles}})
+	idleSink := newSink(t, "127.0.0.1", nil)
+	idle := p.wire("alice", idleSink.host(), idleSink.port(), 1)
+	x := newConsumer(t)
+	moving := p.wire("alice", x.host(), x.port(), 1)
+	x.start(t, moving.Listeners[0], 4e6, 0)
+	defer x.end()
+
+	page := &statusPage{gw: p.prod, token: p.tokens["alice"], uid: moving.UID}
+	page.open(t, t)
+	if got := page.eval(t, "document.title"); !strings.Contains(got, p.prod.Addr) {
+		t.Errorf("the page's title %q does not name the gateway %s", got, p.prod.Addr)
+	}
+	page.login(t, page.token)
+	page.waitFor(t, "the moving stream's chart with a rate above zero",
+		page.row(`Number(r.querySelector("td.rate").dataset.rateToWan) > 0 && r.querySelectorAll("svg.chart polyline").length == 2`))
+	idleRow := func(expr string) string {
+		return fmt.Sprintf(`(() => { const r = document.querySelector('tr[data-uid="%s"]'); return r ? String(%s) : "no row"; })()`, idle.UID, expr)
+	}
+	// The idle stream's window has samples (it was wired before the
+	// other): its recent rates say idle, as does its rate now.
+	if !waitfor.Cond(20*time.Second, func() bool {
+		return page.eval(t, idleRow(`(r.querySelector("td.window") || {}).textContent`)) == "idle"
+	}) {
+		t.Errorf("the idle stream's recent rates read %q, want \"idle\"", page.eval(t, idleRow(`(r.querySelector("td.window") || {}).textContent`)))
+	}
+	if got := page.eval(t, idleRow(`(r.querySelector("td.rate") || {}).textContent`)); got != "idle" {
+		t.Errorf("the idle stream's rate now reads %q, want \"idle\"", got)
+	}
+	page.waitFor(t, "the moving stream's steady state", page.row(`Number(r.querySelector("td.steady").dataset.steadyToWan) > 0`))
+	shot := pageShot(t, page, "status-page.png")
+
+	if got := page.eval(t, `document.querySelector("h1").textContent`); !strings.Contains(got, p.prod.Addr) {
+		t.Errorf("the heading %q does not name the gateway %s", got, p.prod.Addr)
+	}
+	text := page.eval(t, `document.getElementById("streams").innerText`)
+	if m := regexp.MustCompile(`± 0(\.0+)? [kMG]?B/s`).FindString(text); m != "" {
+		t.Errorf("the streams table shows a zero spread %q:\n%s", m, text)
+	}
+	// Every rate the table states carries a unit.
+	for _, sel := range []string{"td.rate", "td.window", "td.steady"} {
+		cells := page.eval(t, fmt.Sprintf(`Array.from(document.querySelectorAll(%q)).map(c => c.innerText).join("\n")`, sel))
+		for _, line := range strings.Split(cells, "\n") {
+			if line == "" || line == "idle" || line == "none yet" {
+				continue
+			}
+			if n := regexp.MustCompile(`[0-9.]+(?: ([kMGT]?B/s))?`).FindAllStringSubmatch(line, -1); len(n) == 0 || slicesAny(n, func(m []string) bool { return m[1] == "" }) {
+				t.Errorf("%s: %q has a number without a unit", sel, line)
+			}
+		}
+	}
+	for _, uid := range []string{idle.UID, moving.UID} {
+		got := page.eval(t, fmt.Sprintf(`(() => { const c = document.querySelector('tr[data-uid="%s"] td.uid code'); if (!c) return "no code";
+			return [c.textContent, c.title, getComputedStyle(c).whiteSpace, c.getClientRects().length].join("|"); })()`, uid))
+		f := strings.Split(got, "|")
+		if len(f) != 4 || !strings.HasPrefix(uid, strings.TrimSuffix(f[0], "…")) || len(f[0]) >= len(uid) || f[1] != uid || f[2] != "nowrap" || f[3] != "1" {
+			t.Errorf("stream %s's UID cell: text|title|white-space|lines = %q; want a short prefix, the whole UID as title, nowrap, one line", uid, got)
+		}
+	}
+	axes := page.eval(t, page.rowExpr(`r.querySelectorAll("svg.chart line.axis").length + "|" + Array.from(r.querySelectorAll("svg.chart text.tick")).map(e => e.textContent).join(",")`))
+	f := strings.SplitN(axes, "|", 2)
+	if len(f) != 2 || f[0] != "2" || !regexp.MustCompile(`(^|,)0 B/s,`).MatchString(f[1]) || !regexp.MustCompile(`[0-9.]+ [kMG]B/s`).MatchString(f[1]) ||
+		!regexp.MustCompile(`-[0-9]+ s`).MatchString(f[1]) || !strings.Contains(f[1], "now") {
+		t.Errorf("the chart's axes and ticks: %q; want 2 axes, a rate scale from 0 B/s with units and a time scale in s up to now", axes)
+	}
+
+	if *updateDocs {
+		if err := os.MkdirAll(filepath.Dir(statusScreenshot), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(statusScreenshot, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pageShot saves a screenshot of the page as name in the artifacts
+// directory and returns it.
+func pageShot(t *testing.T, s *statusPage, name string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(artifactsDir(t), name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the status page: %s", path)
+	return png
+}
+
+func slicesAny[T any](s []T, f func(T) bool) bool {
+	for _, v := range s {
+		if f(v) {
+			return true
+		}
+	}
+	return false
+}
