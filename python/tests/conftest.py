@@ -209,6 +209,7 @@ class Echo:
         self.port = self.sock.getsockname()[1]
         self.conns = 0
         self._threads: list[threading.Thread] = []
+        self._socks: list[socket.socket] = []
         self._stop = False
         self._t = threading.Thread(target=self._accept, daemon=True)
         self._t.start()
@@ -220,6 +221,7 @@ class Echo:
             except OSError:
                 return
             self.conns += 1
+            self._socks.append(c)
             t = threading.Thread(target=self._serve, args=(c,), daemon=True)
             t.start()
             self._threads.append(t)
@@ -239,7 +241,13 @@ class Echo:
 
     def close(self) -> None:
         self._stop = True
+        self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept
         self.sock.close()
+        for c in self._socks:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self._t.join(5)
         for t in self._threads:
             t.join(5)
