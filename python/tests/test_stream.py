@@ -1,0 +1,219 @@
+"""scistream.stream and astream against two real gateways: data carried
+byte-exact, both sides released on a normal exit, an exception, a real
+SIGINT and a cancelled task, a failed wiring rolled back, the stream seen and
+released by s2uc, 20 streams from threads at once, live rates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import scistream
+
+from conftest import Echo, Pair, roundtrip, wait_for
+
+
+def live_uids(pair: Pair, who: str = "alice") -> tuple[set[str], set[str]]:
+    with pair.client(pair.cons, who) as ci, pair.client(pair.prod, who) as co:
+        return {s.uid for s in ci.list()}, {s.uid for s in co.list()}
+
+
+def assert_released(pair: Pair, uid: str, who: str = "alice") -> None:
+    with pair.client(pair.cons, who) as ci, pair.client(pair.prod, who) as co:
+        assert ci.get(uid).state == "released"
+        assert co.get(uid).state == "released"
+
+
+def test_bytes_exact_on_every_channel(pair: Pair, echo: Echo, isolated_env: Path) -> None:
+    with scistream.stream(target=("127.0.0.1", echo.port), num_conn=2, rate="2G", **pair.stream_kw()) as s:
+        assert len(s.listeners) == 2 and s.inbound.state == "connected" and s.outbound.state == "connected"
+        assert s.inbound.rate == s.outbound.rate == 2_000_000_000
+        # The local record s2uc reads, 0600, with the secret, never a token.
+        rec = isolated_env / "streams" / f"{s.uid}.json"
+        assert oct(rec.stat().st_mode & 0o777) == "0o600"
+        sess = json.loads(rec.read_text())
+        assert sess["secret"] == s.inbound.secret and pair.tokens["alice"] not in rec.read_text()
+        assert "secret" not in repr(s.inbound) or s.inbound.secret not in repr(s.inbound)
+        for i, listener in enumerate(s.listeners):
+            host, port = listener.rsplit(":", 1)
+            data = os.urandom((4 << 20) + i)
+            assert roundtrip((host, int(port)), data) == data
+        st = s.status()
+        assert st.inbound.stats and st.outbound.stats
+        wait_for(lambda: s.status().outbound.stats.bytes_to_wan >= (8 << 20), 10, "the counters")  # type: ignore[union-attr]
+        uid = s.uid
+    assert_released(pair, uid)
+    assert not rec.exists()
+
+
+def test_release_on_exception(pair: Pair, echo: Echo) -> None:
+    with pytest.raises(RuntimeError, match="the workflow failed"):
+        with scistream.stream(target=("127.0.0.1", echo.port), **pair.stream_kw()) as s:
+            uid = s.uid
+            assert uid in live_uids(pair)[0]
+            raise RuntimeError("the workflow failed")
+    assert_released(pair, uid)
+
+
+def test_release_on_keyboard_interrupt(pair: Pair, echo: Echo, tmp_path: Path) -> None:
+    """A real SIGINT to a Python process inside the with block: both sides
+    are released before it exits."""
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, threading, scistream
+        kw = {pair.stream_kw()!r}
+        with scistream.stream(target=("127.0.0.1", {echo.port}), **kw) as s:
+            print(s.uid, flush=True)
+            threading.Event().wait()   # until Ctrl-C
+    """))
+    env = {**os.environ, "SCISTREAM_HOME": str(tmp_path / "home")}
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert p.stdout
+        uid = p.stdout.readline().strip()
+        assert uid, p.stderr.read() if p.stderr else ""
+        assert uid in live_uids(pair)[1]
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert "KeyboardInterrupt" in err and p.returncode != 0
+    assert_released(pair, uid)
+    assert not (tmp_path / "home" / "streams" / f"{uid}.json").exists()
+
+
+def test_failed_wiring_rolls_back(pair: Pair, echo: Echo) -> None:
+    """The outbound gateway refuses (an allow entry that is no prefix): the
+    error keeps its class and the inbound side created before is released."""
+    before = live_uids(pair)[0]
+    with pytest.raises(scistream.InvalidArgument):
+        with scistream.stream(target=("127.0.0.1", echo.port), allow=["not-a-prefix"], **pair.stream_kw()):
+            pytest.fail("wired")
+    assert live_uids(pair)[0] == before
+
+
+def test_s2uc_sees_and_releases_a_python_stream(pair: Pair, echo: Echo, isolated_env: Path) -> None:
+    s2uc = str(pair.bins / "s2uc")
+    env = {**os.environ, "SCISTREAM_HOME": str(isolated_env)}
+    with scistream.stream(target=("127.0.0.1", echo.port), num_conn=2, **pair.stream_kw()) as s:
+        out = subprocess.run([s2uc, "status", s.uid, "--output", "json"], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        views = json.loads(out.stdout)["gateways"]
+        assert {v["role"] for v in views} == {"inbound", "outbound"} and all(v["state"] == "connected" for v in views)
+        data = os.urandom(1 << 20)
+        assert roundtrip(s.listener, data) == data
+        rel = subprocess.run([s2uc, "release", s.uid], env=env, capture_output=True, text=True, timeout=60)
+        assert rel.returncode == 0, rel.stderr
+        assert rel.stdout.count("released") == 2
+        assert_released(pair, s.uid)
+        uid = s.uid
+    # Leaving the block after s2uc released it: nothing left, no error.
+    assert_released(pair, uid)
+
+
+def test_twenty_streams_from_threads(pair: Pair, echo: Echo) -> None:
+    uids: dict[int, str] = {}
+    errs: list[BaseException] = []
+    start = threading.Barrier(20)
+
+    def one(i: int) -> None:
+        who = f"user{i:02d}"
+        try:
+            start.wait(30)
+            with scistream.stream(target=("127.0.0.1", echo.port), **pair.stream_kw(who)) as s:
+                uids[i] = s.uid or ""
+                data = os.urandom(256 << 10)
+                assert roundtrip(s.listener, data) == data
+        except BaseException as e:  # noqa: BLE001
+            errs.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errs, errs
+    assert len(set(uids.values())) == 20
+    for i, uid in uids.items():
+        assert_released(pair, uid, f"user{i:02d}")
+
+
+def test_live_rates(pair: Pair, echo: Echo) -> None:
+    """rates() yields the outbound gateway's readings while data flows; the
+    bytes it reports are those sent; the stream is paced to its rate."""
+    data = os.urandom(3 << 20)
+    with scistream.stream(target=("127.0.0.1", echo.port), rate="80M", **pair.stream_kw()) as s:
+        done = threading.Event()
+        got: list[bytes] = []
+
+        def send() -> None:
+            got.append(roundtrip(s.listener, data))
+            done.set()
+
+        t = threading.Thread(target=send)
+        t.start()
+        seen = []
+        for r in s.rates(interval=0.2, count=300, progress=True):
+            seen.append(r)
+            if done.is_set() and r.bytes_to_listener == len(data) and r.bytes_to_connector == len(data):
+                break
+        t.join(60)
+        assert got == [data]
+        assert any(r.to_listener_Bps > 0 for r in seen), "no rate seen while the data flowed"
+        assert seen[-1].bytes == 2 * len(data)
+        # 80 Mbit/s is 10 MB/s each way: 3 MiB take at least ~0.3 s, so no
+        # sample of the gateway's shows far more than the rate.
+        assert max(r.to_listener_Bps for r in seen) < 10e6 * 2
+
+
+def test_astream(pair: Pair, echo: Echo) -> None:
+    async def run() -> str:
+        async with scistream.astream(target=("127.0.0.1", echo.port), num_conn=1, rate="1G", **pair.stream_kw()) as s:
+            data = os.urandom(1 << 20)
+            host, port = s.listener
+            r, w = await asyncio.open_connection(host, port)
+            w.write(data)
+            await w.drain()
+            w.write_eof()
+            back = await r.read()
+            w.close()
+            assert back == data
+            st = await s.status()
+            assert st.inbound.state == st.outbound.state == "connected"
+            async for sample in s.rates(interval=0.2, count=2):
+                assert sample.stats is not None
+            return s.uid or ""
+    uid = asyncio.run(run())
+    assert_released(pair, uid)
+
+
+def test_astream_cancelled(pair: Pair, echo: Echo) -> None:
+    """A task cancelled inside the block (asyncio's Ctrl-C) releases both sides."""
+    box: dict[str, str] = {}
+
+    async def body() -> None:
+        async with scistream.astream(target=("127.0.0.1", echo.port), **pair.stream_kw()) as s:
+            box["uid"] = s.uid or ""
+            await asyncio.Event().wait()
+
+    async def run() -> None:
+        t = asyncio.create_task(body())
+        while "uid" not in box:
+            await asyncio.sleep(0.01)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+    asyncio.run(run())
+    assert_released(pair, box["uid"])
