@@ -47,7 +47,11 @@ class FakeGateway:
         class H(http.server.BaseHTTPRequestHandler):
             def _do(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(n)) if n else None
+                raw = self.rfile.read(n) if n else b""
+                try:
+                    body: Any = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw.decode(errors="replace")  # a form, for the token endpoint
                 fake.requests.append((self.command, self.path, dict(self.headers)))
                 status, out = answer(self.command, self.path, body)
                 data = json.dumps(out).encode()
