@@ -85,7 +85,7 @@ fi
 venv_ok() {
   [ -x .venv/bin/python ] && .venv/bin/python - "$PWD/python/src" <<'PY' >/dev/null 2>&1
 import sys, os
-import httpx, yaml, pytest, nbclient, nbformat, ipykernel, tqdm, scistream
+import httpx, yaml, pytest, nbclient, nbformat, ipykernel, tqdm, mypy, scistream
 assert os.path.realpath(os.path.dirname(os.path.dirname(scistream.__file__))) == os.path.realpath(sys.argv[1])
 PY
 }

@@ -18,6 +18,7 @@ import os
 import ssl
 import stat
 from pathlib import Path
+from typing import Mapping
 from typing import Any, Iterator, Optional
 from urllib.parse import urlsplit
 
@@ -30,9 +31,13 @@ from .models import format_time, parse_time
 MARGIN = _dt.timedelta(seconds=60)
 
 
-def home(env: Optional[dict[str, str]] = None) -> Path:
+def _env(env: Optional[Mapping[str, str]]) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def home(env: Optional[Mapping[str, str]] = None) -> Path:
     """Where s2uc keeps its files: $SCISTREAM_HOME, or ~/.scistream."""
-    env = os.environ if env is None else env
+    env = _env(env)
     if env.get("SCISTREAM_HOME"):
         return Path(env["SCISTREAM_HOME"])
     return Path.home() / ".scistream"
@@ -167,7 +172,8 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
     except ValueError:
         body = {}
     if resp.status_code != 200 or not isinstance(body, dict) or not body.get("access_token"):
-        code = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), str) else f"HTTP {resp.status_code}"
+        err = body.get("error") if isinstance(body, dict) else None
+        code = err if isinstance(err, str) else f"HTTP {resp.status_code}"
         raise LoginError(f"your login to {issuer} could not be renewed ({code[:100]}): run s2uc login")
     saved["access_token"] = body["access_token"]
     if body.get("token_type"):
@@ -182,12 +188,12 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
 
 
 def resolve_token(token: Optional[str] = None, token_file: Optional[str] = None, config_token_file: Optional[str] = None,
-                  env: Optional[dict[str, str]] = None, login: Optional[LoginStore] = None) -> Optional[str]:
+                  env: Optional[Mapping[str, str]] = None, login: Optional[LoginStore] = None) -> Optional[str]:
     """A request's bearer token as s2uc picks it, highest first: token; the
     token_file argument; SCISTREAM_TOKEN_FILE; SCISTREAM_TOKEN; the
     configuration file's token_file (config_token_file); the stored login
     (renewed if about to expire); else None."""
-    env = os.environ if env is None else env
+    env = _env(env)
     if token:
         return token
     if token_file:

@@ -21,6 +21,7 @@ import difflib
 import os
 import stat
 from pathlib import Path
+from typing import Mapping
 from typing import Any, Literal, Optional
 
 import yaml
@@ -38,9 +39,13 @@ TOP_KEYS = ("profile", "profiles") + PROFILE_KEYS
 ENV = {"s2cs": "SCISTREAM_S2CS", "server_cert": "SCISTREAM_SERVER_CERT", "token_file": "SCISTREAM_TOKEN_FILE", "output": "SCISTREAM_OUTPUT"}
 
 
-def config_path(env: Optional[dict[str, str]] = None) -> Path:
+def _env(env: Optional[Mapping[str, str]]) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def config_path(env: Optional[Mapping[str, str]] = None) -> Path:
     """The configuration file's path (it may not exist)."""
-    env = os.environ if env is None else env
+    env = _env(env)
     if env.get("SCISTREAM_CONFIG"):
         return Path(env["SCISTREAM_CONFIG"])
     if env.get("SCISTREAM_HOME"):
@@ -87,13 +92,13 @@ class Config:
     """A loaded configuration file (or none): ``settings(side, profile)``
     resolves what one gateway's client uses below the explicit arguments."""
 
-    def __init__(self, path: Optional[Path], data: dict[str, Any], env: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, path: Optional[Path], data: dict[str, Any], env: Optional[Mapping[str, str]] = None) -> None:
         self.path = path
         self._data = data
         self._env = dict(os.environ if env is None else env)
 
     @classmethod
-    def load(cls, path: Optional[os.PathLike[str] | str] = None, env: Optional[dict[str, str]] = None) -> "Config":
+    def load(cls, path: Optional[os.PathLike[str] | str] = None, env: Optional[Mapping[str, str]] = None) -> "Config":
         """Reads the configuration file (path, or config_path()). A missing
         file gives an empty configuration."""
         p = Path(path) if path is not None else config_path(env)

@@ -27,10 +27,7 @@ __all__ = [
     "from_json", "to_json",
 ]
 
-_model = dataclasses.dataclass(kw_only=True)
-
-
-@_model
+@dataclasses.dataclass(kw_only=True)
 class InboundRequest:
     """Asks the gateway in front of the listening application to open
     num_conn WAN listeners that lead to remote_ip:receiver_ports."""
@@ -49,7 +46,7 @@ class InboundRequest:
     lease_s: Optional[int] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class OutboundRequest:
     """Asks the gateway in front of the connecting application to open
     num_conn LAN listeners leading to peer_listeners."""
@@ -71,7 +68,7 @@ class OutboundRequest:
     lease_s: Optional[int] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class AttachRequest:
     """Completes an inbound stream with the outbound gateway's certificate."""
 
@@ -79,7 +76,7 @@ class AttachRequest:
     rate: Optional[int] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class UpdateRequest:
     """Changes a running stream; None fields stay as they are (rate=0 makes
     the stream best effort)."""
@@ -89,20 +86,20 @@ class UpdateRequest:
     lease_s: Optional[int] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class Channel:
     channel: int
     listener: str
     node: Optional[str] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class LastError:
     reason: str
     time: _dt.datetime
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class RateStat:
     samples: int
     mean_Bps: float
@@ -110,7 +107,7 @@ class RateStat:
     peak_Bps: float
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class RateRun:
     start: _dt.datetime
     samples: int
@@ -119,7 +116,7 @@ class RateRun:
     steady: RateStat
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class DirRate:
     life: RateStat
     window: RateStat
@@ -127,14 +124,14 @@ class DirRate:
     last_run: Optional[RateRun] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class RateHistory:
     end: _dt.datetime
     to_wan_Bps: list[float]
     from_wan_Bps: list[float]
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class Rates:
     interval_s: float
     window_s: float
@@ -144,7 +141,7 @@ class Rates:
     history: Optional[RateHistory] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class Stats:
     """A stream's live counters on one gateway ("to_wan": from this gateway's
     application towards the peer gateway)."""
@@ -172,7 +169,7 @@ class Stats:
     rates: Optional[Rates] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class Stream:
     """The public view of one stream on one gateway."""
 
@@ -216,18 +213,18 @@ class Stream:
         return self.state in ("released", "expired", "failed")
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class StreamList:
     streams: list[Stream]
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class NodeInfo:
     name: str
     host: str
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class Info:
     """Describes a gateway and the caller's identity on it."""
 
@@ -259,7 +256,7 @@ class Info:
     nodes: Optional[list[NodeInfo]] = None
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class GatewayHealth:
     ready: bool
     streams: dict[str, int]
@@ -273,7 +270,7 @@ class GatewayHealth:
     refused: dict[str, int]
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class GatewayStatus:
     """The body of GET /v1/status (readers and operators)."""
 
@@ -285,7 +282,7 @@ class GatewayStatus:
     streams: list[Stream]
 
 
-@_model
+@dataclasses.dataclass(kw_only=True)
 class Health:
     status: str
 
@@ -344,7 +341,7 @@ def _decode(tp: Any, v: Any) -> Any:
         if not isinstance(v, dict):
             raise ValueError(f"want an object, got {type(v).__name__}")
         return {str(k): _decode(val, x) for k, x in v.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_json(tp, v)
     if tp is _dt.datetime:
         if not isinstance(v, str):

@@ -95,9 +95,10 @@ class Sessions:
         if p is None:
             return None
         try:
-            return json.loads(p.read_text())
+            sess: dict[str, Any] = json.loads(p.read_text())
         except FileNotFoundError:
             return None
+        return sess
 
     def remove(self, uid: str) -> None:
         p = self.path(uid)
@@ -195,7 +196,7 @@ class _Spec:
         self.peer_listeners = list(peer_listeners or [])
         cfg = config if config is not None else Config.load()
         self.sessions = sessions or Sessions()
-        self.client_kw = {
+        self.client_kw: dict[str, dict[str, Any]] = {
             "inbound": dict(s2cs=inbound, server_cert=inbound_server_cert or server_cert,
                             token_file=inbound_token_file or token_file, token=token, profile=profile, side="inbound",
                             timeout=timeout, config=cfg),
@@ -248,7 +249,30 @@ def _join(errs: list[BaseException]) -> Optional[BaseException]:
     return SciStreamError("; ".join(str(e) for e in errs))
 
 
-class WiredStream:
+class _Sides:
+    """What both wired streams show of their two sides."""
+
+    inbound: Optional[Stream]
+    outbound: Optional[Stream]
+
+    @property
+    def uid(self) -> Optional[str]:
+        return self.inbound.uid if self.inbound else None
+
+    @property
+    def listeners(self) -> list[str]:
+        """Where the connecting application connects ("host:port", one per channel)."""
+        return list(self.outbound.listeners) if self.outbound else []
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        """The first listener as (host, port), for socket.create_connection."""
+        from .client import split_host_port
+        h, p = split_host_port(self.listeners[0])
+        return h, int(p)
+
+
+class WiredStream(_Sides):
     """A stream across two gateways, wired by open() (or entering the with
     block) and released by close() (or leaving it).
 
@@ -271,22 +295,6 @@ class WiredStream:
 
     def __repr__(self) -> str:
         return f"WiredStream(uid={self.uid!r}, listeners={self.listeners!r})"
-
-    @property
-    def uid(self) -> Optional[str]:
-        return self.inbound.uid if self.inbound else None
-
-    @property
-    def listeners(self) -> list[str]:
-        """Where the connecting application connects ("host:port", one per channel)."""
-        return list(self.outbound.listeners) if self.outbound else []
-
-    @property
-    def listener(self) -> tuple[str, int]:
-        """The first listener as (host, port), for socket.create_connection."""
-        from .client import split_host_port
-        h, p = split_host_port(self.listeners[0])
-        return h, int(p)
 
     def open(self) -> "WiredStream":
         sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
@@ -454,7 +462,7 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
     return WiredStream(_Spec(inbound, outbound, target, **kw))
 
 
-class AsyncWiredStream:
+class AsyncWiredStream(_Sides):
     """The asyncio twin of WiredStream: ``async with scistream.astream(...) as s``."""
 
     def __init__(self, spec: _Spec) -> None:
@@ -464,10 +472,6 @@ class AsyncWiredStream:
         self.inbound: Optional[Stream] = None
         self.outbound: Optional[Stream] = None
         self._open = False
-
-    uid = WiredStream.uid
-    listeners = WiredStream.listeners
-    listener = WiredStream.listener
 
     async def open(self) -> "AsyncWiredStream":
         sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
