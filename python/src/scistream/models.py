@@ -327,9 +327,12 @@ def _strip_optional(tp: Any) -> Any:
 
 
 def _decode(tp: Any, v: Any) -> Any:
+    inner = _strip_optional(tp)
     if v is None:
+        if inner is tp:  # not Optional: null is no value of it
+            raise ValueError("want a value, got null")
         return None
-    tp = _strip_optional(tp)
+    tp = inner
     origin = typing.get_origin(tp)
     if origin is list:
         (item,) = typing.get_args(tp)
