@@ -218,3 +218,25 @@ def test_astream_cancelled(pair: Pair, echo: Echo) -> None:
             await t
     asyncio.run(run())
     assert_released(pair, box["uid"])
+
+
+def test_update_both_sides_and_set_back(pair: Pair, echo: Echo) -> None:
+    """update() changes both sides as s2uc update does; a raise the outbound
+    gateway refuses is set back on the inbound side, so both keep one rate."""
+    with scistream.stream(target=("127.0.0.1", echo.port), rate="1G", **pair.stream_kw("bob")) as s:
+        st = s.update(rate="2G", lease="1h", allow=["127.0.0.1"])
+        assert st.inbound.rate == st.outbound.rate == 2_000_000_000
+        assert st.inbound.lease_s == st.outbound.lease_s == 3600 and st.outbound.allow == ["127.0.0.1"]
+        # Fill the outbound gateway's capacity (100G) but 0.5G with another stream of its own.
+        with pair.client(pair.prod, "user19") as filler:
+            f = filler.inbound(remote_ip="127.0.0.1", receiver_ports=[echo.port], num_conn=1,
+                               rate=100_000_000_000 - 2_000_000_000 - 500_000_000)
+            try:
+                with pytest.raises(scistream.NoResources):
+                    s.update(rate="3G")
+            finally:
+                filler.release(f.uid)
+        now = s.status()
+        assert now.inbound.rate == now.outbound.rate == 2_000_000_000
+        data = os.urandom(1 << 20)
+        assert roundtrip(s.listener, data) == data

@@ -368,9 +368,8 @@ class Client(_Base):
     # ---- routes ----
 
     def health(self) -> Health:
-        """GET /healthz (no authentication): ok once the gateway serves; a
-        gateway that is starting answers Unavailable-like 503 with status
-        "starting", returned as such."""
+        """GET /healthz (no authentication): status "ok" once the gateway
+        serves, "starting" (its 503) while it starts or shuts down."""
         try:
             resp = self._hc.get(self._base + "/healthz", headers=self._headers(False))
         except (httpx.TransportError, TransportError) as e:

@@ -22,10 +22,10 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Iterable, Iterator, Optional, Sequence, TypeVar, Union
 
 from .auth import home
-from .client import AsyncClient, Client, valid_uid
+from .client import UNSET, AsyncClient, Client, valid_uid
 from .config import Config
 from .errors import ConfigError, NotFound, SciStreamError
 from .models import InboundRequest, OutboundRequest, Stats, Stream
@@ -234,6 +234,36 @@ class _Spec:
         return sess
 
 
+def _update_request(rate: Any, allow: Any, lease: Any) -> dict[str, Any]:
+    req: dict[str, Any] = {}
+    if rate is not UNSET:
+        req["rate"] = parse_rate(rate, "rate")
+    if allow is not UNSET:
+        req["allow"] = list(allow)
+    if lease is not UNSET:
+        lease_s = _duration_s(lease, "lease")
+        if not lease_s:
+            raise ConfigError(f"lease {lease!r}: give a positive duration, e.g. 2h")
+        req["lease_s"] = lease_s
+    if not req:
+        raise ConfigError("nothing to update: give rate=, allow= or lease=")
+    return req
+
+
+C = TypeVar("C", Client, AsyncClient)
+
+
+def _sides(req: dict[str, Any], inc: C, outc: C) -> list[tuple[str, C, dict[str, Any]]]:
+    """The updates of each side, inbound first; the inbound side has no
+    allow-list (its legs are authenticated by certificate)."""
+    out: list[tuple[str, C, dict[str, Any]]] = []
+    r_in = {k: v for k, v in req.items() if k != "allow"}
+    if r_in:
+        out.append(("inbound", inc, r_in))
+    out.append(("outbound", outc, dict(req)))
+    return out
+
+
 def _note(e: BaseException, what: str) -> None:
     """Says which step failed, keeping the exception's class (NoResources
     stays NoResources)."""
@@ -363,6 +393,56 @@ class WiredStream(_Sides):
         finally:
             if bar is not None:
                 bar.close()
+
+    def update(self, *, rate: Any = UNSET, allow: Any = UNSET, lease: Any = UNSET) -> StreamStatus:
+        """Changes the running stream on both gateways as s2uc update does:
+        its rate ("2G", bits per second, 0 for best effort), its allow-list
+        (the outbound side's) or its lease ("2h" from now), without
+        dropping its connections. The inbound side first; if the outbound
+        side refuses a higher rate, the inbound side is set back, so both
+        keep to the same rate."""
+        assert self.uid and self.inbound and self.outbound
+        req = _update_request(rate, allow, lease)
+        sides = _sides(req, self.inbound_client, self.outbound_client)
+        raised: list[tuple[Client, int]] = []
+        views: dict[str, Stream] = {}
+        for side, c, r in sides:
+            before = c.get(self.uid)
+            try:
+                views[side] = c.update(self.uid, **r)
+            except SciStreamError as e:
+                for rc, old in raised:  # set back what was raised, so both sides agree
+                    try:
+                        rc.update(self.uid, rate=old)
+                    except SciStreamError as re:
+                        _note(e, f"set the rate back on {rc.addr}: {re}")
+                _note(e, f"update on {c.addr}")
+                raise
+            if "rate" in r and r["rate"] > (before.rate or 0):
+                raised.append((c, before.rate or 0))
+        self._updated(views)
+        return StreamStatus(inbound=views.get("inbound") or self.inbound_client.get(self.uid),
+                            outbound=views.get("outbound") or self.outbound_client.get(self.uid))
+
+    def _updated(self, views: dict[str, Stream]) -> None:
+        ins = views.get("inbound")
+        if ins is not None and self.inbound is not None:
+            # What a later outbound request would ask for (settle), in the local record.
+            self.inbound.rate, self.inbound.min_rate, self.inbound.lease_s = ins.rate, ins.min_rate, ins.lease_s
+            sess = self._spec.sessions.load(ins.uid)
+            if sess is not None:
+                for k in ("rate", "min_rate", "lease_s"):
+                    if getattr(ins, k):
+                        sess[k] = getattr(ins, k)
+                    else:
+                        sess.pop(k, None)
+                try:
+                    self._spec.sessions.save(sess)
+                except OSError:
+                    pass
+        if views.get("outbound") is not None and self.outbound is not None:
+            o = views["outbound"]
+            self.outbound.rate, self.outbound.allow, self.outbound.lease_s = o.rate, o.allow, o.lease_s
 
     def release(self) -> list[Stream]:
         """Releases both sides (outbound first, as s2uc release); a side its
@@ -536,6 +616,30 @@ class AsyncWiredStream(_Sides):
         finally:
             if bar is not None:
                 bar.close()
+
+    async def update(self, *, rate: Any = UNSET, allow: Any = UNSET, lease: Any = UNSET) -> StreamStatus:
+        """As WiredStream.update."""
+        assert self.uid and self.inbound and self.outbound
+        req = _update_request(rate, allow, lease)
+        raised: list[tuple[AsyncClient, int]] = []
+        views: dict[str, Stream] = {}
+        for side, c, r in _sides(req, self.inbound_client, self.outbound_client):
+            before = await c.get(self.uid)
+            try:
+                views[side] = await c.update(self.uid, **r)
+            except SciStreamError as e:
+                for rc, old in raised:
+                    try:
+                        await asyncio.shield(rc.update(self.uid, rate=old))
+                    except SciStreamError as re:
+                        _note(e, f"set the rate back on {rc.addr}: {re}")
+                _note(e, f"update on {c.addr}")
+                raise
+            if "rate" in r and r["rate"] > (before.rate or 0):
+                raised.append((c, before.rate or 0))
+        WiredStream._updated(self, views)  # type: ignore[arg-type]
+        return StreamStatus(inbound=views.get("inbound") or await self.inbound_client.get(self.uid),
+                            outbound=views.get("outbound") or await self.outbound_client.get(self.uid))
 
     async def release(self) -> list[Stream]:
         if not self._open:
