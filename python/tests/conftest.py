@@ -47,10 +47,12 @@ def random_loopback() -> str:
     return f"127.{1 + v // (250 * 250)}.{1 + v // 250 % 250}.{1 + v % 250}"
 
 
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)  # loaded here: the child after fork only calls it
+
+
 def _pdeathsig() -> None:
     # The gateway dies with the test process (SIGTERM), as localgw's do.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclasses.dataclass

@@ -18,6 +18,7 @@ from scistream import errors
 from scistream.models import OutboundRequest
 
 from conftest import REPO, Gateway, Pair, start_gateway, wait_for
+from test_trust import certs, fake  # noqa: F401 (fixtures)
 
 CODES = yaml.safe_load((REPO / "internal/api/openapi.yaml").read_text())["components"]["schemas"]["Code"]["enum"]
 
@@ -152,9 +153,9 @@ def _provoke_unavailable(pair: Pair, c: scistream.Client, unavailable: Callable[
 
 
 # The way to make a real gateway answer each code. internal (a server fault)
-# cannot be provoked from outside; test_codes_are_the_enum checks its class
-# against the document. A code added to openapi.yaml fails here until it
-# has a way (or a reason it has none).
+# cannot be provoked from outside: a fake gateway answers it (below), and
+# test_codes_are_the_enum checks its class against the document. A code
+# added to openapi.yaml fails here until it has a way.
 PROVOKE: dict[str, Optional[Callable[..., None]]] = {
     "invalid_argument": _provoke_invalid_argument,
     "unauthenticated": _provoke_unauthenticated,
@@ -174,9 +175,19 @@ def test_every_code_has_a_way() -> None:
 @pytest.mark.parametrize("code", CODES)
 def test_error_code_from_a_real_gateway(code: str, pair: Pair, echo: Any, request: pytest.FixtureRequest) -> None:
     provoke = PROVOKE[code]
-    if provoke is None:
-        pytest.skip(f"{code}: no outside request makes a gateway answer it; its class is checked against the document")
     cls = errors.CODES[code]
+    if provoke is None:
+        # No outside request makes a real gateway answer it: a fake one
+        # does, as a gateway would, and the client raises its class with
+        # the request id the gateway kept.
+        fake = request.getfixturevalue("fake")
+        g = fake(lambda m, p, b: (500, {"error": {"code": code, "message": "a server fault; see the gateway's log"}}))
+        with scistream.Client(g.addr, server_cert=str(request.getfixturevalue("certs")["fake"][0]), token="t") as c:
+            with pytest.raises(cls) as ei:
+                c.info()
+        assert ei.value.code == code and ei.value.status == 500
+        assert ei.value.request_id and ei.value.request_id == g.requests[0][2]["X-Request-Id"]
+        return
     with pair.client(pair.cons) as c:
         with pytest.raises(cls) as ei:
             provoke(pair, c, echo=echo, unavailable=lambda: request.getfixturevalue("unavailable_gw"))

@@ -56,6 +56,8 @@ class FakeGateway:
                 status, out = answer(self.command, self.path, body)
                 data = json.dumps(out).encode()
                 self.send_response(status)
+                if self.headers.get("X-Request-Id"):  # kept, as a gateway keeps it
+                    self.send_header("X-Request-Id", self.headers["X-Request-Id"])
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
