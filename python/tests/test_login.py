@@ -122,3 +122,14 @@ def test_login_refusals(isolated_env: Path, idp: IdP) -> None:
     with pytest.raises(LoginError, match="holds no refresh token: run s2uc login") as ei:
         LoginStore(p).token()
     assert "r1" not in str(ei.value)
+
+
+def test_long_lived_client_renews_the_login(pair: Pair, idp: IdP, isolated_env: Path) -> None:
+    """A client kept open in a notebook outlives its access token: each
+    request reads the login, renewed when it is about to expire."""
+    save_login(isolated_env, idp, pair.tokens["bob"], now() + dt.timedelta(minutes=10))
+    with scistream.Client(pair.cons.addr, server_cert=pair.cons.cert) as c:
+        assert c.info().identity == "bob"
+        save_login(isolated_env, idp, "stale", now() - dt.timedelta(minutes=1))  # time passed
+        assert c.info().identity == "alice"  # the issuer's new token
+    assert len(idp.forms) == 1

@@ -18,8 +18,7 @@ import os
 import ssl
 import stat
 from pathlib import Path
-from typing import Mapping
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 from urllib.parse import urlsplit
 
 import httpx
@@ -187,26 +186,40 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
         saved.pop("expiry", None)
 
 
+def token_source(token: Optional[str] = None, token_file: Optional[str] = None, config_token_file: Optional[str] = None,
+                 env: Optional[Mapping[str, str]] = None, login: Optional[LoginStore] = None) -> Callable[[], Optional[str]]:
+    """Where a request's bearer token comes from, as s2uc picks it, highest
+    first: token; the token_file argument; SCISTREAM_TOKEN_FILE;
+    SCISTREAM_TOKEN; the configuration file's token_file
+    (config_token_file); the stored login; else none. A token or a file is
+    read once, here; the login is read at each call, so that a long-lived
+    client renews it when it is about to expire (as each s2uc command does)."""
+    env = _env(env)
+    static: Optional[str] = None
+    if token:
+        static = token
+    elif token_file:
+        static = read_token_file(token_file)
+    elif env.get("SCISTREAM_TOKEN_FILE"):
+        static = read_token_file(env["SCISTREAM_TOKEN_FILE"], "SCISTREAM_TOKEN_FILE")
+    elif (env.get("SCISTREAM_TOKEN") or "").strip():
+        static = (env.get("SCISTREAM_TOKEN") or "").strip()
+    elif config_token_file:
+        static = read_token_file(config_token_file, "token_file of the configuration file")
+    if static is not None:
+        return lambda: static
+    store = login or LoginStore(home(env) / "login.json")
+
+    def from_login() -> Optional[str]:
+        try:
+            return store.token()
+        except NoLogin:
+            return None
+    from_login()  # a login that cannot be used is said when the client is made
+    return from_login
+
+
 def resolve_token(token: Optional[str] = None, token_file: Optional[str] = None, config_token_file: Optional[str] = None,
                   env: Optional[Mapping[str, str]] = None, login: Optional[LoginStore] = None) -> Optional[str]:
-    """A request's bearer token as s2uc picks it, highest first: token; the
-    token_file argument; SCISTREAM_TOKEN_FILE; SCISTREAM_TOKEN; the
-    configuration file's token_file (config_token_file); the stored login
-    (renewed if about to expire); else None."""
-    env = _env(env)
-    if token:
-        return token
-    if token_file:
-        return read_token_file(token_file)
-    if env.get("SCISTREAM_TOKEN_FILE"):
-        return read_token_file(env["SCISTREAM_TOKEN_FILE"], "SCISTREAM_TOKEN_FILE")
-    t = (env.get("SCISTREAM_TOKEN") or "").strip()
-    if t:
-        return t
-    if config_token_file:
-        return read_token_file(config_token_file, "token_file of the configuration file")
-    store = login or LoginStore(home(env) / "login.json")
-    try:
-        return store.token()
-    except NoLogin:
-        return None
+    """The token token_source gives now."""
+    return token_source(token, token_file, config_token_file, env, login)()

@@ -24,7 +24,7 @@ import httpx
 import yaml
 
 from . import _tls
-from .auth import resolve_token
+from .auth import token_source
 from .config import Config, Side
 from .errors import BadAnswer, CertificateError, ConfigError, NotHTTPS, SciStreamError, TransportError, Unreachable, api_error
 from .models import (AttachRequest, GatewayStatus, Health, Info, InboundRequest, OutboundRequest, Stream, StreamList,
@@ -166,7 +166,7 @@ class _Base:
         self.server_cert = server_cert or st.server_cert
         self._trust = _tls.trust(self.server_cert, f"{prefix}server_cert")
         self.token_file = token_file
-        self._token = resolve_token(token, token_file, st.token_file)
+        self._token = token_source(token, token_file, st.token_file)
         self.timeout = timeout
         self._base = f"https://{self.addr}"
 
@@ -179,8 +179,9 @@ class _Base:
         h = {REQUEST_ID_HEADER: secrets.token_hex(13), "Accept": "application/json"}
         if body:
             h["Content-Type"] = "application/json"
-        if self._token:
-            h["Authorization"] = f"Bearer {self._token}"
+        tok = self._token()
+        if tok:
+            h["Authorization"] = f"Bearer {tok}"
         return h
 
     @staticmethod
