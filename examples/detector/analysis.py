@@ -35,6 +35,7 @@ import argparse
 import json
 import struct
 import sys
+import threading
 import time
 import zlib
 
@@ -43,6 +44,15 @@ import zmq
 
 FRAME = struct.Struct("<4s7IIQ")  # as detector.py
 NAMES = ["BF", "ADF", "HAADF", "COMx", "COMy"]
+_out = threading.Lock()
+
+
+def emit(event):
+    """One JSON event on stdout, a whole line at once: the rates thread
+    and the analysis write events side by side."""
+    with _out:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
 
 
 def mask_stack(fh, fw):
@@ -102,8 +112,6 @@ def main():
 def with_stream(args):
     """Requests a stream from the detector to this analysis, prints its
     rates while the frames flow, and releases it at the end."""
-    import threading
-
     import scistream
 
     host, _, port = args.detector.rpartition(":")
@@ -112,7 +120,7 @@ def with_stream(args):
     with scistream.stream(inbound=args.inbound, outbound=args.outbound, target=(host, int(port)), num_conn=1,
                           rate=args.rate, inbound_server_cert=args.inbound_cert,
                           outbound_server_cert=args.outbound_cert, token_file=args.token_file) as s:
-        print(json.dumps({"event": "stream", "uid": s.uid, "listeners": s.listeners}), flush=True)
+        emit({"event": "stream", "uid": s.uid, "listeners": s.listeners})
         done = threading.Event()
 
         def report():
@@ -121,10 +129,11 @@ def with_stream(args):
                     return
                 # The frames go from the detector (which listens) to the
                 # analysis (which connects): "to the connector".
-                print(json.dumps({"event": "rate", "MBps": round(r.to_connector_Bps / 1e6, 3),
-                                  "bytes": r.bytes_to_connector, "active_conns": r.active_conns}), flush=True)
-                print(f"analysis.py: stream {s.uid}: {r.to_connector_Bps / 1e6:.1f} MB/s, "
-                      f"{r.bytes_to_connector / 1e6:.1f} MB so far", file=sys.stderr, flush=True)
+                emit({"event": "rate", "MBps": round(r.to_connector_Bps / 1e6, 3),
+                      "bytes": r.bytes_to_connector, "active_conns": r.active_conns})
+                with _out:
+                    print(f"analysis.py: stream {s.uid}: {r.to_connector_Bps / 1e6:.1f} MB/s, "
+                          f"{r.bytes_to_connector / 1e6:.1f} MB so far", file=sys.stderr, flush=True)
 
         t = threading.Thread(target=report, daemon=True)
         t.start()
@@ -142,7 +151,7 @@ def analyse(args, endpoint):
     sock.setsockopt(zmq.RCVHWM, 64)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
-    print(json.dumps({"event": "connecting", "endpoint": endpoint}), flush=True)
+    emit({"event": "connecting", "endpoint": endpoint})
 
     problems = []
     masks = None
@@ -237,7 +246,7 @@ def analyse(args, endpoint):
            "GBps": round(fbytes / span / 1e9, 3) if span else None,
            "compute_fps": round(frames / compute, 1) if compute else None,
            "virtual_detectors": NAMES, "png": args.png if vimg is not None else None}
-    print(json.dumps(res), flush=True)
+    emit(res)
     print(f"analysis.py: {frames} frames, {res['fps']} frames/s, {res['GBps']} GB/s sustained; "
           f"compute alone {res['compute_fps']} frames/s; picture in {res['png']}"
           + ("" if not problems else "; PROBLEMS: " + "; ".join(problems)), file=sys.stderr)
