@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +159,12 @@ def test_live_rates(pair: Pair, echo: Echo) -> None:
         done = threading.Event()
         got: list[bytes] = []
 
+        took: list[float] = []
+
         def send() -> None:
+            t0 = time.monotonic()
             got.append(roundtrip(s.listener, data))
+            took.append(time.monotonic() - t0)
             done.set()
 
         t = threading.Thread(target=send)
@@ -174,9 +179,10 @@ def test_live_rates(pair: Pair, echo: Echo) -> None:
         assert any(r.to_listener_Bps > 0 for r in seen), "no rate seen while the data flowed"
         assert seen[-1].bytes == 2 * len(data)
         # 40 Mbit/s is 5 MB/s each way: 4 MiB take at least ~0.8 s (several
-        # of the gateway's 200 ms samples), and none shows far more than the
-        # rate (a burst of 50 ms at most on top of a sample's 200).
-        assert max(r.to_listener_Bps for r in seen) < 5e6 * 2
+        # of the gateway's 200 ms samples). The stream is paced: a bound on
+        # the duration from below holds on a starved machine, where a bound
+        # on one sample would not (bytes are counted a chunk at a time).
+        assert took[0] > 0.5
 
 
 def test_astream(pair: Pair, echo: Echo) -> None:
