@@ -59,7 +59,9 @@ def test_every_route_sync(pair: Pair, echo: Any) -> None:
         assert ci.update(uid, rate=0).rate is None  # best effort
 
         st = reader.gateway_status()
-        assert st.health.ready and uid in [s.uid for s in st.streams]
+        assert st.health.ready and st.scope == "all" and uid in [s.uid for s in st.streams]
+        own = ci.gateway_status()
+        assert own.identity == "alice" and own.scope == "own" and {s.owner for s in own.streams} == {"alice"}
         assert "scistream" in reader.metrics()
         assert "<html" in ci.status_page().lower()
 
@@ -127,7 +129,7 @@ def _provoke_unauthenticated(pair: Pair, c: scistream.Client, **_: Any) -> None:
 
 
 def _provoke_permission_denied(pair: Pair, c: scistream.Client, **_: Any) -> None:
-    c.gateway_status()  # alice is no reader
+    c.get(str(uuid.uuid4()), owner="bob")  # alice is no operator
 
 
 def _provoke_not_found(pair: Pair, c: scistream.Client, **_: Any) -> None:

@@ -272,13 +272,17 @@ class GatewayHealth:
 
 @dataclasses.dataclass(kw_only=True)
 class GatewayStatus:
-    """The body of GET /v1/status (readers and operators)."""
+    """The body of GET /v1/status: every identity's live streams for a
+    reader or an operator (scope "all"), the caller's own for anyone else
+    (scope "own")."""
 
     version: str
     listener_ip: str
     now: _dt.datetime
     started: _dt.datetime
     health: GatewayHealth
+    identity: str
+    scope: str
     streams: list[Stream]
 
 
