@@ -39,16 +39,16 @@ def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(scistream.ConfigError, match=r"written by others.*chmod go-w"):
         Config.load(p)
     p = write(tmp_path / "c.yaml", "s2cs: a:1\nserver_crt: x\n")
-    with pytest.raises(scistream.ConfigError, match=r"c.yaml: unknown key 'server_crt'; did you mean server_cert\?"):
+    with pytest.raises(scistream.ConfigError, match=r"c.yaml: line 2: server_crt: unknown key; did you mean server_cert\?"):
         Config.load(p)
     p = write(tmp_path / "c.yaml", "profiles:\n  ornl:\n    tokenfile: x\n")
-    with pytest.raises(scistream.ConfigError, match=r"unknown key 'tokenfile' in profile 'ornl'; did you mean token_file\?"):
+    with pytest.raises(scistream.ConfigError, match=r"line 3: profile ornl: tokenfile: unknown key; did you mean token_file\?"):
         Config.load(p)
     p = write(tmp_path / "c.yaml", "output: yaml\n")
     with pytest.raises(scistream.ConfigError, match="use text or json"):
-        Config.load(p)
+        Config.load(p).settings()  # resolved with the profile, as s2uc resolves it
     p = write(tmp_path / "c.yaml", "profiles:\n  ornl: {s2cs: a:1}\n  anl: {s2cs: b:1}\n")
-    with pytest.raises(scistream.ConfigError, match="unknown profile 'olcf'.*known profiles: anl, ornl"):
+    with pytest.raises(scistream.ConfigError, match="unknown profile 'olcf': give one of anl, ornl"):
         Config.load(p).settings(profile="olcf")
 
 
@@ -71,12 +71,15 @@ profiles:
     assert (st.s2cs, st.server_cert, st.profile) == ("ornl:1", "/abs/ornl.crt", "ornl")
     assert st.token_file == os.path.expanduser("~/top-token")
     assert cfg.settings("outbound").s2cs == "ornl-out:1"       # the profile's side key
-    assert cfg.settings("inbound").s2cs == "ornl:1"            # the profile beats the top level's side key
+    # Merged key by key, then a side falls back to the plain key: the top
+    # level's inbound_s2cs is the inbound side's, not the profile's s2cs.
+    assert cfg.settings("inbound").s2cs == "top-in:1"
     bare = cfg.settings(profile="bare")
     assert bare.s2cs == "top:1" and bare.server_cert == str(tmp_path / "top.crt")  # relative to the file
-    assert cfg.settings("inbound", profile="bare").s2cs == "top-in:1"
     env = Config.load(p, env={"SCISTREAM_PROFILE": "bare", "SCISTREAM_S2CS": "env:1"})
-    assert env.settings("inbound").s2cs == "env:1" and env.settings().profile == "bare"
+    # The environment changes the plain key: a side the file names a gateway for keeps it.
+    assert env.settings().s2cs == "env:1" and env.settings("outbound").s2cs == "env:1"
+    assert env.settings("inbound").s2cs == "top-in:1" and env.settings().profile == "bare"
 
 
 def test_client_from_profile_and_token_file(pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,11 +99,12 @@ profiles:
     monkeypatch.setenv("SCISTREAM_CONFIG", str(cfg))
     with scistream.Client() as c:
         assert c.info().identity == "bob"
-    # SCISTREAM_TOKEN (environment) beats the profile's token_file ...
+    # SCISTREAM_TOKEN is used only when no token file is given at all: the
+    # profile's token_file beats it ...
     monkeypatch.setenv("SCISTREAM_TOKEN", pair.tokens["alice"])
     with scistream.Client() as c:
-        assert c.info().identity == "alice"
-    # ... and SCISTREAM_TOKEN_FILE beats SCISTREAM_TOKEN, the argument both.
+        assert c.info().identity == "bob"
+    # ... SCISTREAM_TOKEN_FILE beats the profile, the argument both.
     monkeypatch.setenv("SCISTREAM_TOKEN_FILE", pair.token_file("user00"))
     with scistream.Client() as c:
         assert c.info().identity == "user00"

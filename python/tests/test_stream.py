@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,10 @@ def test_bytes_exact_on_every_channel(pair: Pair, echo: Echo, isolated_env: Path
         wait_for(lambda: s.status().outbound.stats.bytes_to_wan >= (8 << 20), 10, "the counters")  # type: ignore[union-attr]
         uid = s.uid
     assert_released(pair, uid)
-    assert not rec.exists()
+    # As s2uc release leaves it: no side, no secret, when and by whom.
+    sess = json.loads(rec.read_text())
+    assert "inbound" not in sess and "outbound" not in sess and sess["secret"] == ""
+    assert sess["released"]["by"] == "released by alice" and sess["released"]["at"]
 
 
 def test_release_on_exception(pair: Pair, echo: Echo) -> None:
@@ -92,7 +96,7 @@ def test_release_on_keyboard_interrupt(pair: Pair, echo: Echo, tmp_path: Path) -
             p.wait()
     assert "KeyboardInterrupt" in err and p.returncode != 0
     assert_released(pair, uid)
-    assert not (tmp_path / "home" / "streams" / f"{uid}.json").exists()
+    assert json.loads((tmp_path / "home" / "streams" / f"{uid}.json").read_text())["released"]
 
 
 def test_failed_wiring_rolls_back(pair: Pair, echo: Echo) -> None:
@@ -122,6 +126,28 @@ def test_s2uc_sees_and_releases_a_python_stream(pair: Pair, echo: Echo, isolated
         uid = s.uid
     # Leaving the block after s2uc released it: nothing left, no error.
     assert_released(pair, uid)
+
+
+def test_s2uc_says_a_python_release(pair: Pair, echo: Echo, isolated_env: Path) -> None:
+    """A stream Python released is, to s2uc, released (when and by whom),
+    not unknown: the record is left as s2uc release leaves it."""
+    with scistream.stream(target=("127.0.0.1", echo.port), **pair.stream_kw()) as s:
+        uid = s.uid
+    env = {**os.environ, "SCISTREAM_HOME": str(isolated_env)}
+    out = subprocess.run([str(pair.bins / "s2uc"), "status", uid or ""], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 4, out.stderr
+    assert f"stream {uid} was released at" in out.stderr and "by alice" in out.stderr
+
+
+def test_old_released_records_pruned(tmp_path: Path) -> None:
+    from scistream.wiring import Sessions
+    ss = Sessions(tmp_path)
+    old, new, live = (str(uuid.uuid4()) for _ in range(3))
+    ss.save({"uid": old, "wan": "tls", "secret": "", "released": {"at": "2020-01-01T00:00:00Z"}})
+    ss.save({"uid": new, "wan": "tls", "secret": "", "released": {"at": "2099-01-01T00:00:00Z"}})
+    ss.save({"uid": live, "wan": "tls", "secret": "s", "inbound": {"s2cs": "a:1", "listeners": []}})
+    ss.released(live, ["a:1"], [])
+    assert ss.load(old) is None and ss.load(new) is not None and ss.load(live)["released"]  # type: ignore[index]
 
 
 def test_twenty_streams_from_threads(pair: Pair, echo: Echo) -> None:

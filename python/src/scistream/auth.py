@@ -189,23 +189,22 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
 def token_source(token: Optional[str] = None, token_file: Optional[str] = None, config_token_file: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, login: Optional[LoginStore] = None) -> Callable[[], Optional[str]]:
     """Where a request's bearer token comes from, as s2uc picks it, highest
-    first: token; the token_file argument; SCISTREAM_TOKEN_FILE;
-    SCISTREAM_TOKEN; the configuration file's token_file
-    (config_token_file); the stored login; else none. A token or a file is
-    read once, here; the login is read at each call, so that a long-lived
-    client renews it when it is about to expire (as each s2uc command does)."""
+    first: token; the token_file argument; the configured token file
+    (config_token_file: SCISTREAM_TOKEN_FILE, the profile's or the top
+    level's token_file, as config.Settings resolves it); SCISTREAM_TOKEN;
+    the stored login; else none. A token or a file is read once, here; the
+    login is read at each call, so that a long-lived client renews it when
+    it is about to expire (as each s2uc command does)."""
     env = _env(env)
     static: Optional[str] = None
     if token:
         static = token
     elif token_file:
         static = read_token_file(token_file)
-    elif env.get("SCISTREAM_TOKEN_FILE"):
-        static = read_token_file(env["SCISTREAM_TOKEN_FILE"], "SCISTREAM_TOKEN_FILE")
+    elif config_token_file:
+        static = read_token_file(config_token_file, "token_file (SCISTREAM_TOKEN_FILE or the configuration file)")
     elif (env.get("SCISTREAM_TOKEN") or "").strip():
         static = (env.get("SCISTREAM_TOKEN") or "").strip()
-    elif config_token_file:
-        static = read_token_file(config_token_file, "token_file of the configuration file")
     if static is not None:
         return lambda: static
     store = login or LoginStore(home(env) / "login.json")

@@ -28,7 +28,7 @@ from .auth import home
 from .client import UNSET, AsyncClient, Client, valid_uid
 from .config import Config
 from .errors import ConfigError, NotFound, SciStreamError
-from .models import InboundRequest, OutboundRequest, Stats, Stream
+from .models import InboundRequest, OutboundRequest, Stats, Stream, format_time, parse_time
 from .rates import parse_rate
 
 __all__ = ["stream", "astream", "WiredStream", "AsyncWiredStream", "RateSample", "StreamStatus", "settle", "Sessions"]
@@ -69,6 +69,10 @@ def settle(out: OutboundRequest, inb: Stream) -> None:
         out.lease_s = inb.lease_s
 
 
+#: How long a released stream's record is kept (s2uc's releasedKept).
+RELEASED_KEPT = _dt.timedelta(days=30)
+
+
 class Sessions:
     """s2uc's local records of the streams it wired (client.Sessions):
     one 0600 JSON file per stream under $SCISTREAM_HOME/streams."""
@@ -99,6 +103,50 @@ class Sessions:
         except FileNotFoundError:
             return None
         return sess
+
+    def released(self, uid: str, gone: list[str], views: list[Stream]) -> None:
+        """Drops the sides whose gateways (control addresses in gone) no
+        longer hold stream uid; once none is left the record stays, without
+        its secret, saying when and by whom the stream was released (the
+        first released view's time and reason), as s2uc release leaves it,
+        and records released more than 30 days ago are pruned."""
+        sess = self.load(uid)
+        if sess is None or sess.get("released"):
+            return
+        for addr in gone:
+            for side in ("outbound", "inbound"):
+                if (sess.get(side) or {}).get("s2cs") == addr:
+                    sess.pop(side)
+                    break
+        if sess.get("inbound") or sess.get("outbound"):
+            self.save(sess)
+            return
+        at = views[0].updated if views else _dt.datetime.now(_dt.timezone.utc)
+        sess["released"] = {"at": format_time(at.astimezone(_dt.timezone.utc))}
+        if views and views[0].reason:
+            sess["released"]["by"] = views[0].reason
+        sess["secret"] = ""  # nothing left to wire with it
+        self.save(sess)
+        self.prune_released(_dt.datetime.now(_dt.timezone.utc) - RELEASED_KEPT)
+
+    def prune_released(self, before: _dt.datetime) -> None:
+        """Removes the records of streams released before before (a record
+        that cannot be read is left alone)."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            uid = name[:-5] if name.endswith(".json") else ""
+            if not valid_uid(uid):
+                continue
+            try:
+                sess = self.load(uid)
+                at = parse_time(sess["released"]["at"]) if sess and sess.get("released") else None
+            except (ValueError, KeyError, TypeError, OSError):
+                continue
+            if at is not None and at < before:
+                self.remove(uid)
 
     def remove(self, uid: str) -> None:
         p = self.path(uid)
@@ -446,26 +494,31 @@ class WiredStream(_Sides):
 
     def release(self) -> list[Stream]:
         """Releases both sides (outbound first, as s2uc release); a side its
-        gateway no longer knows counts as released. Removes the local
-        record. Idempotent."""
+        gateway no longer knows counts as released. The local record then
+        says the stream was released, when and by whom, as s2uc release
+        leaves it. Idempotent."""
         if not self._open:
             return []
         uid = self.uid or ""
         out: list[Stream] = []
+        gone: list[str] = []
         errs: list[BaseException] = []
         interrupted: Optional[BaseException] = None
         for side, c in (("outbound", self.outbound_client), ("inbound", self.inbound_client)):
             try:
                 out.append(c.release(uid))
+                gone.append(c.addr)
             except NotFound:
-                pass
+                gone.append(c.addr)
             except SciStreamError as e:
                 errs.append(SciStreamError(f"release {uid} on {c.addr} ({side}): {e}"))
             except BaseException as e:  # a second Ctrl-C: release the other side all the same
                 interrupted = interrupted or e
         self._open = False
-        if not errs:
-            self._spec.sessions.remove(uid)
+        try:
+            self._spec.sessions.released(uid, gone, out)
+        except OSError as e:
+            errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
         if interrupted is not None:
             raise interrupted
         err = _join(errs)
@@ -646,18 +699,22 @@ class AsyncWiredStream(_Sides):
             return []
         uid = self.uid or ""
         out: list[Stream] = []
+        gone: list[str] = []
         errs: list[BaseException] = []
         for side, c in (("outbound", self.outbound_client), ("inbound", self.inbound_client)):
             try:
                 # Shielded: a cancelled task still releases both sides.
                 out.append(await asyncio.shield(c.release(uid)))
+                gone.append(c.addr)
             except NotFound:
-                pass
+                gone.append(c.addr)
             except SciStreamError as e:
                 errs.append(SciStreamError(f"release {uid} on {c.addr} ({side}): {e}"))
         self._open = False
-        if not errs:
-            self._spec.sessions.remove(uid)
+        try:
+            self._spec.sessions.released(uid, gone, out)
+        except OSError as e:
+            errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
         err = _join(errs)
         if err is not None:
             raise err
