@@ -71,9 +71,11 @@ command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # Debian's etcd server, started by the tests on loopback ports they pick.
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 if ! command -v python3 >/dev/null 2>&1; then
-  need_apt+=(python3 python3-pip)
-elif ! python3 -m pip --version >/dev/null 2>&1; then
-  need_apt+=(python3-pip)
+  need_apt+=(python3 python3-pip python3-venv)
+else
+  python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+  # The Python package's venv (below): Debian splits ensurepip off.
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
@@ -107,6 +109,26 @@ if [ ${#need_pip[@]} -gt 0 ]; then
   # Debian's own python3 marks itself externally managed; a pyenv one does not.
   python3 -m pip install --quiet "${need_pip[@]}" 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages "${need_pip[@]}"
+fi
+
+# The scistream Python package (python/) and its tests, in a venv of the
+# repository's own (.venv, ignored by git): an editable install with its
+# test extras (pytest, nbclient, ipykernel). It sees the system's packages,
+# so the examples' pyzmq and numpy above serve the example tests too.
+# Reinstalled only when something is missing or the venv points elsewhere.
+venv_ok() {
+  [ -x .venv/bin/python ] && .venv/bin/python - "$PWD/python/src" <<'PY' >/dev/null 2>&1
+import sys, os
+import httpx, yaml, pytest, nbclient, nbformat, ipykernel, tqdm, mypy, scistream
+assert os.path.realpath(os.path.dirname(os.path.dirname(scistream.__file__))) == os.path.realpath(sys.argv[1])
+PY
+}
+if ! venv_ok; then
+  echo "setup: installing the scistream Python package and its tests' packages into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv --system-site-packages .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e './python[test]'
+  venv_ok || { echo "setup: .venv does not import the scistream package and its test packages" >&2; exit 1; }
 fi
 
 # QUIC WAN legs (--wan quic) want 7 MiB UDP socket buffers (quic-go's

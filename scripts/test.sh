@@ -63,3 +63,7 @@ for spec in $(grep -rlE '^func Fuzz' --include='*_test.go' . | sort); do
 done
 echo "== benchmarks (one iteration each, so they keep working)"
 go test -run='^$' -bench=. -benchtime=1x ./internal/...
+echo "== python: the scistream package against real gateways (pytest)"
+# scripts/setup.sh installed it into .venv; the suite builds the binaries
+# and starts its own gateways on loopback.
+(cd python && ../.venv/bin/python -m pytest -q -p no:cacheprovider)

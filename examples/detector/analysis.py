@@ -6,6 +6,19 @@ and builds the virtual images progressively.
 
   analysis.py --connect tcp://127.0.0.1:6000 --png virtual.png
 
+or, requesting its own stream through two gateways with the scistream
+Python package (pip install ./python) and printing the stream's rates while
+the frames flow:
+
+  analysis.py --detector 127.0.0.1:6000 --inbound 127.0.0.2:5000 --inbound-cert prod/s2cs.crt \
+              --outbound 127.0.0.3:5000 --outbound-cert cons/s2cs.crt --rates-every 1
+
+The detector binds, so its gateway takes the inbound request (--inbound);
+the analysis connects to the listener of the outbound gateway in front of it
+(--outbound). The token comes as for s2uc (--token-file, SCISTREAM_TOKEN, the
+login of s2uc login); the stream is released when the analysis ends, also on
+Ctrl-C.
+
 Virtual detectors: bright field (the central disk), annular dark field
 (a ring outside it), high-angle ADF (the outer ring), and the centre of
 mass in x and y (a ramp mask each, divided by the total intensity). The
@@ -22,6 +35,7 @@ import argparse
 import json
 import struct
 import sys
+import threading
 import time
 import zlib
 
@@ -30,6 +44,15 @@ import zmq
 
 FRAME = struct.Struct("<4s7IIQ")  # as detector.py
 NAMES = ["BF", "ADF", "HAADF", "COMx", "COMy"]
+_out = threading.Lock()
+
+
+def emit(event):
+    """One JSON event on stdout, a whole line at once: the rates thread
+    and the analysis write events side by side."""
+    with _out:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
 
 
 def mask_stack(fh, fw):
@@ -63,7 +86,15 @@ def write_png(path, vimg, total):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--connect", required=True, help="detector endpoint (or the gateway's listener), tcp://HOST:PORT")
+    ap.add_argument("--connect", help="detector endpoint (or the gateway's listener), tcp://HOST:PORT")
+    ap.add_argument("--detector", help="request a stream to the detector's HOST:PORT (as its gateway reaches it) instead of --connect")
+    ap.add_argument("--inbound", help="with --detector: the detector's gateway, HOST:PORT of its control API")
+    ap.add_argument("--inbound-cert", help="with --detector: its certificate (PEM file or sha256:HEX)")
+    ap.add_argument("--outbound", help="with --detector: the gateway in front of this analysis, HOST:PORT")
+    ap.add_argument("--outbound-cert", help="with --detector: its certificate (PEM file or sha256:HEX)")
+    ap.add_argument("--token-file", help="with --detector: bearer token file for both gateways (default: as s2uc)")
+    ap.add_argument("--rate", help="with --detector: rate to reserve, e.g. 2G (default: best effort)")
+    ap.add_argument("--rates-every", type=float, default=1.0, help="with --detector: print the stream's rates every this many seconds")
     ap.add_argument("--png", default="virtual.png", help="picture of the virtual images")
     ap.add_argument("--png-every", type=float, default=0, help="rewrite the PNG every this many seconds while running")
     ap.add_argument("--batch", type=int, default=32, help="frames per matrix product")
@@ -71,13 +102,56 @@ def main():
     args = ap.parse_args()
     if args.batch < 1:
         sys.exit("analysis.py: --batch must be at least 1")
+    if (args.connect is None) == (args.detector is None):
+        sys.exit("analysis.py: give --connect tcp://HOST:PORT, or --detector HOST:PORT with --inbound and --outbound")
+    if args.connect:
+        sys.exit(analyse(args, args.connect))
+    sys.exit(with_stream(args))
 
+
+def with_stream(args):
+    """Requests a stream from the detector to this analysis, prints its
+    rates while the frames flow, and releases it at the end."""
+    import scistream
+
+    host, _, port = args.detector.rpartition(":")
+    if not host or not port.isdigit() or not args.inbound or not args.outbound:
+        sys.exit("analysis.py: --detector HOST:PORT needs --inbound HOST:PORT and --outbound HOST:PORT")
+    with scistream.stream(inbound=args.inbound, outbound=args.outbound, target=(host, int(port)), num_conn=1,
+                          rate=args.rate, inbound_server_cert=args.inbound_cert,
+                          outbound_server_cert=args.outbound_cert, token_file=args.token_file) as s:
+        emit({"event": "stream", "uid": s.uid, "listeners": s.listeners})
+        done = threading.Event()
+
+        def report():
+            for r in s.rates(interval=args.rates_every):
+                if done.is_set():
+                    return
+                # The frames go from the detector (which listens) to the
+                # analysis (which connects): "to the connector".
+                emit({"event": "rate", "MBps": round(r.to_connector_Bps / 1e6, 3),
+                      "bytes": r.bytes_to_connector, "active_conns": r.active_conns})
+                with _out:
+                    print(f"analysis.py: stream {s.uid}: {r.to_connector_Bps / 1e6:.1f} MB/s, "
+                          f"{r.bytes_to_connector / 1e6:.1f} MB so far", file=sys.stderr, flush=True)
+
+        t = threading.Thread(target=report, daemon=True)
+        t.start()
+        try:
+            return analyse(args, "tcp://" + s.listeners[0])
+        finally:
+            done.set()
+            t.join(args.rates_every + 30)
+
+
+def analyse(args, endpoint):
+    """Receives and reduces the frames from endpoint; returns the exit code."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     sock.setsockopt(zmq.RCVHWM, 64)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(args.connect)
-    print(json.dumps({"event": "connecting", "endpoint": args.connect}), flush=True)
+    sock.connect(endpoint)
+    emit({"event": "connecting", "endpoint": endpoint})
 
     problems = []
     masks = None
@@ -172,11 +246,11 @@ def main():
            "GBps": round(fbytes / span / 1e9, 3) if span else None,
            "compute_fps": round(frames / compute, 1) if compute else None,
            "virtual_detectors": NAMES, "png": args.png if vimg is not None else None}
-    print(json.dumps(res), flush=True)
+    emit(res)
     print(f"analysis.py: {frames} frames, {res['fps']} frames/s, {res['GBps']} GB/s sustained; "
           f"compute alone {res['compute_fps']} frames/s; picture in {res['png']}"
           + ("" if not problems else "; PROBLEMS: " + "; ".join(problems)), file=sys.stderr)
-    sys.exit(0 if not problems else 1)
+    return 0 if not problems else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,573 @@
+"""A client of one gateway's control API (every route of openapi.yaml),
+synchronous (:class:`Client`) and asyncio (:class:`AsyncClient`).
+
+A gateway is trusted with a stream, not with the client's machine or with the
+other gateway, as in s2uc (internal/client/answer.go): every UID it answers is
+checked before it names a URL or a local record, what the client relays to
+the other gateway (listeners, nodes, server name, certificate, secret) is
+checked for its form and size, and an answer that fails (:class:`BadAnswer`)
+is not acted on; a stream a refused create answer names is released again.
+Redirects are not followed and no proxy from the environment is used.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import secrets
+import ssl
+from typing import Any, Optional, TypeVar
+from urllib.parse import quote, urlencode
+
+import httpx
+import yaml
+
+from . import _tls
+from .auth import token_source
+from .config import Config, Side
+from .errors import BadAnswer, CertificateError, ConfigError, NotHTTPS, SciStreamError, TransportError, Unreachable, api_error
+from .models import (AttachRequest, GatewayStatus, Health, Info, InboundRequest, OutboundRequest, Stream, StreamList,
+                     UpdateRequest, from_json, to_json)
+from .rates import parse_rate
+
+__all__ = ["Client", "AsyncClient", "ROUTES", "valid_uid", "valid_host", "valid_host_port", "UNSET"]
+
+REQUEST_ID_HEADER = "X-Request-Id"
+MAX_CHANNELS = 256
+MAX_PEER_NODES = 64
+SECRET_LEN = 32
+MAX_CERT_PEM = 64 << 10
+MAX_ANSWER = 16 << 20
+
+#: Every operation of the control API and the method of Client (and
+#: AsyncClient) that calls it; a test checks it against openapi.yaml.
+ROUTES: dict[tuple[str, str], str] = {
+    ("get", "/healthz"): "health",
+    ("get", "/v1/openapi.yaml"): "openapi",
+    ("get", "/v1/info"): "info",
+    ("post", "/v1/streams/inbound"): "inbound",
+    ("post", "/v1/streams/outbound"): "outbound",
+    ("post", "/v1/streams/{uid}/attach"): "attach",
+    ("get", "/v1/streams"): "list",
+    ("get", "/v1/streams/{uid}"): "get",
+    ("patch", "/v1/streams/{uid}"): "update",
+    ("delete", "/v1/streams/{uid}"): "release",
+    ("get", "/v1/status"): "gateway_status",
+    ("get", "/metrics"): "metrics",
+    ("get", "/status"): "status_page",
+}
+
+
+def valid_uid(uid: Any) -> bool:
+    """Whether uid is a stream UID: a lower-case UUID of 36 characters
+    (api.ValidUID)."""
+    if not isinstance(uid, str) or len(uid) != 36:
+        return False
+    for i, c in enumerate(uid):
+        if i in (8, 13, 18, 23):
+            if c != "-":
+                return False
+        elif not ("0" <= c <= "9" or "a" <= c <= "f"):
+            return False
+    return True
+
+
+def _is_ip(h: str) -> bool:
+    if "%" in h:
+        return False
+    try:
+        ipaddress.ip_address(h)
+        return True
+    except ValueError:
+        return False
+
+
+def valid_host(h: Any) -> bool:
+    """Whether h is an IP address or a host name (labels of 1-63 letters,
+    digits, '-' or '_', 253 characters at most)."""
+    if not isinstance(h, str):
+        return False
+    if _is_ip(h):
+        return True
+    if not h or len(h) > 253:
+        return False
+    for label in h.split("."):
+        if not label or len(label) > 63:
+            return False
+        if not all(c == "-" or c == "_" or c.isascii() and c.isalnum() for c in label):
+            return False
+    return True
+
+
+def split_host_port(hp: str) -> tuple[str, str]:
+    """host and port of "host:port" or "[v6]:port" (net.SplitHostPort);
+    ValueError otherwise."""
+    if hp.startswith("["):
+        end = hp.find("]")
+        if end < 0 or hp[end + 1:end + 2] != ":":
+            raise ValueError(f"{hp!r} is not host:port")
+        host, port = hp[1:end], hp[end + 2:]
+        if "[" in host or "]" in port or "[" in port:
+            raise ValueError(f"{hp!r} is not host:port")
+        return host, port
+    host, sep, port = hp.rpartition(":")
+    if not sep or ":" in host or "[" in host or "]" in host or "[" in port or "]" in port:
+        raise ValueError(f"{hp!r} is not host:port")
+    return host, port
+
+
+def valid_host_port(hp: Any) -> bool:
+    """Whether hp is "host:port" with a valid_host and a port 1-65535 in
+    plain decimal."""
+    if not isinstance(hp, str):
+        return False
+    try:
+        h, p = split_host_port(hp)
+    except ValueError:
+        return False
+    if not valid_host(h) or not p.isascii() or not p.isdigit():
+        return False
+    n = int(p)
+    return str(n) == p and 1 <= n <= 65535
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: The default of update()'s fields: leave the field as it is.
+UNSET: Any = _Unset()
+
+R = TypeVar("R")
+
+
+class _Base:
+    """What Client and AsyncClient share: configuration, the requests'
+    paths and bodies, the answers' decoding and checks."""
+
+    def __init__(self, s2cs: Optional[str] = None, *, server_cert: Optional[str] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None, timeout: float = 30.0, profile: Optional[str] = None,
+                 side: Side = None, config: Optional[Config] = None) -> None:
+        cfg = config if config is not None else Config.load()
+        st = cfg.settings(side, profile)
+        prefix = f"{side}_" if side else ""
+        self.addr = s2cs or st.s2cs or ""
+        if not self.addr:
+            raise ConfigError(f"no gateway: give s2cs='HOST:PORT' of its control API, or set SCISTREAM_S2CS or {prefix}s2cs in "
+                              f"the configuration file ({cfg.path or 'none found'})")
+        try:
+            host, port = split_host_port(self.addr)
+        except ValueError:
+            host, port = "", ""
+        if not host or not port.isdigit():
+            raise ConfigError(f"{prefix}s2cs {self.addr!r}: want HOST:PORT of the gateway's control API, e.g. 10.0.0.5:5000")
+        self.server_cert = server_cert or st.server_cert
+        self._trust = _tls.trust(self.server_cert, f"{prefix}server_cert")
+        self.token_file = token_file
+        self._token = token_source(token, token_file, st.token_file)
+        self.timeout = timeout
+        self._base = f"https://{self.addr}"
+
+    def __repr__(self) -> str:  # never the token
+        return f"{type(self).__name__}({self.addr!r}, server_cert={self.server_cert!r})"
+
+    # ---- requests ----
+
+    def _headers(self, body: bool) -> dict[str, str]:
+        h = {REQUEST_ID_HEADER: secrets.token_hex(13), "Accept": "application/json"}
+        if body:
+            h["Content-Type"] = "application/json"
+        tok = self._token()
+        if tok:
+            h["Authorization"] = f"Bearer {tok}"
+        return h
+
+    @staticmethod
+    def _path(uid: str, suffix: str = "") -> str:
+        if not isinstance(uid, str) or uid in ("", ".", ".."):
+            raise ValueError(f"uid {uid!r} is not a stream UID (a lower-case UUID)")
+        return "/v1/streams/" + quote(uid, safe="") + suffix
+
+    @staticmethod
+    def _owner(owner: Optional[str]) -> str:
+        return "?" + urlencode({"owner": owner}) if owner else ""
+
+    @staticmethod
+    def _list_path(all: bool, owner: Optional[str], all_owners: bool) -> str:
+        q: dict[str, str] = {}
+        if owner:
+            q["owner"] = owner
+        if all_owners:
+            q["all_owners"] = "true"
+        if all:
+            q["all"] = "true"
+        return "/v1/streams" + ("?" + urlencode(q) if q else "")
+
+    @staticmethod
+    def _inbound_body(req: InboundRequest | dict[str, Any] | None, kw: dict[str, Any]) -> InboundRequest:
+        if req is None:
+            for k in ("rate", "min_rate"):
+                if isinstance(kw.get(k), str):
+                    kw[k] = parse_rate(kw[k], k)
+            return InboundRequest(**kw)
+        return req if isinstance(req, InboundRequest) else InboundRequest(**req)
+
+    @staticmethod
+    def _update_body(rate: Any, allow: Any, lease_s: Any) -> UpdateRequest:
+        body = UpdateRequest()
+        if rate is not UNSET:
+            body.rate = parse_rate(rate, "rate") if isinstance(rate, str) else rate
+        if allow is not UNSET:
+            body.allow = list(allow)
+        if lease_s is not UNSET:
+            body.lease_s = lease_s
+        return body
+
+    # ---- answers ----
+
+    def _transport_error(self, e: BaseException) -> SciStreamError:
+        if isinstance(e, TransportError):  # from the pinning check
+            return type(e)(self.addr, str(e).split(": ", 1)[-1])
+        cause: Optional[BaseException] = e
+        seen = set()
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                what = ("the gateway's certificate does not match the one given" if self._trust.pinned else
+                        "the system's trusted roots do not vouch for the gateway's certificate, and none was given")
+                return CertificateError(self.addr, f"TLS verification failed ({cause.verify_message}): {what}")
+            if isinstance(cause, ssl.SSLError) and cause.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "HTTP_REQUEST"):
+                return NotHTTPS(self.addr, "answered plain HTTP; the control API is HTTPS only")
+            if isinstance(cause, (ConnectionRefusedError, ConnectionResetError)) or isinstance(cause, OSError) and cause.errno in (101, 110, 111, 113, -2, -3, -5):
+                return Unreachable(self.addr, f"unreachable: {cause.strerror or cause}")
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout)):
+            return Unreachable(self.addr, f"unreachable: {e}")
+        return TransportError(self.addr, f"{type(e).__name__}: {e}")
+
+    def _answer(self, resp: httpx.Response) -> Any:
+        data = resp.content
+        if len(data) > MAX_ANSWER:
+            raise BadAnswer(self.addr, f"an answer of {len(data)} bytes")
+        if resp.status_code >= 300:
+            try:
+                body = json.loads(data)
+                err = body["error"]
+                code, message = err["code"], err.get("message", "")
+                if not isinstance(code, str) or not code:
+                    raise ValueError
+            except (ValueError, KeyError, TypeError):
+                raise SciStreamError(f"s2cs {self.addr}: HTTP {resp.status_code} {resp.reason_phrase}") from None
+            raise api_error(code, str(message), status=resp.status_code,
+                            request_id=resp.headers.get(REQUEST_ID_HEADER, ""), gateway=self.addr)
+        ctype = resp.headers.get("content-type", "")
+        if not ctype.startswith("application/json"):
+            return data.decode("utf-8", "replace")
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise BadAnswer(self.addr, f"not JSON: {e}") from None
+
+    def _decode(self, cls: type[R], data: Any) -> R:
+        try:
+            return from_json(cls, data)
+        except ValueError as e:
+            raise BadAnswer(self.addr, str(e)) from None
+
+    def _bad(self, msg: str) -> BadAnswer:
+        return BadAnswer(self.addr, msg)
+
+    def _check_view(self, s: Stream, uid: Optional[str]) -> None:
+        if not valid_uid(s.uid):
+            raise self._bad(f"uid {s.uid[:80]!r} is not a stream UID (a lower-case UUID of 36 characters)")
+        if uid and s.uid != uid:
+            raise self._bad(f"asked about stream {uid[:80]!r}, answered about {s.uid}")
+
+    def _check_created(self, s: Stream, uid: Optional[str], wan: Optional[str], inbound: bool) -> None:
+        """client.checkCreated: what the wiring relays to the other gateway
+        and keeps in the local record."""
+        self._check_view(s, uid)
+        if s.wan not in ("tls", "quic", "tcp"):
+            raise self._bad(f"wan {str(s.wan)[:20]!r} is no WAN transport")
+        if wan and s.wan != wan:
+            # A fake inbound gateway could otherwise turn a stream to
+            # plaintext legs behind the user's back.
+            raise self._bad(f"asked for wan {wan!r}, answered wan {s.wan!r}")
+        if not s.listeners or len(s.listeners) > MAX_CHANNELS:
+            raise self._bad(f"{len(s.listeners or [])} listeners, want 1 to {MAX_CHANNELS}")
+        if s.nodes and len(s.nodes) > MAX_PEER_NODES:
+            raise self._bad(f"{len(s.nodes)} nodes, want at most {MAX_PEER_NODES}")
+        if s.wan_server_name and not valid_host(s.wan_server_name):
+            raise self._bad(f"wan_server_name {s.wan_server_name[:80]!r} is not a DNS name")
+        for listener in s.listeners:
+            if not valid_host_port(listener):
+                raise self._bad(f"listener {str(listener)[:80]!r} is not host:port")
+        for h in s.nodes or []:
+            if not valid_host(h):
+                raise self._bad(f"node {str(h)[:80]!r} is not a host name or IP address")
+        if s.wan in ("tls", "quic"):
+            pem = s.wan_cert or ""
+            if len(pem) > MAX_CERT_PEM:
+                raise self._bad(f"wan_cert of {len(pem)} bytes, want at most {MAX_CERT_PEM}")
+            try:
+                _tls.parse_one_cert_pem(pem)
+            except ValueError as e:
+                raise self._bad(f"wan_cert: {e}") from None
+        if inbound:
+            try:
+                ok = len(base64.b64decode(s.secret or "", validate=True)) == SECRET_LEN
+            except ValueError:
+                ok = False
+            if not ok:
+                raise self._bad(f"secret is not the base64 of {SECRET_LEN} bytes")
+
+    def _streams(self, data: Any) -> list[Stream]:
+        out = self._decode(StreamList, data).streams
+        for s in out:
+            self._check_view(s, None)
+        return out
+
+
+class Client(_Base):
+    """A client of one gateway's control API.
+
+    ``Client("10.0.0.5:5000", server_cert="gw.crt")``: s2cs, server_cert,
+    token_file and token may also come from the environment and the
+    configuration file (profile=, side= "inbound"/"outbound"), as in s2uc;
+    see :mod:`scistream.config`. The token is read once, when the client is
+    made. Use as a context manager, or call close().
+    """
+
+    def __init__(self, s2cs: Optional[str] = None, **kw: Any) -> None:
+        super().__init__(s2cs, **kw)
+        self._hc = httpx.Client(transport=_tls.transport(self._trust), timeout=self.timeout, trust_env=False,
+                                follow_redirects=False)
+
+    def close(self) -> None:
+        self._hc.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """Sends one request (body: a model or a dict) and returns the
+        decoded answer (JSON, or text for other content types)."""
+        payload = None
+        if body is not None:
+            payload = json.dumps(to_json(body) if not isinstance(body, dict) else body).encode()
+        try:
+            resp = self._hc.request(method, self._base + path, content=payload, headers=self._headers(payload is not None))
+        except (httpx.TransportError, TransportError) as e:
+            raise self._transport_error(e) from None
+        return self._answer(resp)
+
+    # ---- routes ----
+
+    def health(self) -> Health:
+        """GET /healthz (no authentication): status "ok" once the gateway
+        serves, "starting" (its 503) while it starts or shuts down."""
+        try:
+            resp = self._hc.get(self._base + "/healthz", headers=self._headers(False))
+        except (httpx.TransportError, TransportError) as e:
+            raise self._transport_error(e) from None
+        try:
+            return self._decode(Health, resp.json())
+        except ValueError:
+            raise self._bad("/healthz: not JSON") from None
+
+    def openapi(self) -> dict[str, Any]:
+        """GET /v1/openapi.yaml: the gateway's OpenAPI document, parsed."""
+        doc = yaml.safe_load(str(self.request("GET", "/v1/openapi.yaml")))
+        if not isinstance(doc, dict):
+            raise self._bad("/v1/openapi.yaml is not a YAML mapping")
+        return doc
+
+    def info(self) -> Info:
+        """GET /v1/info: the gateway and the caller's identity."""
+        return self._decode(Info, self.request("GET", "/v1/info"))
+
+    def inbound(self, req: Optional[InboundRequest | dict[str, Any]] = None, **kw: Any) -> Stream:
+        """POST /v1/streams/inbound (an InboundRequest, or its fields as
+        keywords; rate and min_rate may be "2G"). The answer is checked as
+        s2uc checks it; a refused answer's stream is released again."""
+        body = self._inbound_body(req, kw)
+        s = self._decode(Stream, self.request("POST", "/v1/streams/inbound", body))
+        self._checked_or_undo(s, body.uid, body.wan, True)
+        return s
+
+    def outbound(self, req: OutboundRequest | dict[str, Any]) -> Stream:
+        """POST /v1/streams/outbound, the answer checked as inbound's."""
+        body = req if isinstance(req, OutboundRequest) else OutboundRequest(**req)
+        s = self._decode(Stream, self.request("POST", "/v1/streams/outbound", body))
+        self._checked_or_undo(s, body.uid, body.wan, False)
+        return s
+
+    def _checked_or_undo(self, s: Stream, uid: Optional[str], wan: Optional[str], inbound: bool) -> None:
+        try:
+            self._check_created(s, uid, wan, inbound)
+        except BadAnswer as e:
+            if valid_uid(s.uid):
+                try:
+                    self.release(s.uid)
+                except SciStreamError as re:
+                    raise BadAnswer(self.addr, f"{str(e).split('answer refused: ', 1)[-1]}; release {s.uid} again: {re}") from None
+            raise
+
+    def attach(self, uid: str, peer_cert: Optional[str] = None, rate: Optional[int] = None) -> Stream:
+        """POST /v1/streams/{uid}/attach on the inbound gateway."""
+        s = self._decode(Stream, self.request("POST", self._path(uid, "/attach"), AttachRequest(peer_cert=peer_cert, rate=rate)))
+        self._check_view(s, uid)
+        return s
+
+    def get(self, uid: str, *, owner: Optional[str] = None) -> Stream:
+        """GET /v1/streams/{uid}: one stream, with its live counters."""
+        s = self._decode(Stream, self.request("GET", self._path(uid) + self._owner(owner)))
+        self._check_view(s, uid)
+        return s
+
+    def list(self, all: bool = False, *, owner: Optional[str] = None, all_owners: bool = False) -> list[Stream]:
+        """GET /v1/streams: the caller's live streams (all=True: ended ones
+        too)."""
+        return self._streams(self.request("GET", self._list_path(all, owner, all_owners)))
+
+    def update(self, uid: str, *, rate: Any = UNSET, allow: Any = UNSET, lease_s: Any = UNSET,
+               owner: Optional[str] = None) -> Stream:
+        """PATCH /v1/streams/{uid}: the fields given change (rate=0: best
+        effort; rate may be "2G")."""
+        s = self._decode(Stream, self.request("PATCH", self._path(uid) + self._owner(owner), self._update_body(rate, allow, lease_s)))
+        self._check_view(s, uid)
+        return s
+
+    def release(self, uid: str, *, owner: Optional[str] = None) -> Stream:
+        """DELETE /v1/streams/{uid}: ends the stream on this gateway (an ended
+        one is returned as it is)."""
+        s = self._decode(Stream, self.request("DELETE", self._path(uid) + self._owner(owner)))
+        self._check_view(s, uid)
+        return s
+
+    def gateway_status(self) -> GatewayStatus:
+        """GET /v1/status: the gateway's health and every live stream
+        (readers and operators)."""
+        st = self._decode(GatewayStatus, self.request("GET", "/v1/status"))
+        for s in st.streams:
+            self._check_view(s, None)
+        return st
+
+    def metrics(self) -> str:
+        """GET /metrics: the Prometheus exposition (readers and operators)."""
+        return str(self.request("GET", "/metrics"))
+
+    def status_page(self) -> str:
+        """GET /status: the status page's HTML (no authentication)."""
+        return str(self.request("GET", "/status"))
+
+
+class AsyncClient(_Base):
+    """The asyncio twin of :class:`Client`: the same methods, awaited."""
+
+    def __init__(self, s2cs: Optional[str] = None, **kw: Any) -> None:
+        super().__init__(s2cs, **kw)
+        self._hc = httpx.AsyncClient(transport=_tls.async_transport(self._trust), timeout=self.timeout, trust_env=False,
+                                     follow_redirects=False)
+
+    async def aclose(self) -> None:
+        await self._hc.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        payload = None
+        if body is not None:
+            payload = json.dumps(to_json(body) if not isinstance(body, dict) else body).encode()
+        try:
+            resp = await self._hc.request(method, self._base + path, content=payload, headers=self._headers(payload is not None))
+        except (httpx.TransportError, TransportError) as e:
+            raise self._transport_error(e) from None
+        return self._answer(resp)
+
+    async def health(self) -> Health:
+        try:
+            resp = await self._hc.get(self._base + "/healthz", headers=self._headers(False))
+        except (httpx.TransportError, TransportError) as e:
+            raise self._transport_error(e) from None
+        try:
+            return self._decode(Health, resp.json())
+        except ValueError:
+            raise self._bad("/healthz: not JSON") from None
+
+    async def openapi(self) -> dict[str, Any]:
+        doc = yaml.safe_load(str(await self.request("GET", "/v1/openapi.yaml")))
+        if not isinstance(doc, dict):
+            raise self._bad("/v1/openapi.yaml is not a YAML mapping")
+        return doc
+
+    async def info(self) -> Info:
+        return self._decode(Info, await self.request("GET", "/v1/info"))
+
+    async def inbound(self, req: Optional[InboundRequest | dict[str, Any]] = None, **kw: Any) -> Stream:
+        body = self._inbound_body(req, kw)
+        s = self._decode(Stream, await self.request("POST", "/v1/streams/inbound", body))
+        await self._checked_or_undo(s, body.uid, body.wan, True)
+        return s
+
+    async def outbound(self, req: OutboundRequest | dict[str, Any]) -> Stream:
+        body = req if isinstance(req, OutboundRequest) else OutboundRequest(**req)
+        s = self._decode(Stream, await self.request("POST", "/v1/streams/outbound", body))
+        await self._checked_or_undo(s, body.uid, body.wan, False)
+        return s
+
+    async def _checked_or_undo(self, s: Stream, uid: Optional[str], wan: Optional[str], inbound: bool) -> None:
+        try:
+            self._check_created(s, uid, wan, inbound)
+        except BadAnswer as e:
+            if valid_uid(s.uid):
+                try:
+                    await self.release(s.uid)
+                except SciStreamError as re:
+                    raise BadAnswer(self.addr, f"{str(e).split('answer refused: ', 1)[-1]}; release {s.uid} again: {re}") from None
+            raise
+
+    async def attach(self, uid: str, peer_cert: Optional[str] = None, rate: Optional[int] = None) -> Stream:
+        s = self._decode(Stream, await self.request("POST", self._path(uid, "/attach"), AttachRequest(peer_cert=peer_cert, rate=rate)))
+        self._check_view(s, uid)
+        return s
+
+    async def get(self, uid: str, *, owner: Optional[str] = None) -> Stream:
+        s = self._decode(Stream, await self.request("GET", self._path(uid) + self._owner(owner)))
+        self._check_view(s, uid)
+        return s
+
+    async def list(self, all: bool = False, *, owner: Optional[str] = None, all_owners: bool = False) -> list[Stream]:
+        return self._streams(await self.request("GET", self._list_path(all, owner, all_owners)))
+
+    async def update(self, uid: str, *, rate: Any = UNSET, allow: Any = UNSET, lease_s: Any = UNSET,
+                     owner: Optional[str] = None) -> Stream:
+        s = self._decode(Stream, await self.request("PATCH", self._path(uid) + self._owner(owner), self._update_body(rate, allow, lease_s)))
+        self._check_view(s, uid)
+        return s
+
+    async def release(self, uid: str, *, owner: Optional[str] = None) -> Stream:
+        s = self._decode(Stream, await self.request("DELETE", self._path(uid) + self._owner(owner)))
+        self._check_view(s, uid)
+        return s
+
+    async def gateway_status(self) -> GatewayStatus:
+        st = self._decode(GatewayStatus, await self.request("GET", "/v1/status"))
+        for s in st.streams:
+            self._check_view(s, None)
+        return st
+
+    async def metrics(self) -> str:
+        return str(await self.request("GET", "/metrics"))
+
+    async def status_page(self) -> str:
+        return str(await self.request("GET", "/status"))

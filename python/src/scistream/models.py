@@ -1,0 +1,409 @@
+"""The control API's request and answer bodies as dataclasses.
+
+Each class is named as its schema in the gateway's OpenAPI document
+(``internal/api/openapi.yaml``, served at ``GET /v1/openapi.yaml``) and each
+field as the JSON field, with the schema's type: a required field has no
+default, an optional one defaults to None (absent). A test compares every
+class with its schema, so the two cannot drift apart.
+
+Answers are decoded leniently (a field a newer gateway adds is ignored);
+requests are encoded without their None fields, which the gateway then takes
+as absent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import re
+import types
+import typing
+from typing import Any, Optional, Union
+
+__all__ = [
+    "InboundRequest", "OutboundRequest", "AttachRequest", "UpdateRequest",
+    "Stream", "StreamList", "Channel", "Stats", "LastError", "Rates", "DirRate", "RateRun",
+    "RateStat", "RateHistory", "Info", "NodeInfo", "GatewayStatus", "GatewayHealth", "Health",
+    "from_json", "to_json",
+]
+
+@dataclasses.dataclass(kw_only=True)
+class InboundRequest:
+    """Asks the gateway in front of the listening application to open
+    num_conn WAN listeners that lead to remote_ip:receiver_ports."""
+
+    remote_ip: str
+    receiver_ports: list[int]
+    num_conn: int
+    uid: Optional[str] = None
+    wan: Optional[str] = None
+    engine: Optional[str] = None
+    wan_listener: Optional[str] = None
+    app_wait_s: Optional[int] = None
+    max_active_conns: Optional[int] = None
+    rate: Optional[int] = None
+    min_rate: Optional[int] = None
+    lease_s: Optional[int] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class OutboundRequest:
+    """Asks the gateway in front of the connecting application to open
+    num_conn LAN listeners leading to peer_listeners."""
+
+    uid: str
+    peer_listeners: list[str]
+    num_conn: int
+    secret: str
+    peer_nodes: Optional[list[str]] = None
+    peer_cert: Optional[str] = None
+    allow: Optional[list[str]] = None
+    wan: Optional[str] = None
+    engine: Optional[str] = None
+    peer_server_name: Optional[str] = None
+    wan_pool: Optional[int] = None
+    max_active_conns: Optional[int] = None
+    rate: Optional[int] = None
+    min_rate: Optional[int] = None
+    lease_s: Optional[int] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class AttachRequest:
+    """Completes an inbound stream with the outbound gateway's certificate."""
+
+    peer_cert: Optional[str] = None
+    rate: Optional[int] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class UpdateRequest:
+    """Changes a running stream; None fields stay as they are (rate=0 makes
+    the stream best effort)."""
+
+    rate: Optional[int] = None
+    allow: Optional[list[str]] = None
+    lease_s: Optional[int] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class Channel:
+    channel: int
+    listener: str
+    node: Optional[str] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class LastError:
+    reason: str
+    time: _dt.datetime
+
+
+@dataclasses.dataclass(kw_only=True)
+class RateStat:
+    samples: int
+    mean_Bps: float
+    stddev_Bps: float
+    peak_Bps: float
+
+
+@dataclasses.dataclass(kw_only=True)
+class RateRun:
+    start: _dt.datetime
+    samples: int
+    bytes: int
+    ended: bool
+    steady: RateStat
+
+
+@dataclasses.dataclass(kw_only=True)
+class DirRate:
+    life: RateStat
+    window: RateStat
+    steady: RateStat
+    last_run: Optional[RateRun] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class RateHistory:
+    end: _dt.datetime
+    to_wan_Bps: list[float]
+    from_wan_Bps: list[float]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Rates:
+    interval_s: float
+    window_s: float
+    trim_samples: int
+    to_wan: DirRate
+    from_wan: DirRate
+    history: Optional[RateHistory] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class Stats:
+    """A stream's live counters on one gateway ("to_wan": from this gateway's
+    application towards the peer gateway)."""
+
+    active_conns: int
+    waiting_conns: int
+    total_conns: int
+    rejected_conns: int
+    over_cap_conns: int
+    aborted_conns: int
+    errors: int
+    bytes_to_wan: int
+    bytes_from_wan: int
+    rate_to_wan_Bps: float
+    rate_from_wan_Bps: float
+    aborted_by_kind: Optional[dict[str, int]] = None
+    legs_created: Optional[int] = None
+    legs_reused: Optional[int] = None
+    legs_torn_down: Optional[int] = None
+    legs_idle: Optional[int] = None
+    wan_redials: Optional[int] = None
+    peer_flaps: Optional[int] = None
+    peer: Optional[str] = None
+    last_errors: Optional[dict[str, LastError]] = None
+    rates: Optional[Rates] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class Stream:
+    """The public view of one stream on one gateway."""
+
+    uid: str
+    role: str
+    state: str
+    owner: str
+    listeners: list[str]
+    targets: list[str]
+    num_conn: int
+    wan: str
+    engine: str
+    created: _dt.datetime
+    updated: _dt.datetime
+    allow: Optional[list[str]] = None
+    max_active_conns: Optional[int] = None
+    rate: Optional[int] = None
+    rate_requested: Optional[int] = None
+    min_rate: Optional[int] = None
+    lease_s: Optional[int] = None
+    expires: Optional[_dt.datetime] = None
+    engine_note: Optional[str] = None
+    reason: Optional[str] = None
+    wan_server_name: Optional[str] = None
+    peer_server_name: Optional[str] = None
+    wan_pool: Optional[int] = None
+    wan_cert: Optional[str] = dataclasses.field(default=None, repr=False)
+    wan_cert_sha256: Optional[str] = None
+    peer_cert_sha256: Optional[str] = None
+    app_wait_s: Optional[int] = None
+    nodes: Optional[list[str]] = None
+    channels: Optional[list[Channel]] = None
+    # The stream secret: never printed (repr=False), kept out of to_json's
+    # public views by the caller.
+    secret: Optional[str] = dataclasses.field(default=None, repr=False)
+    stats: Optional[Stats] = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the stream has ended (released, expired or failed)."""
+        return self.state in ("released", "expired", "failed")
+
+
+@dataclasses.dataclass(kw_only=True)
+class StreamList:
+    streams: list[Stream]
+
+
+@dataclasses.dataclass(kw_only=True)
+class NodeInfo:
+    name: str
+    host: str
+
+
+@dataclasses.dataclass(kw_only=True)
+class Info:
+    """Describes a gateway and the caller's identity on it."""
+
+    version: str
+    listener_ip: str
+    port_range: str
+    engines: list[str]
+    default_engine: str
+    wan: list[str]
+    wan_cert_sha256: str
+    identity: str
+    app_wait_default_s: int
+    app_wait_max_s: int
+    pool_policy: str
+    pool_max_per_peer: int
+    pool_max_warm: int
+    capacity_rate: int
+    reserved_rate: int
+    capacity_streams: int
+    capacity_conns: int
+    quota_rate: int
+    lease_default_s: int
+    lease_max_s: int
+    wan_port: Optional[str] = None
+    wan_domain: Optional[str] = None
+    roles: Optional[list[str]] = None
+    facility: Optional[str] = None
+    node: Optional[str] = None
+    nodes: Optional[list[NodeInfo]] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class GatewayHealth:
+    ready: bool
+    streams: dict[str, int]
+    ports_in_use: int
+    ports_capacity: int
+    conn_files_in_use: int
+    conn_files_capacity: int
+    wan_conns: dict[str, int]
+    pooled_legs: dict[str, int]
+    api_errors: dict[str, int]
+    refused: dict[str, int]
+
+
+@dataclasses.dataclass(kw_only=True)
+class GatewayStatus:
+    """The body of GET /v1/status: every identity's live streams for a
+    reader or an operator (scope "all"), the caller's own for anyone else
+    (scope "own")."""
+
+    version: str
+    listener_ip: str
+    now: _dt.datetime
+    started: _dt.datetime
+    health: GatewayHealth
+    identity: str
+    scope: str
+    streams: list[Stream]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Health:
+    status: str
+
+
+# ---- decoding and encoding -------------------------------------------------
+
+_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def parse_time(s: str) -> _dt.datetime:
+    """An RFC 3339 time as Go writes it (nanoseconds, Z), timezone-aware."""
+    m = _TIME.match(s)
+    if not m:
+        raise ValueError(f"{s!r} is not an RFC 3339 time")
+    date, clock, frac, zone = m.groups()
+    frac = ((frac or "") + "000000")[:6]
+    zone = "+00:00" if zone in ("Z", "z") else zone
+    return _dt.datetime.fromisoformat(f"{date}T{clock}.{frac}{zone}")
+
+
+def format_time(t: _dt.datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+_hints_cache: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    h = _hints_cache.get(cls)
+    if h is None:
+        h = typing.get_type_hints(cls)
+        _hints_cache[cls] = h
+    return h
+
+
+def _strip_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _decode(tp: Any, v: Any) -> Any:
+    inner = _strip_optional(tp)
+    if v is None:
+        if inner is tp:  # not Optional: null is no value of it
+            raise ValueError("want a value, got null")
+        return None
+    tp = inner
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(v, list):
+            raise ValueError(f"want a list, got {type(v).__name__}")
+        return [_decode(item, x) for x in v]
+    if origin is dict:
+        _, val = typing.get_args(tp)
+        if not isinstance(v, dict):
+            raise ValueError(f"want an object, got {type(v).__name__}")
+        return {str(k): _decode(val, x) for k, x in v.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return from_json(tp, v)
+    if tp is _dt.datetime:
+        if not isinstance(v, str):
+            raise ValueError("want a time")
+        return parse_time(v)
+    if tp is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"want a number, got {type(v).__name__}")
+        return float(v)
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"want an integer, got {type(v).__name__}")
+        return v
+    if tp is bool or tp is str:
+        if not isinstance(v, tp):
+            raise ValueError(f"want {tp.__name__}, got {type(v).__name__}")
+        return v
+    return v
+
+
+T = typing.TypeVar("T")
+
+
+def from_json(cls: type[T], data: Any) -> T:
+    """Decodes a JSON object into model cls; a field it does not have is
+    ignored, a required field missing or a value of the wrong type is a
+    ValueError naming the field."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: want a JSON object, got {type(data).__name__}")
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        try:
+            kw[f.name] = _decode(_hints(cls)[f.name], data[f.name])
+        except ValueError as e:
+            raise ValueError(f"{cls.__name__}.{f.name}: {e}") from None
+    try:
+        return cls(**kw)
+    except TypeError as e:
+        raise ValueError(f"{cls.__name__}: {e}") from None
+
+
+def _encode(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return to_json(v)
+    if isinstance(v, list):
+        return [_encode(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _encode(x) for k, x in v.items()}
+    if isinstance(v, _dt.datetime):
+        return format_time(v)
+    return v
+
+
+def to_json(obj: Any) -> dict[str, Any]:
+    """The JSON object of a model, without its None (absent) fields."""
+    return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj) if getattr(obj, f.name) is not None}

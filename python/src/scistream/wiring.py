@@ -1,0 +1,750 @@
+"""A whole stream across two gateways in one call, as ``s2uc stream`` does
+(cmd/s2uc/stream.go, client.Wire): the inbound request on the gateway in front
+of the application that listens, the outbound request on the gateway in front
+of the one that connects (with the inbound side's listeners, certificate and
+secret), then the attach of the outbound gateway's certificate on the inbound
+side. A failure releases every side already created. The stream is kept in
+s2uc's local record (``$SCISTREAM_HOME/streams/UID.json``, 0600), so that
+``s2uc status UID`` and ``s2uc release UID`` find it.
+
+``with scistream.stream(...) as s`` releases both sides when the block ends,
+also on an exception or a KeyboardInterrupt (outbound first, as s2uc
+release).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as _dt
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterable, Iterator, Optional, Sequence, TypeVar, Union
+
+from .auth import home
+from .client import UNSET, AsyncClient, Client, valid_uid
+from .config import Config
+from .errors import ConfigError, NotFound, SciStreamError
+from .models import InboundRequest, OutboundRequest, Stats, Stream, format_time, parse_time
+from .rates import parse_rate
+
+__all__ = ["stream", "astream", "WiredStream", "AsyncWiredStream", "RateSample", "StreamStatus", "settle", "Sessions"]
+
+Target = tuple[str, Union[int, Sequence[int]]]
+
+
+def _duration_s(v: Union[None, int, float, str, _dt.timedelta], what: str) -> Optional[int]:
+    """Whole seconds of 30, "30s", "2h", "1h30m" or a timedelta; None stays None."""
+    if v is None:
+        return None
+    if isinstance(v, _dt.timedelta):
+        secs = v.total_seconds()
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        secs = float(v)
+    elif isinstance(v, str):
+        m = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", v.strip())
+        if not v.strip() or not m:
+            raise ConfigError(f"{what} {v!r}: give a duration such as 30s, 10m or 2h")
+        h, mi, s = (int(x or 0) for x in m.groups())
+        secs = h * 3600 + mi * 60 + s
+    else:
+        raise ConfigError(f"{what} {v!r}: give seconds or a duration such as 2h")
+    if secs < 0 or secs != int(secs):
+        raise ConfigError(f"{what} {v!r}: give a whole number of seconds, 0 or more")
+    return int(secs)
+
+
+def settle(out: OutboundRequest, inb: Stream) -> None:
+    """client.Settle: the outbound request asks for what the inbound side
+    granted (its rate, no more than out asks; the least rate the inbound
+    request accepted; its lease, unless out gives its own)."""
+    if inb.rate and (not out.rate or out.rate > inb.rate):
+        out.rate = inb.rate
+    if out.rate and not out.min_rate:
+        out.min_rate = min(inb.min_rate or 0, out.rate) or None
+    if not out.lease_s:
+        out.lease_s = inb.lease_s
+
+
+#: How long a released stream's record is kept (s2uc's releasedKept).
+RELEASED_KEPT = _dt.timedelta(days=30)
+
+
+class Sessions:
+    """s2uc's local records of the streams it wired (client.Sessions):
+    one 0600 JSON file per stream under $SCISTREAM_HOME/streams."""
+
+    def __init__(self, dir: Optional[os.PathLike[str] | str] = None) -> None:
+        self.dir = Path(dir) if dir is not None else home() / "streams"
+
+    def path(self, uid: str) -> Optional[Path]:
+        return self.dir / f"{uid}.json" if valid_uid(uid) else None
+
+    def save(self, sess: dict[str, Any]) -> None:
+        p = self.path(sess.get("uid", ""))
+        if p is None:
+            raise ValueError(f"no record of uid {sess.get('uid')!r:.80}: not a stream UID")
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(sess, f, indent=2)
+        os.replace(tmp, p)
+
+    def load(self, uid: str) -> Optional[dict[str, Any]]:
+        p = self.path(uid)
+        if p is None:
+            return None
+        try:
+            sess: dict[str, Any] = json.loads(p.read_text())
+        except FileNotFoundError:
+            return None
+        return sess
+
+    def released(self, uid: str, gone: list[str], views: list[Stream]) -> None:
+        """Drops the sides whose gateways (control addresses in gone) no
+        longer hold stream uid; once none is left the record stays, without
+        its secret, saying when and by whom the stream was released (the
+        first released view's time and reason), as s2uc release leaves it,
+        and records released more than 30 days ago are pruned."""
+        sess = self.load(uid)
+        if sess is None or sess.get("released"):
+            return
+        for addr in gone:
+            for side in ("outbound", "inbound"):
+                if (sess.get(side) or {}).get("s2cs") == addr:
+                    sess.pop(side)
+                    break
+        if sess.get("inbound") or sess.get("outbound"):
+            self.save(sess)
+            return
+        at = views[0].updated if views else _dt.datetime.now(_dt.timezone.utc)
+        sess["released"] = {"at": format_time(at.astimezone(_dt.timezone.utc))}
+        if views and views[0].reason:
+            sess["released"]["by"] = views[0].reason
+        sess["secret"] = ""  # nothing left to wire with it
+        self.save(sess)
+        self.prune_released(_dt.datetime.now(_dt.timezone.utc) - RELEASED_KEPT)
+
+    def prune_released(self, before: _dt.datetime) -> None:
+        """Removes the records of streams released before before (a record
+        that cannot be read is left alone)."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            uid = name[:-5] if name.endswith(".json") else ""
+            if not valid_uid(uid):
+                continue
+            try:
+                sess = self.load(uid)
+                at = parse_time(sess["released"]["at"]) if sess and sess.get("released") else None
+            except (ValueError, KeyError, TypeError, OSError):
+                continue
+            if at is not None and at < before:
+                self.remove(uid)
+
+    def remove(self, uid: str) -> None:
+        p = self.path(uid)
+        if p is not None:
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _abs(p: Optional[str]) -> Optional[str]:
+    if not p or p.startswith("sha256:"):
+        return p or None
+    return os.path.abspath(p)
+
+
+def _endpoint(c: Union[Client, AsyncClient], listeners: list[str], **extra: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {"s2cs": c.addr}
+    if c.server_cert:
+        e["server_cert"] = _abs(c.server_cert)
+    if c.token_file:
+        e["token_file"] = _abs(c.token_file)
+    e["listeners"] = listeners
+    e.update({k: v for k, v in extra.items() if v})
+    return e
+
+
+@dataclasses.dataclass
+class RateSample:
+    """One reading of a stream's rates, at its outbound gateway. "to the
+    listener" is the direction from the connecting application to the
+    listening one; "to the connector" the other."""
+
+    time: float
+    to_listener_Bps: float
+    to_connector_Bps: float
+    bytes_to_listener: int
+    bytes_to_connector: int
+    active_conns: int
+    stats: Stats
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_to_listener + self.bytes_to_connector
+
+    @property
+    def rate_Bps(self) -> float:
+        return self.to_listener_Bps + self.to_connector_Bps
+
+
+@dataclasses.dataclass
+class StreamStatus:
+    """Both sides of a stream as their gateways see them now."""
+
+    inbound: Stream
+    outbound: Stream
+
+
+class _Spec:
+    """What stream() was asked for, checked before any request."""
+
+    def __init__(self, inbound: Optional[str], outbound: Optional[str], target: Target, *, num_conn: int = 1,
+                 rate: Union[None, int, str] = None, min_rate: Union[None, int, str] = None,
+                 lease: Union[None, int, str, _dt.timedelta] = None, allow: Optional[Iterable[str]] = None,
+                 wan: str = "tls", engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
+                 app_wait: Union[None, int, str, _dt.timedelta] = None, max_active_conns: int = 0,
+                 peer_listeners: Optional[Iterable[str]] = None,
+                 inbound_server_cert: Optional[str] = None, outbound_server_cert: Optional[str] = None,
+                 server_cert: Optional[str] = None, token_file: Optional[str] = None,
+                 inbound_token_file: Optional[str] = None, outbound_token_file: Optional[str] = None,
+                 token: Optional[str] = None, profile: Optional[str] = None, timeout: float = 30.0,
+                 config: Optional[Config] = None, sessions: Optional[Sessions] = None) -> None:
+        if not isinstance(target, tuple) or len(target) != 2 or not isinstance(target[0], str) or not target[0]:
+            raise ConfigError(f"target {target!r}: give (address, port) of the application that listens, e.g. ('10.0.0.5', 8080)")
+        ports = [target[1]] if isinstance(target[1], int) else list(target[1])
+        if not ports or any(isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535 for p in ports):
+            raise ConfigError(f"target port(s) {target[1]!r}: give a port 1-65535 or a list of them")
+        if isinstance(num_conn, bool) or not isinstance(num_conn, int) or not 1 <= num_conn <= 256:
+            raise ConfigError(f"num_conn {num_conn!r} out of range: give 1 to 256")
+        if max_active_conns < 0:
+            raise ConfigError(f"max_active_conns {max_active_conns}: give the most connections the stream relays at once, "
+                              "or 0 for the gateway's cap")
+        self.rate = parse_rate(rate, "rate") if rate is not None else None
+        self.min_rate = parse_rate(min_rate, "min_rate") if min_rate is not None else None
+        if (self.min_rate or 0) > (self.rate or 0):
+            raise ConfigError(f"min_rate {min_rate} is more than rate {rate}")
+        self.lease_s = _duration_s(lease, "lease")
+        if self.lease_s == 0:
+            raise ConfigError("lease 0: give a positive duration, e.g. 2h, or None for the gateway's default")
+        self.app_wait_s = _duration_s(app_wait, "app_wait")
+        self.remote_ip, self.ports = target[0], ports
+        self.num_conn, self.wan, self.engine = num_conn, wan, engine
+        self.wan_pool, self.wan_listener, self.max_active_conns = wan_pool, wan_listener, max_active_conns
+        self.allow = list(allow or [])
+        self.peer_listeners = list(peer_listeners or [])
+        cfg = config if config is not None else Config.load()
+        self.sessions = sessions or Sessions()
+        self.client_kw: dict[str, dict[str, Any]] = {
+            "inbound": dict(s2cs=inbound, server_cert=inbound_server_cert or server_cert,
+                            token_file=inbound_token_file or token_file, token=token, profile=profile, side="inbound",
+                            timeout=timeout, config=cfg),
+            "outbound": dict(s2cs=outbound, server_cert=outbound_server_cert or server_cert,
+                             token_file=outbound_token_file or token_file, token=token, profile=profile, side="outbound",
+                             timeout=timeout, config=cfg),
+        }
+
+    def inbound_request(self) -> InboundRequest:
+        return InboundRequest(remote_ip=self.remote_ip, receiver_ports=self.ports, num_conn=self.num_conn,
+                              wan=self.wan or None, engine=self.engine or None, wan_listener=self.wan_listener or None,
+                              app_wait_s=self.app_wait_s, max_active_conns=self.max_active_conns or None,
+                              rate=self.rate or None, min_rate=self.min_rate or None, lease_s=self.lease_s)
+
+    def outbound_request(self, created: Stream) -> OutboundRequest:
+        """client.Wire: the outbound request relays what the inbound side
+        answered."""
+        out = OutboundRequest(uid=created.uid, peer_listeners=list(created.listeners), num_conn=self.num_conn,
+                              secret=created.secret or "", peer_cert=created.wan_cert, wan=created.wan,
+                              peer_server_name=created.wan_server_name or None, peer_nodes=created.nodes or None,
+                              allow=self.allow or None, engine=self.engine or None, wan_pool=self.wan_pool or None,
+                              max_active_conns=self.max_active_conns or None)
+        settle(out, created)
+        if self.peer_listeners:
+            out.peer_listeners = list(self.peer_listeners)
+        return out
+
+    def record(self, inc: Union[Client, AsyncClient], outc: Union[Client, AsyncClient], ins: Stream, outs: Stream) -> dict[str, Any]:
+        sess: dict[str, Any] = {"uid": ins.uid, "wan": ins.wan, "secret": ins.secret}
+        for k in ("rate", "min_rate", "lease_s"):
+            if getattr(ins, k):
+                sess[k] = getattr(ins, k)
+        sess["inbound"] = _endpoint(inc, list(ins.listeners), wan_cert=ins.wan_cert, server_name=ins.wan_server_name, nodes=ins.nodes)
+        sess["outbound"] = _endpoint(outc, list(outs.listeners))
+        return sess
+
+
+def _update_request(rate: Any, allow: Any, lease: Any) -> dict[str, Any]:
+    req: dict[str, Any] = {}
+    if rate is not UNSET:
+        req["rate"] = parse_rate(rate, "rate")
+    if allow is not UNSET:
+        req["allow"] = list(allow)
+    if lease is not UNSET:
+        lease_s = _duration_s(lease, "lease")
+        if not lease_s:
+            raise ConfigError(f"lease {lease!r}: give a positive duration, e.g. 2h")
+        req["lease_s"] = lease_s
+    if not req:
+        raise ConfigError("nothing to update: give rate=, allow= or lease=")
+    return req
+
+
+C = TypeVar("C", Client, AsyncClient)
+
+
+def _sides(req: dict[str, Any], inc: C, outc: C) -> list[tuple[str, C, dict[str, Any]]]:
+    """The updates of each side, inbound first; the inbound side has no
+    allow-list (its legs are authenticated by certificate)."""
+    out: list[tuple[str, C, dict[str, Any]]] = []
+    r_in = {k: v for k, v in req.items() if k != "allow"}
+    if r_in:
+        out.append(("inbound", inc, r_in))
+    out.append(("outbound", outc, dict(req)))
+    return out
+
+
+def _note(e: BaseException, what: str) -> None:
+    """Says which step failed, keeping the exception's class (NoResources
+    stays NoResources)."""
+    if hasattr(e, "add_note"):
+        e.add_note(f"scistream: {what}")
+
+
+def _join(errs: list[BaseException]) -> Optional[BaseException]:
+    if not errs:
+        return None
+    if len(errs) == 1:
+        return errs[0]
+    return SciStreamError("; ".join(str(e) for e in errs))
+
+
+class _Sides:
+    """What both wired streams show of their two sides."""
+
+    inbound: Optional[Stream]
+    outbound: Optional[Stream]
+
+    @property
+    def uid(self) -> Optional[str]:
+        return self.inbound.uid if self.inbound else None
+
+    @property
+    def listeners(self) -> list[str]:
+        """Where the connecting application connects ("host:port", one per channel)."""
+        return list(self.outbound.listeners) if self.outbound else []
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        """The first listener as (host, port), for socket.create_connection."""
+        from .client import split_host_port
+        h, p = split_host_port(self.listeners[0])
+        return h, int(p)
+
+
+class WiredStream(_Sides):
+    """A stream across two gateways, wired by open() (or entering the with
+    block) and released by close() (or leaving it).
+
+    uid, listeners (where the connecting application connects: the
+    outbound gateway's listeners), inbound and outbound (each side as its
+    gateway answered the wiring; inbound holds the secret, never printed).
+    """
+
+    def __init__(self, spec: _Spec) -> None:
+        self._spec = spec
+        self.inbound_client = Client(**spec.client_kw["inbound"])
+        try:
+            self.outbound_client = Client(**spec.client_kw["outbound"])
+        except BaseException:
+            self.inbound_client.close()
+            raise
+        self.inbound: Optional[Stream] = None
+        self.outbound: Optional[Stream] = None
+        self._open = False
+
+    def __repr__(self) -> str:
+        return f"WiredStream(uid={self.uid!r}, listeners={self.listeners!r})"
+
+    def open(self) -> "WiredStream":
+        sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
+        created = inc.inbound(sp.inbound_request())
+        try:
+            out_req = sp.outbound_request(created)
+            try:
+                outs = outc.outbound(out_req)
+            except SciStreamError as e:
+                _note(e, f"outbound request to {outc.addr}")
+                raise
+            try:
+                ins = inc.attach(created.uid, peer_cert=outs.wan_cert, rate=outs.rate)
+            except BaseException as e:
+                try:
+                    outc.release(created.uid)
+                except SciStreamError as re:
+                    raise SciStreamError(f"attach outbound gateway to inbound side on {inc.addr}: {e}; "
+                                         f"roll back outbound side on {outc.addr}: {re}") from e
+                _note(e, f"attach outbound gateway to inbound side on {inc.addr}")
+                raise
+        except BaseException as e:
+            try:
+                inc.release(created.uid)
+            except SciStreamError as re:
+                raise SciStreamError(f"{e}; roll back inbound side on {inc.addr}: {re}") from e
+            raise
+        ins.secret, ins.wan_cert = created.secret, created.wan_cert
+        self.inbound, self.outbound, self._open = ins, outs, True
+        try:
+            sp.sessions.save(sp.record(inc, outc, ins, outs))
+        except OSError as e:
+            import warnings
+            warnings.warn(f"could not save the local record of {ins.uid} ({e}); release it on each gateway", stacklevel=2)
+        return self
+
+    def status(self) -> StreamStatus:
+        """Both sides as their gateways see them now (GET each)."""
+        assert self.uid
+        return StreamStatus(inbound=self.inbound_client.get(self.uid), outbound=self.outbound_client.get(self.uid))
+
+    def sample(self) -> RateSample:
+        """One reading of the stream's rates at the outbound gateway."""
+        assert self.uid
+        return _sample(self.outbound_client.get(self.uid))
+
+    def rates(self, interval: float = 1.0, count: Optional[int] = None, progress: bool = False) -> Iterator[RateSample]:
+        """Live rates: a RateSample every interval seconds (count of them,
+        or until the stream ends or the loop breaks). progress=True shows a
+        tqdm bar of the bytes carried, where tqdm is installed."""
+        bar = _bar(progress)
+        n, last = 0, 0
+        try:
+            while count is None or n < count:
+                if n:
+                    time.sleep(interval)
+                s = self.sample()
+                n += 1
+                if bar is not None:
+                    bar.update(s.bytes - last)
+                    bar.set_postfix_str(_postfix(s))
+                last = s.bytes
+                yield s
+                if s.stats is None:
+                    return
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def update(self, *, rate: Any = UNSET, allow: Any = UNSET, lease: Any = UNSET) -> StreamStatus:
+        """Changes the running stream on both gateways as s2uc update does:
+        its rate ("2G", bits per second, 0 for best effort), its allow-list
+        (the outbound side's) or its lease ("2h" from now), without
+        dropping its connections. The inbound side first; if the outbound
+        side refuses a higher rate, the inbound side is set back, so both
+        keep to the same rate."""
+        assert self.uid and self.inbound and self.outbound
+        req = _update_request(rate, allow, lease)
+        sides = _sides(req, self.inbound_client, self.outbound_client)
+        raised: list[tuple[Client, int]] = []
+        views: dict[str, Stream] = {}
+        for side, c, r in sides:
+            before = c.get(self.uid)
+            try:
+                views[side] = c.update(self.uid, **r)
+            except SciStreamError as e:
+                for rc, old in raised:  # set back what was raised, so both sides agree
+                    try:
+                        rc.update(self.uid, rate=old)
+                    except SciStreamError as re:
+                        _note(e, f"set the rate back on {rc.addr}: {re}")
+                _note(e, f"update on {c.addr}")
+                raise
+            if "rate" in r and r["rate"] > (before.rate or 0):
+                raised.append((c, before.rate or 0))
+        self._updated(views)
+        return StreamStatus(inbound=views.get("inbound") or self.inbound_client.get(self.uid),
+                            outbound=views.get("outbound") or self.outbound_client.get(self.uid))
+
+    def _updated(self, views: dict[str, Stream]) -> None:
+        ins = views.get("inbound")
+        if ins is not None and self.inbound is not None:
+            # What a later outbound request would ask for (settle), in the local record.
+            self.inbound.rate, self.inbound.min_rate, self.inbound.lease_s = ins.rate, ins.min_rate, ins.lease_s
+            sess = self._spec.sessions.load(ins.uid)
+            if sess is not None:
+                for k in ("rate", "min_rate", "lease_s"):
+                    if getattr(ins, k):
+                        sess[k] = getattr(ins, k)
+                    else:
+                        sess.pop(k, None)
+                try:
+                    self._spec.sessions.save(sess)
+                except OSError:
+                    pass
+        if views.get("outbound") is not None and self.outbound is not None:
+            o = views["outbound"]
+            self.outbound.rate, self.outbound.allow, self.outbound.lease_s = o.rate, o.allow, o.lease_s
+
+    def release(self) -> list[Stream]:
+        """Releases both sides (outbound first, as s2uc release); a side its
+        gateway no longer knows counts as released. The local record then
+        says the stream was released, when and by whom, as s2uc release
+        leaves it. Idempotent."""
+        if not self._open:
+            return []
+        uid = self.uid or ""
+        out: list[Stream] = []
+        gone: list[str] = []
+        errs: list[BaseException] = []
+        interrupted: Optional[BaseException] = None
+        for side, c in (("outbound", self.outbound_client), ("inbound", self.inbound_client)):
+            try:
+                out.append(c.release(uid))
+                gone.append(c.addr)
+            except NotFound:
+                gone.append(c.addr)
+            except SciStreamError as e:
+                errs.append(SciStreamError(f"release {uid} on {c.addr} ({side}): {e}"))
+            except BaseException as e:  # a second Ctrl-C: release the other side all the same
+                interrupted = interrupted or e
+        self._open = False
+        try:
+            self._spec.sessions.released(uid, gone, out)
+        except OSError as e:
+            errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
+        if interrupted is not None:
+            raise interrupted
+        err = _join(errs)
+        if err is not None:
+            raise err
+        return out
+
+    def close(self) -> None:
+        try:
+            self.release()
+        finally:
+            self.inbound_client.close()
+            self.outbound_client.close()
+
+    def __enter__(self) -> "WiredStream":
+        try:
+            return self.open()
+        except BaseException:
+            self.inbound_client.close()
+            self.outbound_client.close()
+            raise
+
+    def __exit__(self, typ: Any, exc: Optional[BaseException], tb: Any) -> None:
+        try:
+            self.close()
+        except BaseException as e:
+            if exc is None:
+                raise
+            # The block's own exception goes on; the failed release is said with it.
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"scistream: releasing stream {self.uid} failed too: {e}")
+
+
+def _sample(s: Stream) -> RateSample:
+    st = s.stats
+    if st is None:
+        return RateSample(time.time(), 0.0, 0.0, 0, 0, 0, None)  # type: ignore[arg-type]
+    return RateSample(time.time(), st.rate_to_wan_Bps, st.rate_from_wan_Bps, st.bytes_to_wan, st.bytes_from_wan,
+                      st.active_conns, st)
+
+
+def _bar(progress: bool) -> Any:
+    if not progress:
+        return None
+    try:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return tqdm(unit="B", unit_scale=True, unit_divisor=1000, desc="stream")
+
+
+def _postfix(s: RateSample) -> str:
+    return f"{s.to_listener_Bps * 8 / 1e6:.1f} Mbit/s to listener, {s.to_connector_Bps * 8 / 1e6:.1f} Mbit/s to connector"
+
+
+def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target: Target = ("", 0), **kw: Any) -> WiredStream:
+    """A stream from the application that connects (behind the outbound
+    gateway) to the one that listens at target=(address, port) (behind the
+    inbound gateway), as ``s2uc stream``. Use it as a context manager::
+
+        with scistream.stream(inbound="10.0.0.5:5000", outbound="10.1.0.7:5000",
+                              target=("10.0.0.20", 8080), num_conn=2, rate="2G") as s:
+            connect_producer(s.listeners)
+
+    Keywords: num_conn (1), rate and min_rate ("2G", "100MB/s" or bits per
+    second), lease ("2h" or seconds), allow (prefixes that may connect),
+    wan ("tls", "quic", "tcp"), engine, wan_pool, wan_listener, app_wait,
+    max_active_conns, peer_listeners (NAT), server_cert / inbound_server_cert
+    / outbound_server_cert (PEM path or sha256:HEX), token_file /
+    inbound_token_file / outbound_token_file, token, profile, timeout.
+    Gateways and credentials not given come from the environment and the
+    configuration file, as for s2uc.
+    """
+    return WiredStream(_Spec(inbound, outbound, target, **kw))
+
+
+class AsyncWiredStream(_Sides):
+    """The asyncio twin of WiredStream: ``async with scistream.astream(...) as s``."""
+
+    def __init__(self, spec: _Spec) -> None:
+        self._spec = spec
+        self.inbound_client = AsyncClient(**spec.client_kw["inbound"])
+        self.outbound_client = AsyncClient(**spec.client_kw["outbound"])
+        self.inbound: Optional[Stream] = None
+        self.outbound: Optional[Stream] = None
+        self._open = False
+
+    async def open(self) -> "AsyncWiredStream":
+        sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
+        created = await inc.inbound(sp.inbound_request())
+        try:
+            out_req = sp.outbound_request(created)
+            try:
+                outs = await outc.outbound(out_req)
+            except SciStreamError as e:
+                _note(e, f"outbound request to {outc.addr}")
+                raise
+            try:
+                ins = await inc.attach(created.uid, peer_cert=outs.wan_cert, rate=outs.rate)
+            except BaseException as e:
+                try:
+                    await asyncio.shield(outc.release(created.uid))
+                except SciStreamError as re:
+                    raise SciStreamError(f"attach outbound gateway to inbound side on {inc.addr}: {e}; "
+                                         f"roll back outbound side on {outc.addr}: {re}") from e
+                _note(e, f"attach outbound gateway to inbound side on {inc.addr}")
+                raise
+        except BaseException as e:
+            try:
+                await asyncio.shield(inc.release(created.uid))
+            except SciStreamError as re:
+                raise SciStreamError(f"{e}; roll back inbound side on {inc.addr}: {re}") from e
+            raise
+        ins.secret, ins.wan_cert = created.secret, created.wan_cert
+        self.inbound, self.outbound, self._open = ins, outs, True
+        try:
+            sp.sessions.save(sp.record(inc, outc, ins, outs))
+        except OSError as e:
+            import warnings
+            warnings.warn(f"could not save the local record of {ins.uid} ({e}); release it on each gateway", stacklevel=2)
+        return self
+
+    async def status(self) -> StreamStatus:
+        assert self.uid
+        i, o = await asyncio.gather(self.inbound_client.get(self.uid), self.outbound_client.get(self.uid))
+        return StreamStatus(inbound=i, outbound=o)
+
+    async def sample(self) -> RateSample:
+        assert self.uid
+        return _sample(await self.outbound_client.get(self.uid))
+
+    async def rates(self, interval: float = 1.0, count: Optional[int] = None, progress: bool = False) -> AsyncIterator[RateSample]:
+        bar = _bar(progress)
+        n, last = 0, 0
+        try:
+            while count is None or n < count:
+                if n:
+                    await asyncio.sleep(interval)
+                s = await self.sample()
+                n += 1
+                if bar is not None:
+                    bar.update(s.bytes - last)
+                    bar.set_postfix_str(_postfix(s))
+                last = s.bytes
+                yield s
+                if s.stats is None:
+                    return
+        finally:
+            if bar is not None:
+                bar.close()
+
+    async def update(self, *, rate: Any = UNSET, allow: Any = UNSET, lease: Any = UNSET) -> StreamStatus:
+        """As WiredStream.update."""
+        assert self.uid and self.inbound and self.outbound
+        req = _update_request(rate, allow, lease)
+        raised: list[tuple[AsyncClient, int]] = []
+        views: dict[str, Stream] = {}
+        for side, c, r in _sides(req, self.inbound_client, self.outbound_client):
+            before = await c.get(self.uid)
+            try:
+                views[side] = await c.update(self.uid, **r)
+            except SciStreamError as e:
+                for rc, old in raised:
+                    try:
+                        await asyncio.shield(rc.update(self.uid, rate=old))
+                    except SciStreamError as re:
+                        _note(e, f"set the rate back on {rc.addr}: {re}")
+                _note(e, f"update on {c.addr}")
+                raise
+            if "rate" in r and r["rate"] > (before.rate or 0):
+                raised.append((c, before.rate or 0))
+        WiredStream._updated(self, views)  # type: ignore[arg-type]
+        return StreamStatus(inbound=views.get("inbound") or await self.inbound_client.get(self.uid),
+                            outbound=views.get("outbound") or await self.outbound_client.get(self.uid))
+
+    async def release(self) -> list[Stream]:
+        if not self._open:
+            return []
+        uid = self.uid or ""
+        out: list[Stream] = []
+        gone: list[str] = []
+        errs: list[BaseException] = []
+        for side, c in (("outbound", self.outbound_client), ("inbound", self.inbound_client)):
+            try:
+                # Shielded: a cancelled task still releases both sides.
+                out.append(await asyncio.shield(c.release(uid)))
+                gone.append(c.addr)
+            except NotFound:
+                gone.append(c.addr)
+            except SciStreamError as e:
+                errs.append(SciStreamError(f"release {uid} on {c.addr} ({side}): {e}"))
+        self._open = False
+        try:
+            self._spec.sessions.released(uid, gone, out)
+        except OSError as e:
+            errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
+        err = _join(errs)
+        if err is not None:
+            raise err
+        return out
+
+    async def aclose(self) -> None:
+        try:
+            await self.release()
+        finally:
+            await self.inbound_client.aclose()
+            await self.outbound_client.aclose()
+
+    async def __aenter__(self) -> "AsyncWiredStream":
+        try:
+            return await self.open()
+        except BaseException:
+            await self.inbound_client.aclose()
+            await self.outbound_client.aclose()
+            raise
+
+    async def __aexit__(self, typ: Any, exc: Optional[BaseException], tb: Any) -> None:
+        try:
+            await self.aclose()
+        except BaseException as e:
+            if exc is None:
+                raise
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"scistream: releasing stream {self.uid} failed too: {e}")
+
+
+def astream(inbound: Optional[str] = None, outbound: Optional[str] = None, target: Target = ("", 0), **kw: Any) -> AsyncWiredStream:
+    """The asyncio variant of stream(): ``async with scistream.astream(...) as s``."""
+    return AsyncWiredStream(_Spec(inbound, outbound, target, **kw))
