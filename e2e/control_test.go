@@ -87,24 +87,28 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 }
 
+// sendOne sends msg (at most the sink's 4 KiB head) on one connection to
+// listener and checks that app received it whole.
+func sendOne(t *testing.T, listener string, app *sink, msg string) {
+	t.Helper()
+	c, err := dialFrom("", listener)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte(msg))
+	c.Close()
+	if r := app.next(t, 10*time.Second); string(r.data) != msg {
+		t.Fatalf("consumer got %d bytes (%.40q...), want %d (%.40q...)", len(r.data), r.data, len(msg), msg)
+	}
+}
+
 // TestRestartRestores: a gateway killed with SIGKILL comes back with its
 // streams on the same ports, and applications can reconnect.
 func TestRestartRestores(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	app := newSink(t, "127.0.0.1", nil)
 	so := p.wire("alice", app.host(), app.port(), 1)
-	send := func(msg string) {
-		t.Helper()
-		c, err := dialFrom("", so.Listeners[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Write([]byte(msg))
-		c.Close()
-		if r := app.next(t, 10*time.Second); string(r.data) != msg {
-			t.Fatalf("consumer got %q, want %q", r.data, msg)
-		}
-	}
+	send := func(msg string) { t.Helper(); sendOne(t, so.Listeners[0], app, msg) }
 	send("before")
 	p.restart(&p.cons, false)
 	p.restart(&p.prod, true)
@@ -123,19 +127,8 @@ func TestCountersSurviveRestart(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	app := newSink(t, "127.0.0.1", nil)
 	so := p.wire("alice", app.host(), app.port(), 1)
-	send := func(msg string) {
-		t.Helper()
-		c, err := dialFrom("", so.Listeners[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Write([]byte(msg))
-		c.Close()
-		if r := app.next(t, 10*time.Second); string(r.data) != msg {
-			t.Fatalf("consumer got %q, want %q", r.data, msg)
-		}
-	}
-	before, after := strings.Repeat("b", 4000), strings.Repeat("a", 3000) // within the sink's 4 KiB head
+	send := func(msg string) { t.Helper(); sendOne(t, so.Listeners[0], app, msg) }
+	before, after := strings.Repeat("b", 4000), strings.Repeat("a", 3000)
 	send(before)
 	p.restart(&p.prod, true)
 	send(after)

@@ -253,7 +253,7 @@ func (s Schema) unknown(key string, keys []string) string {
 		return fmt.Sprintf("unknown key; keys are spelled in snake_case: %s", k)
 	}
 	help := s.FlagSet.Name() + " --help"
-	if near := nearest(key, keys); near != "" {
+	if near := cliflag.Nearest(key, keys); near != "" {
 		return fmt.Sprintf("unknown key; did you mean %s? (%s lists every flag; each is a key)", near, help)
 	}
 	return fmt.Sprintf("unknown key (%s lists every flag; each flag is a key, spelled in snake_case)", help)
@@ -338,40 +338,4 @@ func kindName(n *yaml.Node) string {
 		return "alias"
 	}
 	return "single value"
-}
-
-// nearest returns the key closest to key by edit distance, if it is
-// close enough to be a typo of it.
-func nearest(key string, keys []string) string {
-	best, bestD := "", len(key)/3+2
-	for _, k := range keys {
-		if d := distance(key, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
-}
-
-// distance is the Levenshtein distance between a and b (bytes).
-func distance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return max(len(a), len(b)) // too long to be a typo of a key
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

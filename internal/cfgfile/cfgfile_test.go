@@ -330,8 +330,8 @@ func TestNearest(t *testing.T) {
 		"pendingtimeout": "pending_timeout", "zzz": "", "completely_different_name": "",
 		strings.Repeat("a", 100): "",
 	} {
-		if got := nearest(in, keys); got != want {
-			t.Errorf("nearest(%q) = %q, want %q", in, got, want)
+		if got := cliflag.Nearest(in, keys); got != want {
+			t.Errorf("cliflag.Nearest(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

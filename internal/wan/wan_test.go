@@ -20,6 +20,7 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/leakcheck"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
 )
 
 // testTimeout bounds every blocking step of a test; far below the package's
@@ -31,18 +32,7 @@ var transports = []string{api.WANTLS, api.WANTCP}
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // newCert returns a fresh self-signed certificate and its pin.
-func newCert(t testing.TB) (*tls.Certificate, string) {
-	t.Helper()
-	certPEM, keyPEM, err := certs.SelfSigned([]string{"127.0.0.1", "localhost"}, time.Hour)
-	if err != nil {
-		t.Fatalf("SelfSigned: %v", err)
-	}
-	c, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatalf("X509KeyPair: %v", err)
-	}
-	return &c, certs.Fingerprint(c.Certificate[0])
-}
+func newCert(t testing.TB) (*tls.Certificate, string) { t.Helper(); return wantest.NewCert(t) }
 
 var (
 	certOnce            sync.Once
