@@ -137,3 +137,26 @@ func slicesAny[T any](s []T, f func(T) bool) bool {
 	}
 	return false
 }
+
+// TestStatusPagePlainUser: with no roles file, a plain user's token opens
+// the status page on that user's own streams, in headless Chromium: bob
+// sees his stream and not alice's, and the page says whose streams it
+// shows.
+func TestStatusPagePlainUser(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	aliceSink, bobSink := newSink(t, "127.0.0.1", nil), newSink(t, "127.0.0.1", nil)
+	alices := p.wire("alice", aliceSink.host(), aliceSink.port(), 1)
+	bobs := p.wire("bob", bobSink.host(), bobSink.port(), 1)
+
+	page := &statusPage{gw: p.prod, token: p.tokens["bob"], uid: bobs.UID}
+	page.open(t, t)
+	page.login(t, page.token)
+	page.waitFor(t, "bob's stream on the page", page.row("true"))
+	if got := page.eval(t, fmt.Sprintf(`String(document.querySelector('tr[data-uid="%s"]') !== null)`, alices.UID)); got != "false" {
+		t.Errorf("bob's page shows alice's stream %s", alices.UID)
+	}
+	if got := page.eval(t, `document.getElementById("scope").textContent`); !strings.Contains(got, "bob only") {
+		t.Errorf("the page says %q of whose streams it shows; want bob's only", got)
+	}
+	pageShot(t, page, "status-page-user.png")
+}

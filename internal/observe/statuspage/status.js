@@ -120,6 +120,10 @@
       (h.ready ? "ready" : "NOT READY");
     $("gw-summary").className = "summary " + (h.ready ? "ok" : "bad");
 
+    $("scope").textContent = st.scope === "all"
+      ? "Every identity's streams: " + st.identity + " is a reader or an operator of this gateway."
+      : "The streams of " + st.identity + " only (a reader or an operator sees every identity's).";
+
     var dl = $("health");
     dl.replaceChildren();
     var s = h.streams;
