@@ -41,6 +41,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"scistream/internal/api"
+	"scistream/internal/udpsock"
 )
 
 // ALPN is the application protocol negotiated on QUIC WAN connections.
@@ -128,7 +129,7 @@ func (c QUICConfig) packetConn(udp *net.UDPConn) net.PacketConn {
 	if c.DisableGRO {
 		return udp
 	}
-	return withGRO(udp)
+	return udpsock.WithGRO(udp)
 }
 
 // quicConfig returns quic-go's configuration. Only the dialer opens
@@ -221,7 +222,7 @@ func ListenQUICRouted(udp *net.UDPConn, cert *tls.Certificate, route Router, cfg
 
 func listenQUIC(udp *net.UDPConn, cert *tls.Certificate, fixed *Leg, route Router, cfg QUICConfig) (*QUICListener, error) {
 	cfg = cfg.withDefaults()
-	setUDPBuffers(udp, cfg.Logger)
+	udpsock.SetBuffers(udp, cfg.Logger)
 	budget := &handshakeBudget{tokens: handshakeBurst}
 	tr := &quic.Transport{
 		Conn:                cfg.packetConn(udp),
@@ -646,7 +647,7 @@ func (d *QUICDialer) transport(cert *tls.Certificate) (*quic.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open UDP socket: %w", err)
 	}
-	setUDPBuffers(udp, d.cfg.Logger)
+	udpsock.SetBuffers(udp, d.cfg.Logger)
 	d.udp, d.tr = udp, &quic.Transport{Conn: d.cfg.packetConn(udp), StatelessResetKey: resetKey(cert, udp.LocalAddr())}
 	return d.tr, nil
 }

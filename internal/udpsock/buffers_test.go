@@ -1,4 +1,4 @@
-package wan
+package udpsock
 
 import (
 	"bytes"
@@ -12,10 +12,10 @@ import (
 )
 
 func TestBufferWarning(t *testing.T) {
-	if m := bufferWarning(2*UDPBufferSize, UDPBufferSize); m != "" {
+	if m := bufferWarning(2*BufferSize, BufferSize); m != "" {
 		t.Fatalf("warning for large enough buffers: %q", m)
 	}
-	for _, c := range [][2]int{{208 << 10, 2 * UDPBufferSize}, {2 * UDPBufferSize, 208 << 10}} {
+	for _, c := range [][2]int{{208 << 10, 2 * BufferSize}, {2 * BufferSize, 208 << 10}} {
 		m := bufferWarning(c[0], c[1])
 		if !strings.Contains(m, "sysctl -w net.core.rmem_max=") || !strings.Contains(m, "wmem_max") {
 			t.Fatalf("warning for rcv %d snd %d does not name the fix: %q", c[0], c[1], m)
@@ -33,16 +33,16 @@ func TestSetUDPBuffers(t *testing.T) {
 	}
 	defer c.Close()
 	var logs bytes.Buffer
-	setUDPBuffers(c, slog.New(slog.NewTextHandler(&logs, nil)))
+	SetBuffers(c, slog.New(slog.NewTextHandler(&logs, nil)))
 	raw, _ := c.SyscallConn()
 	var rcv, snd int
 	raw.Control(func(fd uintptr) {
 		rcv, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF)
 		snd, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF)
 	})
-	big := rcv >= UDPBufferSize && snd >= UDPBufferSize
+	big := rcv >= BufferSize && snd >= BufferSize
 	if runtime.GOOS == "linux" && os.Geteuid() == 0 && !big {
-		t.Fatalf("as root: buffers rcv %d snd %d, want >= %d", rcv, snd, UDPBufferSize)
+		t.Fatalf("as root: buffers rcv %d snd %d, want >= %d", rcv, snd, BufferSize)
 	}
 	if big == strings.Contains(logs.String(), "smaller than QUIC needs") {
 		t.Fatalf("buffers rcv %d snd %d, log %q: a warning must appear exactly when they are small", rcv, snd, logs.String())

@@ -1,6 +1,6 @@
 //go:build linux
 
-package wan
+package udpsock
 
 import (
 	"encoding/binary"
@@ -72,9 +72,9 @@ const (
 	groOOBSize = 256
 )
 
-// withGRO turns on UDP_GRO on c and returns the connection quic-go should
+// WithGRO turns on UDP_GRO on c and returns the connection quic-go should
 // use, or c itself if the kernel lacks GRO.
-func withGRO(c *net.UDPConn) net.PacketConn {
+func WithGRO(c *net.UDPConn) net.PacketConn {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return c

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package wan
+package udpsock
 
 // No way to exceed the system limit here.
 const (

@@ -1,6 +1,6 @@
 //go:build linux
 
-package wan
+package udpsock
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func TestGROSplitsDatagrams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	pc := withGRO(rc)
+	pc := WithGRO(rc)
 	g, ok := pc.(*groConn)
 	if !ok {
 		t.Skip("kernel without UDP_GRO")
@@ -214,7 +214,7 @@ func TestRawWriteMsgUDP(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		g, ok := withGRO(c).(*groConn)
+		g, ok := WithGRO(c).(*groConn)
 		if !ok {
 			t.Skip("kernel without UDP_GRO")
 		}

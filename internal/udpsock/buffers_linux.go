@@ -1,4 +1,4 @@
-package wan
+package udpsock
 
 import "syscall"
 
