@@ -62,7 +62,7 @@ type Capacity struct {
 	// Rate is the rate the gateway reserves for streams in all, per
 	// direction, in bits per second: its WAN link's, or the share of it
 	// SciStream may use. Best-effort streams share what reservations
-	// leave (never less than stream.BestEffortFloor of it, so that they
+	// leave (never less than pace.BestEffortFloor of it, so that they
 	// slow down but never stop). If zero, undeclared: every rate asked is
 	// granted and kept to as a ceiling, and best effort is not paced.
 	Rate pace.Rate

@@ -17,7 +17,7 @@ import (
 // rate has a token bucket (pace.Bucket) that every one of its
 // connections waits on after each chunk it writes. Best-effort streams
 // share two buckets filled with what reservations leave of
-// Capacity.Rate (at least BestEffortFloor of it), but only while
+// Capacity.Rate (at least pace.BestEffortFloor of it), but only while
 // something is reserved: with nothing reserved, or no capacity declared,
 // they run unpaced. The sockmap engine moves bytes in the kernel, where
 // nothing can wait: a connection that must be paced runs on splice

@@ -53,6 +53,7 @@ import (
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
+	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
 	"scistream/internal/relay"
@@ -155,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 			Legs:       legpool.New(cfg.Pool, cfg.Logger),
 			Handshakes: stream.NewHandshakes(cfg.HandshakesPerPeer),
 			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
-			BestEffort: stream.NewBestEffort(cfg.Capacity.Rate),
+			BestEffort: pace.NewBestEffort(cfg.Capacity.Rate),
 			Paceable:   paceable,
 			Kernel:     engines.Kernel(),
 			Facility:   cfg.Node != "",

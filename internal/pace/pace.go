@@ -1,6 +1,9 @@
 // Package pace keeps a stream to a rate: bit rates as people and requests
-// give them ("10G", "800Mbit/s", "100MB/s"), and Bucket, the token bucket
-// that a gateway's copy loops wait on after each chunk they write.
+// give them ("10G", "800Mbit/s", "100MB/s"); Bucket, the token bucket
+// that a gateway's copy loops wait on after each chunk they write; a
+// stream's Grant (its buckets, split over the nodes of a facility that
+// serve its channels); and the BestEffort share of what reservations
+// leave of a gateway's capacity.
 package pace
 
 import (

@@ -16,7 +16,7 @@
 //     dials the application, waiting for it while the stream says to
 //     (appwait.go), within the gateway's egress policy;
 //   - every connection is relayed by the stream's engine (relay), paced
-//     to the rate granted (pacing.go), counted, and its end classified
+//     to the rate granted (pacing.go, on internal/pace), counted, and its end classified
 //     (ends.go); a watch leg tells each side of the other's state
 //     (watch.go).
 //

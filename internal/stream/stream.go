@@ -52,10 +52,10 @@ type Env struct {
 	// AppWait is Config.AppWaitDefault, AppWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
 	AppWait, AppWaitMax time.Duration
-	Files               *Slots       // the open files application connections may hold (Files)
-	BestEffort          *BestEffort  // the pacing best-effort streams share (admission.go)
-	Paceable            relay.Engine // splice: what a paced connection of a sockmap stream runs on
-	Kernel              bool         // the sockmap program is loaded (relay.Engines.Kernel)
+	Files               *Slots           // the open files application connections may hold (Files)
+	BestEffort          *pace.BestEffort // the pacing best-effort streams share
+	Paceable            relay.Engine     // splice: what a paced connection of a sockmap stream runs on
+	Kernel              bool             // the sockmap program is loaded (relay.Engines.Kernel)
 	// Facility is set on a node of a Facility of several (Facility.go):
 	// its streams keep no watch leg, which one node of several cannot
 	// speak for.
@@ -135,7 +135,7 @@ type Stream struct {
 	NumConn   int
 	engine    relay.Engine
 	Allow     atomic.Pointer[[]netip.Prefix] // replaced by an update; read per connection
-	Pace      Pacing                         // the rate granted and its buckets (admission.go)
+	Pace      pace.Grant                     // the rate granted and its buckets (internal/admission)
 	SaveMu    sync.Mutex                     // orders the end's store write after any update's (end.go)
 	ctx       context.Context
 	cancel    context.CancelFunc

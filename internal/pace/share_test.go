@@ -1,30 +1,27 @@
-package stream
+package pace
 
-import (
-	"scistream/internal/pace"
-	"testing"
-)
+import "testing"
 
-// TestStreamPaceShare: a node of a facility serving k of a stream's n
+// TestGrantShare: a node of a facility serving k of a stream's n
 // channels paces at k/n of the grant; every other case paces at the
 // whole grant, and best effort (no grant) stays unpaced whatever the
 // share (a share of nothing once paced it at 1 bit/s).
-func TestStreamPaceShare(t *testing.T) {
-	var p Pacing
-	rateNow := func() pace.Rate {
-		b := p.buckets[DirToWAN].Load()
+func TestGrantShare(t *testing.T) {
+	var p Grant
+	rateNow := func() Rate {
+		b := p.buckets[0].Load()
 		if b == nil {
 			return 0
 		}
-		if b2 := p.buckets[DirFromWAN].Load(); b2 == nil || b2.Rate() != b.Rate() {
+		if b2 := p.buckets[1].Load(); b2 == nil || b2.Rate() != b.Rate() {
 			t.Fatalf("the two directions' buckets differ: %v and %v", b, b2)
 		}
 		return b.Rate()
 	}
 	for _, c := range []struct {
-		grant         pace.Rate
+		grant         Rate
 		served, total int
-		want          pace.Rate
+		want          Rate
 	}{
 		{0, 1, 3, 0},
 		{300e6, 0, 0, 300e6}, // a gateway of one node
