@@ -54,6 +54,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	cmd := exec.Command(bin, "--listener_ip", localgw.RandomLoopback(), "--port", "0", "--port_range", "5100-5103",
 		"--state_dir", filepath.Join(dir, "state"), "--tokens", tokens, "--roles", roles,
 		"--allow_targets", "127.0.0.0/8", "--log_format", "json")
+	// It dies with the test binary, also when a timeout kills that.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
