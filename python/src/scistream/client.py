@@ -451,8 +451,9 @@ class Client(_Base):
         return s
 
     def gateway_status(self) -> GatewayStatus:
-        """GET /v1/status: the gateway's health and every live stream
-        (readers and operators)."""
+        """GET /v1/status: the gateway's health and the live streams: the
+        caller's own, or every identity's for a reader or an operator
+        (``scope``)."""
         st = self._decode(GatewayStatus, self.request("GET", "/v1/status"))
         for s in st.streams:
             self._check_view(s, None)
