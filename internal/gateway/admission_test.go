@@ -408,14 +408,16 @@ func TestRateMetrics(t *testing.T) {
 }
 
 // BenchmarkAdmit is the admission of one request with a rate beside n
-// live streams, half of them reserving: the table is scanned under
-// Server.mu on every create and every raise.
+// live streams, half of them reserving: the table (quotas and capacity
+// together, admission.Usage) is scanned under Server.mu on every create
+// and every raise.
 func BenchmarkAdmit(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
-			s := newTestServer(b, func(c *Config) { c.Capacity.Rate = pace.Max; c.Quota.Rate = pace.Max })
+			s := newTestServer(b, func(c *Config) { c.Capacity.Rate = pace.Max; c.Quota.Rate = pace.Max; c.Quota.Streams = 1 << 20 })
 			for i := range n {
 				st := &stream.Stream{NumConn: 1}
+				st.SetRecord(&store.Record{Role: api.RoleOutbound, State: api.StateConnected, NumConn: 1})
 				if i%2 == 0 {
 					st.Pace.Set(1e6)
 				}
