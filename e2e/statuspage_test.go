@@ -141,7 +141,7 @@ func slicesAny[T any](s []T, f func(T) bool) bool {
 // TestStatusPagePlainUser: with no roles file, a plain user's token opens
 // the status page on that user's own streams, in headless Chromium: bob
 // sees his stream and not alice's, and the page says whose streams it
-// shows.
+// shows; s2uc watch, on a pipe, shows him the same.
 func TestStatusPagePlainUser(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	aliceSink, bobSink := newSink(t, "127.0.0.1", nil), newSink(t, "127.0.0.1", nil)
@@ -159,4 +159,9 @@ func TestStatusPagePlainUser(t *testing.T) {
 		t.Errorf("the page says %q of whose streams it shows; want bob's only", got)
 	}
 	pageShot(t, page, "status-page-user.png")
+
+	out := p.mustS2UC("bob", "watch", "--count", "1", "--s2cs", p.prod.Addr, "--server_cert", p.prod.CertFile)
+	if !strings.Contains(out, "uid="+bobs.UID) || strings.Contains(out, alices.UID) {
+		t.Errorf("bob's s2uc watch, want his stream only:\n%s", out)
+	}
 }
