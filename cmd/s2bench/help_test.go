@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"scistream/internal/cliflag/cliflagtest"
 	"scistream/internal/version"
 )
 
@@ -113,29 +114,8 @@ func TestBinaryCommandLine(t *testing.T) {
 		{"s2bench compare --work", "--workload"},
 		{"s2bench compare --json ", ""},
 	} {
-		if got := bashComplete(t, string(script), "_s2bench", c.words); got != c.want {
+		if got := cliflagtest.Line(t, string(script), "_s2bench", c.words); got != c.want {
 			t.Errorf("%q completes to %q, want %q", c.words, got, c.want)
 		}
 	}
-}
-
-// bashComplete loads script in a real bash, completes line (its last
-// word, empty if line ends in a space) with fn, and returns the
-// candidates, space-separated.
-func bashComplete(t *testing.T, script, fn, line string) string {
-	t.Helper()
-	words := strings.Fields(line)
-	if strings.HasSuffix(line, " ") {
-		words = append(words, "")
-	}
-	var quoted []string
-	for _, w := range words {
-		quoted = append(quoted, "'"+w+"'")
-	}
-	prog := script + "\nCOMP_WORDS=(" + strings.Join(quoted, " ") + ")\nCOMP_CWORD=$((${#COMP_WORDS[@]}-1))\n" + fn + "\necho \"${COMPREPLY[*]}\"\n"
-	out, err := exec.Command("bash", "--norc", "--noprofile", "-c", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("bash: %v\n%s", err, out)
-	}
-	return strings.TrimSpace(string(out))
 }

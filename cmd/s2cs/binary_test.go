@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/cliflag/cliflagtest"
 	"scistream/internal/localgw"
 	"scistream/internal/version"
 )
@@ -61,7 +62,7 @@ func TestBinaryCommandLine(t *testing.T) {
 		{"s2cs --listener_ip 127.0.0.1 --log_f", "--log_format"},
 		{"s2cs --server_crt ", ""}, // a file name: bash's own completion
 	} {
-		if got := bashComplete(t, string(script), "_s2cs", c.words); got != c.want {
+		if got := cliflagtest.Line(t, string(script), "_s2cs", c.words); got != c.want {
 			t.Errorf("%q completes to %q, want %q", c.words, got, c.want)
 		}
 	}
@@ -74,27 +75,6 @@ func TestBinaryCommandLine(t *testing.T) {
 	if err := exec.Command(bin, "completion", "tcsh").Run(); !errors.As(err, &ee) || ee.ExitCode() != 2 {
 		t.Errorf("completion tcsh: %v, want exit status 2", err)
 	}
-}
-
-// bashComplete loads script in a real bash, completes line (its last
-// word, empty if line ends in a space) with fn, and returns the
-// candidates, space-separated.
-func bashComplete(t *testing.T, script, fn, line string) string {
-	t.Helper()
-	words := strings.Fields(line)
-	if strings.HasSuffix(line, " ") {
-		words = append(words, "")
-	}
-	var quoted []string
-	for _, w := range words {
-		quoted = append(quoted, "'"+w+"'")
-	}
-	prog := script + "\nCOMP_WORDS=(" + strings.Join(quoted, " ") + ")\nCOMP_CWORD=$((${#COMP_WORDS[@]}-1))\n" + fn + "\necho \"${COMPREPLY[*]}\"\n"
-	out, err := exec.Command("bash", "--norc", "--noprofile", "-c", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("bash: %v\n%s", err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // TestJSONLogLines starts the real s2cs with --log_format json and

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/cliflag/cliflagtest"
 	"scistream/internal/localgw"
 	"scistream/internal/version"
 	"scistream/internal/waitfor"
@@ -173,7 +174,7 @@ func TestBinaryCompletionAndVersion(t *testing.T) {
 		{"s2uc completion f", "fish"},
 		{"s2uc list --server_cert ", ""}, // a file: bash's own completion
 	} {
-		if got := bashComplete(t, script, "_s2uc", c.words); got != c.want {
+		if got := cliflagtest.Line(t, script, "_s2uc", c.words); got != c.want {
 			t.Errorf("%q completes to %q, want %q", c.words, got, c.want)
 		}
 	}
@@ -192,27 +193,6 @@ func TestBinaryCompletionAndVersion(t *testing.T) {
 			t.Errorf("%v: exit %d, %q", args, code, out)
 		}
 	}
-}
-
-// bashComplete loads script in a real bash, completes line (its last
-// word, empty if line ends in a space) with fn, and returns the
-// candidates, space-separated.
-func bashComplete(t *testing.T, script, fn, line string) string {
-	t.Helper()
-	words := strings.Fields(line)
-	if strings.HasSuffix(line, " ") {
-		words = append(words, "")
-	}
-	var quoted []string
-	for _, w := range words {
-		quoted = append(quoted, "'"+w+"'")
-	}
-	prog := script + "\nCOMP_WORDS=(" + strings.Join(quoted, " ") + ")\nCOMP_CWORD=$((${#COMP_WORDS[@]}-1))\n" + fn + "\necho \"${COMPREPLY[*]}\"\n"
-	out, err := exec.Command("bash", "--norc", "--noprofile", "-c", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("bash: %v\n%s", err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // TestConfigDefaults: with a default gateway in the configuration file

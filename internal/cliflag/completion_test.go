@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/cliflag/cliflagtest"
 )
 
 func testCompletion() cliflag.Completion {
@@ -25,25 +26,6 @@ func testCompletion() cliflag.Completion {
 		},
 	}
 }
-
-// complete loads script into a real bash and returns what it offers
-// for the command line words, the last being completed.
-func complete(t *testing.T, script string, words ...string) []string {
-	t.Helper()
-	var quoted []string
-	for _, w := range words {
-		quoted = append(quoted, "'"+w+"'")
-	}
-	prog := script + "\nCOMP_WORDS=(" + strings.Join(quoted, " ") + ")\nCOMP_CWORD=" + itoa(len(words)-1) +
-		"\n_tool\nprintf '%s\\n' \"${COMPREPLY[@]}\"\n"
-	out, err := exec.Command("bash", "--norc", "--noprofile", "-c", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("bash: %v\n%s", err, out)
-	}
-	return strings.Fields(string(out))
-}
-
-func itoa(n int) string { return string(rune('0' + n)) }
 
 // TestBashCompletion loads the bash script in bash and completes a
 // command, a flag of a command (the snake_case command name too), and
@@ -72,7 +54,7 @@ func TestBashCompletion(t *testing.T) {
 		{[]string{"tool", "list", "--server-cert", "--"}, ""},
 		{[]string{"tool", "frobnicate", "--"}, ""},
 	} {
-		got := strings.Join(complete(t, b.String(), c.words...), " ")
+		got := strings.Join(cliflagtest.Complete(t, b.String(), "_tool", c.words...), " ")
 		if got != c.want {
 			t.Errorf("%q: completed %q, want %q", c.words, got, c.want)
 		}
