@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,7 +59,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lineLog{}
+	logs := &syncBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -124,11 +123,11 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	hup := func(want string) {
 		t.Helper()
-		n := logs.count(want)
+		n := strings.Count(logs.String(), want)
 		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		waitfor.Must(t, 15*time.Second, "the log to say "+want, func() bool { return logs.count(want) > n })
+		waitfor.Must(t, 15*time.Second, "the log to say "+want, func() bool { return strings.Count(logs.String(), want) > n })
 	}
 
 	// alice's stream, running through everything below.
@@ -186,23 +185,3 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Errorf("the refusal does not name the file's flag:\n%s", logs)
 	}
 }
-
-// lineLog collects a process's stderr for a test to wait on.
-type lineLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lineLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lineLog) count(s string) int { return strings.Count(l.String(), s) }
