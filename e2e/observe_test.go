@@ -286,8 +286,9 @@ func (s *statusPage) eval(t *testing.T, expr string) string {
 	return v
 }
 
-// screenshot saves the page as name in the artifacts directory.
-func (s *statusPage) screenshot(t *testing.T, name string) {
+// screenshot saves the page as name in the artifacts directory and
+// returns it.
+func (s *statusPage) screenshot(t *testing.T, name string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
@@ -300,6 +301,7 @@ func (s *statusPage) screenshot(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot of the status page: %s", path)
+	return png
 }
 
 // TestWatchMisuse: s2uc watch told a stream that is not there says so

@@ -1,16 +1,14 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 
 	"scistream/internal/waitfor"
 )
@@ -65,7 +63,7 @@ func TestStatusPageReadable(t *testing.T) {
 		t.Errorf("the idle stream's rate now reads %q, want \"idle\"", got)
 	}
 	page.waitFor(t, "the moving stream's steady state", page.row(`Number(r.querySelector("td.steady").dataset.steadyToWan) > 0`))
-	shot := pageShot(t, page, "status-page.png")
+	shot := page.screenshot(t, "status-page.png")
 
 	if got := page.eval(t, `document.querySelector("h1").textContent`); !strings.Contains(got, p.prod.Addr) {
 		t.Errorf("the heading %q does not name the gateway %s", got, p.prod.Addr)
@@ -81,7 +79,7 @@ func TestStatusPageReadable(t *testing.T) {
 			if line == "" || line == "idle" || line == "none yet" {
 				continue
 			}
-			if n := regexp.MustCompile(`[0-9.]+(?: ([kMGT]?B/s))?`).FindAllStringSubmatch(line, -1); len(n) == 0 || slicesAny(n, func(m []string) bool { return m[1] == "" }) {
+			if n := regexp.MustCompile(`[0-9.]+(?: ([kMGT]?B/s))?`).FindAllStringSubmatch(line, -1); len(n) == 0 || slices.ContainsFunc(n, func(m []string) bool { return m[1] == "" }) {
 				t.Errorf("%s: %q has a number without a unit", sel, line)
 			}
 		}
@@ -111,33 +109,6 @@ func TestStatusPageReadable(t *testing.T) {
 	}
 }
 
-// pageShot saves a screenshot of the page as name in the artifacts
-// directory and returns it.
-func pageShot(t *testing.T, s *statusPage, name string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	path := filepath.Join(artifactsDir(t), name)
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot of the status page: %s", path)
-	return png
-}
-
-func slicesAny[T any](s []T, f func(T) bool) bool {
-	for _, v := range s {
-		if f(v) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestStatusPagePlainUser: with no roles file, a plain user's token opens
 // the status page on that user's own streams, in headless Chromium: bob
 // sees his stream and not alice's, and the page says whose streams it
@@ -158,7 +129,7 @@ func TestStatusPagePlainUser(t *testing.T) {
 	if got := page.eval(t, `document.getElementById("scope").textContent`); !strings.Contains(got, "bob only") {
 		t.Errorf("the page says %q of whose streams it shows; want bob's only", got)
 	}
-	pageShot(t, page, "status-page-user.png")
+	page.screenshot(t, "status-page-user.png")
 
 	out := p.mustS2UC("bob", "watch", "--count", "1", "--s2cs", p.prod.Addr, "--server_cert", p.prod.CertFile)
 	if !strings.Contains(out, "uid="+bobs.UID) || strings.Contains(out, alices.UID) {
