@@ -117,3 +117,31 @@ func TestEtcdStore(t *testing.T) {
 		t.Fatalf("the stream released during the outage, after the restart:\n%s", out)
 	}
 }
+
+// TestStopWithStoreDown: a gateway stopped while its store is down tries
+// to keep what its streams carried once, not once per stream (each try
+// waits out the store's timeout, and a stop must stay within its unit's
+// TimeoutStopSec), and says so; it still stops cleanly.
+func TestStopWithStoreDown(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	p := newPair(t, pairOpts{
+		args:     []string{"--store", "etcd://" + srv.Endpoint},
+		prodArgs: []string{"--store_facility", "prod-site"},
+		consArgs: []string{"--store_facility", "cons-site"},
+	})
+	app := newSink(t, "127.0.0.1", nil)
+	for range 4 {
+		p.wire("alice", app.host(), app.port(), 1)
+	}
+	srv.Stop()
+	if err := p.prod.Stop(); err != nil {
+		t.Fatalf("graceful stop with the store down: %v", err)
+	}
+	log := p.prod.Log()
+	if n := strings.Count(log, "could not store what a stream carried"); n != 1 {
+		t.Errorf("%d tries to keep a stream's counters with the store down, want 1:\n%s", n, log)
+	}
+	if !strings.Contains(log, "stopped storing what streams carried") {
+		t.Errorf("the gateway did not say it stopped keeping counters:\n%s", log)
+	}
+}

@@ -166,18 +166,18 @@ func (s *Server) prune(now time.Time) {
 }
 
 // keepCarried stores what the stopped stream st carried in its record, so
-// that the next start counts on from it (store.Record.Carried). A node of
-// a facility keeps none: its counters are its own channels' only, and
+// that the next start counts on from it (store.Record.Carried), and
+// reports whether the store took it. Shutdown calls it on a gateway of
+// one node only: a node of a facility counts its own channels only, and
 // the record is every node's.
-func (s *Server) keepCarried(st *stream.Stream) {
-	if s.fac != nil {
-		return
-	}
+func (s *Server) keepCarried(st *stream.Stream) bool {
 	st.SaveMu.Lock()
 	defer st.SaveMu.Unlock()
 	c := st.Carried()
 	rec := st.Change(func(r *store.Record) { r.Carried = c })
 	if err := s.cfg.Store.Put(rec); err != nil {
 		s.log.Warn("could not store what a stream carried; its counters start again from zero at the next start", "uid", rec.UID, "owner", rec.Owner, "err", err)
+		return false
 	}
+	return true
 }

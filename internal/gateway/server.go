@@ -311,9 +311,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if port != nil {
 			port.Close() // no new legs; the streams' own end below
 		}
+		keep := s.fac == nil // a node of a facility keeps no counters (keepCarried)
 		for _, st := range s.live() {
 			st.Stop()
-			s.keepCarried(st)
+			if keep && !s.keepCarried(st) {
+				// The store refused: each further write would wait out
+				// its timeout too (3 s on etcd), and a stop must stay
+				// within its unit's TimeoutStopSec.
+				keep = false
+				s.log.Warn("stopped storing what streams carried: the store refused; their counters start again from zero at the next start")
+			}
 		}
 		s.cancel()
 		s.wg.Wait()
