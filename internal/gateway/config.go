@@ -20,12 +20,12 @@ import (
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/pace"
+	"scistream/internal/peerdial"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
 	"scistream/internal/strangers"
-	"scistream/internal/stream"
 	"scistream/internal/wan"
 )
 
@@ -156,7 +156,7 @@ type Config struct {
 	// HandshakesPerPeer bounds the WAN handshakes in flight from this
 	// gateway to one peer gateway; an application connection over the
 	// bound waits for a slot, within its leg's handshake deadline
-	// (stream.Handshakes). If zero, stream.DefaultHandshakesPerPeer.
+	// (peerdial.Handshakes). If zero, peerdial.DefaultHandshakesPerPeer.
 	HandshakesPerPeer int
 	// Strangers caps the WAN connections still in their handshake. Its
 	// zero value is the defaults documented on Limits.
@@ -295,7 +295,7 @@ func (c Config) Validate() error {
 	case c.Quota.Pending < 0:
 		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
 	case c.HandshakesPerPeer < 0:
-		return fieldError("HandshakesPerPeer", "%d is negative: give the most WAN handshakes in flight to one peer gateway, or 0 for %d", c.HandshakesPerPeer, stream.DefaultHandshakesPerPeer)
+		return fieldError("HandshakesPerPeer", "%d is negative: give the most WAN handshakes in flight to one peer gateway, or 0 for %d", c.HandshakesPerPeer, peerdial.DefaultHandshakesPerPeer)
 	case c.MaxActiveConns < 0:
 		return fieldError("MaxActiveConns", "%d is negative: give the most application connections the gateway relays at once, or 0 to derive it from the limit of open files", c.MaxActiveConns)
 	case c.FileLimit < 0:

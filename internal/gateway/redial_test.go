@@ -93,7 +93,7 @@ func TestRedialHandshakeCap(t *testing.T) {
 
 // TestHandshakesQueued: with two WAN handshakes in flight to the peer at
 // most, a burst of twelve application connections is carried whole: the
-// others wait for a slot instead of failing (stream.Handshakes).
+// others wait for a slot instead of failing (peerdial.Handshakes).
 func TestHandshakesQueued(t *testing.T) {
 	p := startPair(t, nil, func(c *Config) { c.HandshakesPerPeer = 2 })
 	ctx := context.Background()

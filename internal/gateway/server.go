@@ -54,6 +54,7 @@ import (
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/pace"
+	"scistream/internal/peerdial"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
 	"scistream/internal/relay"
@@ -154,7 +155,7 @@ func New(cfg Config) (*Server, error) {
 			Advertise: cfg.WANAdvertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
 			Legs:       legpool.New(cfg.Pool, cfg.Logger),
-			Handshakes: stream.NewHandshakes(cfg.HandshakesPerPeer),
+			Handshakes: peerdial.NewHandshakes(cfg.HandshakesPerPeer),
 			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
 			BestEffort: pace.NewBestEffort(cfg.Capacity.Rate),
 			Paceable:   paceable,

@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"scistream/internal/legpool"
+	"scistream/internal/peerdial"
 	"scistream/internal/relay"
 	"scistream/internal/wan"
 )
@@ -24,8 +25,8 @@ func (o legOwner) Serves(ch int) bool { return o.st.HasChannel(ch) }
 
 func (o legOwner) DialLeg(ctx context.Context, target string, leg *wan.Leg) (*legpool.Pooled, error) {
 	st := o.st
-	return redial(ctx, redialWindow, func(ctx context.Context) (*legpool.Pooled, error) {
-		return handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (*legpool.Pooled, error) { return legpool.DialPooled(ctx, target, leg) })
+	return peerdial.Redial(ctx, peerdial.RedialWindow, func(ctx context.Context) (*legpool.Pooled, error) {
+		return peerdial.Handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (*legpool.Pooled, error) { return legpool.DialPooled(ctx, target, leg) })
 	}, st.redialed(target))
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"scistream/internal/api"
+	"scistream/internal/peerdial"
 	"scistream/internal/relay"
 	"scistream/internal/strangers"
 	"scistream/internal/wan"
@@ -137,12 +138,12 @@ func (st *Stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net
 		}
 		return d.Dial(ctx, target, leg)
 	}
-	return redial(ctx, redialWindow, func(ctx context.Context) (net.Conn, error) {
-		return handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (net.Conn, error) { return wan.Dial(ctx, target, leg) })
+	return peerdial.Redial(ctx, peerdial.RedialWindow, func(ctx context.Context) (net.Conn, error) {
+		return peerdial.Handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (net.Conn, error) { return wan.Dial(ctx, target, leg) })
 	}, st.redialed(target))
 }
 
-// redialed returns what redial tells of a leg to target it dials again:
+// redialed returns what peerdial.Redial tells of a leg to target it dials again:
 // counted, and logged at debug (a burst gets one line per dial).
 func (st *Stream) redialed(target string) func(error) {
 	return func(err error) {

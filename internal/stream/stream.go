@@ -19,6 +19,7 @@ import (
 	"scistream/internal/egress"
 	"scistream/internal/legpool"
 	"scistream/internal/pace"
+	"scistream/internal/peerdial"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
 	"scistream/internal/relay"
@@ -47,8 +48,8 @@ type Env struct {
 	Advertise string
 	Legs      *legpool.Manager // pooled WAN legs of outbound streams
 	// Handshakes bounds the WAN handshakes in flight to each peer
-	// (handshakes.go); nil bounds nothing.
-	Handshakes *Handshakes
+	// (internal/peerdial); nil bounds nothing.
+	Handshakes *peerdial.Handshakes
 	// AppWait is Config.AppWaitDefault, AppWaitMax Config.AppWaitMax,
 	// resolved (0: no wait).
 	AppWait, AppWaitMax time.Duration
@@ -171,7 +172,7 @@ type Stream struct {
 	legsCreated, legsReused, legsTornDown atomic.Int64
 	WaitingApp                            atomic.Int64 // WAN legs waiting for the application (appwait.go)
 	overCap                               atomic.Int64 // refused over the stream's or the gateway's cap
-	redials                               atomic.Int64 // WAN dials the peer reset, dialled again (redial.go)
+	redials                               atomic.Int64 // WAN dials the peer reset, dialled again (peerdial.Redial)
 	ToWAN, FromWAN                        atomic.Int64
 	ends                                  ends       // aborted connections, by kind (ends.go)
 	watchSt                               watchState // what the watch leg says of the peer (watch.go)

@@ -404,7 +404,7 @@ func checkConnsResult(res *bench.RunResult, h bench.Hello) error {
 // waitActive waits until both gateways relay n connections of the
 // stream, and returns how many WAN dials the outbound gateway dialled
 // again after the inbound reset them in its handshake cap (which a burst
-// meets before the first leg authenticated, stream/redial.go). It fails
+// meets before the first leg authenticated, peerdial.Redial). It fails
 // at once when the outbound gateway refused or aborted a connection, or
 // the inbound aborted one, or the run ended (done received something: it
 // is put back); once all are up, the inbound's refusals must be the dials

@@ -1,4 +1,4 @@
-package stream
+package peerdial
 
 import (
 	"context"
@@ -87,10 +87,10 @@ func (h *Handshakes) inFlight(peer string) int {
 	return 0
 }
 
-// handshake runs dial, a WAN leg's dial toward target (its handshake
+// Handshake runs dial, a WAN leg's dial toward target (its handshake
 // included), in one of h's slots toward target's peer, waiting for one
 // until ctx ends.
-func handshake[T any](ctx context.Context, h *Handshakes, target string, dial func(context.Context) (T, error)) (T, error) {
+func Handshake[T any](ctx context.Context, h *Handshakes, target string, dial func(context.Context) (T, error)) (T, error) {
 	release, err := h.acquire(ctx, wan.PeerOf(target))
 	if err != nil {
 		var zero T

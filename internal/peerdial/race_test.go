@@ -1,4 +1,4 @@
-package stream
+package peerdial
 
 import (
 	"context"
@@ -94,7 +94,7 @@ func refusedAddr(t *testing.T) string {
 	return a
 }
 
-// raceResult runs raceDial in a goroutine so that a test fails instead of
+// raceResult runs Race in a goroutine so that a test fails instead of
 // hanging when it does not return.
 func raceResult(t *testing.T, wg *sync.WaitGroup, targets []string, stagger time.Duration) (net.Conn, string, error) {
 	t.Helper()
@@ -107,14 +107,14 @@ func raceResult(t *testing.T, wg *sync.WaitGroup, targets []string, stagger time
 	wg.Add(1) // the caller's own goroutine, as a stream's connection is
 	go func() {
 		defer wg.Done()
-		c, at, err := raceDial(context.Background(), wg, targets, stagger, helloDial)
+		c, at, err := Race(context.Background(), wg, targets, stagger, helloDial)
 		ch <- res{c, at, err}
 	}()
 	select {
 	case r := <-ch:
 		return r.c, r.at, r.err
 	case <-time.After(20 * time.Second):
-		t.Fatalf("raceDial(%v, stagger %s) did not return", targets, stagger)
+		t.Fatalf("Race(%v, stagger %s) did not return", targets, stagger)
 		return nil, "", nil
 	}
 }
@@ -123,7 +123,7 @@ func waitGroupDone(t *testing.T, wg *sync.WaitGroup) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	waitfor.Must(t, 10*time.Second, "every dial raceDial started returns", func() bool {
+	waitfor.Must(t, 10*time.Second, "every dial Race started returns", func() bool {
 		select {
 		case <-done:
 			return true
@@ -133,7 +133,7 @@ func waitGroupDone(t *testing.T, wg *sync.WaitGroup) {
 	})
 }
 
-// TestRaceDial: the first node is hung, refuses, or answers; raceDial
+// TestRaceDial: the first node is hung, refuses, or answers; Race
 // goes on to the next as soon as a dial fails, after the stagger while
 // one stays silent, and not at all when the first answers; the dials it
 // no longer needs are cancelled, and a connection one makes anyway is
@@ -144,7 +144,7 @@ func TestRaceDial(t *testing.T) {
 		var wg sync.WaitGroup
 		c, at, err := raceResult(t, &wg, []string{hung.addr(), good.addr()}, 50*time.Millisecond)
 		if err != nil || at != good.addr() {
-			t.Fatalf("raceDial = %q, %v; want the answering node %s", at, err, good.addr())
+			t.Fatalf("Race = %q, %v; want the answering node %s", at, err, good.addr())
 		}
 		c.Close()
 		waitGroupDone(t, &wg) // the hung dial was cancelled
@@ -155,24 +155,24 @@ func TestRaceDial(t *testing.T) {
 		// An hour's stagger: only the refusal can start the second dial.
 		c, at, err := raceResult(t, &wg, []string{refusedAddr(t), good.addr()}, time.Hour)
 		if err != nil || at != good.addr() {
-			t.Fatalf("raceDial = %q, %v; want the answering node %s", at, err, good.addr())
+			t.Fatalf("Race = %q, %v; want the answering node %s", at, err, good.addr())
 		}
 		c.Close()
 		waitGroupDone(t, &wg)
 	})
 	t.Run("first answers", func(t *testing.T) {
 		first, second := newHelloServer(t, false), newHelloServer(t, false)
-		var dialled sync.Map // target -> struct{}: every target raceDial dialled
+		var dialled sync.Map // target -> struct{}: every target Race dialled
 		dial := func(ctx context.Context, target string) (net.Conn, error) {
 			dialled.Store(target, struct{}{})
 			return helloDial(ctx, target)
 		}
 		var wg sync.WaitGroup
 		wg.Add(1)
-		c, at, err := raceDial(context.Background(), &wg, []string{first.addr(), second.addr()}, time.Hour, dial)
+		c, at, err := Race(context.Background(), &wg, []string{first.addr(), second.addr()}, time.Hour, dial)
 		wg.Done()
 		if err != nil || at != first.addr() {
-			t.Fatalf("raceDial = %q, %v; want the first node %s", at, err, first.addr())
+			t.Fatalf("Race = %q, %v; want the first node %s", at, err, first.addr())
 		}
 		c.Close()
 		waitGroupDone(t, &wg)
@@ -185,17 +185,17 @@ func TestRaceDial(t *testing.T) {
 		first := refusedAddr(t)
 		_, _, err := raceResult(t, &wg, []string{first, refusedAddr(t), refusedAddr(t)}, time.Hour)
 		if !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Fatalf("raceDial of three refusing nodes: %v; want the first's refusal", err)
+			t.Fatalf("Race of three refusing nodes: %v; want the first's refusal", err)
 		}
 		var oe *net.OpError
 		if !errors.As(err, &oe) || oe.Addr == nil || oe.Addr.String() != first {
-			t.Fatalf("raceDial's error %v names %v; want the first target %s", err, oe, first)
+			t.Fatalf("Race's error %v names %v; want the first target %s", err, oe, first)
 		}
 		waitGroupDone(t, &wg)
 	})
 	t.Run("taken over meanwhile", func(t *testing.T) {
 		// The first node is hung; the second refuses until it takes the
-		// channel over, after its first refusal: raceDial, still waiting
+		// channel over, after its first refusal: Race, still waiting
 		// on the first, tries it again and gets it.
 		hung := newHelloServer(t, true)
 		second := refusedAddr(t)
@@ -213,10 +213,10 @@ func TestRaceDial(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		wg.Add(1)
-		c, at, err := raceDial(context.Background(), &wg, []string{hung.addr(), second}, 20*time.Millisecond, dial)
+		c, at, err := Race(context.Background(), &wg, []string{hung.addr(), second}, 20*time.Millisecond, dial)
 		wg.Done()
 		if err != nil || at != second {
-			t.Fatalf("raceDial = %q, %v; want the node that took the channel over, %s", at, err, second)
+			t.Fatalf("Race = %q, %v; want the node that took the channel over, %s", at, err, second)
 		}
 		c.Close()
 		waitGroupDone(t, &wg)
@@ -225,7 +225,7 @@ func TestRaceDial(t *testing.T) {
 		slow, good := newHelloServer(t, false), newHelloServer(t, false)
 		release := make(chan struct{})
 		// The slow node's dial ignores cancellation and connects after
-		// the race is won: raceDial must close what it made.
+		// the race is won: Race must close what it made.
 		dial := func(ctx context.Context, target string) (net.Conn, error) {
 			if target == slow.addr() {
 				<-release
@@ -235,10 +235,10 @@ func TestRaceDial(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		wg.Add(1)
-		c, at, err := raceDial(context.Background(), &wg, []string{slow.addr(), good.addr()}, 10*time.Millisecond, dial)
+		c, at, err := Race(context.Background(), &wg, []string{slow.addr(), good.addr()}, 10*time.Millisecond, dial)
 		wg.Done()
 		if err != nil || at != good.addr() {
-			t.Fatalf("raceDial = %q, %v; want %s", at, err, good.addr())
+			t.Fatalf("Race = %q, %v; want %s", at, err, good.addr())
 		}
 		c.Close()
 		close(release)

@@ -1,4 +1,4 @@
-package stream
+package peerdial
 
 import (
 	"context"
@@ -19,17 +19,17 @@ import (
 // leg has authenticated), or strangers flooding the peer's slots, gets
 // resets that a moment later would have been connections. The dialer
 // tries such a leg again, with growing jittered waits, for up to
-// redialWindow; the application connection waits meanwhile, unread, and
+// RedialWindow; the application connection waits meanwhile, unread, and
 // is reset only if the window passes. Nothing of the application's has
 // crossed yet, so dialling again cannot lose or repeat a byte. A reset
 // after the peer answered (a refused certificate or preface) is an
 // answer, and is not dialled again.
 
 const (
-	// redialWindow bounds how long a leg the peer keeps resetting is
+	// RedialWindow bounds how long a leg the peer keeps resetting is
 	// dialled again: a handshake's own timeout, which is also how long a
 	// stranger can hold one of the peer's handshake slots.
-	redialWindow = wan.HandshakeTimeout
+	RedialWindow = wan.HandshakeTimeout
 	// redialFirst is the wait before the first dial again; each later
 	// wait doubles, to at most redialMax, and is jittered by up to half
 	// so that a burst's refused dials do not come back together.
@@ -37,12 +37,12 @@ const (
 	redialMax   = time.Second
 )
 
-// redial calls dial, and again while the peer resets it before it
+// Redial calls dial, and again while the peer resets it before it
 // answered (wan.ErrUnanswered), each under a context that ends with the
 // window (window after the first call) or ctx; again, if not nil, is
 // told of each reset dialled again, once its wait is over. It returns the
 // last dial's result.
-func redial[T any](ctx context.Context, window time.Duration, dial func(context.Context) (T, error), again func(error)) (T, error) {
+func Redial[T any](ctx context.Context, window time.Duration, dial func(context.Context) (T, error), again func(error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()
 	wait := redialFirst

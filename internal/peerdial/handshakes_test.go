@@ -1,4 +1,4 @@
-package stream
+package peerdial
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func TestHandshakesBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := handshake(ctx, h, "192.0.2.1:5100", dial)
+			_, err := Handshake(ctx, h, "192.0.2.1:5100", dial)
 			errs <- err
 		}()
 	}
@@ -53,7 +53,7 @@ func TestHandshakesBound(t *testing.T) {
 	// Another peer is not held up by this one's.
 	other := make(chan error, 1)
 	go func() {
-		_, err := handshake(ctx, h, "198.51.100.1:5100", func(context.Context) (int, error) { return 1, nil })
+		_, err := Handshake(ctx, h, "198.51.100.1:5100", func(context.Context) (int, error) { return 1, nil })
 		other <- err
 	}()
 	if err := <-other; err != nil {
@@ -63,7 +63,7 @@ func TestHandshakesBound(t *testing.T) {
 	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancelShort()
 	before := dialled.Load()
-	if _, err := handshake(short, h, "192.0.2.1:5100", dial); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := Handshake(short, h, "192.0.2.1:5100", dial); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a dial whose deadline passed while it waited: %v", err)
 	}
 	if dialled.Load() != before {
@@ -84,7 +84,7 @@ func TestHandshakesBound(t *testing.T) {
 		t.Fatalf("%d in flight, %d peers remembered after the burst", n, len(h.by))
 	}
 	// Nil bounds nothing.
-	if v, err := handshake(ctx, (*Handshakes)(nil), "x:1", func(context.Context) (int, error) { return 7, nil }); v != 7 || err != nil {
+	if v, err := Handshake(ctx, (*Handshakes)(nil), "x:1", func(context.Context) (int, error) { return 7, nil }); v != 7 || err != nil {
 		t.Fatalf("nil Handshakes: %d, %v", v, err)
 	}
 }

@@ -1,4 +1,4 @@
-package stream
+package peerdial
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestRedial: redial dials again only a reset before the peer answered
+// TestRedial: Redial dials again only a reset before the peer answered
 // (wan.ErrUnanswered), only within its window and its context, and tells
 // of each dial again once its wait is over.
 func TestRedial(t *testing.T) {
@@ -32,20 +32,20 @@ func TestRedial(t *testing.T) {
 
 	dial, calls := failing(3, unanswered)
 	var told []error
-	if v, err := redial(ctx, time.Minute, dial, func(err error) { told = append(told, err) }); err != nil || v != 42 || *calls != 4 || len(told) != 3 {
+	if v, err := Redial(ctx, time.Minute, dial, func(err error) { told = append(told, err) }); err != nil || v != 42 || *calls != 4 || len(told) != 3 {
 		t.Errorf("3 unanswered resets, then an answer: got %d, %v after %d dials (%d told); want 42 after 4 (3 told)", v, err, *calls, len(told))
 	}
 
 	for _, e := range []error{reset, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}} {
 		dial, calls = failing(1, e)
-		if _, err := redial(ctx, time.Minute, dial, nil); !errors.Is(err, e) || *calls != 1 {
+		if _, err := Redial(ctx, time.Minute, dial, nil); !errors.Is(err, e) || *calls != 1 {
 			t.Errorf("%v: %v after %d dials; want it after 1 (the peer answered, or nobody listens: never dialled again)", e, err, *calls)
 		}
 	}
 
 	dial, calls = failing(1<<30, unanswered)
 	start := time.Now()
-	if _, err := redial(ctx, 200*time.Millisecond, dial, nil); !errors.Is(err, wan.ErrUnanswered) || *calls < 2 {
+	if _, err := Redial(ctx, 200*time.Millisecond, dial, nil); !errors.Is(err, wan.ErrUnanswered) || *calls < 2 {
 		t.Errorf("always unanswered: %v after %d dials; want the reset after several", err, *calls)
 	}
 	if el := time.Since(start); el > 2*time.Second {
@@ -54,7 +54,7 @@ func TestRedial(t *testing.T) {
 
 	// Each dial gets a context that ends with the window.
 	start = time.Now()
-	if _, err := redial(ctx, 100*time.Millisecond, func(ctx context.Context) (int, error) {
+	if _, err := Redial(ctx, 100*time.Millisecond, func(ctx context.Context) (int, error) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	}, nil); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
@@ -64,7 +64,7 @@ func TestRedial(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	n := 0
 	told = nil
-	if _, err := redial(cctx, time.Hour, func(context.Context) (int, error) {
+	if _, err := Redial(cctx, time.Hour, func(context.Context) (int, error) {
 		if n++; n == 2 {
 			cancel() // during the second dial: its wait ends at once
 		}
