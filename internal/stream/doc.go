@@ -15,7 +15,8 @@
 //   - on the inbound side each channel's WAN listener authenticates legs
 //     (pinned certificate, the stream secret, the caps on strangers) and
 //     dials the application, waiting for it while the stream says to
-//     (appwait.go), within the gateway's egress policy;
+//     (appwait.go, on internal/appwait), within the gateway's egress
+//     policy;
 //   - every connection is relayed by the stream's engine (relay), paced
 //     to the rate granted (pacing.go, on internal/pace), counted, and its end classified
 //     (ends.go); a watch leg tells each side of the other's state

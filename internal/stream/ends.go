@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/appwait"
 	"scistream/internal/relay"
 	"scistream/internal/wan"
 )
@@ -181,7 +182,7 @@ func relayEnd(err error) string {
 // the peer gateway, handshake included) is: a refused connection, an
 // unreachable host and a refused handshake alike fail the dial.
 func dialEnd(err error) string {
-	var we *appWaitError
+	var we *appwait.Error
 	if errors.As(err, &we) {
 		// However its last dial failed, the application did not
 		// answer for as long as the stream waits for it.
