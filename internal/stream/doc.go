@@ -19,7 +19,7 @@
 //     policy;
 //   - every connection is relayed by the stream's engine (relay), paced
 //     to the rate granted (pacing.go, on internal/pace), counted, and its end classified
-//     (ends.go); a watch leg tells each side of the other's state
+//     (ends.go, on internal/ends); a watch leg tells each side of the other's state
 //     (watch.go).
 //
 // What a stream needs of its gateway comes in Env, shared by every

@@ -174,7 +174,7 @@ type Stream struct {
 	overCap                               atomic.Int64 // refused over the stream's or the gateway's cap
 	redials                               atomic.Int64 // WAN dials the peer reset, dialled again (peerdial.Redial)
 	ToWAN, FromWAN                        atomic.Int64
-	ends                                  ends       // aborted connections, by kind (ends.go)
+	ends                                  endsState  // aborted connections, by kind (ends.go)
 	watchSt                               watchState // what the watch leg says of the peer (watch.go)
 
 	Refused Refusals       // refusals by reason, for the metrics (metrics.go)
@@ -776,13 +776,13 @@ func (st *Stream) Stats() *api.Stats {
 		RateFromWAN:   rf,
 		Rates:         st.Rates.View(false),
 	}
-	st.ends.fill(s)
+	st.ends.Fill(s)
 	s.Peer = peerName(st.watchSt.peer.Load())
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
 	if st.Role == api.RoleOutbound {
 		s.LegsIdle = int64(st.env.Legs.IdleOf(legOwner{st}))
 		s.WANRedials = st.redials.Load()
-		s.PeerFlaps = st.ends.peer.flapped()
+		s.PeerFlaps = st.ends.peer.Flapped()
 	}
 	return s
 }
