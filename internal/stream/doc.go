@@ -20,7 +20,7 @@
 //   - every connection is relayed by the stream's engine (relay), paced
 //     to the rate granted (pacing.go, on internal/pace), counted, and its end classified
 //     (ends.go, on internal/ends); a watch leg tells each side of the other's state
-//     (watch.go).
+//     (watch.go, on internal/peerwatch).
 //
 // What a stream needs of its gateway comes in Env, shared by every
 // stream and never changed once they run; it never reaches back into

@@ -40,7 +40,7 @@ func (st *Stream) ended(log *slog.Logger, err error) {
 		return // released or shut down: not the connection's doing
 	}
 	kind := ends.OfRelay(err)
-	if st.watchSt.lost.Load() && errors.Is(err, net.ErrClosed) {
+	if st.watch.Lost() && errors.Is(err, net.ErrClosed) {
 		kind = api.EndWANLost // aborted because the watch leg was lost
 	}
 	st.ends.Count(kind, err, time.Now())

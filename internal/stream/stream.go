@@ -20,6 +20,7 @@ import (
 	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/peerdial"
+	"scistream/internal/peerwatch"
 	"scistream/internal/ports"
 	"scistream/internal/rates"
 	"scistream/internal/relay"
@@ -154,6 +155,11 @@ type Stream struct {
 	// Trusted holds the sources the stream's peer authenticated from
 	// lately (its own lock).
 	Trusted strangers.Trust
+	// watch is the watch leg and what it says of the peer (watch.go,
+	// its own lock); watchStarted is set when an outbound stream starts
+	// its dial loop.
+	watch        *peerwatch.Watch
+	watchStarted atomic.Bool
 
 	mu        sync.Mutex // guards the following fields
 	rec       *store.Record
@@ -161,8 +167,7 @@ type Stream struct {
 	slots     []strangers.Listener // per listener: connections in their handshake
 	conns     map[net.Conn]int     // every connection, by the channel it arrived on (-1: another leg of one)
 	stopped   bool
-	quic      quicLegs   // WAN legs over QUIC (quic.go)
-	watch     *wan.Watch // the watch leg, while open (watch.go)
+	quic      quicLegs // WAN legs over QUIC (quic.go)
 
 	wg sync.WaitGroup // accept loops and connection handlers
 
@@ -174,8 +179,7 @@ type Stream struct {
 	overCap                               atomic.Int64 // refused over the stream's or the gateway's cap
 	redials                               atomic.Int64 // WAN dials the peer reset, dialled again (peerdial.Redial)
 	ToWAN, FromWAN                        atomic.Int64
-	ends                                  endsState  // aborted connections, by kind (ends.go)
-	watchSt                               watchState // what the watch leg says of the peer (watch.go)
+	ends                                  endsState // aborted connections, by kind (ends.go)
 
 	Refused Refusals       // refusals by reason, for the metrics (metrics.go)
 	Rates   *rates.Tracker // sampled rates (internal/rates)
@@ -215,6 +219,7 @@ func New(parent context.Context, e *Env, rec *store.Record, lns []*net.TCPListen
 		Rates:     rates.NewTracker(e.Rates, time.Now()),
 		peerAt:    make([]atomic.Pointer[string], rec.NumConn),
 	}
+	st.watch = peerwatch.New(ctx, watchOf{st})
 	st.Allow.Store(&allow)
 	st.Pace.Set(pace.Rate(rec.Rate))
 	pin := rec.PeerCertSHA256
@@ -777,7 +782,7 @@ func (st *Stream) Stats() *api.Stats {
 		Rates:         st.Rates.View(false),
 	}
 	st.ends.Fill(s)
-	s.Peer = peerName(st.watchSt.peer.Load())
+	s.Peer = st.watch.Peer()
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
 	if st.Role == api.RoleOutbound {
 		s.LegsIdle = int64(st.env.Legs.IdleOf(legOwner{st}))
