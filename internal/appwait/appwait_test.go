@@ -12,41 +12,10 @@ import (
 	"time"
 
 	"scistream/internal/egress"
+	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/waitfor"
 )
-
-// legPair returns the two ends of a loopback TCP connection: w stands
-// for the WAN leg the gateway holds unread, peer for its other end.
-func legPair(t *testing.T) (w, peer *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err = ln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close(); peer.Close() })
-	return w, peer
-}
-
-// refusedAddr returns a loopback address where nothing listens.
-func refusedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().String()
-	ln.Close()
-	return a
-}
 
 type result struct {
 	c   net.Conn
@@ -81,8 +50,8 @@ func await(t *testing.T, ch <-chan result) result {
 // dial failed is reached while the connection waits; the wait is counted
 // while it lasts and told once.
 func TestDialLateApplication(t *testing.T) {
-	w, _ := legPair(t)
-	target := refusedAddr(t)
+	_, w := loopback.TCPPair(t)
+	target := loopback.RefusedAddr(t)
 	var waiting atomic.Int64
 	away := make(chan error, 10)
 	d := &Dialer{Waiting: &waiting, Away: func(to string, wait time.Duration, err error) {
@@ -122,8 +91,8 @@ func TestDialLateApplication(t *testing.T) {
 // with an *Error that says for how long and why, and wraps the last
 // dial's error; with no wait, the dial's own error comes at once.
 func TestDialWaitRunsOut(t *testing.T) {
-	w, _ := legPair(t)
-	target := refusedAddr(t)
+	_, w := loopback.TCPPair(t)
+	target := loopback.RefusedAddr(t)
 	var waiting atomic.Int64
 	d := &Dialer{Waiting: &waiting}
 	r := await(t, dial(context.Background(), d, w, target, 300*time.Millisecond))
@@ -148,10 +117,10 @@ func TestDialWaitRunsOut(t *testing.T) {
 // starts for a target the policy refuses.
 func TestDialWaitEnds(t *testing.T) {
 	t.Run("leg reset", func(t *testing.T) {
-		w, peer := legPair(t)
+		peer, w := loopback.TCPPair(t)
 		away := make(chan struct{}, 1)
 		d := &Dialer{Away: func(string, time.Duration, error) { away <- struct{}{} }}
-		res := dial(context.Background(), d, w, refusedAddr(t), time.Minute)
+		res := dial(context.Background(), d, w, loopback.RefusedAddr(t), time.Minute)
 		select {
 		case <-away:
 		case <-time.After(30 * time.Second):
@@ -165,12 +134,12 @@ func TestDialWaitEnds(t *testing.T) {
 		}
 	})
 	t.Run("context ends", func(t *testing.T) {
-		w, _ := legPair(t)
+		_, w := loopback.TCPPair(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var waiting atomic.Int64
 		d := &Dialer{Waiting: &waiting}
-		res := dial(ctx, d, w, refusedAddr(t), time.Hour)
+		res := dial(ctx, d, w, loopback.RefusedAddr(t), time.Hour)
 		waitfor.Must(t, 10*time.Second, "the connection to wait", func() bool { return waiting.Load() == 1 })
 		cancel()
 		r := await(t, res)
@@ -183,13 +152,13 @@ func TestDialWaitEnds(t *testing.T) {
 		}
 	})
 	t.Run("refused by the policy", func(t *testing.T) {
-		w, _ := legPair(t)
+		_, w := loopback.TCPPair(t)
 		refusal := &egress.Refusal{Addr: netip.MustParseAddrPort("127.0.0.1:9"), Rule: "a loopback address", Flag: "--allow_targets"}
 		d := &Dialer{
 			Control: func(string, string, syscall.RawConn) error { return refusal },
 			Away:    func(string, time.Duration, error) { t.Error("a target the policy refuses was waited for") },
 		}
-		r := await(t, dial(context.Background(), d, w, refusedAddr(t), time.Hour))
+		r := await(t, dial(context.Background(), d, w, loopback.RefusedAddr(t), time.Hour))
 		var got *egress.Refusal
 		if !errors.As(r.err, &got) {
 			t.Fatalf("Dial of a refused target = %v; want the policy's refusal", r.err)

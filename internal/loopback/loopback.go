@@ -33,3 +33,18 @@ func TCPPair(tb testing.TB) (client, server *net.TCPConn) {
 	tb.Cleanup(func() { server.Close() })
 	return client, server
 }
+
+// RefusedAddr returns an address on 127.0.0.1 where nothing listens: a
+// connection to it is refused, until something binds its port again
+// (the kernel may give it to another socket later). If the kernel
+// refuses a socket, RefusedAddr fails tb with Fatal.
+func RefusedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a := ln.Addr().String()
+	ln.Close()
+	return a
+}

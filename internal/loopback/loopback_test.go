@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,5 +45,20 @@ func TestTCPPair(t *testing.T) {
 		if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
 			t.Fatalf("write after the test ended: %v, want net.ErrClosed", err)
 		}
+	}
+}
+
+// RefusedAddr's address is on 127.0.0.1 and refuses a connection.
+func TestRefusedAddr(t *testing.T) {
+	a := loopback.RefusedAddr(t)
+	if host, _, err := net.SplitHostPort(a); err != nil || host != "127.0.0.1" {
+		t.Fatalf("RefusedAddr = %q; want an address on 127.0.0.1", a)
+	}
+	c, err := net.DialTimeout("tcp", a, 10*time.Second)
+	if err == nil {
+		c.Close()
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: %v; want the connection refused", a, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"scistream/internal/loopback"
 	"scistream/internal/waitfor"
 	"sync"
 	"syscall"
@@ -83,17 +84,6 @@ func helloDial(ctx context.Context, target string) (net.Conn, error) {
 	return c, nil
 }
 
-// refusedAddr returns a loopback address where nothing listens.
-func refusedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().String()
-	ln.Close()
-	return a
-}
-
 // raceResult runs Race in a goroutine so that a test fails instead of
 // hanging when it does not return.
 func raceResult(t *testing.T, wg *sync.WaitGroup, targets []string, stagger time.Duration) (net.Conn, string, error) {
@@ -153,7 +143,7 @@ func TestRaceDial(t *testing.T) {
 		good := newHelloServer(t, false)
 		var wg sync.WaitGroup
 		// An hour's stagger: only the refusal can start the second dial.
-		c, at, err := raceResult(t, &wg, []string{refusedAddr(t), good.addr()}, time.Hour)
+		c, at, err := raceResult(t, &wg, []string{loopback.RefusedAddr(t), good.addr()}, time.Hour)
 		if err != nil || at != good.addr() {
 			t.Fatalf("Race = %q, %v; want the answering node %s", at, err, good.addr())
 		}
@@ -182,8 +172,8 @@ func TestRaceDial(t *testing.T) {
 	})
 	t.Run("all fail", func(t *testing.T) {
 		var wg sync.WaitGroup
-		first := refusedAddr(t)
-		_, _, err := raceResult(t, &wg, []string{first, refusedAddr(t), refusedAddr(t)}, time.Hour)
+		first := loopback.RefusedAddr(t)
+		_, _, err := raceResult(t, &wg, []string{first, loopback.RefusedAddr(t), loopback.RefusedAddr(t)}, time.Hour)
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Fatalf("Race of three refusing nodes: %v; want the first's refusal", err)
 		}
@@ -198,7 +188,7 @@ func TestRaceDial(t *testing.T) {
 		// channel over, after its first refusal: Race, still waiting
 		// on the first, tries it again and gets it.
 		hung := newHelloServer(t, true)
-		second := refusedAddr(t)
+		second := loopback.RefusedAddr(t)
 		var once sync.Once
 		dial := func(ctx context.Context, target string) (net.Conn, error) {
 			c, err := helloDial(ctx, target)
