@@ -9,13 +9,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/fileplan"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
@@ -170,7 +170,7 @@ type Config struct {
 	// more is reset at once and counted (the stream's over_cap_conns),
 	// so the gateway never runs out of open files in the middle of its
 	// work (an accept, a dial, a store write failing with EMFILE). The
-	// cap is kept in open files, FilesPerConn per such connection: a
+	// cap is kept in open files, fileplan.PerConn per such connection: a
 	// connection over QUIC holds one (its own socket), so twice as many
 	// of those fit. It is also the most a stream's max_active_conns may
 	// ask for. If zero, it is derived from FileLimit (see Files).
@@ -358,80 +358,25 @@ func (c Config) Validate() error {
 	return err
 }
 
-// Open files. Every application connection holds FilesPerConn of them
-// in the gateway (its own socket and its WAN leg's; a QUIC leg holds
-// none of its own, so such a connection takes one); the splice engine adds a
-// pipe (two) per direction on plaintext legs, but only as many as the
-// plan leaves (relay.Options.MaxPipes: a direction without one is copied
-// in user space). The rest is fixed: two per port of PortRange (a
-// listener, and a UDP socket for QUIC streams), the strangers in their
-// handshake (Limits.Total), and FilesSlack.
-const (
-	FilesPerConn = 2
-	// FilesSlack covers the control API's listener and clients, the
-	// store, watch legs, the QUIC dialers' sockets, the runtime's own.
-	FilesSlack = 256
-	// minDerivedConns is the least connection cap a derived plan may
-	// give without a warning.
-	minDerivedConns = 1024
-)
-
-// Files is the gateway's plan of its open files.
-type Files struct {
-	// Limit is the limit planned against (Config.FileLimit).
-	Limit int
-	// Fixed is what listeners, strangers and FilesSlack take.
-	Fixed int
-	// MaxActiveConns is the cap on application connections, as given
-	// or derived: (Limit-Fixed)/(2*FilesPerConn), half of what is left
-	// for their sockets and half for splice pipes.
-	MaxActiveConns int
-	// Derived says MaxActiveConns was derived from Limit.
-	Derived bool
-	// MaxPipes is what the connections' sockets leave for splice pipes.
-	MaxPipes int
-}
-
-// Need returns the open files the plan needs at most.
-func (f Files) Need() int { return f.Fixed + FilesPerConn*f.MaxActiveConns + 2*f.MaxPipes }
-
-// Low reports whether the plan is poor: a derived cap under 1024
-// connections. The gateway runs, and says so at start.
-func (f Files) Low() bool { return f.Derived && f.MaxActiveConns < minDerivedConns }
-
-// Files plans c's open files (see Files). It fails, as a *ConfigError
-// on MaxActiveConns naming the files needed and the fix, when the limit
-// cannot hold the cap given, or any connection at all.
-func (c Config) Files() (Files, error) {
-	f := Files{Limit: c.FileLimit, MaxActiveConns: c.MaxActiveConns}
-	if f.Limit == 0 {
-		var lim syscall.Rlimit
-		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return f, &ConfigError{Field: "FileLimit", Problem: "could not be read from the process", Err: err}
-		}
-		f.Limit = int(min(lim.Cur, 1<<30))
-	}
+// Files plans c's open files (internal/fileplan). It fails, as a
+// *ConfigError on MaxActiveConns naming the files needed and the fix,
+// when the limit cannot hold the cap given, or any connection at all.
+func (c Config) Files() (fileplan.Plan, error) {
 	ports := 0
 	if c.PortRange.Hi >= c.PortRange.Lo {
 		ports = c.PortRange.Hi - c.PortRange.Lo + 1
 	}
-	f.Fixed = 2*ports + c.Strangers.WithDefaults().Total + FilesSlack
-	left := f.Limit - f.Fixed
-	if f.MaxActiveConns == 0 {
-		f.Derived = true
-		f.MaxActiveConns = max(0, left/(2*FilesPerConn))
-		if f.MaxActiveConns < 1 {
-			return f, &ConfigError{Field: "MaxActiveConns", Problem: fmt.Sprintf(
-				"cannot be had: the limit of %d open files does not even cover the %d that %d ports, %d strangers in their handshake and %d others take: raise it to at least %d (ulimit -n, or LimitNOFILE= in a systemd unit), or narrow the port range",
-				f.Limit, f.Fixed, ports, c.Strangers.WithDefaults().Total, FilesSlack, f.Fixed+2*FilesPerConn*minDerivedConns)}
+	p, err := fileplan.Make(fileplan.Input{Limit: c.FileLimit, Ports: ports,
+		Strangers: c.Strangers.WithDefaults().Total, MaxActiveConns: c.MaxActiveConns})
+	var fe *fileplan.Error
+	if errors.As(err, &fe) {
+		field := fe.Field
+		if field == "Limit" {
+			field = "FileLimit"
 		}
-	} else if need := f.Fixed + FilesPerConn*f.MaxActiveConns; need > f.Limit {
-		return f, &ConfigError{Field: "MaxActiveConns", Problem: fmt.Sprintf(
-			"%d needs %d open files (%d per connection, plus %d for %d ports, %d strangers in their handshake and %d others), over the limit of %d: give at most %d, or raise the limit to %d (ulimit -n %d, or LimitNOFILE=%d in a systemd unit; the hard limit as root)",
-			f.MaxActiveConns, need, FilesPerConn, f.Fixed, ports, c.Strangers.WithDefaults().Total, FilesSlack, f.Limit, max(0, left/FilesPerConn), need, need, need)}
+		return p, &ConfigError{Field: field, Problem: fe.Problem, Err: err}
 	}
-	f.MaxPipes = max(0, (left-FilesPerConn*f.MaxActiveConns)/2)
-	return f, nil
+	return p, err
 }
 
 // engines builds the relay engines c asks for and checks its default
@@ -493,7 +438,7 @@ func (c Config) withDefaults() Config {
 		// A channel may carry every connection the gateway admits
 		// (one file each over QUIC): QUIC's own default, 1024 per
 		// channel, would refuse first.
-		c.QUIC.MaxStreams = FilesPerConn * c.MaxActiveConns
+		c.QUIC.MaxStreams = fileplan.PerConn * c.MaxActiveConns
 	}
 	if c.LookupHost == nil {
 		c.LookupHost = func(ctx context.Context, host string) ([]netip.Addr, error) {

@@ -50,6 +50,7 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/egress"
 	"scistream/internal/facility"
+	"scistream/internal/fileplan"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
@@ -72,7 +73,7 @@ type Server struct {
 	env     *stream.Env // what every stream gets
 	strange *strangers.Gate
 	self    *egress.Self                 // the endpoints no stream may make the gateway dial
-	files   Files                        // the plan of open files, as Config.Files gave it
+	files   fileplan.Plan                // the plan of open files, as Config.Files gave it
 	admit   admission.Policy             // what a stream may hold (Config.Capacity, Config.Quota)
 	access  atomic.Pointer[accessConfig] // who may call: Config.Auth and Roles, or SetAccess's
 	intake  *intake.Checker              // a request turned into a record
@@ -155,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
 			Legs:       legpool.New(cfg.Pool, cfg.Logger),
 			Handshakes: stream.NewHandshakes(cfg.HandshakesPerPeer),
-			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
+			Files:      stream.NewSlots(fileplan.PerConn * int64(cfg.MaxActiveConns)),
 			BestEffort: pace.NewBestEffort(cfg.Capacity.Rate),
 			Paceable:   paceable,
 			Kernel:     engines.Kernel(),
@@ -174,7 +175,7 @@ func New(cfg Config) (*Server, error) {
 	s.intake = intake.New(intake.Config{
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
 		WANPort: cfg.WANPort, WANDomain: cfg.WANDomain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
-		Engines: engines, Engine: cfg.Engine, ConnFiles: FilesPerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
+		Engines: engines, Engine: cfg.Engine, ConnFiles: fileplan.PerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
 		AppWaitDefault: cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax, LeaseDefault: cfg.LeaseDefault, LeaseMax: cfg.LeaseMax,
 		LookupHost: cfg.LookupHost, Targets: s.env.Targets, Peers: s.env.Peers,
 	})
@@ -186,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Files returns the gateway's plan of its open files (Config.Files).
-func (s *Server) Files() Files { return s.files }
+func (s *Server) Files() fileplan.Plan { return s.files }
 
 // Serve restores persisted streams, then serves the control API over TLS
 // on ln until ctx is cancelled or Shutdown is called. It returns after

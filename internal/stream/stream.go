@@ -17,6 +17,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/egress"
+	"scistream/internal/fileplan"
 	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
@@ -69,10 +70,6 @@ type Env struct {
 	PeerCA *x509.CertPool
 }
 
-// FilesPerConn is what one application connection over a TLS or TCP
-// WAN leg holds open in the gateway: its socket and its WAN leg's.
-const FilesPerConn = 2
-
 // SharedPort is what a stream needs of the gateway's shared WAN port
 // (which serves the legs of the streams on it).
 type SharedPort interface {
@@ -120,7 +117,7 @@ func FilesOf(wanT string) int64 {
 	if wanT == api.WANQUIC {
 		return 1
 	}
-	return FilesPerConn
+	return fileplan.PerConn
 }
 
 // Stream is the running proxy of one Stream: one listener per channel and
