@@ -17,6 +17,7 @@ import (
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/wanport"
 )
 
 // options are s2cs's command line: the gateway's settings (config turns
@@ -104,7 +105,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.StringVar(&o.node, "node", "", "this gateway's name as one node of a facility of several that share --store etcd://... under --store_facility (docs/facility.md): any node answers for any stream, channels are spread over the nodes and taken over when one dies; every node needs the same --server_crt (and --wan_port settings, if any) and its own --listener_ip; default: a gateway of one node")
 	fs.DurationVar(&o.takeover, "takeover", 0, "with --node: the target time from a node's death to its channels being served by the other nodes (its etcd lease lasts half of it; docs/facility.md says what it depends on); at least 4s (default 10s)")
 	fs.IntVar(&o.wanPort, "wan_port", 0, "shared WAN port (443 behind an SNI router): one TCP listener and one UDP socket for the inbound WAN legs of every tls and quic stream, told apart by TLS server name; 0: each stream listens on ports of its own from --port_range")
-	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+gateway.DefaultWANDomain+")")
+	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+wanport.DefaultDomain+")")
 	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
 	fs.StringVar(&o.wanProxyFrom, "wan_proxy_from", "", "with --wan_proxy_protocol (required there): the routers' addresses, CIDR prefixes or addresses, comma-separated; a connection to the shared WAN port from any other address is reset before its header is read, so no one past the router names a source of their choosing")
 	fs.IntVar(&o.pool.MaxPerPeer, "pool_max_per_peer", 64, "most pooled WAN legs (idle and busy) to one peer gateway; at the cap an idle one is torn down by --pool_policy")
@@ -238,31 +239,28 @@ func (o *options) config() (gateway.Config, error) {
 		return gateway.Config{}, err
 	}
 	cfg := gateway.Config{
-		ListenerIP:       o.listenerIP,
-		BindIP:           o.bindIP,
-		Engine:           o.engine,
-		AllowTCPWAN:      o.tcpWAN,
-		PendingTimeout:   o.pending,
-		Quota:            o.quota,
-		WANPort:          o.wanPort,
-		WANDomain:        o.wanDomain,
-		WANAdvertise:     o.wanAdvertise,
-		WANProxyProtocol: o.wanProxy,
-		Pool:             o.pool,
-		AppWaitDefault:   noWait(o.appWait),
-		AppWaitMax:       noWait(o.appMax),
-		MaxActiveConns:   o.maxActive,
-		Capacity:         o.capacity,
-		LeaseDefault:     o.lease,
-		LeaseMax:         o.leaseMax,
-		Node:             o.node,
-		Takeover:         o.takeover,
+		ListenerIP:     o.listenerIP,
+		BindIP:         o.bindIP,
+		Engine:         o.engine,
+		AllowTCPWAN:    o.tcpWAN,
+		PendingTimeout: o.pending,
+		Quota:          o.quota,
+		WAN:            wanport.Config{Port: o.wanPort, Domain: o.wanDomain, Advertise: o.wanAdvertise, ProxyProtocol: o.wanProxy},
+		Pool:           o.pool,
+		AppWaitDefault: noWait(o.appWait),
+		AppWaitMax:     noWait(o.appMax),
+		MaxActiveConns: o.maxActive,
+		Capacity:       o.capacity,
+		LeaseDefault:   o.lease,
+		LeaseMax:       o.leaseMax,
+		Node:           o.node,
+		Takeover:       o.takeover,
 	}
 	var err error
 	for _, l := range []struct {
 		flag, v string
 		to      *[]netip.Prefix
-	}{{"--allow_targets", o.allowTargets, &cfg.AllowTargets}, {"--allow_peers", o.allowPeers, &cfg.AllowPeers}, {"--wan_proxy_from", o.wanProxyFrom, &cfg.WANProxyFrom}} {
+	}{{"--allow_targets", o.allowTargets, &cfg.AllowTargets}, {"--allow_peers", o.allowPeers, &cfg.AllowPeers}, {"--wan_proxy_from", o.wanProxyFrom, &cfg.WAN.ProxyFrom}} {
 		if l.v == "" {
 			continue
 		}
@@ -345,12 +343,12 @@ func flagError(err error) error {
 		"Quota.Streams":    "--quota_streams",
 		"Quota.Ports":      "--quota_ports",
 		"Quota.Pending":    "--quota_pending",
-		"WANPort":          "--wan_port",
+		"WAN.Port":         "--wan_port",
 		"Node":             "--node",
 		"Takeover":         "--takeover",
-		"WANDomain":        "--wan_domain",
-		"WANAdvertise":     "--wan_advertise",
-		"WANProxyFrom":     "--wan_proxy_from",
+		"WAN.Domain":       "--wan_domain",
+		"WAN.Advertise":    "--wan_advertise",
+		"WAN.ProxyFrom":    "--wan_proxy_from",
 		"Pool.MaxPerPeer":  "--pool_max_per_peer",
 		"Pool.Policy":      "--pool_policy",
 		"Pool.MaxWarm":     "--pool_max_warm",

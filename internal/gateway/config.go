@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/fileplan"
-	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/pace"
@@ -27,6 +25,7 @@ import (
 	"scistream/internal/strangers"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
+	"scistream/internal/wanport"
 )
 
 // Config configures a Server. Zero values are documented per field;
@@ -81,36 +80,9 @@ type Config struct {
 	// outbound peer before it expires and frees its ports. If zero,
 	// DefaultPendingTimeout.
 	PendingTimeout time.Duration
-	// WANPort, if not zero, is the shared WAN port: one TCP listener and
-	// one UDP socket on BindIP that carry the inbound WAN legs of every
-	// tls and quic stream that does not ask for ports of its own, told
-	// apart by the TLS server name (wan/shared.go), so that a firewall
-	// that admits one port, or a TLS-passthrough router that routes by
-	// server name (SNI), can stand in front. It must lie outside
-	// PortRange. If zero, every stream listens on ports of its own.
-	WANPort int
-	// WANDomain is the DNS domain under which the shared port's streams
-	// are named: a stream's server name is a random label under it, and
-	// an SNI router routes the domain's names to this gateway. If empty,
-	// DefaultWANDomain.
-	WANDomain string
-	// WANAdvertise is the "host:port" peers dial to reach the shared WAN
-	// port (the SNI router's address, say). If empty, ListenerIP and
-	// WANPort.
-	WANAdvertise string
-	// WANProxyProtocol says the shared WAN port sits behind a router that
-	// starts every connection with a PROXY protocol v2 header (HAProxy's
-	// send-proxy-v2): the gateway reads it and caps, trusts and logs the
-	// source it names, and refuses a connection without one. Only for a
-	// port that nothing but the router can reach: anyone else could name
-	// any source. If false, a connection's own address is its source.
-	WANProxyProtocol bool
-	// WANProxyFrom lists the routers' addresses: with WANProxyProtocol,
-	// a connection to the shared port from any other address is reset
-	// before a byte of it is read, so that no one who reaches the port
-	// past the router names a source of its choosing. Required with
-	// WANProxyProtocol, refused without it.
-	WANProxyFrom []netip.Prefix
+	// WAN is the shared WAN port (internal/wanport). Its zero value is
+	// none: every stream listens on ports of its own.
+	WAN wanport.Config
 	// AppWaitDefault is how long an inbound stream whose request gives no
 	// app_wait_s holds a WAN connection whose application cannot be
 	// reached, dialing it again with backoff, before it resets the
@@ -146,7 +118,7 @@ type Config struct {
 	// stream's channels are spread over the nodes, and when a node dies
 	// the others take its channels over. Every node of a facility has its
 	// own Node name and ListenerIP and the same Identity. The shared WAN
-	// port (WANPort) is not served by a facility. If empty, the gateway
+	// port (WAN) is not served by a facility. If empty, the gateway
 	// is one node.
 	Node string
 	// Takeover bounds the time from a node's death to its channels
@@ -202,11 +174,6 @@ type Config struct {
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
 }
-
-// DefaultWANDomain is the domain of the shared WAN port's server names
-// when Config.WANDomain is empty; ".invalid" (RFC 6761) is never a real
-// domain, so such names resolve nowhere and mean nothing outside.
-const DefaultWANDomain = "scistream.invalid"
 
 // DefaultPendingTimeout is how long an inbound stream waits for its
 // outbound peer when Config.PendingTimeout is zero: long enough for a
@@ -306,29 +273,12 @@ func (c Config) Validate() error {
 		return fieldError("Takeover", "%s is too short: etcd's leases need at least 4s (the default is %s)", c.Takeover, DefaultTakeover)
 	case c.Takeover != 0 && c.Node == "":
 		return fieldError("Takeover", "applies to a node of a facility only: name the node too, or leave the takeover bound out")
-	case c.WANPort < 0 || c.WANPort > 65535:
-		return fieldError("WANPort", "%d is not a port: give 1-65535 (443 behind an SNI router), or 0 for none", c.WANPort)
-	case c.WANPort != 0 && c.WANPort >= c.PortRange.Lo && c.WANPort <= c.PortRange.Hi:
-		return fieldError("WANPort", "%d lies inside the port range %s: give a port outside it", c.WANPort, c.PortRange)
-	case c.WANDomain != "" && (!wan.ValidServerName(c.WANDomain) || len(c.WANDomain) > maxWANDomain):
-		return fieldError("WANDomain", "%.80q is not a lower-case DNS domain of at most %d bytes, e.g. wan.gw1.example.org", c.WANDomain, maxWANDomain)
-	case c.WANProxyProtocol && len(c.WANProxyFrom) == 0:
-		return fieldError("WANProxyFrom", "is required with the PROXY protocol: list the addresses of the routers that send it (e.g. 10.1.0.10/32), so that no one else names a source of their choosing")
-	case !c.WANProxyProtocol && len(c.WANProxyFrom) > 0:
-		return fieldError("WANProxyFrom", "applies to the PROXY protocol only: turn it on too, or leave the routers' addresses out")
-	case (c.WANDomain != "" || c.WANAdvertise != "" || c.WANProxyProtocol) && c.WANPort == 0:
-		return fieldError("WANPort", "is needed by the shared port's domain, advertised address and PROXY protocol: give the port too")
 	case c.AppWaitDefault > 0 && c.AppWaitDefault%time.Second != 0:
 		return fieldError("AppWaitDefault", "%s is not a whole number of seconds: give e.g. 30s", c.AppWaitDefault)
 	case c.AppWaitMax > 0 && c.AppWaitMax%time.Second != 0:
 		return fieldError("AppWaitMax", "%s is not a whole number of seconds: give e.g. 10m", c.AppWaitMax)
 	case c.AppWaitMax > api.MaxAppWaitS*time.Second:
 		return fieldError("AppWaitMax", "%s is longer than a day: give at most 24h", c.AppWaitMax)
-	case c.WANAdvertise != "":
-		if _, err := checkAdvertise(c.WANAdvertise); err != nil {
-			return &ConfigError{Field: "WANAdvertise", Err: err,
-				Problem: fmt.Sprintf("%.80q is not host:port (%v), e.g. wan.gw1.example.org:443", c.WANAdvertise, err)}
-		}
 	}
 	if d, m := c.appWaits(); d > m {
 		return fieldError("AppWaitDefault", "%s exceeds the longest wait a stream may have (%s): lower it, or raise the maximum", d, m)
@@ -340,6 +290,11 @@ func (c Config) Validate() error {
 		var le *strangers.LimitsError
 		errors.As(err, &le)
 		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
+	}
+	if err := c.WAN.Validate(c.PortRange); err != nil {
+		var fe *wanport.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "WAN." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Pool.Validate(); err != nil {
 		var fe *legpool.FieldError
@@ -423,14 +378,7 @@ func (c Config) withDefaults() Config {
 	c.LeaseDefault, c.LeaseMax = c.leases()
 	c.Quota = c.Quota.WithDefaults()
 	c.Pool = c.Pool.WithDefaults()
-	if c.WANPort != 0 {
-		if c.WANDomain == "" {
-			c.WANDomain = DefaultWANDomain
-		}
-		if c.WANAdvertise == "" {
-			c.WANAdvertise = net.JoinHostPort(c.ListenerIP, strconv.Itoa(c.WANPort))
-		}
-	}
+	c.WAN = c.WAN.WithDefaults(c.ListenerIP)
 	if f, err := c.Files(); err == nil { // Validate passed: it cannot fail
 		c.MaxActiveConns, c.FileLimit = f.MaxActiveConns, f.Limit
 	}
@@ -455,26 +403,6 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	return c
-}
-
-// maxWANDomain leaves room under the 253 bytes of a DNS name for a
-// stream's label (intake.NameLabelLen) and its dot.
-const maxWANDomain = 253 - intake.NameLabelLen - 1
-
-// checkAdvertise checks an advertised "host:port" and returns its port.
-func checkAdvertise(hp string) (int, error) {
-	host, port, err := net.SplitHostPort(hp)
-	if err != nil {
-		return 0, err
-	}
-	if host == "" {
-		return 0, errors.New("no host")
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p > 65535 {
-		return 0, fmt.Errorf("port %q out of range", port)
-	}
-	return p, nil
 }
 
 // leases returns the default and the longest lease c gives, its zeros
@@ -503,22 +431,4 @@ func (c Config) appWaits() (def, most time.Duration) {
 		return d
 	}
 	return resolve(c.AppWaitDefault, DefaultAppWait), resolve(c.AppWaitMax, DefaultAppWaitMax)
-}
-
-// sharedWAN says the shared WAN port's settings as given (before
-// withDefaults, which fills in each node's own address), which every
-// node of a facility must have alike (store.NodeInfo.SharedWAN); ""
-// without one.
-func (c Config) sharedWAN() string {
-	if c.WANPort == 0 {
-		return ""
-	}
-	adv, domain := c.WANAdvertise, c.WANDomain
-	if adv == "" {
-		adv = "each node's own address"
-	}
-	if domain == "" {
-		domain = DefaultWANDomain
-	}
-	return fmt.Sprintf("port %d, domain %s, advertised as %s, PROXY protocol %t", c.WANPort, domain, adv, c.WANProxyProtocol)
 }

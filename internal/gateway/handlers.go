@@ -43,8 +43,8 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		DefaultEngine:   s.cfg.Engine,
 		WAN:             wans,
 		WANCertSHA256:   s.cfg.Identity.SHA256,
-		WANPort:         s.cfg.WANAdvertise,
-		WANDomain:       s.cfg.WANDomain,
+		WANPort:         s.cfg.WAN.Advertise,
+		WANDomain:       s.cfg.WAN.Domain,
 		PoolPolicy:      s.cfg.Pool.Policy,
 		PoolMaxPerPeer:  s.cfg.Pool.MaxPerPeer,
 		PoolMaxWarm:     s.cfg.Pool.MaxWarm,
@@ -235,7 +235,7 @@ func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 		v.Listeners = append(v.Listeners, net.JoinHostPort(s.cfg.ListenerIP, strconv.Itoa(p)))
 	}
 	if rec.Shared() {
-		v.Listeners = []string{s.cfg.WANAdvertise}
+		v.Listeners = []string{s.cfg.WAN.Advertise}
 		v.WANServerName = rec.ServerName
 	}
 	if s.fac != nil && !rec.State.Terminal() {

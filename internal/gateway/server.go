@@ -90,7 +90,7 @@ type Server struct {
 	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
 	ready   bool
-	port    *wanport.Port // the shared WAN port, once open (Config.WANPort)
+	port    *wanport.Port // the shared WAN port, once open (Config.WAN)
 
 	httpSrv  *http.Server
 	grpc     http.Handler   // the gRPC service on the control port (SetGRPC); nil: none
@@ -120,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	sharedWAN, routed := cfg.sharedWAN(), cfg.WANAdvertise != "" // as given: the defaults differ by node
+	sharedWAN, routed := cfg.WAN.Shared(), cfg.WAN.Advertise != "" // as given: the defaults differ by node
 	cfg = cfg.withDefaults()
 	engines, err := cfg.engines()
 	if err != nil {
@@ -152,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 			Strangers: strange,
 			Targets:   egress.New(cfg.AllowTargets, "--allow_targets", self),
 			Peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
-			Advertise: cfg.WANAdvertise,
+			Advertise: cfg.WAN.Advertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
 			Legs:       legpool.New(cfg.Pool, cfg.Logger),
 			Handshakes: stream.NewHandshakes(cfg.HandshakesPerPeer),
@@ -174,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 	s.access.Store(&accessConfig{cfg.Auth, cfg.Roles})
 	s.intake = intake.New(intake.Config{
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
-		WANPort: cfg.WANPort, WANDomain: cfg.WANDomain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
+		WANPort: cfg.WAN.Port, WANDomain: cfg.WAN.Domain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
 		Engines: engines, Engine: cfg.Engine, ConnFiles: fileplan.PerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
 		AppWaitDefault: cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax, LeaseDefault: cfg.LeaseDefault, LeaseMax: cfg.LeaseMax,
 		LookupHost: cfg.LookupHost, Targets: s.env.Targets, Peers: s.env.Peers,
@@ -207,8 +207,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.mu.Unlock()
 
-	if s.cfg.WANPort != 0 {
-		wp, err := wanport.Open(s.cfg.BindIP, s.cfg.WANPort, s.proxyFrom(), s.env, s.cfg.QUIC, s.byName)
+	if s.cfg.WAN.Port != 0 {
+		wp, err := wanport.Open(s.cfg.BindIP, s.cfg.WAN, s.env, s.cfg.QUIC, s.byName)
 		if err != nil {
 			ln.Close()
 			s.Shutdown(context.Background())
@@ -225,7 +225,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			ln.Close()
 			return http.ErrServerClosed
 		}
-		s.log.Info("shared WAN port open", "bind", wp.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol, "proxy_from", s.cfg.WANProxyFrom)
+		s.log.Info("shared WAN port open", "bind", wp.Addr().String(), "advertised", s.cfg.WAN.Advertise, "domain", s.cfg.WAN.Domain, "proxy_protocol", s.cfg.WAN.ProxyProtocol, "proxy_from", s.cfg.WAN.ProxyFrom)
 	}
 	restore := s.restore
 	if s.fac != nil {
@@ -265,15 +265,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.Shutdown(sctx)
-}
-
-// proxyFrom returns the routers that may send the shared WAN port the
-// PROXY protocol, or nil if it is not spoken there.
-func (s *Server) proxyFrom() []netip.Prefix {
-	if !s.cfg.WANProxyProtocol {
-		return nil
-	}
-	return s.cfg.WANProxyFrom
 }
 
 // httpServer returns an HTTP server of h with the gateway's bounds on a
@@ -358,8 +349,8 @@ func ownEndpoints(cfg Config) *egress.Self {
 		bind = netip.IPv4Unspecified()
 	}
 	self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.PortRange.Lo), Hi: uint16(cfg.PortRange.Hi), What: "this gateway's own data-port range " + cfg.PortRange.String()})
-	if cfg.WANPort != 0 {
-		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WANPort), Hi: uint16(cfg.WANPort), What: "this gateway's own shared WAN port"})
+	if cfg.WAN.Port != 0 {
+		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WAN.Port), Hi: uint16(cfg.WAN.Port), What: "this gateway's own shared WAN port"})
 	}
 	if ln := cfg.Observe.MetricsListener; ln != nil {
 		self.AddListener(ln.Addr(), "this gateway's own metrics listener")

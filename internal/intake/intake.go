@@ -12,7 +12,6 @@ package intake
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base32"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -32,6 +31,7 @@ import (
 	"scistream/internal/store"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
+	"scistream/internal/wanport"
 )
 
 // Config is what a Checker checks requests against: the gateway's
@@ -143,7 +143,7 @@ func (s *Checker) Inbound(ctx context.Context, req *api.InboundRequest, owner st
 	}
 	t.apply(rec)
 	if shared {
-		rec.ServerName = newServerName(s.cfg.WANDomain)
+		rec.ServerName = wanport.NewServerName(s.cfg.WANDomain)
 	}
 	return rec, nil
 }
@@ -168,20 +168,6 @@ func (s *Checker) checkListener(listener, wanT string) (bool, error) {
 		return true, nil
 	}
 	return false, api.Errorf(api.CodeInvalidArgument, "wan_listener %.40q unknown: use \"shared\" or \"ports\", or omit it", listener)
-}
-
-// NameLabelLen is the length of a shared-port stream's label: 16 random
-// bytes in unpadded base32.
-const NameLabelLen = 26
-
-// newServerName returns a fresh server name for a stream on the shared
-// WAN port: a random label under domain. It is unique on the gateway (128
-// random bits) and says nothing of the stream's owner or UID.
-func newServerName(domain string) string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	label := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
-	return label + "." + domain
 }
 
 // appWaitS checks the app_wait_s of an inbound request (nil: absent) and
