@@ -13,6 +13,7 @@ import (
 	"scistream/internal/cliflag"
 	"scistream/internal/egress"
 	"scistream/internal/gateway"
+	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
@@ -125,8 +126,8 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.StringVar(&o.allowPeers, "allow_peers", "", "which peer gateways outbound streams may dial (peer_listeners, peer_nodes): CIDR prefixes or addresses, comma-separated, e.g. the partner facilities' gateways; replaces the same default as --allow_targets")
 	fs.BoolVar(&o.tcpWAN, "insecure_tcp_wan", false, "allow streams whose WAN legs are plaintext TCP (for trusted circuits only)")
 	fs.DurationVar(&o.pending, "pending_timeout", gateway.DefaultPendingTimeout, "how long an inbound stream waits for its outbound peer before it expires and frees its ports")
-	fs.DurationVar(&o.appWait, "app_wait_default", gateway.DefaultAppWait, "how long an inbound stream holds a WAN connection whose application cannot be reached (dialing it again with backoff) before it resets it, when the request gives no app_wait_s; whole seconds, 0 to not wait")
-	fs.DurationVar(&o.appMax, "app_wait_max", gateway.DefaultAppWaitMax, "the longest app_wait_s a request may ask for; whole seconds, at most 24h, 0 to let no stream wait")
+	fs.DurationVar(&o.appWait, "app_wait_default", intake.DefaultAppWait, "how long an inbound stream holds a WAN connection whose application cannot be reached (dialing it again with backoff) before it resets it, when the request gives no app_wait_s; whole seconds, 0 to not wait")
+	fs.DurationVar(&o.appMax, "app_wait_max", intake.DefaultAppWaitMax, "the longest app_wait_s a request may ask for; whole seconds, at most 24h, 0 to let no stream wait")
 	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
 	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
@@ -134,8 +135,8 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.StringVar(&o.capacityRate, "capacity_rate", "0", "rate this gateway reserves for streams in all, per direction, in bits per second: its WAN link's, e.g. 10G; requests are admitted against it and best-effort streams share what reservations leave; 0 declares none (every rate asked is granted and kept to, best effort is not paced)")
 	fs.IntVar(&o.capacity.Streams, "capacity_streams", 0, "most live streams on this gateway, every identity's together (0: no bound but the ports)")
 	fs.IntVar(&o.capacity.Conns, "capacity_conns", 0, "most channels (num_conn) of the live streams together (0: no bound but the ports)")
-	fs.DurationVar(&o.lease, "lease_default", gateway.DefaultLease, "lease of a stream whose request gives none: unless renewed (s2uc update --lease), the stream is released when it runs out; whole seconds")
-	fs.DurationVar(&o.leaseMax, "lease_max", gateway.DefaultLeaseMax, "longest lease a request or a renewal may ask for; whole seconds")
+	fs.DurationVar(&o.lease, "lease_default", intake.DefaultLease, "lease of a stream whose request gives none: unless renewed (s2uc update --lease), the stream is released when it runs out; whole seconds")
+	fs.DurationVar(&o.leaseMax, "lease_max", intake.DefaultLeaseMax, "longest lease a request or a renewal may ask for; whole seconds")
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
@@ -247,12 +248,9 @@ func (o *options) config() (gateway.Config, error) {
 		Quota:          o.quota,
 		WAN:            wanport.Config{Port: o.wanPort, Domain: o.wanDomain, Advertise: o.wanAdvertise, ProxyProtocol: o.wanProxy},
 		Pool:           o.pool,
-		AppWaitDefault: noWait(o.appWait),
-		AppWaitMax:     noWait(o.appMax),
+		Bounds:         intake.Bounds{AppWaitDefault: noWait(o.appWait), AppWaitMax: noWait(o.appMax), LeaseDefault: o.lease, LeaseMax: o.leaseMax},
 		MaxActiveConns: o.maxActive,
 		Capacity:       o.capacity,
-		LeaseDefault:   o.lease,
-		LeaseMax:       o.leaseMax,
 		Node:           o.node,
 		Takeover:       o.takeover,
 	}

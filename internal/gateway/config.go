@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"scistream/internal/admission"
-	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
 	"scistream/internal/fileplan"
+	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
 	"scistream/internal/pace"
@@ -83,17 +83,10 @@ type Config struct {
 	// WAN is the shared WAN port (internal/wanport). Its zero value is
 	// none: every stream listens on ports of its own.
 	WAN wanport.Config
-	// AppWaitDefault is how long an inbound stream whose request gives no
-	// app_wait_s holds a WAN connection whose application cannot be
-	// reached, dialing it again with backoff, before it resets the
-	// connection (see api.InboundRequest.AppWaitS). Whole seconds. If
-	// zero, DefaultAppWait; if negative, such streams do not wait.
-	AppWaitDefault time.Duration
-	// AppWaitMax is the longest app_wait_s a request may ask for, and
-	// caps that of a restored stream. Whole seconds, at most
-	// api.MaxAppWaitS. If zero, DefaultAppWaitMax; if negative, no
-	// stream waits (a request may ask for 0 only).
-	AppWaitMax time.Duration
+	// Bounds are the defaults and maxima of the wait for an inbound
+	// stream's application and of a stream's lease. Its zero value is
+	// the defaults documented on intake.Bounds.
+	intake.Bounds
 	// Pool manages the pooled WAN legs of outbound streams (internal/stream). Its
 	// zero value is the defaults documented on legpool.Config.
 	Pool legpool.Config
@@ -104,14 +97,6 @@ type Config struct {
 	// (internal/admission). Its zero value declares nothing: no bound but the
 	// ports and the quotas.
 	Capacity admission.Capacity
-	// LeaseDefault is the lease of a stream whose request gives none
-	// (api.InboundRequest.LeaseS): when it runs out without a renewal,
-	// the gateway releases the stream (state expired). Whole seconds. If
-	// zero, DefaultLease, or LeaseMax if that is shorter.
-	LeaseDefault time.Duration
-	// LeaseMax is the longest lease a request or a renewal may ask for.
-	// Whole seconds. If zero, DefaultLeaseMax.
-	LeaseMax time.Duration
 	// Node, if not empty, makes the gateway one node of a facility of
 	// several that share Store, which must then be an etcd store
 	// (*store.Etcd; facility.go): any node answers for any stream, a
@@ -185,27 +170,6 @@ const DefaultPendingTimeout = 5 * time.Minute
 // death, within which other nodes of its facility serve its channels.
 const DefaultTakeover = 10 * time.Second
 
-// DefaultAppWait is how long an inbound stream waits for its
-// application when neither the request nor Config.AppWaitDefault says:
-// long enough for a consumer started by hand or by a job script just
-// after the producer, short enough that a producer pointed at a consumer
-// that never comes hears of it (a reset) within a minute.
-const DefaultAppWait = 30 * time.Second
-
-// DefaultAppWaitMax is the longest wait a request may ask for when
-// Config.AppWaitMax is zero: a consumer that is a batch job may start
-// minutes after its producer.
-const DefaultAppWaitMax = 10 * time.Minute
-
-// DefaultLease is a stream's lease when neither its request nor
-// Config.LeaseDefault gives one: a working day and then some, so that a
-// stream someone forgot frees its ports and reservation by the next day.
-const DefaultLease = 24 * time.Hour
-
-// DefaultLeaseMax is the longest lease when Config.LeaseMax is zero: a
-// week; longer runs renew (s2uc update --lease).
-const DefaultLeaseMax = 7 * 24 * time.Hour
-
 // A ConfigError names the Config field that Validate refused, so that a
 // caller can say it in its own terms (s2cs names its flag).
 type ConfigError struct {
@@ -255,10 +219,6 @@ func (c Config) Validate() error {
 		return fieldError("Capacity.Streams", "%d is negative: give the most live streams the gateway holds, or 0 for no bound", c.Capacity.Streams)
 	case c.Capacity.Conns < 0:
 		return fieldError("Capacity.Conns", "%d is negative: give the most channels (num_conn) of live streams together, or 0 for no bound", c.Capacity.Conns)
-	case c.LeaseDefault < 0 || c.LeaseDefault%time.Second != 0:
-		return fieldError("LeaseDefault", "%s is not a positive whole number of seconds: give e.g. 24h", c.LeaseDefault)
-	case c.LeaseMax < 0 || c.LeaseMax%time.Second != 0:
-		return fieldError("LeaseMax", "%s is not a positive whole number of seconds: give e.g. 168h", c.LeaseMax)
 	case c.Quota.Pending < 0:
 		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
 	case c.HandshakesPerPeer < 0:
@@ -273,18 +233,11 @@ func (c Config) Validate() error {
 		return fieldError("Takeover", "%s is too short: etcd's leases need at least 4s (the default is %s)", c.Takeover, DefaultTakeover)
 	case c.Takeover != 0 && c.Node == "":
 		return fieldError("Takeover", "applies to a node of a facility only: name the node too, or leave the takeover bound out")
-	case c.AppWaitDefault > 0 && c.AppWaitDefault%time.Second != 0:
-		return fieldError("AppWaitDefault", "%s is not a whole number of seconds: give e.g. 30s", c.AppWaitDefault)
-	case c.AppWaitMax > 0 && c.AppWaitMax%time.Second != 0:
-		return fieldError("AppWaitMax", "%s is not a whole number of seconds: give e.g. 10m", c.AppWaitMax)
-	case c.AppWaitMax > api.MaxAppWaitS*time.Second:
-		return fieldError("AppWaitMax", "%s is longer than a day: give at most 24h", c.AppWaitMax)
 	}
-	if d, m := c.appWaits(); d > m {
-		return fieldError("AppWaitDefault", "%s exceeds the longest wait a stream may have (%s): lower it, or raise the maximum", d, m)
-	}
-	if d, m := c.leases(); d > m {
-		return fieldError("LeaseDefault", "%s exceeds the longest lease (%s): lower it, or raise the maximum", d, m)
+	if err := c.Bounds.Validate(); err != nil {
+		var fe *intake.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Strangers.Validate(); err != nil {
 		var le *strangers.LimitsError
@@ -374,8 +327,7 @@ func (c Config) withDefaults() Config {
 	if c.PendingTimeout == 0 {
 		c.PendingTimeout = DefaultPendingTimeout
 	}
-	c.AppWaitDefault, c.AppWaitMax = c.appWaits()
-	c.LeaseDefault, c.LeaseMax = c.leases()
+	c.Bounds = c.Bounds.Resolve()
 	c.Quota = c.Quota.WithDefaults()
 	c.Pool = c.Pool.WithDefaults()
 	c.WAN = c.WAN.WithDefaults(c.ListenerIP)
@@ -403,32 +355,4 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	return c
-}
-
-// leases returns the default and the longest lease c gives, its zeros
-// resolved: a maximum under DefaultLease is the default too.
-func (c Config) leases() (def, most time.Duration) {
-	def, most = c.LeaseDefault, c.LeaseMax
-	if most == 0 {
-		most = DefaultLeaseMax
-	}
-	if def == 0 {
-		def = min(DefaultLease, most)
-	}
-	return def, most
-}
-
-// appWaits returns the default and the longest wait for an application
-// that c gives, its zeros (defaults) and negatives (no wait) resolved.
-func (c Config) appWaits() (def, most time.Duration) {
-	resolve := func(d, zero time.Duration) time.Duration {
-		switch {
-		case d == 0:
-			return zero
-		case d < 0:
-			return 0
-		}
-		return d
-	}
-	return resolve(c.AppWaitDefault, DefaultAppWait), resolve(c.AppWaitMax, DefaultAppWaitMax)
 }

@@ -176,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
 		WANPort: cfg.WAN.Port, WANDomain: cfg.WAN.Domain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
 		Engines: engines, Engine: cfg.Engine, ConnFiles: fileplan.PerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
-		AppWaitDefault: cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax, LeaseDefault: cfg.LeaseDefault, LeaseMax: cfg.LeaseMax,
+		Bounds:     cfg.Bounds,
 		LookupHost: cfg.LookupHost, Targets: s.env.Targets, Peers: s.env.Peers,
 	})
 	if cfg.Node != "" {

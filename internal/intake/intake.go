@@ -61,10 +61,9 @@ type Config struct {
 	ConnFiles int
 	// PoolMaxWarm is the most idle legs per channel a stream may ask.
 	PoolMaxWarm int
-	// AppWaitDefault and AppWaitMax bound an inbound stream's wait for
-	// its application; LeaseDefault and LeaseMax a stream's lease.
-	AppWaitDefault, AppWaitMax time.Duration
-	LeaseDefault, LeaseMax     time.Duration
+	// Bounds bound an inbound stream's wait for its application and a
+	// stream's lease; Resolve has been applied.
+	Bounds
 	// LookupHost resolves the host names of a request.
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Targets is what applications a stream may make the gateway dial,
