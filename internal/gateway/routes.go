@@ -15,6 +15,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/controlport"
+	"scistream/internal/reqlog"
 )
 
 // The HTTP layer: routes, authentication, request decoding and error
@@ -49,7 +50,7 @@ func (s *Server) routes() http.Handler {
 		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %.200q; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
 	}
 	mux.HandleFunc("/", notFound)
-	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return reqlog.Handler(s.log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// ServeMux answers a path with "//", "/./" or "/../" in it
 		// with a redirect to its clean form; the API has no such
 		// paths, so it is simply not found.
@@ -109,7 +110,7 @@ func (s *Server) authedHTTP(h http.Handler, roles ...auth.Role) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		noteIdentity(r, p.Identity) // for the request's log line (reqlog.go)
+		reqlog.NoteIdentity(r, p.Identity) // for the request's log line
 		r = access.With(r, p)
 		if !s.Ready() {
 			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
@@ -149,7 +150,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.obs.APIError(ae.Code)
 	if ae.Code == api.CodeInternal || ae.Cause() != nil {
-		s.log.Warn("request failed", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "code", ae.Code, "message", ae.Message, "cause", ae.Cause())
+		s.log.Warn("request failed", "request_id", reqlog.ID(r), "method", r.Method, "path", r.URL.Path, "code", ae.Code, "message", ae.Message, "cause", ae.Cause())
 	}
 	writeJSON(w, ae.Code.HTTPStatus(), api.ErrorBody{Error: *ae})
 }
