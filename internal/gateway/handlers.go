@@ -12,6 +12,7 @@ import (
 
 	"scistream/internal/access"
 	"scistream/internal/api"
+	"scistream/internal/httpapi"
 	"scistream/internal/intake"
 	"scistream/internal/store"
 	"scistream/internal/stream"
@@ -24,10 +25,10 @@ import (
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if !s.Ready() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		httpapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) handleInfo(r *http.Request) (int, any, error) {
@@ -90,7 +91,7 @@ func (s *Server) handleOutbound(r *http.Request) (int, any, error) {
 // pin).
 func createFrom[Req any](s *Server, r *http.Request, toRecord func(context.Context, *Req, string) (*store.Record, error)) (*store.Record, api.Stream, error) {
 	var req Req
-	if err := decode(r, &req); err != nil {
+	if err := httpapi.Decode(r, &req); err != nil {
 		return nil, api.Stream{}, err
 	}
 	rec, err := toRecord(r.Context(), &req, access.Identity(r))
@@ -113,7 +114,7 @@ func (s *Server) handleAttach(r *http.Request) (int, any, error) {
 	}
 	var req api.AttachRequest
 	if r.ContentLength != 0 { // a tcp stream has nothing to attach: no body needed
-		if err := decode(r, &req); err != nil {
+		if err := httpapi.Decode(r, &req); err != nil {
 			return 0, nil, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"scistream/internal/admission"
 	"scistream/internal/api"
+	"scistream/internal/httpapi"
 	"scistream/internal/pace"
 	"scistream/internal/store"
 	"scistream/internal/stream"
@@ -26,7 +27,7 @@ func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	var req api.UpdateRequest
-	if err := decode(r, &req); err != nil {
+	if err := httpapi.Decode(r, &req); err != nil {
 		return 0, nil, err
 	}
 	if st == nil {
