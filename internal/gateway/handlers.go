@@ -191,16 +191,8 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if st == nil {
-		// Already ended: releasing again is a no-op that reports the end.
-		return http.StatusOK, s.view(rec, nil), nil
-	}
-	final := st.Stats()
-	nr := s.end(st, api.StateReleased, "released by "+access.Identity(r))
-	v := s.view(nr, nil)
-	v.Stats = final
-	s.log.Info("stream released", "uid", nr.UID, "owner", nr.Owner, "by", access.Identity(r), "bytes_to_wan", final.BytesToWAN, "bytes_from_wan", final.BytesFromWAN)
-	return http.StatusOK, v, nil
+	// Already ended: releasing again is a no-op that reports the end.
+	return http.StatusOK, s.release(st, rec, access.Identity(r)), nil
 }
 
 // view returns the public view of a record, with the live stats of st

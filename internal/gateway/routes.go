@@ -76,16 +76,12 @@ func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 // refuses requests until the server is ready; then h answers.
 func (s *Server) authedHTTP(h http.Handler, roles ...auth.Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ac := s.access.Load()
-		p, err := access.Authenticate(ac.auth, ac.roles, w, r, roles)
+		p, err := s.Authenticate(w, r, roles...)
+		if p != nil {
+			r = access.With(r, p)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
-			return
-		}
-		reqlog.NoteIdentity(r, p.Identity) // for the request's log line
-		r = access.With(r, p)
-		if !s.Ready() {
-			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
 			return
 		}
 		h.ServeHTTP(w, r)
