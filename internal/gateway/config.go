@@ -17,7 +17,6 @@ import (
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
-	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
@@ -207,20 +206,6 @@ func (c Config) Validate() error {
 		return fieldError("PendingTimeout", "must be positive, e.g. 15m")
 	case c.Retention < 0:
 		return fieldError("Retention", "must be positive, e.g. 24h")
-	case c.Quota.Streams < 0:
-		return fieldError("Quota.Streams", "%d is negative: give the most live streams one identity may hold", c.Quota.Streams)
-	case c.Quota.Ports < 0:
-		return fieldError("Quota.Ports", "%d is negative: give the most data ports one identity may hold", c.Quota.Ports)
-	case c.Quota.Rate < 0 || c.Quota.Rate > pace.Max:
-		return fieldError("Quota.Rate", "%d bit/s is out of range: give a rate up to 10 Tbit/s, or 0 for no bound per identity", c.Quota.Rate)
-	case c.Capacity.Rate < 0 || c.Capacity.Rate > pace.Max:
-		return fieldError("Capacity.Rate", "%d bit/s is out of range: give the rate of the gateway's WAN link (e.g. 10G), or 0 to declare none", c.Capacity.Rate)
-	case c.Capacity.Streams < 0:
-		return fieldError("Capacity.Streams", "%d is negative: give the most live streams the gateway holds, or 0 for no bound", c.Capacity.Streams)
-	case c.Capacity.Conns < 0:
-		return fieldError("Capacity.Conns", "%d is negative: give the most channels (num_conn) of live streams together, or 0 for no bound", c.Capacity.Conns)
-	case c.Quota.Pending < 0:
-		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
 	case c.HandshakesPerPeer < 0:
 		return fieldError("HandshakesPerPeer", "%d is negative: give the most WAN handshakes in flight to one peer gateway, or 0 for %d", c.HandshakesPerPeer, stream.DefaultHandshakesPerPeer)
 	case c.MaxActiveConns < 0:
@@ -243,6 +228,16 @@ func (c Config) Validate() error {
 		var le *strangers.LimitsError
 		errors.As(err, &le)
 		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
+	}
+	if err := c.Quota.Validate(); err != nil {
+		var fe *admission.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "Quota." + fe.Field, Problem: fe.Problem, Err: err}
+	}
+	if err := c.Capacity.Validate(); err != nil {
+		var fe *admission.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "Capacity." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.WAN.Validate(c.PortRange); err != nil {
 		var fe *wanport.FieldError

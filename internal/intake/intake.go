@@ -464,3 +464,56 @@ func (s *Checker) Lease(leaseS int) (int, error) {
 	}
 	return leaseS, nil
 }
+
+// Update is an update request checked (CheckUpdate): what to change of
+// a running stream.
+type Update struct {
+	// Rate is the new reserved rate (0: best effort), if Set.
+	Rate    pace.Rate
+	SetRate bool
+	// Allow is the new allow-list, AllowPrefixes the same parsed; nil:
+	// unchanged.
+	Allow         []string
+	AllowPrefixes []netip.Prefix
+	// LeaseS is the new lease from now, in seconds; 0: unchanged.
+	LeaseS int
+}
+
+// CheckUpdate checks req, an update of a running stream of role, and
+// returns the change it asks for. What depends on the stream's running
+// state (connections in the kernel, the capacity) is the gateway's to
+// check.
+func (s *Checker) CheckUpdate(req *api.UpdateRequest, role api.Role) (Update, error) {
+	var u Update
+	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
+		return u, api.Errorf(api.CodeInvalidArgument, "nothing to update: give rate, allow or lease_s")
+	}
+	if req.Rate != nil {
+		r, _, err := admission.CheckRate(*req.Rate, 0)
+		if err != nil {
+			return u, err
+		}
+		u.Rate, u.SetRate = r, true
+	}
+	if req.Allow != nil {
+		if role != api.RoleOutbound {
+			return u, api.Errorf(api.CodeInvalidArgument, "allow: an inbound stream has no allow-list (its WAN legs are authenticated by the peer gateway's pinned certificate); update the outbound side")
+		}
+		a, err := s.Allow(*req.Allow)
+		if err != nil {
+			return u, err
+		}
+		u.AllowPrefixes, _ = stream.ParseAllow(a) // checked
+		u.Allow = a
+	}
+	if req.LeaseS != nil {
+		if *req.LeaseS == 0 {
+			return u, api.Errorf(api.CodeInvalidArgument, "lease_s 0: give the seconds the stream should live from now, 1 to %d; release it to end it now", int(s.cfg.LeaseMax.Seconds()))
+		}
+		if _, err := s.Lease(*req.LeaseS); err != nil {
+			return u, err
+		}
+		u.LeaseS = *req.LeaseS
+	}
+	return u, nil
+}
