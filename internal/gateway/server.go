@@ -21,9 +21,9 @@
 //
 //	config.go    Config, its defaults and Validate (the one validator), the plan of open files
 //	server.go    Server: New, Serve, Shutdown
-//	routes.go    the HTTP layer: routes, authentication, decoding, error writing
-//	reqlog.go    request ids and the request log line
+//	routes.go    the HTTP layer: routes, authentication, error writing (internal/reqlog, internal/httpapi)
 //	handlers.go  one thin handler per route, the public view
+//	service.go   the operations another control protocol uses (internal/legacy12's backend)
 //	streams.go   the table of live streams: reservation, lookup, ownership
 //	create.go    a stream created (requested -> listening/connected) or restored
 //	attach.go    an inbound stream attached to its peer (listening -> connected)
@@ -32,6 +32,7 @@
 //	observe.go   what internal/observe reads of the server; GET /v1/status
 //	admission.go the usage internal/admission decides on; best effort rebalanced
 //	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
+//	legacy12.go  the CA bundle of the 1.2 streams' WAN legs
 package gateway
 
 import (
