@@ -44,9 +44,6 @@ import (
 	"scistream/internal/udpsock"
 )
 
-// ALPN is the application protocol negotiated on QUIC WAN connections.
-const ALPN = "scistream-wan/1"
-
 // Stream and connection error codes sent to the peer.
 const (
 	// codeAborted resets a QUIC stream whose relay failed (a TCP side
@@ -154,25 +151,8 @@ func (c QUICConfig) quicConfig(incoming bool) *quic.Config {
 	return qc
 }
 
-// quicTLS is the leg's TLS configuration with the ALPN and session
-// resumption off (a resumed session would skip the pin check). report is
-// called when the peer's certificate is refused.
-func (l *Leg) quicTLS(report func(error)) *tls.Config {
-	tc := l.tlsConfig()
-	tc.NextProtos = []string{ALPN}
-	tc.SessionTicketsDisabled = true
-	tc.VerifyPeerCertificate = func(raw [][]byte, chains [][]*x509.Certificate) error {
-		err := l.verifyPin(raw, chains)
-		if err != nil {
-			report(err)
-		}
-		return err
-	}
-	return tc
-}
-
 func quicBinding(c *quic.Conn) ([]byte, error) {
-	return exportBinding(c.ConnectionState().TLS)
+	return ExportBinding(c.ConnectionState().TLS)
 }
 
 // QUICListener accepts the QUIC legs of one channel of one stream on a UDP
@@ -199,7 +179,7 @@ type QUICListener struct {
 // ListenQUIC starts accepting QUIC connections for leg on udp. The caller
 // keeps ownership of udp (it is not closed by Close).
 func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error) {
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	if l.Transport != api.WANQUIC {
@@ -234,23 +214,9 @@ func listenQUIC(udp *net.UDPConn, cert *tls.Certificate, fixed *Leg, route Route
 	}
 	var tc *tls.Config
 	if fixed != nil {
-		tc = fixed.quicTLS(report)
+		tc = fixed.QUICTLSConfig(report)
 	} else {
-		refuse := refusingLeg(cert)
-		refuse.Transport = api.WANQUIC
-		tc = &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{*cert},
-			NextProtos:   []string{ALPN},
-			GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-				if l := routeTLS(route, hello.ServerName, api.WANQUIC); l != nil {
-					return l.quicTLS(report), nil
-				}
-				return refuse.quicTLS(func(error) {
-					report(ErrUnknownName)
-				}), nil
-			},
-		}
+		tc = QUICRoutedTLSConfig(cert, route, report)
 	}
 	ln, err := tr.Listen(tc, cfg.quicConfig(true))
 	if err != nil {
@@ -394,7 +360,7 @@ func (ql *QUICListener) acceptConns() {
 		}
 		leg := ql.leg
 		if leg == nil {
-			leg = routeTLS(ql.route, c.ConnectionState().TLS.ServerName, api.WANQUIC)
+			leg = ql.route.Leg(c.ConnectionState().TLS.ServerName, api.WANQUIC)
 			if leg == nil { // released since its handshake
 				ql.mu.Unlock()
 				ql.cfg.OnReject(c.RemoteAddr(), errNoRoute)
@@ -437,11 +403,10 @@ func (ql *QUICListener) serveConn(c *quic.Conn, leg *Leg) {
 func (ql *QUICListener) serveStream(c *quic.Conn, leg *Leg, s *quic.Stream, binding []byte) {
 	defer ql.wg.Done()
 	s.SetReadDeadline(time.Now().Add(HandshakeTimeout))
-	p, err := leg.checkPreface(s, binding)
+	p, err := leg.CheckPreface(s, binding)
 	if err != nil {
 		s.CancelRead(codeRefused)
 		s.CancelWrite(codeRefused)
-		var re *prefaceReadError
 		var se *quic.StreamError
 		switch {
 		case c.Context().Err() != nil:
@@ -452,7 +417,7 @@ func (ql *QUICListener) serveStream(c *quic.Conn, leg *Leg, s *quic.Stream, bind
 			// preface (QUIC discards data a reset abandons). Nothing
 			// wrong with the connection: its other streams carry on.
 			ql.cfg.Logger.Debug("quic stream reset before its preface", "peer", c.RemoteAddr().String(), "cause", err)
-		case errors.As(err, &re):
+		case PrefaceUnread(err):
 			// The preface did not arrive whole in time (or the stream
 			// ended first): refuse this stream only. A dialer whose
 			// connection is blocked by flow control can be that late.
@@ -473,16 +438,6 @@ func (ql *QUICListener) serveStream(c *quic.Conn, leg *Leg, s *quic.Stream, bind
 	case <-ql.ctx.Done():
 		sc.abort()
 	}
-}
-
-// checkPreface reads a dialer's preface from r and checks it against the
-// leg and binding.
-func (l *Leg) checkPreface(r interface{ Read([]byte) (int, error) }, binding []byte) (*Preface, error) {
-	p, err := ReadPreface(r)
-	if err != nil {
-		return nil, err
-	}
-	return p, l.admit(p, binding, false, false)
 }
 
 // QUICDialer opens the QUIC legs of one stream: one QUIC connection per
@@ -516,7 +471,7 @@ func NewQUICDialer(cfg QUICConfig) *QUICDialer {
 // Dial opens a QUIC stream to the peer listener addr for leg l and sends
 // the preface. The returned connection carries application bytes only.
 func (d *QUICDialer) Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	if l.Transport != api.WANQUIC {
@@ -533,8 +488,7 @@ func (d *QUICDialer) Dial(ctx context.Context, addr string, l *Leg) (net.Conn, e
 		}
 		s, err := dc.conn.OpenStreamSync(ctx)
 		if err == nil {
-			p := &Preface{UID: l.UID, Channel: l.Channel, MAC: computeMAC(l.Secret, dc.binding, l.UID, l.Channel)}
-			if _, err = s.Write(AppendPreface(nil, p)); err == nil {
+			if _, err = s.Write(AppendPreface(nil, l.Preface(dc.binding))); err == nil {
 				return newStreamConn(dc.conn, s), nil
 			}
 			s.CancelWrite(codeAborted)
@@ -621,7 +575,7 @@ func dial(ctx context.Context, tr *quic.Transport, addr string, l *Leg, cfg QUIC
 		}
 	}
 	var pinErr error
-	c, err := tr.Dial(ctx, ua, l.quicTLS(func(err error) { pinErr = err }), cfg.quicConfig(false))
+	c, err := tr.Dial(ctx, ua, l.QUICTLSConfig(func(err error) { pinErr = err }), cfg.quicConfig(false))
 	if err != nil {
 		if pinErr != nil {
 			err = fmt.Errorf("%w (%v)", err, pinErr)
@@ -744,6 +698,24 @@ func (sc *streamConn) CloseWrite() error { return sc.s.Close() }
 func (sc *streamConn) Close() error {
 	err := sc.s.Close()
 	sc.s.CancelRead(codeAborted)
+	return err
+}
+
+// Ended is wan.Ended for the stream, without reading it.
+func (sc *streamConn) Ended() error {
+	// The stream's context ends with its send side: when the peer
+	// asks it to stop sending (its abort), when this side resets it,
+	// and when the QUIC connection closes (release, idle timeout,
+	// stateless reset); the cause is the error a read would get.
+	ctx := sc.s.Context()
+	if ctx.Err() == nil {
+		return nil
+	}
+	err := context.Cause(ctx)
+	var se *quic.StreamError
+	if err == nil || errors.As(err, &se) && !se.Remote {
+		return net.ErrClosed // this side reset it
+	}
 	return err
 }
 
