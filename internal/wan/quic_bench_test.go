@@ -11,6 +11,7 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
 )
 
 // BenchmarkQUICLeg moves bytes over one QUIC stream on loopback (both
@@ -30,14 +31,14 @@ func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
 	b.SetBytes(op)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime(b)
+	cpu0 := wantest.CPUTime(b)
 	el := move(b, dc, ac, int64(b.N)*op)
-	cpu := cpuTime(b) - cpu0
+	cpu := wantest.CPUTime(b) - cpu0
 	b.StopTimer()
 	x, y := loopback.TCPPair(b)
-	cpu0 = cpuTime(b)
+	cpu0 = wantest.CPUTime(b)
 	direct := move(b, x, y, int64(b.N)*op)
-	dcpu := cpuTime(b) - cpu0
+	dcpu := wantest.CPUTime(b) - cpu0
 	b.ReportMetric(direct.Seconds()/el.Seconds(), "x_direct")
 	// CPU time (user+system, both ends) per MiB moved: steadier than
 	// goodput on a shared machine.
@@ -46,7 +47,6 @@ func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
 	b.ReportMetric(dcpu.Seconds()*1e3/mib, "direct-cpu-ms/MiB")
 }
 
-// cpuTime is the user+system CPU time of this process so far.
 // move writes total bytes to w in 64 KiB writes and reads them from r
 // through a 256 KiB buffer, returning the time taken.
 func move(b *testing.B, w, r net.Conn, total int64) time.Duration {
@@ -100,9 +100,9 @@ func BenchmarkGatewayPath(b *testing.B) {
 			const op = 16 << 20
 			b.SetBytes(op)
 			b.ResetTimer()
-			cpu0 := cpuTime(b)
+			cpu0 := wantest.CPUTime(b)
 			el := move(b, prodApp, consApp, int64(b.N)*op)
-			cpu := cpuTime(b) - cpu0
+			cpu := wantest.CPUTime(b) - cpu0
 			b.StopTimer()
 			prodApp.Close()
 			consApp.Close()

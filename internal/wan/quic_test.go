@@ -19,6 +19,7 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
 )
 
 // quicLegs returns a matching dialer (A) and acceptor (B) leg pair for the
@@ -121,13 +122,6 @@ func quicPair(t testing.TB, cfg wan.QUICConfig) (dc, ac net.Conn, ql *wan.QUICLi
 	return dc, quicAccept(t, ql), ql, udp, d
 }
 
-func closeWrite(t *testing.T, c net.Conn) {
-	t.Helper()
-	if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
-		t.Fatalf("CloseWrite: %v", err)
-	}
-}
-
 // TestQUICHalfClose: bytes both ways, and each direction ends on its own:
 // the dialer's FIN reads as EOF at the acceptor while the acceptor can
 // still answer, and the answer ends with EOF too.
@@ -144,7 +138,7 @@ func TestQUICHalfClose(t *testing.T) {
 	if _, err := ac.Write(down); err != nil {
 		t.Fatalf("acceptor write after the dialer's FIN: %v", err)
 	}
-	closeWrite(t, ac)
+	wantest.CloseWrite(t, ac)
 	dc.SetReadDeadline(time.Now().Add(testTimeout))
 	got, err = io.ReadAll(dc)
 	if err != nil || !bytes.Equal(got, down) {
@@ -156,11 +150,11 @@ func TestQUICHalfClose(t *testing.T) {
 func TestQUICHalfCloseFromAcceptor(t *testing.T) {
 	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
 	dc.Write([]byte("hello"))
-	if b, err := readFull(t, ac, 5); err != nil || string(b) != "hello" {
+	if b, err := wantest.ReadFull(t, ac, 5); err != nil || string(b) != "hello" {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 	ac.Write([]byte("bye"))
-	closeWrite(t, ac)
+	wantest.CloseWrite(t, ac)
 	dc.SetReadDeadline(time.Now().Add(testTimeout))
 	if got, err := io.ReadAll(dc); err != nil || string(got) != "bye" {
 		t.Fatalf("dialer read %q, %v; want \"bye\" then EOF", got, err)
@@ -168,7 +162,7 @@ func TestQUICHalfCloseFromAcceptor(t *testing.T) {
 	if _, err := dc.Write([]byte("still here")); err != nil {
 		t.Fatalf("dialer write after the acceptor's FIN: %v", err)
 	}
-	closeWrite(t, dc)
+	wantest.CloseWrite(t, dc)
 	ac.SetReadDeadline(time.Now().Add(testTimeout))
 	if got, err := io.ReadAll(ac); err != nil || string(got) != "still here" {
 		t.Fatalf("acceptor read %q, %v", got, err)
@@ -182,7 +176,7 @@ func TestQUICAbort(t *testing.T) {
 		t.Run(side, func(t *testing.T) {
 			dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
 			dc.Write([]byte("x"))
-			if _, err := readFull(t, ac, 1); err != nil {
+			if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 				t.Fatal(err)
 			}
 			a, b := dc, ac
@@ -190,7 +184,7 @@ func TestQUICAbort(t *testing.T) {
 				a, b = ac, dc
 			}
 			relay.Abort(a)
-			_, err := readFull(t, b, 1)
+			_, err := wantest.ReadFull(t, b, 1)
 			var se *quic.StreamError
 			if !errors.As(err, &se) || !se.Remote {
 				t.Fatalf("read after the peer's abort: %v, want a remote *quic.StreamError", err)
@@ -232,7 +226,7 @@ func TestQUICPinning(t *testing.T) {
 			if err == nil {
 				// The dialer may finish before the acceptor checks the
 				// client certificate (TLS 1.3): then the stream fails.
-				if b, err := readFull(t, qc, 1); err == nil {
+				if b, err := wantest.ReadFull(t, qc, 1); err == nil {
 					t.Fatalf("dialer read %q over a connection with the wrong certificate", b)
 				}
 			}
@@ -278,7 +272,7 @@ func TestQUICRejectsPreface(t *testing.T) {
 			if err := rj.wait(t); !errors.Is(err, c.want) {
 				t.Fatalf("rejection %v, want %v", err, c.want)
 			}
-			if b, err := readFull(t, dc, 1); err == nil {
+			if b, err := wantest.ReadFull(t, dc, 1); err == nil {
 				t.Fatalf("dialer read %q from a refused stream", b)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -377,11 +371,11 @@ func TestQUICPeerDeath(t *testing.T) {
 	}
 	ac := quicAccept(t, ql)
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	udp.Close() // the peer vanishes: nothing more is sent or received
-	_, err = readFull(t, dc, 1)
+	_, err = wantest.ReadFull(t, dc, 1)
 	var idle *quic.IdleTimeoutError
 	if !errors.As(err, &idle) {
 		t.Fatalf("dialer read after the peer died: %v, want an idle timeout", err)
@@ -404,7 +398,7 @@ func TestQUICPeerDeath(t *testing.T) {
 	}
 	ac2 := quicAccept(t, ql2)
 	dc2.Write([]byte("again"))
-	if b, err := readFull(t, ac2, 5); err != nil || string(b) != "again" {
+	if b, err := wantest.ReadFull(t, ac2, 5); err != nil || string(b) != "again" {
 		t.Fatalf("after redial acceptor read %q, %v", b, err)
 	}
 }
@@ -424,7 +418,7 @@ func TestQUICPeerRestartReset(t *testing.T) {
 	}
 	ac := quicAccept(t, ql)
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	udp.Close()
@@ -439,7 +433,7 @@ func TestQUICPeerRestartReset(t *testing.T) {
 	}
 	t.Cleanup(func() { ql2.Close(); udp2.Close() })
 	dc.Write([]byte("into the old connection"))
-	_, err = readFull(t, dc, 1)
+	_, err = wantest.ReadFull(t, dc, 1)
 	var sr *quic.StatelessResetError
 	if !errors.As(err, &sr) {
 		t.Fatalf("dialer read on the old connection: %v, want a stateless reset", err)
@@ -449,7 +443,7 @@ func TestQUICPeerRestartReset(t *testing.T) {
 		t.Fatalf("Dial after the reset: %v", err)
 	}
 	dc2.Write([]byte("again"))
-	if b, err := readFull(t, quicAccept(t, ql2), 5); err != nil || string(b) != "again" {
+	if b, err := wantest.ReadFull(t, quicAccept(t, ql2), 5); err != nil || string(b) != "again" {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 }
@@ -459,11 +453,11 @@ func TestQUICPeerRestartReset(t *testing.T) {
 func TestQUICDialerClose(t *testing.T) {
 	dc, ac, _, _, d := quicPair(t, wan.QUICConfig{})
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	_, err := readFull(t, ac, 1)
+	_, err := wantest.ReadFull(t, ac, 1)
 	var ae *quic.ApplicationError
 	if !errors.As(err, &ae) || !ae.Remote {
 		t.Fatalf("acceptor read after the dialer closed: %v, want a remote application error", err)
@@ -478,11 +472,11 @@ func TestQUICDialerClose(t *testing.T) {
 func TestQUICListenerClose(t *testing.T) {
 	dc, ac, ql, _, _ := quicPair(t, wan.QUICConfig{})
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	ql.Close()
-	if _, err := readFull(t, dc, 1); err == nil || errors.Is(err, io.EOF) {
+	if _, err := wantest.ReadFull(t, dc, 1); err == nil || errors.Is(err, io.EOF) {
 		t.Fatalf("dialer read after release: %v, want an error other than EOF", err)
 	}
 	if _, err := ql.Accept(context.Background()); !errors.Is(err, net.ErrClosed) {
@@ -537,7 +531,7 @@ func TestQUICRelayAbort(t *testing.T) {
 	go func() { done <- relay.Relay(eng, prodGW, dc, func(int64) {}, func(int64) {}) }()
 	go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 	prodApp.Write([]byte("partial"))
-	if b, err := readFull(t, consApp, 7); err != nil {
+	if b, err := wantest.ReadFull(t, consApp, 7); err != nil {
 		t.Fatalf("consumer read %q, %v", b, err)
 	}
 	prodApp.SetLinger(0)
@@ -583,12 +577,12 @@ func TestQUICStreamLimit(t *testing.T) {
 		t.Fatalf("third Dial over a limit of 2: %v, want an error naming the limit", err)
 	}
 	// End one connection in both directions: its slot frees.
-	closeWrite(t, open[0])
+	wantest.CloseWrite(t, open[0])
 	accepted[0].SetReadDeadline(time.Now().Add(testTimeout))
 	if _, err := io.ReadAll(accepted[0]); err != nil {
 		t.Fatalf("acceptor read: %v", err)
 	}
-	closeWrite(t, accepted[0])
+	wantest.CloseWrite(t, accepted[0])
 	open[0].SetReadDeadline(time.Now().Add(testTimeout))
 	if _, err := io.ReadAll(open[0]); err != nil {
 		t.Fatalf("dialer read: %v", err)
@@ -598,7 +592,7 @@ func TestQUICStreamLimit(t *testing.T) {
 		t.Fatalf("Dial after a slot freed: %v", err)
 	}
 	c.Write([]byte("third"))
-	if b, err := readFull(t, quicAccept(t, ql), 5); err != nil || string(b) != "third" {
+	if b, err := wantest.ReadFull(t, quicAccept(t, ql), 5); err != nil || string(b) != "third" {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 }
@@ -620,7 +614,7 @@ func TestQUICEarlyResetSparesSiblings(t *testing.T) {
 	}
 	ac := quicAccept(t, ql)
 	dc.Write([]byte("a"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	for range 20 {
@@ -647,11 +641,11 @@ func TestQUICEarlyResetSparesSiblings(t *testing.T) {
 	}()
 	<-drained
 	dc.Write([]byte("b"))
-	if b, err := readFull(t, ac, 1); err != nil || string(b) != "b" {
+	if b, err := wantest.ReadFull(t, ac, 1); err != nil || string(b) != "b" {
 		t.Fatalf("sibling stream after early resets: read %q, %v; want it unharmed", b, err)
 	}
 	ac.Write([]byte("c"))
-	if b, err := readFull(t, dc, 1); err != nil || string(b) != "c" {
+	if b, err := wantest.ReadFull(t, dc, 1); err != nil || string(b) != "c" {
 		t.Fatalf("sibling stream after early resets: dialer read %q, %v; want it unharmed", b, err)
 	}
 }
