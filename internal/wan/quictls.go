@@ -7,9 +7,15 @@ package wan
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 
 	"scistream/internal/api"
 )
+
+// ErrQUICOnTCP is returned by Dial and Accept for a leg whose transport is
+// QUIC: such streams listen on UDP (wanquic.Listen) and dial with a
+// wanquic.Dialer.
+var ErrQUICOnTCP = errors.New("this stream's WAN transport is quic (UDP); TCP connections to its listener are refused")
 
 // ALPN is the application protocol negotiated on QUIC WAN connections.
 const ALPN = "scistream-wan/1"

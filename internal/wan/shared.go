@@ -3,7 +3,6 @@ package wan
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -138,7 +137,3 @@ func ValidServerName(name string) bool {
 	}
 	return true
 }
-
-// errNoRoute: a QUIC connection's server name led to no stream by the
-// time it was accepted (released meanwhile).
-var errNoRoute = errors.New("no stream for the connection's server name")

@@ -3,8 +3,10 @@
 //
 // Three transports exist. "tls" (the default) is mutual TLS 1.3 where each
 // side accepts only the certificate pinned for the stream. "tcp" is
-// plaintext for trusted circuits. "quic" (quic.go) carries each leg as a
-// stream of a QUIC connection with the same pinned TLS 1.3. Either way the dialer's first bytes are a
+// plaintext for trusted circuits. "quic" carries each leg as a stream of a
+// QUIC connection with the same pinned TLS 1.3: the transport is
+// internal/wanquic, its TLS configuration and preface checks are here
+// (quictls.go, Leg.CheckPreface). Either way the dialer's first bytes are a
 // preface naming the stream and channel and proving knowledge of the
 // stream secret:
 //

@@ -547,6 +547,20 @@ func TestValidate(t *testing.T) {
 	})
 }
 
+// TestQUICOnTCPRefused: Dial and Accept refuse a quic leg (its streams
+// listen and dial with internal/wanquic).
+func TestQUICOnTCPRefused(t *testing.T) {
+	dl, al := wantest.Legs(t, api.WANQUIC)
+	if _, err := wan.Dial(context.Background(), "127.0.0.1:1", dl); !errors.Is(err, wan.ErrQUICOnTCP) {
+		t.Fatalf("wan.Dial on a quic leg: %v, want ErrQUICOnTCP", err)
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	if _, err := wan.Accept(context.Background(), a, al); !errors.Is(err, wan.ErrQUICOnTCP) {
+		t.Fatalf("wan.Accept on a quic leg: %v, want ErrQUICOnTCP", err)
+	}
+}
+
 func TestNewSecret(t *testing.T) {
 	a, b := wan.NewSecret(), wan.NewSecret()
 	if len(a) != wan.SecretLen || len(b) != wan.SecretLen {

@@ -1,4 +1,4 @@
-package wan_test
+package wanquic_test
 
 import (
 	"bytes"
@@ -15,22 +15,22 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"scistream/internal/api"
+	"scistream/internal/leakcheck"
 	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
 	"scistream/internal/wan/wantest"
+	"scistream/internal/wanquic"
 )
 
-// quicLegs returns a matching dialer (A) and acceptor (B) leg pair for the
-// quic transport.
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// quicLegs returns a matching dialer and acceptor leg pair for the quic
+// transport, each pinning the other's fresh certificate.
 func quicLegs(t testing.TB) (dial, accept *wan.Leg) {
 	t.Helper()
-	testCerts(t)
-	secret := wan.NewSecret()
-	dial = &wan.Leg{Transport: api.WANQUIC, UID: "stream-1", Channel: 3, Secret: secret, Cert: certA, PeerSHA256: pin(pinB)}
-	accept = &wan.Leg{Transport: api.WANQUIC, UID: "stream-1", Channel: 3, Secret: bytes.Clone(secret), Cert: certB, PeerSHA256: pin(pinA)}
-	return dial, accept
+	return wantest.Legs(t, api.WANQUIC)
 }
 
 type rejects struct {
@@ -51,12 +51,12 @@ func (r *rejects) add(_ net.Addr, err error) {
 	}
 }
 
-// wait returns the first rejection, waiting up to testTimeout.
+// wait returns the first rejection, waiting up to wantest.Timeout.
 func (r *rejects) wait(t *testing.T) error {
 	t.Helper()
 	select {
 	case <-r.ch:
-	case <-time.After(testTimeout):
+	case <-time.After(wantest.Timeout):
 		t.Fatal("no rejection reported")
 	}
 	r.mu.Lock()
@@ -65,13 +65,13 @@ func (r *rejects) wait(t *testing.T) error {
 }
 
 // quicListen binds a UDP socket on loopback and listens for l on it.
-func quicListen(t testing.TB, l *wan.Leg, cfg wan.QUICConfig) (*wan.QUICListener, *net.UDPConn) {
+func quicListen(t testing.TB, l *wan.Leg, cfg wanquic.Config) (*wanquic.Listener, *net.UDPConn) {
 	t.Helper()
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ql, err := wan.ListenQUIC(udp, l, cfg)
+	ql, err := wanquic.Listen(udp, l, cfg)
 	if err != nil {
 		udp.Close()
 		t.Fatal(err)
@@ -80,15 +80,15 @@ func quicListen(t testing.TB, l *wan.Leg, cfg wan.QUICConfig) (*wan.QUICListener
 	return ql, udp
 }
 
-func quicDialer(t testing.TB, cfg wan.QUICConfig) *wan.QUICDialer {
-	d := wan.NewQUICDialer(cfg)
+func quicDialer(t testing.TB, cfg wanquic.Config) *wanquic.Dialer {
+	d := wanquic.NewDialer(cfg)
 	t.Cleanup(func() { d.Close() })
 	return d
 }
 
-func quicDial(t testing.TB, d *wan.QUICDialer, addr string, l *wan.Leg) (net.Conn, error) {
+func quicDial(t testing.TB, d *wanquic.Dialer, addr string, l *wan.Leg) (net.Conn, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wantest.Timeout)
 	defer cancel()
 	c, err := d.Dial(ctx, addr, l)
 	if c != nil {
@@ -97,9 +97,9 @@ func quicDial(t testing.TB, d *wan.QUICDialer, addr string, l *wan.Leg) (net.Con
 	return c, err
 }
 
-func quicAccept(t testing.TB, ql *wan.QUICListener) net.Conn {
+func quicAccept(t testing.TB, ql *wanquic.Listener) net.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wantest.Timeout)
 	defer cancel()
 	c, err := ql.Accept(ctx)
 	if err != nil {
@@ -110,7 +110,7 @@ func quicAccept(t testing.TB, ql *wan.QUICListener) net.Conn {
 }
 
 // quicPair returns the two ends of one authenticated QUIC stream.
-func quicPair(t testing.TB, cfg wan.QUICConfig) (dc, ac net.Conn, ql *wan.QUICListener, udp *net.UDPConn, d *wan.QUICDialer) {
+func quicPair(t testing.TB, cfg wanquic.Config) (dc, ac net.Conn, ql *wanquic.Listener, udp *net.UDPConn, d *wanquic.Dialer) {
 	t.Helper()
 	dl, al := quicLegs(t)
 	ql, udp = quicListen(t, al, cfg)
@@ -126,10 +126,10 @@ func quicPair(t testing.TB, cfg wan.QUICConfig) (dc, ac net.Conn, ql *wan.QUICLi
 // the dialer's FIN reads as EOF at the acceptor while the acceptor can
 // still answer, and the answer ends with EOF too.
 func TestQUICHalfClose(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	up := bytes.Repeat([]byte("dialer->acceptor "), 64<<10)
 	go func() { dc.Write(up); dc.(interface{ CloseWrite() error }).CloseWrite() }()
-	ac.SetReadDeadline(time.Now().Add(testTimeout))
+	ac.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	got, err := io.ReadAll(ac)
 	if err != nil || !bytes.Equal(got, up) {
 		t.Fatalf("acceptor read %d/%d bytes, err %v; want all then EOF", len(got), len(up), err)
@@ -139,7 +139,7 @@ func TestQUICHalfClose(t *testing.T) {
 		t.Fatalf("acceptor write after the dialer's FIN: %v", err)
 	}
 	wantest.CloseWrite(t, ac)
-	dc.SetReadDeadline(time.Now().Add(testTimeout))
+	dc.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	got, err = io.ReadAll(dc)
 	if err != nil || !bytes.Equal(got, down) {
 		t.Fatalf("dialer read %d/%d bytes, err %v; want all then EOF", len(got), len(down), err)
@@ -148,14 +148,14 @@ func TestQUICHalfClose(t *testing.T) {
 
 // TestQUICHalfCloseFromAcceptor: the other way round.
 func TestQUICHalfCloseFromAcceptor(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	dc.Write([]byte("hello"))
 	if b, err := wantest.ReadFull(t, ac, 5); err != nil || string(b) != "hello" {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 	ac.Write([]byte("bye"))
 	wantest.CloseWrite(t, ac)
-	dc.SetReadDeadline(time.Now().Add(testTimeout))
+	dc.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if got, err := io.ReadAll(dc); err != nil || string(got) != "bye" {
 		t.Fatalf("dialer read %q, %v; want \"bye\" then EOF", got, err)
 	}
@@ -163,7 +163,7 @@ func TestQUICHalfCloseFromAcceptor(t *testing.T) {
 		t.Fatalf("dialer write after the acceptor's FIN: %v", err)
 	}
 	wantest.CloseWrite(t, dc)
-	ac.SetReadDeadline(time.Now().Add(testTimeout))
+	ac.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if got, err := io.ReadAll(ac); err != nil || string(got) != "still here" {
 		t.Fatalf("acceptor read %q, %v", got, err)
 	}
@@ -174,7 +174,7 @@ func TestQUICHalfCloseFromAcceptor(t *testing.T) {
 func TestQUICAbort(t *testing.T) {
 	for _, side := range []string{"dialer", "acceptor"} {
 		t.Run(side, func(t *testing.T) {
-			dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+			dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 			dc.Write([]byte("x"))
 			if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 				t.Fatal(err)
@@ -199,7 +199,8 @@ func TestQUICAbort(t *testing.T) {
 // TestQUICPinning: each side accepts only the certificate pinned for the
 // stream; an empty pin (not attached yet) refuses everyone.
 func TestQUICPinning(t *testing.T) {
-	testCerts(t)
+	certC, pinC := wantest.NewCert(t)
+	pin := func(s string) func() string { return func() string { return s } }
 	cases := []struct {
 		name   string
 		mutate func(dial, accept *wan.Leg)
@@ -217,8 +218,8 @@ func TestQUICPinning(t *testing.T) {
 			dl, al := quicLegs(t)
 			c.mutate(dl, al)
 			rj := newRejects()
-			ql, udp := quicListen(t, al, wan.QUICConfig{OnReject: rj.add})
-			d := quicDialer(t, wan.QUICConfig{})
+			ql, udp := quicListen(t, al, wanquic.Config{OnReject: rj.add})
+			d := quicDialer(t, wanquic.Config{})
 			qc, err := quicDial(t, d, udp.LocalAddr().String(), dl)
 			if !c.byAcceptor && err == nil {
 				t.Fatal("Dial succeeded although the acceptor's certificate is not the pinned one")
@@ -262,8 +263,8 @@ func TestQUICRejectsPreface(t *testing.T) {
 			dl, al := quicLegs(t)
 			c.mutate(dl)
 			rj := newRejects()
-			ql, udp := quicListen(t, al, wan.QUICConfig{OnReject: rj.add})
-			d := quicDialer(t, wan.QUICConfig{})
+			ql, udp := quicListen(t, al, wanquic.Config{OnReject: rj.add})
+			d := quicDialer(t, wanquic.Config{})
 			dc, err := quicDial(t, d, udp.LocalAddr().String(), dl)
 			if err != nil {
 				t.Fatalf("Dial: %v (the dialer cannot know yet)", err)
@@ -284,24 +285,12 @@ func TestQUICRejectsPreface(t *testing.T) {
 	}
 }
 
-func TestQUICOnTCPRefused(t *testing.T) {
-	dl, al := quicLegs(t)
-	if _, err := wan.Dial(context.Background(), "127.0.0.1:1", dl); !errors.Is(err, wan.ErrQUICOnTCP) {
-		t.Fatalf("wan.Dial on a quic leg: %v, want ErrQUICOnTCP", err)
-	}
-	a, b := net.Pipe()
-	defer b.Close()
-	if _, err := wan.Accept(context.Background(), a, al); !errors.Is(err, wan.ErrQUICOnTCP) {
-		t.Fatalf("wan.Accept on a quic leg: %v, want ErrQUICOnTCP", err)
-	}
-}
-
 // TestQUICManyStreams: 64 application connections at once on one QUIC
 // connection, each arriving intact on its own stream.
 func TestQUICManyStreams(t *testing.T) {
 	dl, al := quicLegs(t)
-	ql, udp := quicListen(t, al, wan.QUICConfig{})
-	d := quicDialer(t, wan.QUICConfig{})
+	ql, udp := quicListen(t, al, wanquic.Config{})
+	d := quicDialer(t, wanquic.Config{})
 	const streams, size = 64, 64 << 10
 	sent := make(chan [32]byte, streams)
 	var wg sync.WaitGroup
@@ -360,7 +349,7 @@ func TestQUICManyStreams(t *testing.T) {
 // idle timeout passes, and the next Dial dials a fresh connection to the
 // restarted acceptor on the same port.
 func TestQUICPeerDeath(t *testing.T) {
-	cfg := wan.QUICConfig{MaxIdleTimeout: 600 * time.Millisecond}
+	cfg := wanquic.Config{MaxIdleTimeout: 600 * time.Millisecond}
 	dl, al := quicLegs(t)
 	ql, udp := quicListen(t, al, cfg)
 	addr := udp.LocalAddr().String()
@@ -387,7 +376,7 @@ func TestQUICPeerDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ql2, err := wan.ListenQUIC(udp2, al, cfg)
+	ql2, err := wanquic.Listen(udp2, al, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,9 +398,9 @@ func TestQUICPeerDeath(t *testing.T) {
 // the idle timeout, and the next Dial works.
 func TestQUICPeerRestartReset(t *testing.T) {
 	dl, al := quicLegs(t)
-	ql, udp := quicListen(t, al, wan.QUICConfig{}) // 15 s idle timeout
+	ql, udp := quicListen(t, al, wanquic.Config{}) // 15 s idle timeout
 	addr := udp.LocalAddr().String()
-	d := quicDialer(t, wan.QUICConfig{})
+	d := quicDialer(t, wanquic.Config{})
 	dc, err := quicDial(t, d, addr, dl)
 	if err != nil {
 		t.Fatal(err)
@@ -427,7 +416,7 @@ func TestQUICPeerRestartReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ql2, err := wan.ListenQUIC(udp2, al, wan.QUICConfig{})
+	ql2, err := wanquic.Listen(udp2, al, wanquic.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +440,7 @@ func TestQUICPeerRestartReset(t *testing.T) {
 // TestQUICDialerClose: the outbound side releases the stream (closes its
 // dialer); the acceptor's streams fail with the peer's close, not EOF.
 func TestQUICDialerClose(t *testing.T) {
-	dc, ac, _, _, d := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, d := quicPair(t, wanquic.Config{})
 	dc.Write([]byte("x"))
 	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
@@ -470,7 +459,7 @@ func TestQUICDialerClose(t *testing.T) {
 // TestQUICListenerClose: closing the listener (a release) ends every
 // stream at the dialer with an error, and Accept returns net.ErrClosed.
 func TestQUICListenerClose(t *testing.T) {
-	dc, ac, ql, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, ql, _, _ := quicPair(t, wanquic.Config{})
 	dc.Write([]byte("x"))
 	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
@@ -488,7 +477,7 @@ func TestQUICListenerClose(t *testing.T) {
 // TestQUICRelay drives relay.Relay over a QUIC leg with TCP on both
 // sides, as the gateways do: half-close both ways and an abort.
 func TestQUICRelay(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	// producer <-> [relay] <-> dc ~quic~ ac <-> [relay] <-> consumer
 	prodApp, prodGW := loopback.TCPPair(t)
 	consGW, consApp := loopback.TCPPair(t)
@@ -498,13 +487,13 @@ func TestQUICRelay(t *testing.T) {
 	go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 	prodApp.Write([]byte("request"))
 	prodApp.CloseWrite()
-	consApp.SetReadDeadline(time.Now().Add(testTimeout))
+	consApp.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if b, err := io.ReadAll(consApp); err != nil || string(b) != "request" {
 		t.Fatalf("consumer read %q, %v", b, err)
 	}
 	consApp.Write([]byte("response"))
 	consApp.CloseWrite()
-	prodApp.SetReadDeadline(time.Now().Add(testTimeout))
+	prodApp.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if b, err := io.ReadAll(prodApp); err != nil || string(b) != "response" {
 		t.Fatalf("producer read %q, %v", b, err)
 	}
@@ -514,7 +503,7 @@ func TestQUICRelay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("relay: %v", err)
 			}
-		case <-time.After(testTimeout):
+		case <-time.After(wantest.Timeout):
 			t.Fatal("relay did not finish after both half-closes")
 		}
 	}
@@ -523,7 +512,7 @@ func TestQUICRelay(t *testing.T) {
 // TestQUICRelayAbort: the producer resets its connection mid-transfer; the
 // consumer sees a reset, not a clean end.
 func TestQUICRelayAbort(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	prodApp, prodGW := loopback.TCPPair(t)
 	consGW, consApp := loopback.TCPPair(t)
 	done := make(chan error, 2)
@@ -536,7 +525,7 @@ func TestQUICRelayAbort(t *testing.T) {
 	}
 	prodApp.SetLinger(0)
 	prodApp.Close()
-	consApp.SetReadDeadline(time.Now().Add(testTimeout))
+	consApp.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if b, err := io.ReadAll(consApp); err == nil {
 		t.Fatalf("consumer read %q then a clean EOF after the producer's reset; want an error", b)
 	}
@@ -546,7 +535,7 @@ func TestQUICRelayAbort(t *testing.T) {
 			if err == nil {
 				t.Fatal("relay reported success for an aborted connection")
 			}
-		case <-time.After(testTimeout):
+		case <-time.After(wantest.Timeout):
 			t.Fatal("relay did not finish after an abort")
 		}
 	}
@@ -557,8 +546,8 @@ func TestQUICRelayAbort(t *testing.T) {
 // a message that names the limit, and gets through once a slot frees.
 func TestQUICStreamLimit(t *testing.T) {
 	dl, al := quicLegs(t)
-	ql, udp := quicListen(t, al, wan.QUICConfig{MaxStreams: 2})
-	d := quicDialer(t, wan.QUICConfig{MaxStreams: 2})
+	ql, udp := quicListen(t, al, wanquic.Config{MaxStreams: 2})
+	d := quicDialer(t, wanquic.Config{MaxStreams: 2})
 	addr := udp.LocalAddr().String()
 	// One at a time, so open[i] and accepted[i] are the two ends of one
 	// stream (Accept hands out streams in the order their prefaces check).
@@ -578,12 +567,12 @@ func TestQUICStreamLimit(t *testing.T) {
 	}
 	// End one connection in both directions: its slot frees.
 	wantest.CloseWrite(t, open[0])
-	accepted[0].SetReadDeadline(time.Now().Add(testTimeout))
+	accepted[0].SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if _, err := io.ReadAll(accepted[0]); err != nil {
 		t.Fatalf("acceptor read: %v", err)
 	}
 	wantest.CloseWrite(t, accepted[0])
-	open[0].SetReadDeadline(time.Now().Add(testTimeout))
+	open[0].SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if _, err := io.ReadAll(open[0]); err != nil {
 		t.Fatalf("dialer read: %v", err)
 	}
@@ -605,8 +594,8 @@ func TestQUICStreamLimit(t *testing.T) {
 func TestQUICEarlyResetSparesSiblings(t *testing.T) {
 	dl, al := quicLegs(t)
 	rj := newRejects()
-	ql, udp := quicListen(t, al, wan.QUICConfig{OnReject: rj.add})
-	d := quicDialer(t, wan.QUICConfig{})
+	ql, udp := quicListen(t, al, wanquic.Config{OnReject: rj.add})
+	d := quicDialer(t, wanquic.Config{})
 	addr := udp.LocalAddr().String()
 	dc, err := quicDial(t, d, addr, dl)
 	if err != nil {
@@ -648,4 +637,13 @@ func TestQUICEarlyResetSparesSiblings(t *testing.T) {
 	if b, err := wantest.ReadFull(t, dc, 1); err != nil || string(b) != "c" {
 		t.Fatalf("sibling stream after early resets: dialer read %q, %v; want it unharmed", b, err)
 	}
+}
+
+// TestEndedUnread: wantest.EndedUnread on QUIC streams, which wan.Ended
+// asks through their Ended method.
+func TestEndedUnread(t *testing.T) {
+	wantest.EndedUnread(t, func() (dc, ac net.Conn) {
+		dc, ac, _, _, _ = quicPair(t, wanquic.Config{})
+		return dc, ac
+	})
 }

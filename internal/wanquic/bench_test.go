@@ -1,6 +1,7 @@
-package wan_test
+package wanquic_test
 
 import (
+	"context"
 	"crypto/rand"
 	"net"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
 	"scistream/internal/wan/wantest"
+	"scistream/internal/wanquic"
 )
 
 // BenchmarkQUICLeg moves bytes over one QUIC stream on loopback (both
@@ -19,13 +21,13 @@ import (
 // relay would, and reports the ratio to a direct loopback TCP connection
 // measured in the same run (x_direct). Profile with
 //
-//	go test -run '^$' -bench QUICLeg -benchtime 20x -cpuprofile cpu.out ./internal/wan
+//	go test -run '^$' -bench QUICLeg -benchtime 20x -cpuprofile cpu.out ./internal/wanquic
 func BenchmarkQUICLeg(b *testing.B) {
-	b.Run("gro", func(b *testing.B) { benchQUICLeg(b, wan.QUICConfig{}) })
-	b.Run("no_gro", func(b *testing.B) { benchQUICLeg(b, wan.QUICConfig{DisableGRO: true}) })
+	b.Run("gro", func(b *testing.B) { benchQUICLeg(b, wanquic.Config{}) })
+	b.Run("no_gro", func(b *testing.B) { benchQUICLeg(b, wanquic.Config{DisableGRO: true}) })
 }
 
-func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
+func benchQUICLeg(b *testing.B, cfg wanquic.Config) {
 	const op = 16 << 20 // bytes per iteration
 	dc, ac, _, _, _ := quicPair(b, cfg)
 	b.SetBytes(op)
@@ -87,7 +89,7 @@ func BenchmarkGatewayPath(b *testing.B) {
 		b.Run(tr, func(b *testing.B) {
 			var dc, ac net.Conn
 			if tr == api.WANQUIC {
-				dc, ac, _, _, _ = quicPair(b, wan.QUICConfig{})
+				dc, ac, _, _, _ = quicPair(b, wanquic.Config{})
 			} else {
 				dc, ac = tlsPair(b)
 			}
@@ -115,4 +117,22 @@ func BenchmarkGatewayPath(b *testing.B) {
 			b.ReportMetric(cpu.Seconds()*1e3/mib, "cpu-ms/MiB")
 		})
 	}
+}
+
+// tlsPair returns the two ends of one TLS leg, for comparison.
+func tlsPair(b *testing.B) (dc, ac net.Conn) {
+	dl, al := wantest.Legs(b, api.WANTLS)
+	addr, next := wantest.AcceptLegs(b, al)
+	ctx, cancel := context.WithTimeout(context.Background(), wantest.Timeout)
+	defer cancel()
+	dc, err := wan.Dial(ctx, addr, dl)
+	if err != nil {
+		b.Fatalf("Dial: %v", err)
+	}
+	b.Cleanup(func() { dc.Close() })
+	a := next(b)
+	if a.Err != nil {
+		b.Fatalf("AcceptLeg: %v", a.Err)
+	}
+	return dc, a.Conn
 }
