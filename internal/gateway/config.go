@@ -23,8 +23,8 @@ import (
 	"scistream/internal/store"
 	"scistream/internal/strangers"
 	"scistream/internal/stream"
-	"scistream/internal/wan"
 	"scistream/internal/wanport"
+	"scistream/internal/wanquic"
 )
 
 // Config configures a Server. Zero values are documented per field;
@@ -62,8 +62,8 @@ type Config struct {
 	// empty, "splice".
 	Engine string
 	// QUIC tunes the "quic" WAN transport. Its zero value is the
-	// defaults documented on wan.QUICConfig.
-	QUIC wan.QUICConfig
+	// defaults documented on wanquic.Config.
+	QUIC wanquic.Config
 	// BufferSize is the ring of the buffer engine for each direction of
 	// each connection, in bytes (relay.MinBufferSize to
 	// relay.MaxBufferSize). If zero, relay.DefaultBufferSize.

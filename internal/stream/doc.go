@@ -7,7 +7,7 @@
 //   - on the outbound side each channel's LAN listener accepts the
 //     application's connections (allow-list, max_active_conns) and dials
 //     a WAN leg to the peer's listener of that channel, over TLS, QUIC or
-//     TCP (quic.go), fresh or from the pool of warm legs (pooled.go, on
+//     TCP (quic.go, on internal/wanquic), fresh or from the pool of warm legs (pooled.go, on
 //     internal/legpool: LRU and LRU-M at the cap per peer), dialled again while
 //     the peer resets it before it answered (redial.go), racing the peer
 //     facility's nodes when a channel moved (channels.go);

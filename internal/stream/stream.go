@@ -27,6 +27,7 @@ import (
 	"scistream/internal/store"
 	"scistream/internal/strangers"
 	"scistream/internal/wan"
+	"scistream/internal/wanquic"
 )
 
 // Env is what a running stream needs from its gateway, shared by every
@@ -35,7 +36,7 @@ type Env struct {
 	Log       *slog.Logger
 	Alloc     *ports.Allocator // where its listeners return when it stops
 	Cert      *tls.Certificate // the gateway's certificate, for WAN legs
-	QUIC      wan.QUICConfig   // settings of QUIC WAN legs
+	QUIC      wanquic.Config   // settings of QUIC WAN legs
 	Rates     rates.Settings   // how streams sample their rates (internal/rates)
 	Strangers *strangers.Gate  // caps and refusals of unauthenticated connections
 	// Targets is what the inbound side may dial for its applications,

@@ -34,6 +34,7 @@ import (
 	"scistream/internal/strangers"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
+	"scistream/internal/wanquic"
 )
 
 // Port is a running shared WAN port. Its methods may be called
@@ -52,7 +53,7 @@ type Port struct {
 
 	ln   *net.TCPListener
 	udp  *net.UDPConn
-	quic *wan.QUICListener
+	quic *wanquic.Listener
 
 	slots strangers.Listener                    // connections in their handshake
 	trust strangers.SharedTrust[*stream.Stream] // the sources each stream's peer authenticated from lately
@@ -70,7 +71,7 @@ type Port struct {
 // Open binds the shared WAN port cfg (cfg.Port on bind, TCP and UDP);
 // Start starts accepting on it. lookup finds a live stream by its
 // server name.
-func Open(bind string, cfg Config, e *stream.Env, quicCfg wan.QUICConfig, lookup func(string) *stream.Stream) (*Port, error) {
+func Open(bind string, cfg Config, e *stream.Env, quicCfg wanquic.Config, lookup func(string) *stream.Stream) (*Port, error) {
 	proxyFrom := cfg.routers()
 	addr := net.JoinHostPort(bind, strconv.Itoa(cfg.Port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
@@ -107,7 +108,7 @@ func Open(bind string, cfg Config, e *stream.Env, quicCfg wan.QUICConfig, lookup
 		wp.strange.Refuse(strangers.ReasonOf(err), remote)
 		wp.log.Debug("WAN connection refused", "wan", api.WANQUIC, "peer", addrString(remote), "err", err)
 	}
-	wp.quic, err = wan.ListenQUICRouted(udp, e.Cert, wp.route, quicCfg)
+	wp.quic, err = wanquic.ListenRouted(udp, e.Cert, wp.route, quicCfg)
 	if err != nil {
 		cancel()
 		ln.Close()
