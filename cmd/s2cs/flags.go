@@ -13,10 +13,12 @@ import (
 	"scistream/internal/cliflag"
 	"scistream/internal/egress"
 	"scistream/internal/gateway"
+	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/wanport"
 )
 
 // options are s2cs's command line: the gateway's settings (config turns
@@ -104,7 +106,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.StringVar(&o.node, "node", "", "this gateway's name as one node of a facility of several that share --store etcd://... under --store_facility (docs/facility.md): any node answers for any stream, channels are spread over the nodes and taken over when one dies; every node needs the same --server_crt (and --wan_port settings, if any) and its own --listener_ip; default: a gateway of one node")
 	fs.DurationVar(&o.takeover, "takeover", 0, "with --node: the target time from a node's death to its channels being served by the other nodes (its etcd lease lasts half of it; docs/facility.md says what it depends on); at least 4s (default 10s)")
 	fs.IntVar(&o.wanPort, "wan_port", 0, "shared WAN port (443 behind an SNI router): one TCP listener and one UDP socket for the inbound WAN legs of every tls and quic stream, told apart by TLS server name; 0: each stream listens on ports of its own from --port_range")
-	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+gateway.DefaultWANDomain+")")
+	fs.StringVar(&o.wanDomain, "wan_domain", "", "DNS domain of the shared WAN port's server names (each stream gets a random name under it), which an SNI router routes to this gateway (default "+wanport.DefaultDomain+")")
 	fs.BoolVar(&o.wanProxy, "wan_proxy_protocol", false, "the shared WAN port sits behind a router that sends the PROXY protocol v2 header (HAProxy send-proxy-v2): cap, trust and log the source it names; only if nothing but the router can reach the port")
 	fs.StringVar(&o.wanProxyFrom, "wan_proxy_from", "", "with --wan_proxy_protocol (required there): the routers' addresses, CIDR prefixes or addresses, comma-separated; a connection to the shared WAN port from any other address is reset before its header is read, so no one past the router names a source of their choosing")
 	fs.IntVar(&o.pool.MaxPerPeer, "pool_max_per_peer", 64, "most pooled WAN legs (idle and busy) to one peer gateway; at the cap an idle one is torn down by --pool_policy")
@@ -124,8 +126,8 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.StringVar(&o.allowPeers, "allow_peers", "", "which peer gateways outbound streams may dial (peer_listeners, peer_nodes): CIDR prefixes or addresses, comma-separated, e.g. the partner facilities' gateways; replaces the same default as --allow_targets")
 	fs.BoolVar(&o.tcpWAN, "insecure_tcp_wan", false, "allow streams whose WAN legs are plaintext TCP (for trusted circuits only)")
 	fs.DurationVar(&o.pending, "pending_timeout", gateway.DefaultPendingTimeout, "how long an inbound stream waits for its outbound peer before it expires and frees its ports")
-	fs.DurationVar(&o.appWait, "app_wait_default", gateway.DefaultAppWait, "how long an inbound stream holds a WAN connection whose application cannot be reached (dialing it again with backoff) before it resets it, when the request gives no app_wait_s; whole seconds, 0 to not wait")
-	fs.DurationVar(&o.appMax, "app_wait_max", gateway.DefaultAppWaitMax, "the longest app_wait_s a request may ask for; whole seconds, at most 24h, 0 to let no stream wait")
+	fs.DurationVar(&o.appWait, "app_wait_default", intake.DefaultAppWait, "how long an inbound stream holds a WAN connection whose application cannot be reached (dialing it again with backoff) before it resets it, when the request gives no app_wait_s; whole seconds, 0 to not wait")
+	fs.DurationVar(&o.appMax, "app_wait_max", intake.DefaultAppWaitMax, "the longest app_wait_s a request may ask for; whole seconds, at most 24h, 0 to let no stream wait")
 	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
 	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
@@ -133,8 +135,8 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.StringVar(&o.capacityRate, "capacity_rate", "0", "rate this gateway reserves for streams in all, per direction, in bits per second: its WAN link's, e.g. 10G; requests are admitted against it and best-effort streams share what reservations leave; 0 declares none (every rate asked is granted and kept to, best effort is not paced)")
 	fs.IntVar(&o.capacity.Streams, "capacity_streams", 0, "most live streams on this gateway, every identity's together (0: no bound but the ports)")
 	fs.IntVar(&o.capacity.Conns, "capacity_conns", 0, "most channels (num_conn) of the live streams together (0: no bound but the ports)")
-	fs.DurationVar(&o.lease, "lease_default", gateway.DefaultLease, "lease of a stream whose request gives none: unless renewed (s2uc update --lease), the stream is released when it runs out; whole seconds")
-	fs.DurationVar(&o.leaseMax, "lease_max", gateway.DefaultLeaseMax, "longest lease a request or a renewal may ask for; whole seconds")
+	fs.DurationVar(&o.lease, "lease_default", intake.DefaultLease, "lease of a stream whose request gives none: unless renewed (s2uc update --lease), the stream is released when it runs out; whole seconds")
+	fs.DurationVar(&o.leaseMax, "lease_max", intake.DefaultLeaseMax, "longest lease a request or a renewal may ask for; whole seconds")
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
@@ -238,31 +240,25 @@ func (o *options) config() (gateway.Config, error) {
 		return gateway.Config{}, err
 	}
 	cfg := gateway.Config{
-		ListenerIP:       o.listenerIP,
-		BindIP:           o.bindIP,
-		Engine:           o.engine,
-		AllowTCPWAN:      o.tcpWAN,
-		PendingTimeout:   o.pending,
-		Quota:            o.quota,
-		WANPort:          o.wanPort,
-		WANDomain:        o.wanDomain,
-		WANAdvertise:     o.wanAdvertise,
-		WANProxyProtocol: o.wanProxy,
-		Pool:             o.pool,
-		AppWaitDefault:   noWait(o.appWait),
-		AppWaitMax:       noWait(o.appMax),
-		MaxActiveConns:   o.maxActive,
-		Capacity:         o.capacity,
-		LeaseDefault:     o.lease,
-		LeaseMax:         o.leaseMax,
-		Node:             o.node,
-		Takeover:         o.takeover,
+		ListenerIP:     o.listenerIP,
+		BindIP:         o.bindIP,
+		Engine:         o.engine,
+		AllowTCPWAN:    o.tcpWAN,
+		PendingTimeout: o.pending,
+		Quota:          o.quota,
+		WAN:            wanport.Config{Port: o.wanPort, Domain: o.wanDomain, Advertise: o.wanAdvertise, ProxyProtocol: o.wanProxy},
+		Pool:           o.pool,
+		Bounds:         intake.Bounds{AppWaitDefault: noWait(o.appWait), AppWaitMax: noWait(o.appMax), LeaseDefault: o.lease, LeaseMax: o.leaseMax},
+		MaxActiveConns: o.maxActive,
+		Capacity:       o.capacity,
+		Node:           o.node,
+		Takeover:       o.takeover,
 	}
 	var err error
 	for _, l := range []struct {
 		flag, v string
 		to      *[]netip.Prefix
-	}{{"--allow_targets", o.allowTargets, &cfg.AllowTargets}, {"--allow_peers", o.allowPeers, &cfg.AllowPeers}, {"--wan_proxy_from", o.wanProxyFrom, &cfg.WANProxyFrom}} {
+	}{{"--allow_targets", o.allowTargets, &cfg.AllowTargets}, {"--allow_peers", o.allowPeers, &cfg.AllowPeers}, {"--wan_proxy_from", o.wanProxyFrom, &cfg.WAN.ProxyFrom}} {
 		if l.v == "" {
 			continue
 		}
@@ -345,12 +341,12 @@ func flagError(err error) error {
 		"Quota.Streams":    "--quota_streams",
 		"Quota.Ports":      "--quota_ports",
 		"Quota.Pending":    "--quota_pending",
-		"WANPort":          "--wan_port",
+		"WAN.Port":         "--wan_port",
 		"Node":             "--node",
 		"Takeover":         "--takeover",
-		"WANDomain":        "--wan_domain",
-		"WANAdvertise":     "--wan_advertise",
-		"WANProxyFrom":     "--wan_proxy_from",
+		"WAN.Domain":       "--wan_domain",
+		"WAN.Advertise":    "--wan_advertise",
+		"WAN.ProxyFrom":    "--wan_proxy_from",
 		"Pool.MaxPerPeer":  "--pool_max_per_peer",
 		"Pool.Policy":      "--pool_policy",
 		"Pool.MaxWarm":     "--pool_max_warm",

@@ -56,7 +56,7 @@ func (o *legacyOptions) serve(srv *gateway.Server, log *slog.Logger) error {
 	if !pool.AppendCertsFromPEM(pem) {
 		return fmt.Errorf("--peer_ca %s holds no PEM certificate: give the CA bundle of the partner facilities' gateways", o.peerCA)
 	}
-	svc, err := legacy12.New(legacy12.Config{Backend: srv.Legacy12(), Logger: log})
+	svc, err := legacy12.New(legacy12.Config{Backend: legacy12.NewBackend(srv), Logger: log})
 	if err != nil {
 		return err
 	}

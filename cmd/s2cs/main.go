@@ -24,6 +24,7 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/cliflag"
 	"scistream/internal/egress"
+	"scistream/internal/fileplan"
 	"scistream/internal/gateway"
 	"scistream/internal/pace"
 	"scistream/internal/sockmap"
@@ -182,16 +183,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 // reportFiles says at start how the gateway spends its open files, and
 // loudly when the limit gives it few connections: an operator learns it
 // now, not from connections refused under load.
-func reportFiles(f gateway.Files, log *slog.Logger, stdout io.Writer) {
+func reportFiles(f fileplan.Plan, log *slog.Logger, stdout io.Writer) {
 	how := "set by --max_active_conns"
 	if f.Derived {
 		how = "derived from the limit"
 	}
 	fmt.Fprintf(stdout, "s2cs: open files: limit %d; up to %d application connections at once (%s, %d files each), %d splice pipes, %d for listeners, strangers and the rest\n",
-		f.Limit, f.MaxActiveConns, how, gateway.FilesPerConn, f.MaxPipes, f.Fixed)
+		f.Limit, f.MaxActiveConns, how, fileplan.PerConn, f.MaxPipes, f.Fixed)
 	log.Info("open files", "limit", f.Limit, "max_active_conns", f.MaxActiveConns, "derived", f.Derived, "max_pipes", f.MaxPipes, "fixed", f.Fixed)
 	if f.Low() {
-		want := f.Fixed + 2*gateway.FilesPerConn*1024
+		want := f.LimitFor()
 		log.Warn(fmt.Sprintf("the limit of %d open files gives only %d application connections at once: raise it to %d for 1024 (ulimit -n %d before s2cs, or LimitNOFILE=%d in its systemd unit; the hard limit as root), or narrow --port_range",
 			f.Limit, f.MaxActiveConns, want, want, want))
 	}

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"scistream/internal/cliflag"
-	"scistream/internal/gateway"
+	"scistream/internal/intake"
 	"scistream/internal/localgw"
 	"scistream/internal/version"
 	"scistream/internal/waitfor"
@@ -114,8 +114,8 @@ func TestAppWaitFlags(t *testing.T) {
 		args      []string
 		def, most time.Duration
 	}{
-		{nil, gateway.DefaultAppWait, gateway.DefaultAppWaitMax},
-		{[]string{"--app_wait_default", "0s"}, -1, gateway.DefaultAppWaitMax},
+		{nil, intake.DefaultAppWait, intake.DefaultAppWaitMax},
+		{[]string{"--app_wait_default", "0s"}, -1, intake.DefaultAppWaitMax},
 		{[]string{"--app-wait-default", "0s", "--app_wait_max", "0"}, -1, -1},
 		{[]string{"--app_wait_default", "2m", "--app_wait_max", "1h"}, 2 * time.Minute, time.Hour},
 	} {

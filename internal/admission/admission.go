@@ -16,6 +16,7 @@
 package admission
 
 import (
+	"fmt"
 	"scistream/internal/api"
 	"scistream/internal/pace"
 )
@@ -72,6 +73,44 @@ type Capacity struct {
 	// Conns bounds the channels (num_conn) of the live streams
 	// together. If zero, no bound but the ports.
 	Conns int
+}
+
+// A FieldError names the Quota or Capacity field that Validate refused;
+// Problem completes a sentence that starts with the field's name.
+type FieldError struct{ Field, Problem string }
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
+
+func fieldError(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first field of q out of range, as a *FieldError.
+func (q Quota) Validate() error {
+	switch {
+	case q.Streams < 0:
+		return fieldError("Streams", "%d is negative: give the most live streams one identity may hold", q.Streams)
+	case q.Ports < 0:
+		return fieldError("Ports", "%d is negative: give the most data ports one identity may hold", q.Ports)
+	case q.Rate < 0 || q.Rate > pace.Max:
+		return fieldError("Rate", "%d bit/s is out of range: give a rate up to 10 Tbit/s, or 0 for no bound per identity", q.Rate)
+	case q.Pending < 0:
+		return fieldError("Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", q.Pending)
+	}
+	return nil
+}
+
+// Validate reports the first field of c out of range, as a *FieldError.
+func (c Capacity) Validate() error {
+	switch {
+	case c.Rate < 0 || c.Rate > pace.Max:
+		return fieldError("Rate", "%d bit/s is out of range: give the rate of the gateway's WAN link (e.g. 10G), or 0 to declare none", c.Rate)
+	case c.Streams < 0:
+		return fieldError("Streams", "%d is negative: give the most live streams the gateway holds, or 0 for no bound", c.Streams)
+	case c.Conns < 0:
+		return fieldError("Conns", "%d is negative: give the most channels (num_conn) of live streams together, or 0 for no bound", c.Conns)
+	}
+	return nil
 }
 
 // Policy is a gateway's Capacity and the Quota of each identity, its

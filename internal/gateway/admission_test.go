@@ -16,6 +16,7 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/api"
 	"scistream/internal/client"
+	"scistream/internal/intake"
 	"scistream/internal/metricstest"
 	"scistream/internal/pace"
 	"scistream/internal/ports"
@@ -243,8 +244,8 @@ func TestLease(t *testing.T) {
 	if want := clk.Now().Add(time.Minute); st.LeaseS != 60 || !st.Expires.Equal(want) {
 		t.Fatalf("lease %d s expiring %s, want 60 s at %s", st.LeaseS, st.Expires, want)
 	}
-	if other.LeaseS != int(DefaultLease.Seconds()) {
-		t.Fatalf("default lease %d s, want %s", other.LeaseS, DefaultLease)
+	if other.LeaseS != int(intake.DefaultLease.Seconds()) {
+		t.Fatalf("default lease %d s, want %s", other.LeaseS, intake.DefaultLease)
 	}
 	path := "/v1/streams/" + st.UID
 	s.sweep(clk.Add(30*time.Second), time.Time{})

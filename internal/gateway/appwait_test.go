@@ -18,6 +18,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/client"
+	"scistream/internal/intake"
 	"scistream/internal/localgw"
 	"scistream/internal/ports"
 	"scistream/internal/store"
@@ -144,8 +145,8 @@ func TestLateApplication(t *testing.T) {
 	for _, w := range []string{api.WANTLS, api.WANTCP, api.WANQUIC} {
 		t.Run(w, func(t *testing.T) {
 			e := newLateEnv(t, w, nil, 1)
-			if got := e.viewWait(t); got != int(DefaultAppWait/time.Second) {
-				t.Fatalf("inbound view's app_wait_s %d; want the default, %d", got, int(DefaultAppWait/time.Second))
+			if got := e.viewWait(t); got != int(intake.DefaultAppWait/time.Second) {
+				t.Fatalf("inbound view's app_wait_s %d; want the default, %d", got, int(intake.DefaultAppWait/time.Second))
 			}
 			c := e.producer(t, 0)
 			sent := make(chan error, 1)
@@ -364,11 +365,11 @@ func TestConfigAppWait(t *testing.T) {
 		wantDef, wantMax time.Duration
 		field, problem   string
 	}{
-		{0, 0, DefaultAppWait, DefaultAppWaitMax, "", ""},
-		{-1, 0, 0, DefaultAppWaitMax, "", ""},
+		{0, 0, intake.DefaultAppWait, intake.DefaultAppWaitMax, "", ""},
+		{-1, 0, 0, intake.DefaultAppWaitMax, "", ""},
 		{-1, -1, 0, 0, "", ""},
 		{5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, "", ""},
-		{0, 24 * time.Hour, DefaultAppWait, 24 * time.Hour, "", ""},
+		{0, 24 * time.Hour, intake.DefaultAppWait, 24 * time.Hour, "", ""},
 		{1500 * time.Millisecond, 0, 0, 0, "AppWaitDefault", "not a whole number of seconds"},
 		{0, 90 * time.Millisecond, 0, 0, "AppWaitMax", "not a whole number of seconds"},
 		{0, 25 * time.Hour, 0, 0, "AppWaitMax", "longer than a day"},

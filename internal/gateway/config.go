@@ -7,26 +7,24 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"scistream/internal/admission"
-	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/fileplan"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
-	"scistream/internal/pace"
 	"scistream/internal/peerdial"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
 	"scistream/internal/strangers"
-	"scistream/internal/wan"
+	"scistream/internal/wanport"
+	"scistream/internal/wanquic"
 )
 
 // Config configures a Server. Zero values are documented per field;
@@ -64,8 +62,8 @@ type Config struct {
 	// empty, "splice".
 	Engine string
 	// QUIC tunes the "quic" WAN transport. Its zero value is the
-	// defaults documented on wan.QUICConfig.
-	QUIC wan.QUICConfig
+	// defaults documented on wanquic.Config.
+	QUIC wanquic.Config
 	// BufferSize is the ring of the buffer engine for each direction of
 	// each connection, in bytes (relay.MinBufferSize to
 	// relay.MaxBufferSize). If zero, relay.DefaultBufferSize.
@@ -81,47 +79,13 @@ type Config struct {
 	// outbound peer before it expires and frees its ports. If zero,
 	// DefaultPendingTimeout.
 	PendingTimeout time.Duration
-	// WANPort, if not zero, is the shared WAN port: one TCP listener and
-	// one UDP socket on BindIP that carry the inbound WAN legs of every
-	// tls and quic stream that does not ask for ports of its own, told
-	// apart by the TLS server name (wan/shared.go), so that a firewall
-	// that admits one port, or a TLS-passthrough router that routes by
-	// server name (SNI), can stand in front. It must lie outside
-	// PortRange. If zero, every stream listens on ports of its own.
-	WANPort int
-	// WANDomain is the DNS domain under which the shared port's streams
-	// are named: a stream's server name is a random label under it, and
-	// an SNI router routes the domain's names to this gateway. If empty,
-	// DefaultWANDomain.
-	WANDomain string
-	// WANAdvertise is the "host:port" peers dial to reach the shared WAN
-	// port (the SNI router's address, say). If empty, ListenerIP and
-	// WANPort.
-	WANAdvertise string
-	// WANProxyProtocol says the shared WAN port sits behind a router that
-	// starts every connection with a PROXY protocol v2 header (HAProxy's
-	// send-proxy-v2): the gateway reads it and caps, trusts and logs the
-	// source it names, and refuses a connection without one. Only for a
-	// port that nothing but the router can reach: anyone else could name
-	// any source. If false, a connection's own address is its source.
-	WANProxyProtocol bool
-	// WANProxyFrom lists the routers' addresses: with WANProxyProtocol,
-	// a connection to the shared port from any other address is reset
-	// before a byte of it is read, so that no one who reaches the port
-	// past the router names a source of its choosing. Required with
-	// WANProxyProtocol, refused without it.
-	WANProxyFrom []netip.Prefix
-	// AppWaitDefault is how long an inbound stream whose request gives no
-	// app_wait_s holds a WAN connection whose application cannot be
-	// reached, dialing it again with backoff, before it resets the
-	// connection (see api.InboundRequest.AppWaitS). Whole seconds. If
-	// zero, DefaultAppWait; if negative, such streams do not wait.
-	AppWaitDefault time.Duration
-	// AppWaitMax is the longest app_wait_s a request may ask for, and
-	// caps that of a restored stream. Whole seconds, at most
-	// api.MaxAppWaitS. If zero, DefaultAppWaitMax; if negative, no
-	// stream waits (a request may ask for 0 only).
-	AppWaitMax time.Duration
+	// WAN is the shared WAN port (internal/wanport). Its zero value is
+	// none: every stream listens on ports of its own.
+	WAN wanport.Config
+	// Bounds are the defaults and maxima of the wait for an inbound
+	// stream's application and of a stream's lease. Its zero value is
+	// the defaults documented on intake.Bounds.
+	intake.Bounds
 	// Pool manages the pooled WAN legs of outbound streams (internal/stream). Its
 	// zero value is the defaults documented on legpool.Config.
 	Pool legpool.Config
@@ -132,21 +96,13 @@ type Config struct {
 	// (internal/admission). Its zero value declares nothing: no bound but the
 	// ports and the quotas.
 	Capacity admission.Capacity
-	// LeaseDefault is the lease of a stream whose request gives none
-	// (api.InboundRequest.LeaseS): when it runs out without a renewal,
-	// the gateway releases the stream (state expired). Whole seconds. If
-	// zero, DefaultLease, or LeaseMax if that is shorter.
-	LeaseDefault time.Duration
-	// LeaseMax is the longest lease a request or a renewal may ask for.
-	// Whole seconds. If zero, DefaultLeaseMax.
-	LeaseMax time.Duration
 	// Node, if not empty, makes the gateway one node of a facility of
 	// several that share Store, which must then be an etcd store
 	// (*store.Etcd; facility.go): any node answers for any stream, a
 	// stream's channels are spread over the nodes, and when a node dies
 	// the others take its channels over. Every node of a facility has its
 	// own Node name and ListenerIP and the same Identity. The shared WAN
-	// port (WANPort) is not served by a facility. If empty, the gateway
+	// port (WAN) is not served by a facility. If empty, the gateway
 	// is one node.
 	Node string
 	// Takeover bounds the time from a node's death to its channels
@@ -170,7 +126,7 @@ type Config struct {
 	// more is reset at once and counted (the stream's over_cap_conns),
 	// so the gateway never runs out of open files in the middle of its
 	// work (an accept, a dial, a store write failing with EMFILE). The
-	// cap is kept in open files, FilesPerConn per such connection: a
+	// cap is kept in open files, fileplan.PerConn per such connection: a
 	// connection over QUIC holds one (its own socket), so twice as many
 	// of those fit. It is also the most a stream's max_active_conns may
 	// ask for. If zero, it is derived from FileLimit (see Files).
@@ -203,11 +159,6 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultWANDomain is the domain of the shared WAN port's server names
-// when Config.WANDomain is empty; ".invalid" (RFC 6761) is never a real
-// domain, so such names resolve nowhere and mean nothing outside.
-const DefaultWANDomain = "scistream.invalid"
-
 // DefaultPendingTimeout is how long an inbound stream waits for its
 // outbound peer when Config.PendingTimeout is zero: long enough for a
 // person to run the outbound request by hand, short enough that an
@@ -217,27 +168,6 @@ const DefaultPendingTimeout = 5 * time.Minute
 // DefaultTakeover is Config.Takeover's default: the bound, from a node's
 // death, within which other nodes of its facility serve its channels.
 const DefaultTakeover = 10 * time.Second
-
-// DefaultAppWait is how long an inbound stream waits for its
-// application when neither the request nor Config.AppWaitDefault says:
-// long enough for a consumer started by hand or by a job script just
-// after the producer, short enough that a producer pointed at a consumer
-// that never comes hears of it (a reset) within a minute.
-const DefaultAppWait = 30 * time.Second
-
-// DefaultAppWaitMax is the longest wait a request may ask for when
-// Config.AppWaitMax is zero: a consumer that is a batch job may start
-// minutes after its producer.
-const DefaultAppWaitMax = 10 * time.Minute
-
-// DefaultLease is a stream's lease when neither its request nor
-// Config.LeaseDefault gives one: a working day and then some, so that a
-// stream someone forgot frees its ports and reservation by the next day.
-const DefaultLease = 24 * time.Hour
-
-// DefaultLeaseMax is the longest lease when Config.LeaseMax is zero: a
-// week; longer runs renew (s2uc update --lease).
-const DefaultLeaseMax = 7 * 24 * time.Hour
 
 // A ConfigError names the Config field that Validate refused, so that a
 // caller can say it in its own terms (s2cs names its flag).
@@ -276,24 +206,6 @@ func (c Config) Validate() error {
 		return fieldError("PendingTimeout", "must be positive, e.g. 15m")
 	case c.Retention < 0:
 		return fieldError("Retention", "must be positive, e.g. 24h")
-	case c.Quota.Streams < 0:
-		return fieldError("Quota.Streams", "%d is negative: give the most live streams one identity may hold", c.Quota.Streams)
-	case c.Quota.Ports < 0:
-		return fieldError("Quota.Ports", "%d is negative: give the most data ports one identity may hold", c.Quota.Ports)
-	case c.Quota.Rate < 0 || c.Quota.Rate > pace.Max:
-		return fieldError("Quota.Rate", "%d bit/s is out of range: give a rate up to 10 Tbit/s, or 0 for no bound per identity", c.Quota.Rate)
-	case c.Capacity.Rate < 0 || c.Capacity.Rate > pace.Max:
-		return fieldError("Capacity.Rate", "%d bit/s is out of range: give the rate of the gateway's WAN link (e.g. 10G), or 0 to declare none", c.Capacity.Rate)
-	case c.Capacity.Streams < 0:
-		return fieldError("Capacity.Streams", "%d is negative: give the most live streams the gateway holds, or 0 for no bound", c.Capacity.Streams)
-	case c.Capacity.Conns < 0:
-		return fieldError("Capacity.Conns", "%d is negative: give the most channels (num_conn) of live streams together, or 0 for no bound", c.Capacity.Conns)
-	case c.LeaseDefault < 0 || c.LeaseDefault%time.Second != 0:
-		return fieldError("LeaseDefault", "%s is not a positive whole number of seconds: give e.g. 24h", c.LeaseDefault)
-	case c.LeaseMax < 0 || c.LeaseMax%time.Second != 0:
-		return fieldError("LeaseMax", "%s is not a positive whole number of seconds: give e.g. 168h", c.LeaseMax)
-	case c.Quota.Pending < 0:
-		return fieldError("Quota.Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", c.Quota.Pending)
 	case c.HandshakesPerPeer < 0:
 		return fieldError("HandshakesPerPeer", "%d is negative: give the most WAN handshakes in flight to one peer gateway, or 0 for %d", c.HandshakesPerPeer, peerdial.DefaultHandshakesPerPeer)
 	case c.MaxActiveConns < 0:
@@ -306,40 +218,31 @@ func (c Config) Validate() error {
 		return fieldError("Takeover", "%s is too short: etcd's leases need at least 4s (the default is %s)", c.Takeover, DefaultTakeover)
 	case c.Takeover != 0 && c.Node == "":
 		return fieldError("Takeover", "applies to a node of a facility only: name the node too, or leave the takeover bound out")
-	case c.WANPort < 0 || c.WANPort > 65535:
-		return fieldError("WANPort", "%d is not a port: give 1-65535 (443 behind an SNI router), or 0 for none", c.WANPort)
-	case c.WANPort != 0 && c.WANPort >= c.PortRange.Lo && c.WANPort <= c.PortRange.Hi:
-		return fieldError("WANPort", "%d lies inside the port range %s: give a port outside it", c.WANPort, c.PortRange)
-	case c.WANDomain != "" && (!wan.ValidServerName(c.WANDomain) || len(c.WANDomain) > maxWANDomain):
-		return fieldError("WANDomain", "%.80q is not a lower-case DNS domain of at most %d bytes, e.g. wan.gw1.example.org", c.WANDomain, maxWANDomain)
-	case c.WANProxyProtocol && len(c.WANProxyFrom) == 0:
-		return fieldError("WANProxyFrom", "is required with the PROXY protocol: list the addresses of the routers that send it (e.g. 10.1.0.10/32), so that no one else names a source of their choosing")
-	case !c.WANProxyProtocol && len(c.WANProxyFrom) > 0:
-		return fieldError("WANProxyFrom", "applies to the PROXY protocol only: turn it on too, or leave the routers' addresses out")
-	case (c.WANDomain != "" || c.WANAdvertise != "" || c.WANProxyProtocol) && c.WANPort == 0:
-		return fieldError("WANPort", "is needed by the shared port's domain, advertised address and PROXY protocol: give the port too")
-	case c.AppWaitDefault > 0 && c.AppWaitDefault%time.Second != 0:
-		return fieldError("AppWaitDefault", "%s is not a whole number of seconds: give e.g. 30s", c.AppWaitDefault)
-	case c.AppWaitMax > 0 && c.AppWaitMax%time.Second != 0:
-		return fieldError("AppWaitMax", "%s is not a whole number of seconds: give e.g. 10m", c.AppWaitMax)
-	case c.AppWaitMax > api.MaxAppWaitS*time.Second:
-		return fieldError("AppWaitMax", "%s is longer than a day: give at most 24h", c.AppWaitMax)
-	case c.WANAdvertise != "":
-		if _, err := checkAdvertise(c.WANAdvertise); err != nil {
-			return &ConfigError{Field: "WANAdvertise", Err: err,
-				Problem: fmt.Sprintf("%.80q is not host:port (%v), e.g. wan.gw1.example.org:443", c.WANAdvertise, err)}
-		}
 	}
-	if d, m := c.appWaits(); d > m {
-		return fieldError("AppWaitDefault", "%s exceeds the longest wait a stream may have (%s): lower it, or raise the maximum", d, m)
-	}
-	if d, m := c.leases(); d > m {
-		return fieldError("LeaseDefault", "%s exceeds the longest lease (%s): lower it, or raise the maximum", d, m)
+	if err := c.Bounds.Validate(); err != nil {
+		var fe *intake.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Strangers.Validate(); err != nil {
 		var le *strangers.LimitsError
 		errors.As(err, &le)
 		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
+	}
+	if err := c.Quota.Validate(); err != nil {
+		var fe *admission.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "Quota." + fe.Field, Problem: fe.Problem, Err: err}
+	}
+	if err := c.Capacity.Validate(); err != nil {
+		var fe *admission.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "Capacity." + fe.Field, Problem: fe.Problem, Err: err}
+	}
+	if err := c.WAN.Validate(c.PortRange); err != nil {
+		var fe *wanport.FieldError
+		errors.As(err, &fe)
+		return &ConfigError{Field: "WAN." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Pool.Validate(); err != nil {
 		var fe *legpool.FieldError
@@ -358,80 +261,25 @@ func (c Config) Validate() error {
 	return err
 }
 
-// Open files. Every application connection holds FilesPerConn of them
-// in the gateway (its own socket and its WAN leg's; a QUIC leg holds
-// none of its own, so such a connection takes one); the splice engine adds a
-// pipe (two) per direction on plaintext legs, but only as many as the
-// plan leaves (relay.Options.MaxPipes: a direction without one is copied
-// in user space). The rest is fixed: two per port of PortRange (a
-// listener, and a UDP socket for QUIC streams), the strangers in their
-// handshake (Limits.Total), and FilesSlack.
-const (
-	FilesPerConn = 2
-	// FilesSlack covers the control API's listener and clients, the
-	// store, watch legs, the QUIC dialers' sockets, the runtime's own.
-	FilesSlack = 256
-	// minDerivedConns is the least connection cap a derived plan may
-	// give without a warning.
-	minDerivedConns = 1024
-)
-
-// Files is the gateway's plan of its open files.
-type Files struct {
-	// Limit is the limit planned against (Config.FileLimit).
-	Limit int
-	// Fixed is what listeners, strangers and FilesSlack take.
-	Fixed int
-	// MaxActiveConns is the cap on application connections, as given
-	// or derived: (Limit-Fixed)/(2*FilesPerConn), half of what is left
-	// for their sockets and half for splice pipes.
-	MaxActiveConns int
-	// Derived says MaxActiveConns was derived from Limit.
-	Derived bool
-	// MaxPipes is what the connections' sockets leave for splice pipes.
-	MaxPipes int
-}
-
-// Need returns the open files the plan needs at most.
-func (f Files) Need() int { return f.Fixed + FilesPerConn*f.MaxActiveConns + 2*f.MaxPipes }
-
-// Low reports whether the plan is poor: a derived cap under 1024
-// connections. The gateway runs, and says so at start.
-func (f Files) Low() bool { return f.Derived && f.MaxActiveConns < minDerivedConns }
-
-// Files plans c's open files (see Files). It fails, as a *ConfigError
-// on MaxActiveConns naming the files needed and the fix, when the limit
-// cannot hold the cap given, or any connection at all.
-func (c Config) Files() (Files, error) {
-	f := Files{Limit: c.FileLimit, MaxActiveConns: c.MaxActiveConns}
-	if f.Limit == 0 {
-		var lim syscall.Rlimit
-		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return f, &ConfigError{Field: "FileLimit", Problem: "could not be read from the process", Err: err}
-		}
-		f.Limit = int(min(lim.Cur, 1<<30))
-	}
+// Files plans c's open files (internal/fileplan). It fails, as a
+// *ConfigError on MaxActiveConns naming the files needed and the fix,
+// when the limit cannot hold the cap given, or any connection at all.
+func (c Config) Files() (fileplan.Plan, error) {
 	ports := 0
 	if c.PortRange.Hi >= c.PortRange.Lo {
 		ports = c.PortRange.Hi - c.PortRange.Lo + 1
 	}
-	f.Fixed = 2*ports + c.Strangers.WithDefaults().Total + FilesSlack
-	left := f.Limit - f.Fixed
-	if f.MaxActiveConns == 0 {
-		f.Derived = true
-		f.MaxActiveConns = max(0, left/(2*FilesPerConn))
-		if f.MaxActiveConns < 1 {
-			return f, &ConfigError{Field: "MaxActiveConns", Problem: fmt.Sprintf(
-				"cannot be had: the limit of %d open files does not even cover the %d that %d ports, %d strangers in their handshake and %d others take: raise it to at least %d (ulimit -n, or LimitNOFILE= in a systemd unit), or narrow the port range",
-				f.Limit, f.Fixed, ports, c.Strangers.WithDefaults().Total, FilesSlack, f.Fixed+2*FilesPerConn*minDerivedConns)}
+	p, err := fileplan.Make(fileplan.Input{Limit: c.FileLimit, Ports: ports,
+		Strangers: c.Strangers.WithDefaults().Total, MaxActiveConns: c.MaxActiveConns})
+	var fe *fileplan.Error
+	if errors.As(err, &fe) {
+		field := fe.Field
+		if field == "Limit" {
+			field = "FileLimit"
 		}
-	} else if need := f.Fixed + FilesPerConn*f.MaxActiveConns; need > f.Limit {
-		return f, &ConfigError{Field: "MaxActiveConns", Problem: fmt.Sprintf(
-			"%d needs %d open files (%d per connection, plus %d for %d ports, %d strangers in their handshake and %d others), over the limit of %d: give at most %d, or raise the limit to %d (ulimit -n %d, or LimitNOFILE=%d in a systemd unit; the hard limit as root)",
-			f.MaxActiveConns, need, FilesPerConn, f.Fixed, ports, c.Strangers.WithDefaults().Total, FilesSlack, f.Limit, max(0, left/FilesPerConn), need, need, need)}
+		return p, &ConfigError{Field: field, Problem: fe.Problem, Err: err}
 	}
-	f.MaxPipes = max(0, (left-FilesPerConn*f.MaxActiveConns)/2)
-	return f, nil
+	return p, err
 }
 
 // engines builds the relay engines c asks for and checks its default
@@ -474,18 +322,10 @@ func (c Config) withDefaults() Config {
 	if c.PendingTimeout == 0 {
 		c.PendingTimeout = DefaultPendingTimeout
 	}
-	c.AppWaitDefault, c.AppWaitMax = c.appWaits()
-	c.LeaseDefault, c.LeaseMax = c.leases()
+	c.Bounds = c.Bounds.Resolve()
 	c.Quota = c.Quota.WithDefaults()
 	c.Pool = c.Pool.WithDefaults()
-	if c.WANPort != 0 {
-		if c.WANDomain == "" {
-			c.WANDomain = DefaultWANDomain
-		}
-		if c.WANAdvertise == "" {
-			c.WANAdvertise = net.JoinHostPort(c.ListenerIP, strconv.Itoa(c.WANPort))
-		}
-	}
+	c.WAN = c.WAN.WithDefaults(c.ListenerIP)
 	if f, err := c.Files(); err == nil { // Validate passed: it cannot fail
 		c.MaxActiveConns, c.FileLimit = f.MaxActiveConns, f.Limit
 	}
@@ -493,7 +333,7 @@ func (c Config) withDefaults() Config {
 		// A channel may carry every connection the gateway admits
 		// (one file each over QUIC): QUIC's own default, 1024 per
 		// channel, would refuse first.
-		c.QUIC.MaxStreams = FilesPerConn * c.MaxActiveConns
+		c.QUIC.MaxStreams = fileplan.PerConn * c.MaxActiveConns
 	}
 	if c.LookupHost == nil {
 		c.LookupHost = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -510,70 +350,4 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	return c
-}
-
-// maxWANDomain leaves room under the 253 bytes of a DNS name for a
-// stream's label (intake.NameLabelLen) and its dot.
-const maxWANDomain = 253 - intake.NameLabelLen - 1
-
-// checkAdvertise checks an advertised "host:port" and returns its port.
-func checkAdvertise(hp string) (int, error) {
-	host, port, err := net.SplitHostPort(hp)
-	if err != nil {
-		return 0, err
-	}
-	if host == "" {
-		return 0, errors.New("no host")
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 1 || p > 65535 {
-		return 0, fmt.Errorf("port %q out of range", port)
-	}
-	return p, nil
-}
-
-// leases returns the default and the longest lease c gives, its zeros
-// resolved: a maximum under DefaultLease is the default too.
-func (c Config) leases() (def, most time.Duration) {
-	def, most = c.LeaseDefault, c.LeaseMax
-	if most == 0 {
-		most = DefaultLeaseMax
-	}
-	if def == 0 {
-		def = min(DefaultLease, most)
-	}
-	return def, most
-}
-
-// appWaits returns the default and the longest wait for an application
-// that c gives, its zeros (defaults) and negatives (no wait) resolved.
-func (c Config) appWaits() (def, most time.Duration) {
-	resolve := func(d, zero time.Duration) time.Duration {
-		switch {
-		case d == 0:
-			return zero
-		case d < 0:
-			return 0
-		}
-		return d
-	}
-	return resolve(c.AppWaitDefault, DefaultAppWait), resolve(c.AppWaitMax, DefaultAppWaitMax)
-}
-
-// sharedWAN says the shared WAN port's settings as given (before
-// withDefaults, which fills in each node's own address), which every
-// node of a facility must have alike (store.NodeInfo.SharedWAN); ""
-// without one.
-func (c Config) sharedWAN() string {
-	if c.WANPort == 0 {
-		return ""
-	}
-	adv, domain := c.WANAdvertise, c.WANDomain
-	if adv == "" {
-		adv = "each node's own address"
-	}
-	if domain == "" {
-		domain = DefaultWANDomain
-	}
-	return fmt.Sprintf("port %d, domain %s, advertised as %s, PROXY protocol %t", c.WANPort, domain, adv, c.WANProxyProtocol)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/httpapi"
 	"scistream/internal/intake"
 	"scistream/internal/store"
 	"scistream/internal/stream"
@@ -40,21 +41,21 @@ func FuzzRequest(f *testing.F) {
 	})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var in api.InboundRequest
-		if err := decodeBody(body, &in); checkRefusal(t, "decode inbound", err) {
+		if err := httpapi.DecodeBody(body, &in); checkRefusal(t, "decode inbound", err) {
 			rec, err := s.intake.Inbound(t.Context(), &in, "alice")
 			if checkRefusal(t, "inbound", err) {
 				checkRecord(t, s, rec)
 			}
 		}
 		var out api.OutboundRequest
-		if err := decodeBody(body, &out); checkRefusal(t, "decode outbound", err) {
+		if err := httpapi.DecodeBody(body, &out); checkRefusal(t, "decode outbound", err) {
 			rec, err := s.intake.Outbound(t.Context(), &out, "alice")
 			if checkRefusal(t, "outbound", err) {
 				checkRecord(t, s, rec)
 			}
 		}
 		var at api.AttachRequest
-		if err := decodeBody(body, &at); checkRefusal(t, "decode attach", err) {
+		if err := httpapi.DecodeBody(body, &at); checkRefusal(t, "decode attach", err) {
 			for _, w := range []string{api.WANTLS, api.WANQUIC, api.WANTCP} {
 				pin, err := intake.AttachPin(&at, &store.Record{UID: "u", Role: api.RoleInbound, WAN: w})
 				if checkRefusal(t, "attach", err) && api.WANPinned(w) != (pin != "") {

@@ -12,6 +12,7 @@ import (
 
 	"scistream/internal/access"
 	"scistream/internal/api"
+	"scistream/internal/httpapi"
 	"scistream/internal/intake"
 	"scistream/internal/store"
 	"scistream/internal/stream"
@@ -24,10 +25,10 @@ import (
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if !s.Ready() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+		httpapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) handleInfo(r *http.Request) (int, any, error) {
@@ -43,8 +44,8 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		DefaultEngine:   s.cfg.Engine,
 		WAN:             wans,
 		WANCertSHA256:   s.cfg.Identity.SHA256,
-		WANPort:         s.cfg.WANAdvertise,
-		WANDomain:       s.cfg.WANDomain,
+		WANPort:         s.cfg.WAN.Advertise,
+		WANDomain:       s.cfg.WAN.Domain,
 		PoolPolicy:      s.cfg.Pool.Policy,
 		PoolMaxPerPeer:  s.cfg.Pool.MaxPerPeer,
 		PoolMaxWarm:     s.cfg.Pool.MaxWarm,
@@ -90,7 +91,7 @@ func (s *Server) handleOutbound(r *http.Request) (int, any, error) {
 // pin).
 func createFrom[Req any](s *Server, r *http.Request, toRecord func(context.Context, *Req, string) (*store.Record, error)) (*store.Record, api.Stream, error) {
 	var req Req
-	if err := decode(r, &req); err != nil {
+	if err := httpapi.Decode(r, &req); err != nil {
 		return nil, api.Stream{}, err
 	}
 	rec, err := toRecord(r.Context(), &req, access.Identity(r))
@@ -113,7 +114,7 @@ func (s *Server) handleAttach(r *http.Request) (int, any, error) {
 	}
 	var req api.AttachRequest
 	if r.ContentLength != 0 { // a tcp stream has nothing to attach: no body needed
-		if err := decode(r, &req); err != nil {
+		if err := httpapi.Decode(r, &req); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -190,16 +191,8 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if st == nil {
-		// Already ended: releasing again is a no-op that reports the end.
-		return http.StatusOK, s.view(rec, nil), nil
-	}
-	final := st.Stats()
-	nr := s.end(st, api.StateReleased, "released by "+access.Identity(r))
-	v := s.view(nr, nil)
-	v.Stats = final
-	s.log.Info("stream released", "uid", nr.UID, "owner", nr.Owner, "by", access.Identity(r), "bytes_to_wan", final.BytesToWAN, "bytes_from_wan", final.BytesFromWAN)
-	return http.StatusOK, v, nil
+	// Already ended: releasing again is a no-op that reports the end.
+	return http.StatusOK, s.release(st, rec, access.Identity(r)), nil
 }
 
 // view returns the public view of a record, with the live stats of st
@@ -235,7 +228,7 @@ func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 		v.Listeners = append(v.Listeners, net.JoinHostPort(s.cfg.ListenerIP, strconv.Itoa(p)))
 	}
 	if rec.Shared() {
-		v.Listeners = []string{s.cfg.WANAdvertise}
+		v.Listeners = []string{s.cfg.WAN.Advertise}
 		v.WANServerName = rec.ServerName
 	}
 	if s.fac != nil && !rec.State.Terminal() {

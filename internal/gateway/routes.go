@@ -1,26 +1,24 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"path"
 	"strings"
 
 	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/controlport"
+	"scistream/internal/httpapi"
+	"scistream/internal/reqlog"
 )
 
-// The HTTP layer: routes, authentication, request decoding and error
-// writing. Handlers (handlers.go) are functions of a request that return
-// a status and a body, or an error that writeError turns into the
-// documented error body.
+// The HTTP layer: routes, authentication and error writing (the
+// conventions of bodies and paths: internal/httpapi). Handlers
+// (handlers.go) are functions of a request that return a status and a
+// body, or an error that writeError turns into the documented error
+// body.
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -49,42 +47,17 @@ func (s *Server) routes() http.Handler {
 		s.writeError(w, r, api.Errorf(api.CodeNotFound, "no such endpoint %s %.200q; see GET /v1/openapi.yaml", r.Method, r.URL.Path))
 	}
 	mux.HandleFunc("/", notFound)
-	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return reqlog.Handler(s.log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// ServeMux answers a path with "//", "/./" or "/../" in it
 		// with a redirect to its clean form; the API has no such
 		// paths, so it is simply not found.
-		if p := r.URL.Path; p == "" || p[0] != '/' || cleanPath(p) != p {
+		if p := r.URL.Path; p == "" || p[0] != '/' || httpapi.CleanPath(p) != p {
 			notFound(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
-		drain(r)
+		httpapi.Drain(r)
 	}))
-}
-
-// maxDrain bounds what drain reads of a request body its handler left.
-const maxDrain = 16 << 20
-
-// drain reads, and throws away, what is left of r's body, up to
-// maxDrain, before the answer goes out: a client that sends its whole
-// body before it reads the answer (Python's http.client, curl at times)
-// then reads the refusal of a body too large (api.MaxBodyBytes), of the
-// wrong type, or of a caller not authenticated. Without it the server
-// closes the connection with unread data in it, the kernel answers that
-// with a reset, and the reset takes the answer with it. A body larger
-// still is cut off that way: draining it all would let anyone make the
-// gateway read without end. The server's ReadTimeout bounds the time.
-func drain(r *http.Request) {
-	io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
-}
-
-// cleanPath is the path ServeMux would redirect p to.
-func cleanPath(p string) string {
-	np := path.Clean(p)
-	if strings.HasSuffix(p, "/") && np != "/" {
-		np += "/"
-	}
-	return np
 }
 
 // handlerFunc is an API handler: it returns a status and body, or an error.
@@ -103,16 +76,12 @@ func (s *Server) authedAs(h handlerFunc, roles ...auth.Role) http.Handler {
 // refuses requests until the server is ready; then h answers.
 func (s *Server) authedHTTP(h http.Handler, roles ...auth.Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ac := s.access.Load()
-		p, err := access.Authenticate(ac.auth, ac.roles, w, r, roles)
+		p, err := s.Authenticate(w, r, roles...)
+		if p != nil {
+			r = access.With(r, p)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
-			return
-		}
-		noteIdentity(r, p.Identity) // for the request's log line (reqlog.go)
-		r = access.With(r, p)
-		if !s.Ready() {
-			s.writeError(w, r, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly"))
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -127,16 +96,8 @@ func (s *Server) answer(h handlerFunc) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, code, body)
+		httpapi.WriteJSON(w, code, body)
 	})
-}
-
-func writeJSON(w http.ResponseWriter, code int, body any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(body)
 }
 
 // writeError writes err as the documented error body. An error that is
@@ -149,53 +110,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.obs.APIError(ae.Code)
 	if ae.Code == api.CodeInternal || ae.Cause() != nil {
-		s.log.Warn("request failed", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "code", ae.Code, "message", ae.Message, "cause", ae.Cause())
+		s.log.Warn("request failed", "request_id", reqlog.ID(r), "method", r.Method, "path", r.URL.Path, "code", ae.Code, "message", ae.Message, "cause", ae.Cause())
 	}
-	writeJSON(w, ae.Code.HTTPStatus(), api.ErrorBody{Error: *ae})
-}
-
-// decode reads exactly one JSON object into v, refusing unknown fields.
-func decode(r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return api.Errorf(api.CodeInvalidArgument, "content type %q: send application/json", ct)
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBodyBytes+1))
-	if err != nil {
-		return api.Errorf(api.CodeInvalidArgument, "read request body: %v", err)
-	}
-	return decodeBody(body, v)
-}
-
-// decodeBody decodes body, which came from an untrusted caller, as
-// exactly one JSON object into v, refusing unknown fields. Every error is
-// an invalid_argument *api.Error whose message names the problem.
-func decodeBody(body []byte, v any) error {
-	if len(body) > api.MaxBodyBytes {
-		return api.Errorf(api.CodeInvalidArgument, "request body larger than %d bytes", api.MaxBodyBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return api.Errorf(api.CodeInvalidArgument, "malformed JSON body: %s", jsonMsg(err))
-	}
-	if dec.More() {
-		return api.Errorf(api.CodeInvalidArgument, "malformed JSON body: trailing data after the object")
-	}
-	return nil
-}
-
-func jsonMsg(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("syntax error at byte %d: %v", se.Offset, se)
-	case errors.As(err, &te):
-		return fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
-	case errors.Is(err, io.EOF):
-		return "empty body; send a JSON object"
-	}
-	return strings.TrimPrefix(err.Error(), "json: ")
+	httpapi.WriteJSON(w, ae.Code.HTTPStatus(), api.ErrorBody{Error: *ae})
 }
 
 // accessConfig is how callers are authenticated and what roles they

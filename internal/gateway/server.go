@@ -21,9 +21,9 @@
 //
 //	config.go    Config, its defaults and Validate (the one validator), the plan of open files
 //	server.go    Server: New, Serve, Shutdown
-//	routes.go    the HTTP layer: routes, authentication, decoding, error writing
-//	reqlog.go    request ids and the request log line
+//	routes.go    the HTTP layer: routes, authentication, error writing (internal/reqlog, internal/httpapi)
 //	handlers.go  one thin handler per route, the public view
+//	service.go   the operations another control protocol uses (internal/legacy12's backend)
 //	streams.go   the table of live streams: reservation, lookup, ownership
 //	create.go    a stream created (requested -> listening/connected) or restored
 //	attach.go    an inbound stream attached to its peer (listening -> connected)
@@ -32,6 +32,7 @@
 //	observe.go   what internal/observe reads of the server; GET /v1/status
 //	admission.go the usage internal/admission decides on; best effort rebalanced
 //	update.go    a running stream changed (rate, allow-list, lease) without dropping its connections
+//	legacy12.go  the CA bundle of the 1.2 streams' WAN legs
 package gateway
 
 import (
@@ -50,6 +51,7 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/egress"
 	"scistream/internal/facility"
+	"scistream/internal/fileplan"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
@@ -73,7 +75,7 @@ type Server struct {
 	env     *stream.Env // what every stream gets
 	strange *strangers.Gate
 	self    *egress.Self                 // the endpoints no stream may make the gateway dial
-	files   Files                        // the plan of open files, as Config.Files gave it
+	files   fileplan.Plan                // the plan of open files, as Config.Files gave it
 	admit   admission.Policy             // what a stream may hold (Config.Capacity, Config.Quota)
 	access  atomic.Pointer[accessConfig] // who may call: Config.Auth and Roles, or SetAccess's
 	intake  *intake.Checker              // a request turned into a record
@@ -90,7 +92,7 @@ type Server struct {
 	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
 	ready   bool
-	port    *wanport.Port // the shared WAN port, once open (Config.WANPort)
+	port    *wanport.Port // the shared WAN port, once open (Config.WAN)
 
 	httpSrv  *http.Server
 	grpc     http.Handler   // the gRPC service on the control port (SetGRPC); nil: none
@@ -120,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	sharedWAN, routed := cfg.sharedWAN(), cfg.WANAdvertise != "" // as given: the defaults differ by node
+	sharedWAN, routed := cfg.WAN.Shared(), cfg.WAN.Advertise != "" // as given: the defaults differ by node
 	cfg = cfg.withDefaults()
 	engines, err := cfg.engines()
 	if err != nil {
@@ -152,11 +154,11 @@ func New(cfg Config) (*Server, error) {
 			Strangers: strange,
 			Targets:   egress.New(cfg.AllowTargets, "--allow_targets", self),
 			Peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
-			Advertise: cfg.WANAdvertise,
+			Advertise: cfg.WAN.Advertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
 			Legs:       legpool.New(cfg.Pool, cfg.Logger),
 			Handshakes: peerdial.NewHandshakes(cfg.HandshakesPerPeer),
-			Files:      stream.NewSlots(FilesPerConn * int64(cfg.MaxActiveConns)),
+			Files:      stream.NewSlots(fileplan.PerConn * int64(cfg.MaxActiveConns)),
 			BestEffort: pace.NewBestEffort(cfg.Capacity.Rate),
 			Paceable:   paceable,
 			Kernel:     engines.Kernel(),
@@ -174,9 +176,9 @@ func New(cfg Config) (*Server, error) {
 	s.access.Store(&accessConfig{cfg.Auth, cfg.Roles})
 	s.intake = intake.New(intake.Config{
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
-		WANPort: cfg.WANPort, WANDomain: cfg.WANDomain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
-		Engines: engines, Engine: cfg.Engine, ConnFiles: FilesPerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
-		AppWaitDefault: cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax, LeaseDefault: cfg.LeaseDefault, LeaseMax: cfg.LeaseMax,
+		WANPort: cfg.WAN.Port, WANDomain: cfg.WAN.Domain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
+		Engines: engines, Engine: cfg.Engine, ConnFiles: fileplan.PerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
+		Bounds:     cfg.Bounds,
 		LookupHost: cfg.LookupHost, Targets: s.env.Targets, Peers: s.env.Peers,
 	})
 	if cfg.Node != "" {
@@ -187,7 +189,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Files returns the gateway's plan of its open files (Config.Files).
-func (s *Server) Files() Files { return s.files }
+func (s *Server) Files() fileplan.Plan { return s.files }
 
 // Serve restores persisted streams, then serves the control API over TLS
 // on ln until ctx is cancelled or Shutdown is called. It returns after
@@ -207,8 +209,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.mu.Unlock()
 
-	if s.cfg.WANPort != 0 {
-		wp, err := wanport.Open(s.cfg.BindIP, s.cfg.WANPort, s.proxyFrom(), s.env, s.cfg.QUIC, s.byName)
+	if s.cfg.WAN.Port != 0 {
+		wp, err := wanport.Open(s.cfg.BindIP, s.cfg.WAN, s.env, s.cfg.QUIC, s.byName)
 		if err != nil {
 			ln.Close()
 			s.Shutdown(context.Background())
@@ -225,7 +227,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			ln.Close()
 			return http.ErrServerClosed
 		}
-		s.log.Info("shared WAN port open", "bind", wp.Addr().String(), "advertised", s.cfg.WANAdvertise, "domain", s.cfg.WANDomain, "proxy_protocol", s.cfg.WANProxyProtocol, "proxy_from", s.cfg.WANProxyFrom)
+		s.log.Info("shared WAN port open", "bind", wp.Addr().String(), "advertised", s.cfg.WAN.Advertise, "domain", s.cfg.WAN.Domain, "proxy_protocol", s.cfg.WAN.ProxyProtocol, "proxy_from", s.cfg.WAN.ProxyFrom)
 	}
 	restore := s.restore
 	if s.fac != nil {
@@ -265,15 +267,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.Shutdown(sctx)
-}
-
-// proxyFrom returns the routers that may send the shared WAN port the
-// PROXY protocol, or nil if it is not spoken there.
-func (s *Server) proxyFrom() []netip.Prefix {
-	if !s.cfg.WANProxyProtocol {
-		return nil
-	}
-	return s.cfg.WANProxyFrom
 }
 
 // httpServer returns an HTTP server of h with the gateway's bounds on a
@@ -358,8 +351,8 @@ func ownEndpoints(cfg Config) *egress.Self {
 		bind = netip.IPv4Unspecified()
 	}
 	self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.PortRange.Lo), Hi: uint16(cfg.PortRange.Hi), What: "this gateway's own data-port range " + cfg.PortRange.String()})
-	if cfg.WANPort != 0 {
-		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WANPort), Hi: uint16(cfg.WANPort), What: "this gateway's own shared WAN port"})
+	if cfg.WAN.Port != 0 {
+		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WAN.Port), Hi: uint16(cfg.WAN.Port), What: "this gateway's own shared WAN port"})
 	}
 	if ln := cfg.Observe.MetricsListener; ln != nil {
 		self.AddListener(ln.Addr(), "this gateway's own metrics listener")

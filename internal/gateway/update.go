@@ -2,12 +2,10 @@ package gateway
 
 import (
 	"net/http"
-	"net/netip"
 	"time"
 
-	"scistream/internal/admission"
 	"scistream/internal/api"
-	"scistream/internal/pace"
+	"scistream/internal/httpapi"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 )
@@ -26,7 +24,7 @@ func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	var req api.UpdateRequest
-	if err := decode(r, &req); err != nil {
+	if err := httpapi.Decode(r, &req); err != nil {
 		return 0, nil, err
 	}
 	if st == nil {
@@ -41,44 +39,17 @@ func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
 
 // update checks req against the running stream st and applies it.
 func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Record, error) {
-	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
-		return nil, api.Errorf(api.CodeInvalidArgument, "nothing to update: give rate, allow or lease_s")
+	u, err := s.intake.CheckUpdate(req, st.Role)
+	if err != nil {
+		return nil, err
 	}
-	var rate pace.Rate
-	if req.Rate != nil {
-		r, _, err := admission.CheckRate(*req.Rate, 0)
-		if err != nil {
-			return nil, err
-		}
-		if r > 0 && st.KernelPaths() {
-			return nil, api.Errorf(api.CodeConflict, "stream %s has %d connections in the kernel (engine sockmap on a tcp WAN leg), where nothing can pace them; give it a rate when no connection is open, or request it with a rate (its connections then run on splice)", st.UID, st.Active.Load())
-		}
-		rate = r
+	if u.SetRate && u.Rate > 0 && st.KernelPaths() {
+		return nil, api.Errorf(api.CodeConflict, "stream %s has %d connections in the kernel (engine sockmap on a tcp WAN leg), where nothing can pace them; give it a rate when no connection is open, or request it with a rate (its connections then run on splice)", st.UID, st.Active.Load())
 	}
-	var allow []string
-	var prefixes []netip.Prefix
-	if req.Allow != nil {
-		if st.Role != api.RoleOutbound {
-			return nil, api.Errorf(api.CodeInvalidArgument, "allow: an inbound stream has no allow-list (its WAN legs are authenticated by the peer gateway's pinned certificate); update the outbound side")
-		}
-		a, err := s.intake.Allow(*req.Allow)
-		if err != nil {
-			return nil, err
-		}
-		prefixes, _ = stream.ParseAllow(a) // checked
-		allow = a
-	}
-	if req.LeaseS != nil {
-		if *req.LeaseS == 0 {
-			return nil, api.Errorf(api.CodeInvalidArgument, "lease_s 0: give the seconds the stream should live from now, 1 to %d; release it to end it now", int(s.cfg.LeaseMax.Seconds()))
-		}
-		if _, err := s.intake.Lease(*req.LeaseS); err != nil {
-			return nil, err
-		}
-	}
+	rate, allow, prefixes := u.Rate, u.Allow, u.AllowPrefixes
 
 	old := st.Pace.Rate()
-	if req.Rate != nil {
+	if u.SetRate {
 		s.mu.Lock()
 		var err error
 		if rate > old { // a decrease needs no admission, even over a capacity lowered since
@@ -100,15 +71,15 @@ func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Recor
 	now := s.cfg.Now()
 	prev := st.Record()
 	nr := st.Change(func(r *store.Record) {
-		if req.Rate != nil {
+		if u.SetRate {
 			r.Rate, r.RateRequested, r.MinRate = int64(rate), int64(rate), int64(rate)
 		}
 		if allow != nil {
 			r.Allow = allow
 		}
-		if req.LeaseS != nil {
-			r.LeaseS = *req.LeaseS
-			r.Expires = now.Add(time.Duration(*req.LeaseS) * time.Second)
+		if u.LeaseS != 0 {
+			r.LeaseS = u.LeaseS
+			r.Expires = now.Add(time.Duration(u.LeaseS) * time.Second)
 		}
 		r.Updated = now
 	})
@@ -117,7 +88,7 @@ func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Recor
 		// record too (a renewed lease would else keep the stream
 		// alive, and its view would show a rate it is not paced at).
 		st.Change(func(r *store.Record) { *r = *prev }) // saveMu keeps every other change out meanwhile
-		if req.Rate != nil {
+		if u.SetRate {
 			st.Pace.Set(old)
 			s.rebalance()
 		}
@@ -126,7 +97,7 @@ func (s *Server) update(st *stream.Stream, req *api.UpdateRequest) (*store.Recor
 	if allow != nil {
 		st.Allow.Store(&prefixes)
 	}
-	if req.Rate != nil {
+	if u.SetRate {
 		s.rebalance()
 	}
 	s.log.Info("stream updated", "uid", st.UID, "owner", st.Key.Owner, "rate", rateText(nr.Rate), "allow", nr.Allow, "expires", nr.Expires)

@@ -27,6 +27,7 @@ import (
 	"scistream/internal/stream"
 	"scistream/internal/waitfor"
 	"scistream/internal/wan"
+	"scistream/internal/wanport"
 )
 
 // sharedPort is the shared WAN port of the consumer gateways in these
@@ -105,7 +106,7 @@ func TestSharedWANPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons := startGW(t, tokens, func(c *Config) { c.WANPort = sharedPort; c.WANDomain = "wan.cons.test" })
+	cons := startGW(t, tokens, func(c *Config) { c.WAN.Port = sharedPort; c.WAN.Domain = "wan.cons.test" })
 	prod := startGW(t, tokens)
 	waitReady(t, cons)
 	waitReady(t, prod)
@@ -211,7 +212,7 @@ func TestSharedWANPort(t *testing.T) {
 // which streams exist; the right name with the right certificate still
 // needs the stream secret and one of the stream's channels.
 func TestSharedWANPortRefusals(t *testing.T) {
-	p := startPair(t, func(c *Config) { c.WANPort = sharedPort }, nil)
+	p := startPair(t, func(c *Config) { c.WAN.Port = sharedPort }, nil)
 	cons, prod, in, out := p.cons, p.prod, p.in, p.out
 	ctx := context.Background()
 	inS, _, err := client.Wire(ctx, in, out,
@@ -252,7 +253,7 @@ func TestSharedWANPortRefusals(t *testing.T) {
 	}
 	prodCert := &prod.srv.cfg.Identity.TLS
 	for _, name := range []string{
-		"aaaaaaaaaaaaaaaaaaaaaaaaaa." + DefaultWANDomain, // well formed, nobody's
+		"aaaaaaaaaaaaaaaaaaaaaaaaaa." + wanport.DefaultDomain, // well formed, nobody's
 		"not a name!",
 		"",
 		"x." + inS.WANServerName, // a name under the stream's
@@ -322,7 +323,7 @@ func TestSharedWANPortStrangerCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons := startGW(t, tokens, func(c *Config) {
-		c.WANPort = sharedPort
+		c.WAN.Port = sharedPort
 		c.Strangers = strangers.Limits{PerListener: 2, PerSource: 4, Total: 8, Trusted: 2} // strangers: 6 in all
 	})
 	waitReady(t, cons)
@@ -345,9 +346,9 @@ func TestSharedWANPortProxyProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons := startGW(t, tokens, func(c *Config) {
-		c.WANPort = sharedPort
-		c.WANProxyProtocol = true
-		c.WANProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} // the router: the test's address
+		c.WAN.Port = sharedPort
+		c.WAN.ProxyProtocol = true
+		c.WAN.ProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} // the router: the test's address
 		c.Strangers = strangers.Limits{PerSource: 2, Total: 100}
 	})
 	waitReady(t, cons)
@@ -388,7 +389,7 @@ func TestSharedWANPortProxyProtocol(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	err = tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "x." + DefaultWANDomain}).Handshake()
+	err = tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "x." + wanport.DefaultDomain}).Handshake()
 	if err == nil || isTimeoutErr(err) {
 		t.Fatalf("a connection without a PROXY header: handshake %v, want it refused at once", err)
 	}
@@ -406,9 +407,9 @@ func TestSharedWANPortProxyFrom(t *testing.T) {
 	}
 	const total = 40
 	cons := startGW(t, tokens, func(c *Config) {
-		c.WANPort = sharedPort
-		c.WANProxyProtocol = true
-		c.WANProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.101/32"), netip.MustParsePrefix("127.0.0.102/32")}
+		c.WAN.Port = sharedPort
+		c.WAN.ProxyProtocol = true
+		c.WAN.ProxyFrom = []netip.Prefix{netip.MustParsePrefix("127.0.0.101/32"), netip.MustParsePrefix("127.0.0.102/32")}
 		c.Strangers = strangers.Limits{PerSource: 8, Total: total}
 	})
 	waitReady(t, cons)

@@ -12,7 +12,6 @@ package intake
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base32"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -32,6 +31,7 @@ import (
 	"scistream/internal/store"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
+	"scistream/internal/wanport"
 )
 
 // Config is what a Checker checks requests against: the gateway's
@@ -61,10 +61,9 @@ type Config struct {
 	ConnFiles int
 	// PoolMaxWarm is the most idle legs per channel a stream may ask.
 	PoolMaxWarm int
-	// AppWaitDefault and AppWaitMax bound an inbound stream's wait for
-	// its application; LeaseDefault and LeaseMax a stream's lease.
-	AppWaitDefault, AppWaitMax time.Duration
-	LeaseDefault, LeaseMax     time.Duration
+	// Bounds bound an inbound stream's wait for its application and a
+	// stream's lease; Resolve has been applied.
+	Bounds
 	// LookupHost resolves the host names of a request.
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Targets is what applications a stream may make the gateway dial,
@@ -143,7 +142,7 @@ func (s *Checker) Inbound(ctx context.Context, req *api.InboundRequest, owner st
 	}
 	t.apply(rec)
 	if shared {
-		rec.ServerName = newServerName(s.cfg.WANDomain)
+		rec.ServerName = wanport.NewServerName(s.cfg.WANDomain)
 	}
 	return rec, nil
 }
@@ -168,20 +167,6 @@ func (s *Checker) checkListener(listener, wanT string) (bool, error) {
 		return true, nil
 	}
 	return false, api.Errorf(api.CodeInvalidArgument, "wan_listener %.40q unknown: use \"shared\" or \"ports\", or omit it", listener)
-}
-
-// NameLabelLen is the length of a shared-port stream's label: 16 random
-// bytes in unpadded base32.
-const NameLabelLen = 26
-
-// newServerName returns a fresh server name for a stream on the shared
-// WAN port: a random label under domain. It is unique on the gateway (128
-// random bits) and says nothing of the stream's owner or UID.
-func newServerName(domain string) string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	label := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
-	return label + "." + domain
 }
 
 // appWaitS checks the app_wait_s of an inbound request (nil: absent) and
@@ -478,4 +463,57 @@ func (s *Checker) Lease(leaseS int) (int, error) {
 		return 0, api.Errorf(api.CodeInvalidArgument, "lease_s %d: give 1 to %d seconds (this gateway's longest lease, s2cs --lease_max), or omit it for the default (%d)", leaseS, most, int(s.cfg.LeaseDefault.Seconds()))
 	}
 	return leaseS, nil
+}
+
+// Update is an update request checked (CheckUpdate): what to change of
+// a running stream.
+type Update struct {
+	// Rate is the new reserved rate (0: best effort), if Set.
+	Rate    pace.Rate
+	SetRate bool
+	// Allow is the new allow-list, AllowPrefixes the same parsed; nil:
+	// unchanged.
+	Allow         []string
+	AllowPrefixes []netip.Prefix
+	// LeaseS is the new lease from now, in seconds; 0: unchanged.
+	LeaseS int
+}
+
+// CheckUpdate checks req, an update of a running stream of role, and
+// returns the change it asks for. What depends on the stream's running
+// state (connections in the kernel, the capacity) is the gateway's to
+// check.
+func (s *Checker) CheckUpdate(req *api.UpdateRequest, role api.Role) (Update, error) {
+	var u Update
+	if req.Rate == nil && req.Allow == nil && req.LeaseS == nil {
+		return u, api.Errorf(api.CodeInvalidArgument, "nothing to update: give rate, allow or lease_s")
+	}
+	if req.Rate != nil {
+		r, _, err := admission.CheckRate(*req.Rate, 0)
+		if err != nil {
+			return u, err
+		}
+		u.Rate, u.SetRate = r, true
+	}
+	if req.Allow != nil {
+		if role != api.RoleOutbound {
+			return u, api.Errorf(api.CodeInvalidArgument, "allow: an inbound stream has no allow-list (its WAN legs are authenticated by the peer gateway's pinned certificate); update the outbound side")
+		}
+		a, err := s.Allow(*req.Allow)
+		if err != nil {
+			return u, err
+		}
+		u.AllowPrefixes, _ = stream.ParseAllow(a) // checked
+		u.Allow = a
+	}
+	if req.LeaseS != nil {
+		if *req.LeaseS == 0 {
+			return u, api.Errorf(api.CodeInvalidArgument, "lease_s 0: give the seconds the stream should live from now, 1 to %d; release it to end it now", int(s.cfg.LeaseMax.Seconds()))
+		}
+		if _, err := s.Lease(*req.LeaseS); err != nil {
+			return u, err
+		}
+		u.LeaseS = *req.LeaseS
+	}
+	return u, nil
 }

@@ -3,7 +3,7 @@
 // site's 1.2 runbooks drive this gateway unchanged. The gateway serves it
 // on its control port beside the HTTPS API (gateway.Server.SetGRPC); the
 // streams it creates are ordinary streams of the gateway, made through
-// Backend (gateway.Legacy12).
+// Backend (NewBackend of the gateway's operations, backend.go).
 //
 // The 1.2 client's sequences: inbound-request sends req(uid, PROD, ...),
 // which answers once hello(uid, PROD, targets) came (before or after it),

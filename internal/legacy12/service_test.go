@@ -97,7 +97,7 @@ func start(t testing.TB, wait time.Duration) *env {
 		st.Close()
 		t.Fatal(err)
 	}
-	svc, err := legacy12.New(legacy12.Config{Backend: gw.Legacy12(), Logger: log, HelloWait: wait})
+	svc, err := legacy12.New(legacy12.Config{Backend: legacy12.NewBackend(gw), Logger: log, HelloWait: wait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestHelloEitherOrder(t *testing.T) {
 		if _, err := e.client.Update(as(aliceToken), &legacy12.UpdateTargets{Uid: uid(i), RemoteListeners: r.ProdListeners, Role: "PROD"}); err != nil {
 			t.Errorf("update PROD: %v", err)
 		}
-		v, err := e.gw.Legacy12().Get(context.Background(), "alice", uid(i))
+		v, err := legacy12.NewBackend(e.gw).Get(context.Background(), "alice", uid(i))
 		if err != nil || v.Owner != "alice" || len(v.Listeners) != 3 {
 			t.Errorf("the gateway's view: %+v, %v", v, err)
 		}
@@ -254,7 +254,7 @@ func TestReqWithoutHello(t *testing.T) {
 		t.Fatalf("req never followed by hello: %v; want DEADLINE_EXCEEDED naming the missing hello", err)
 	}
 	// Nothing was created, and the UID is free again.
-	if _, err := e.gw.Legacy12().Get(context.Background(), "alice", uid(1)); codeOf(t, statusOf(err)) != codes.NotFound {
+	if _, err := legacy12.NewBackend(e.gw).Get(context.Background(), "alice", uid(1)); codeOf(t, statusOf(err)) != codes.NotFound {
 		t.Errorf("after the refused req: %v; want no stream", err)
 	}
 	if e.svc.Waiting() != 0 {

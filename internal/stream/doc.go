@@ -7,11 +7,11 @@
 //   - on the outbound side each channel's LAN listener accepts the
 //     application's connections (allow-list, max_active_conns) and dials
 //     a WAN leg to the peer's listener of that channel, over TLS, QUIC or
-//     TCP (quic.go), fresh or from the pool of warm legs (pooled.go, on
-//     internal/legpool: LRU and LRU-M at the cap per peer), its
-//     handshakes bounded per peer, dialled again while the peer resets it
-//     before it answered, racing the peer facility's nodes when a channel
-//     moved (channels.go, on internal/peerdial);
+//     TCP (quic.go, on internal/wanquic), fresh or from the pool of warm
+//     legs (pooled.go, on internal/legpool: LRU and LRU-M at the cap per
+//     peer), its handshakes bounded per peer, dialled again while the
+//     peer resets it before it answered, racing the peer facility's nodes
+//     when a channel moved (channels.go, on internal/peerdial);
 //   - on the inbound side each channel's WAN listener authenticates legs
 //     (pinned certificate, the stream secret, the caps on strangers) and
 //     dials the application, waiting for it while the stream says to

@@ -9,16 +9,17 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/strangers"
 	"scistream/internal/wan"
+	"scistream/internal/wanquic"
 )
 
-// A stream with WAN transport "quic" (see internal/wan/quic.go):
+// A stream with WAN transport "quic" (see internal/wanquic):
 //
 //   - inbound: each listener's port is bound for UDP too (ports.ListenWithUDP),
-//     so the advertised listeners stay the same; a wan.QUICListener on that
+//     so the advertised listeners stay the same; a wanquic.Listener on that
 //     UDP socket hands out authenticated QUIC streams, each relayed to the
 //     application like an accepted TLS leg. The TCP listener stays bound
 //     (the port is the stream's) and refuses connections (wan.ErrQUICOnTCP).
-//   - outbound: one wan.QUICDialer for the stream keeps one QUIC connection
+//   - outbound: one wanquic.Dialer for the stream keeps one QUIC connection
 //     per peer listener, dialed on the first application connection and
 //     again if it died; each application connection opens one QUIC stream.
 //
@@ -27,11 +28,11 @@ import (
 
 // quicLegs is the QUIC state of a stream; zero for other transports.
 type quicLegs struct {
-	listeners []*wan.QUICListener // inbound, one per channel
-	dialer    *wan.QUICDialer     // outbound
+	listeners []*wanquic.Listener // inbound, one per channel
+	dialer    *wanquic.Dialer     // outbound
 }
 
-func (st *Stream) quicConfig() wan.QUICConfig {
+func (st *Stream) quicConfig() wanquic.Config {
 	cfg := st.env.QUIC
 	cfg.Logger = st.env.Log.With("uid", st.UID)
 	cfg.OnReject = func(remote net.Addr, err error) {
@@ -53,7 +54,7 @@ func (st *Stream) startQUIC() {
 		return
 	}
 	if st.Role == api.RoleOutbound {
-		st.quic.dialer = wan.NewQUICDialer(st.quicConfig())
+		st.quic.dialer = wanquic.NewDialer(st.quicConfig())
 		return
 	}
 	if st.Shared != nil {
@@ -68,7 +69,7 @@ func (st *Stream) startQUIC() {
 			st.env.Log.Error("quic stream without a UDP socket on its port", "uid", st.UID, "channel", ch)
 			continue
 		}
-		ql, err := wan.ListenQUIC(udp, st.leg(st.rec, ch), st.quicConfig())
+		ql, err := wanquic.Listen(udp, st.leg(st.rec, ch), st.quicConfig())
 		if err != nil {
 			st.env.Log.Error("listen quic", "uid", st.UID, "channel", ch, "err", err)
 			continue
@@ -96,7 +97,7 @@ func (st *Stream) stopQUIC() {
 	}
 }
 
-func (st *Stream) quicAcceptLoop(ch int, ql *wan.QUICListener) {
+func (st *Stream) quicAcceptLoop(ch int, ql *wanquic.Listener) {
 	defer st.wg.Done()
 	for {
 		w, err := ql.Accept(st.ctx)

@@ -17,6 +17,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/egress"
+	"scistream/internal/fileplan"
 	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/peerdial"
@@ -28,6 +29,7 @@ import (
 	"scistream/internal/store"
 	"scistream/internal/strangers"
 	"scistream/internal/wan"
+	"scistream/internal/wanquic"
 )
 
 // Env is what a running stream needs from its gateway, shared by every
@@ -36,7 +38,7 @@ type Env struct {
 	Log       *slog.Logger
 	Alloc     *ports.Allocator // where its listeners return when it stops
 	Cert      *tls.Certificate // the gateway's certificate, for WAN legs
-	QUIC      wan.QUICConfig   // settings of QUIC WAN legs
+	QUIC      wanquic.Config   // settings of QUIC WAN legs
 	Rates     rates.Settings   // how streams sample their rates (internal/rates)
 	Strangers *strangers.Gate  // caps and refusals of unauthenticated connections
 	// Targets is what the inbound side may dial for its applications,
@@ -70,10 +72,6 @@ type Env struct {
 	// clients (store.Record.PeerCA, peerca.go); nil refuses them all.
 	PeerCA *x509.CertPool
 }
-
-// FilesPerConn is what one application connection over a TLS or TCP
-// WAN leg holds open in the gateway: its socket and its WAN leg's.
-const FilesPerConn = 2
 
 // SharedPort is what a stream needs of the gateway's shared WAN port
 // (which serves the legs of the streams on it).
@@ -122,7 +120,7 @@ func FilesOf(wanT string) int64 {
 	if wanT == api.WANQUIC {
 		return 1
 	}
-	return FilesPerConn
+	return fileplan.PerConn
 }
 
 // Stream is the running proxy of one Stream: one listener per channel and

@@ -3,23 +3,14 @@ package wan_test
 import (
 	"crypto/rand"
 	"io"
-	"syscall"
 	"testing"
 	"time"
 
 	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
+	"scistream/internal/wan/wantest"
 )
-
-// cpuTime is the CPU time (user+system) this process has used so far.
-func cpuTime(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // benchStream sends b.N chunks of size bytes from w to r, each written in
 // one call and read with a buffer of the same size, and reports the
@@ -34,7 +25,7 @@ func benchStream(b *testing.B, w io.Writer, r io.Reader, size int) {
 	werr := make(chan error, 1)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
-	cpu0 := cpuTime(b)
+	cpu0 := wantest.CPUTime(b)
 	b.ResetTimer()
 	go func() {
 		var err error
@@ -54,7 +45,7 @@ func benchStream(b *testing.B, w io.Writer, r io.Reader, size int) {
 	if err := <-werr; err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric((cpuTime(b)-cpu0).Seconds()/(float64(total)/1e9), "cpu-s/GB")
+	b.ReportMetric((wantest.CPUTime(b)-cpu0).Seconds()/(float64(total)/1e9), "cpu-s/GB")
 }
 
 // BenchmarkTLSLeg measures the TLS WAN leg as the relay drives it (256

@@ -1,7 +1,6 @@
 package wan
 
 import (
-	"context"
 	"errors"
 	"net"
 	"syscall"
@@ -65,27 +64,16 @@ func Lost(err error) bool {
 // It is for a leg held unread on purpose (the inbound gateway holds the
 // leg while its application cannot be reached): the peer's bytes wait in
 // the socket, or in the QUIC stream's flow-control window, and a caller
-// asks now and then whether the peer gave up. A leg with no TCP socket
-// or QUIC stream under its NetConn wrappers reads as open.
+// asks now and then whether the peer gave up. A leg that has an Ended
+// method (a QUIC stream) answers with it, with the same meaning. A leg
+// with no TCP socket or QUIC stream under its NetConn wrappers reads as
+// open.
 func Ended(c net.Conn) error {
 	switch c := c.(type) {
 	case *net.TCPConn: // a plaintext leg
 		return sockio.Ended(c)
-	case *streamConn:
-		// The stream's context ends with its send side: when the peer
-		// asks it to stop sending (its abort), when this side resets it,
-		// and when the QUIC connection closes (release, idle timeout,
-		// stateless reset); the cause is the error a read would get.
-		ctx := c.s.Context()
-		if ctx.Err() == nil {
-			return nil
-		}
-		err := context.Cause(ctx)
-		var se *quic.StreamError
-		if err == nil || errors.As(err, &se) && !se.Remote {
-			return net.ErrClosed // this side reset it
-		}
-		return err
+	case interface{ Ended() error }: // a QUIC stream (internal/wanquic) knows its own end
+		return c.Ended()
 	case interface{ NetConn() net.Conn }: // a TLS leg: its TCP socket decides
 		return Ended(c.NetConn())
 	}

@@ -15,6 +15,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
 )
 
 // caIssuer is a CA that issues gateway certificates.
@@ -92,7 +93,7 @@ func TestPeerCALeg(t *testing.T) {
 				t.Fatalf("accept: %v, dial: %v; want a leg", r.err, derr)
 			case tc.wantAccept == nil:
 				c.Write([]byte("ping"))
-				if b, err := readFull(t, r.conn, 4); err != nil || string(b) != "ping" {
+				if b, err := wantest.ReadFull(t, r.conn, 4); err != nil || string(b) != "ping" {
 					t.Fatalf("read %q, %v", b, err)
 				}
 				return

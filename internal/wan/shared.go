@@ -3,7 +3,6 @@ package wan
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -57,7 +56,7 @@ func AcceptRouted(ctx context.Context, raw net.Conn, cert *tls.Certificate, rout
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{*cert},
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if l := routeTLS(route, hello.ServerName, api.WANTLS); l != nil {
+			if l := route.Leg(hello.ServerName, api.WANTLS); l != nil {
 				chosen = l
 			}
 			return chosen.tlsConfig(), nil
@@ -72,7 +71,7 @@ func AcceptRouted(ctx context.Context, raw net.Conn, cert *tls.Certificate, rout
 		}
 		return nil, fmt.Errorf("tls handshake: %w", err)
 	}
-	binding, err := exportBinding(tc.ConnectionState())
+	binding, err := ExportBinding(tc.ConnectionState())
 	if err != nil {
 		raw.Close()
 		return nil, err
@@ -91,15 +90,18 @@ func AcceptRouted(ctx context.Context, raw net.Conn, cert *tls.Certificate, rout
 	return routed(conn, chosen, p), nil
 }
 
-// routeTLS returns the leg route gives the server name name, or nil if
-// there is none, it is not a transport leg, or it is unusable.
-func routeTLS(route Router, name, transport string) *Leg {
+// Leg returns the leg route gives the server name name (in any case),
+// or nil if the name is not a valid server name, route has none for it,
+// or the leg is not a shared port's (Channels > 0) usable (Validate) leg
+// of transport. Use it rather than calling route: it never returns a leg
+// of another transport or one that cannot be checked.
+func (route Router) Leg(name, transport string) *Leg {
 	name = strings.ToLower(name)
 	if !ValidServerName(name) {
 		return nil
 	}
 	l := route(name)
-	if l == nil || l.Transport != transport || l.Channels == 0 || l.validate() != nil {
+	if l == nil || l.Transport != transport || l.Channels == 0 || l.Validate() != nil {
 		return nil
 	}
 	return l
@@ -135,7 +137,3 @@ func ValidServerName(name string) bool {
 	}
 	return true
 }
-
-// errNoRoute: a QUIC connection's server name led to no stream by the
-// time it was accepted (released meanwhile).
-var errNoRoute = errors.New("no stream for the connection's server name")

@@ -3,8 +3,10 @@
 //
 // Three transports exist. "tls" (the default) is mutual TLS 1.3 where each
 // side accepts only the certificate pinned for the stream. "tcp" is
-// plaintext for trusted circuits. "quic" (quic.go) carries each leg as a
-// stream of a QUIC connection with the same pinned TLS 1.3. Either way the dialer's first bytes are a
+// plaintext for trusted circuits. "quic" carries each leg as a stream of a
+// QUIC connection with the same pinned TLS 1.3: the transport is
+// internal/wanquic, its TLS configuration and preface checks are here
+// (quictls.go, Leg.CheckPreface). Either way the dialer's first bytes are a
 // preface naming the stream and channel and proving knowledge of the
 // stream secret:
 //
@@ -108,6 +110,16 @@ func ReadPreface(r io.Reader) (*Preface, error) {
 	return p, nil
 }
 
+// PrefaceUnread reports whether err, from ReadPreface or CheckPreface,
+// means that no whole preface arrived (the connection or stream ended,
+// was reset, or its read deadline passed first), as opposed to a preface
+// that arrived and was malformed or refused. It classifies; it admits
+// nothing.
+func PrefaceUnread(err error) bool {
+	var re *prefaceReadError
+	return errors.As(err, &re)
+}
+
 // prefaceReadError is a failure to read a preface (a reset, an end, a
 // deadline before it arrived whole), as opposed to a preface that arrived
 // and was wrong.
@@ -173,7 +185,12 @@ type Leg struct {
 // DefaultServerName is the TLS server name of a leg that sets none.
 const DefaultServerName = "scistream-wan"
 
-func (l *Leg) validate() error {
+// Validate reports whether the leg is complete and consistent: a UID, a
+// channel and channel count in range, a secret of SecretLen bytes, a known
+// transport and, on tls and quic, a certificate and a pin or peer CA. It
+// checks and changes nothing else; Dial and Accept call it, and so must
+// every other transport before it uses a leg.
+func (l *Leg) Validate() error {
 	if len(l.UID) == 0 || len(l.UID) > maxUID {
 		return fmt.Errorf("uid length %d out of range", len(l.UID))
 	}
@@ -234,7 +251,7 @@ func (l *Leg) tlsConfig() *tls.Config {
 // Dial opens a WAN leg to addr and sends the preface. The returned
 // connection carries application bytes only.
 func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	if l.Transport == api.WANQUIC {
@@ -273,8 +290,7 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 		binding = nonce[:]
 		conn = raw
 	}
-	p := &Preface{UID: l.UID, Channel: l.Channel, MAC: computeMAC(l.Secret, binding, l.UID, l.Channel)}
-	if _, err := conn.Write(AppendPreface(nil, p)); err != nil {
+	if _, err := conn.Write(AppendPreface(nil, l.Preface(binding))); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("send preface: %w", err)
 	}
@@ -300,7 +316,7 @@ func AcceptLeg(ctx context.Context, raw net.Conn, l *Leg) (*Routed, error) {
 }
 
 func accept(ctx context.Context, raw net.Conn, l *Leg, more bool) (*Routed, error) {
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		raw.Close()
 		return nil, err
 	}
@@ -357,6 +373,29 @@ func routed(c net.Conn, l *Leg, p *Preface) *Routed {
 	return r
 }
 
+// Preface returns the preface the dialer of leg l sends on a session
+// whose binding is binding (ExportBinding): the leg's UID and channel and
+// the MAC of its secret over them and the binding, valid on that session
+// only. It does not check the leg (Validate).
+func (l *Leg) Preface(binding []byte) *Preface {
+	return &Preface{UID: l.UID, Channel: l.Channel, MAC: computeMAC(l.Secret, binding, l.UID, l.Channel)}
+}
+
+// CheckPreface reads a dialer's preface from r and admits it as Accept
+// does for the leg's own listener (no watch or pooled leg): it must name
+// the leg's stream and its channel (or, with Channels, one below it) and
+// prove the stream secret over binding, the ExportBinding of the session
+// r is carried on. It returns the preface only if it was admitted; the
+// error wraps ErrBadPreface (PrefaceUnread tells a preface that never
+// arrived whole), ErrWrongStream or ErrBadSecret.
+func (l *Leg) CheckPreface(r io.Reader, binding []byte) (*Preface, error) {
+	p, err := ReadPreface(r)
+	if err != nil {
+		return nil, err
+	}
+	return p, l.admit(p, binding, false, false)
+}
+
 // admit checks a preface p received on a session whose binding is
 // binding: the leg's stream, one of its channels (Channel, or any below
 // Channels; with PooledFlag if pooledOK) or, if watchOK, its watch
@@ -394,7 +433,7 @@ func (l *Leg) handshake(ctx context.Context, raw net.Conn, newTLS func(net.Conn,
 		raw.Close()
 		return nil, nil, fmt.Errorf("tls handshake: %w", err)
 	}
-	binding, err := exportBinding(tc.ConnectionState())
+	binding, err := ExportBinding(tc.ConnectionState())
 	if err != nil {
 		raw.Close()
 		return nil, nil, err
@@ -402,10 +441,12 @@ func (l *Leg) handshake(ctx context.Context, raw net.Conn, newTLS func(net.Conn,
 	return newConn(tc, ec), binding, nil
 }
 
-// exportBinding is the binding of a TLS session, TCP or QUIC: keying
-// material exported from it (RFC 8446 sec. 7.5), the same at both ends
-// and different on every other session.
-func exportBinding(cs tls.ConnectionState) ([]byte, error) {
+// ExportBinding is the binding of a TLS session, TCP or QUIC: keying
+// material exported from it under wan's own label (RFC 8446 sec. 7.5),
+// the same at both ends and different on every other session. A preface
+// is valid only on the session whose binding its MAC covers. The binding
+// is no secret from the peer and reveals nothing of the session's keys.
+func ExportBinding(cs tls.ConnectionState) ([]byte, error) {
 	return cs.ExportKeyingMaterial(exportLabel, nil, nonceLen)
 }
 

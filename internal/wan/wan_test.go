@@ -119,16 +119,6 @@ func dial(t testing.TB, addr string, l *wan.Leg) (net.Conn, error) {
 	return c, err
 }
 
-// readWithDeadline reads until n bytes or an error, bounded by testTimeout.
-func readFull(t *testing.T, c net.Conn, n int) ([]byte, error) {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(testTimeout))
-	defer c.SetReadDeadline(time.Time{})
-	b := make([]byte, n)
-	m, err := io.ReadFull(c, b)
-	return b[:m], err
-}
-
 func TestDialAcceptBytesBothWays(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
@@ -159,11 +149,11 @@ func TestDialAcceptBytesBothWays(t *testing.T) {
 			errc := make(chan error, 2)
 			go func() { _, err := dc.Write(up); errc <- err }()
 			go func() { _, err := ac.Write(down); errc <- err }()
-			got, err := readFull(t, ac, len(up))
+			got, err := wantest.ReadFull(t, ac, len(up))
 			if err != nil || !bytes.Equal(got, up) {
 				t.Fatalf("acceptor read %d/%d bytes, err %v", len(got), len(up), err)
 			}
-			got, err = readFull(t, dc, len(down))
+			got, err = wantest.ReadFull(t, dc, len(down))
 			if err != nil || !bytes.Equal(got, down) {
 				t.Fatalf("dialer read %d/%d bytes, err %v", len(got), len(down), err)
 			}
@@ -179,7 +169,7 @@ func TestDialAcceptBytesBothWays(t *testing.T) {
 					t.Fatalf("CloseWrite: %v", err)
 				}
 			}
-			if b, err := readFull(t, ac, 1); err != io.EOF {
+			if b, err := wantest.ReadFull(t, ac, 1); err != io.EOF {
 				t.Fatalf("after CloseWrite acceptor read %q, %v; want io.EOF", b, err)
 			}
 		})
@@ -219,7 +209,7 @@ func TestAcceptRejects(t *testing.T) {
 				}
 				// Accept closed the connection: the dialer sees its
 				// end rather than application data.
-				if b, err := readFull(t, dc, 1); err == nil {
+				if b, err := wantest.ReadFull(t, dc, 1); err == nil {
 					t.Fatalf("dialer read %q from a rejected leg", b)
 				}
 			})
@@ -245,7 +235,7 @@ func TestTLSPinning(t *testing.T) {
 		// server has checked the client certificate, so Dial may
 		// succeed; the leg must then fail on first read.
 		if dialErr == nil {
-			if b, err := readFull(t, dc, 1); err == nil {
+			if b, err := wantest.ReadFull(t, dc, 1); err == nil {
 				t.Fatalf("dialer read %q on a leg the acceptor refused", b)
 			}
 		}
@@ -286,7 +276,7 @@ func TestTLSPinning(t *testing.T) {
 			t.Fatalf("Accept error = %v, want refusal for want of a pin", r.err)
 		}
 		if dialErr == nil {
-			if b, err := readFull(t, dc, 1); err == nil {
+			if b, err := wantest.ReadFull(t, dc, 1); err == nil {
 				t.Fatalf("dialer read %q on a leg the acceptor refused", b)
 			}
 		}
@@ -557,6 +547,20 @@ func TestValidate(t *testing.T) {
 	})
 }
 
+// TestQUICOnTCPRefused: Dial and Accept refuse a quic leg (its streams
+// listen and dial with internal/wanquic).
+func TestQUICOnTCPRefused(t *testing.T) {
+	dl, al := wantest.Legs(t, api.WANQUIC)
+	if _, err := wan.Dial(context.Background(), "127.0.0.1:1", dl); !errors.Is(err, wan.ErrQUICOnTCP) {
+		t.Fatalf("wan.Dial on a quic leg: %v, want ErrQUICOnTCP", err)
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	if _, err := wan.Accept(context.Background(), a, al); !errors.Is(err, wan.ErrQUICOnTCP) {
+		t.Fatalf("wan.Accept on a quic leg: %v, want ErrQUICOnTCP", err)
+	}
+}
+
 func TestNewSecret(t *testing.T) {
 	a, b := wan.NewSecret(), wan.NewSecret()
 	if len(a) != wan.SecretLen || len(b) != wan.SecretLen {
@@ -607,7 +611,7 @@ func TestTruncationDetected(t *testing.T) {
 	if err := rawTCP(t, dc).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readFull(t, ac, len("partial"))
+	got, err := wantest.ReadFull(t, ac, len("partial"))
 	if err != nil || string(got) != "partial" {
 		t.Fatalf("read %q, %v", got, err)
 	}
@@ -632,7 +636,7 @@ func TestCloseNotifyIsCleanEOF(t *testing.T) {
 	if err := dc.CloseWrite(); err != nil {
 		t.Fatalf("CloseWrite: %v", err)
 	}
-	got, err := readFull(t, ac, len("complete"))
+	got, err := wantest.ReadFull(t, ac, len("complete"))
 	if err != nil || string(got) != "complete" {
 		t.Fatalf("read %q, %v", got, err)
 	}
@@ -650,7 +654,7 @@ func TestCloseNotifyIsCleanEOF(t *testing.T) {
 	if _, err := ac.Write([]byte("reply")); err != nil {
 		t.Fatalf("acceptor Write after peer CloseWrite: %v", err)
 	}
-	if got, err := readFull(t, dc, 5); err != nil || string(got) != "reply" {
+	if got, err := wantest.ReadFull(t, dc, 5); err != nil || string(got) != "reply" {
 		t.Fatalf("dialer read %q, %v", got, err)
 	}
 }
@@ -795,7 +799,7 @@ func TestTLSReadDeadlineResumes(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { _, err := dc.Write(want); errc <- err }()
 	ac.SetReadDeadline(time.Now().Add(testTimeout))
-	got, err := readFull(t, ac, len(want))
+	got, err := wantest.ReadFull(t, ac, len(want))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("after the deadline: read %d/%d bytes, %v", len(got), len(want), err)
 	}

@@ -8,8 +8,10 @@
 // its secret, its channels, its connections and counters
 // (stream.Stream.ServeRouted). The strangers' caps apply per source and
 // in all; the per-listener cap does not (the port serves every stream).
-// Behind a router that sends the PROXY protocol (Open's proxyFrom), the
-// source is the one its header names, and only the routers may connect.
+// Behind a router that sends the PROXY protocol (Config.ProxyProtocol),
+// the source is the one its header names, and only the routers may
+// connect. Config holds the port's settings, their checks and defaults,
+// and the naming of its streams (NewServerName).
 package wanport
 
 import (
@@ -32,6 +34,7 @@ import (
 	"scistream/internal/strangers"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
+	"scistream/internal/wanquic"
 )
 
 // Port is a running shared WAN port. Its methods may be called
@@ -43,14 +46,14 @@ type Port struct {
 	lookup  func(name string) *stream.Stream // a live stream by server name, or nil
 	// proxy: every connection starts with a PROXY protocol v2 header
 	// from a router in front, whose addresses proxyFrom lists
-	// (Config.WANProxyProtocol, WANProxyFrom).
+	// (Config.ProxyProtocol, ProxyFrom).
 	proxy     bool
 	proxyFrom []netip.Prefix
 	unheard   strangers.Unheard // proxy: connections whose header has not come yet
 
 	ln   *net.TCPListener
 	udp  *net.UDPConn
-	quic *wan.QUICListener
+	quic *wanquic.Listener
 
 	slots strangers.Listener                    // connections in their handshake
 	trust strangers.SharedTrust[*stream.Stream] // the sources each stream's peer authenticated from lately
@@ -65,12 +68,12 @@ type Port struct {
 	wg sync.WaitGroup // accept loops, connections in their handshake
 }
 
-// Open binds the shared WAN port on bind (TCP and UDP); start
-// starts accepting on it. lookup finds a live stream by its server name.
-// proxyFrom, if not nil, lists the routers that send every connection's
-// PROXY protocol header.
-func Open(bind string, port int, proxyFrom []netip.Prefix, e *stream.Env, quicCfg wan.QUICConfig, lookup func(string) *stream.Stream) (*Port, error) {
-	addr := net.JoinHostPort(bind, strconv.Itoa(port))
+// Open binds the shared WAN port cfg (cfg.Port on bind, TCP and UDP);
+// Start starts accepting on it. lookup finds a live stream by its
+// server name.
+func Open(bind string, cfg Config, e *stream.Env, quicCfg wanquic.Config, lookup func(string) *stream.Stream) (*Port, error) {
+	proxyFrom := cfg.routers()
+	addr := net.JoinHostPort(bind, strconv.Itoa(cfg.Port))
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -105,7 +108,7 @@ func Open(bind string, port int, proxyFrom []netip.Prefix, e *stream.Env, quicCf
 		wp.strange.Refuse(strangers.ReasonOf(err), remote)
 		wp.log.Debug("WAN connection refused", "wan", api.WANQUIC, "peer", addrString(remote), "err", err)
 	}
-	wp.quic, err = wan.ListenQUICRouted(udp, e.Cert, wp.route, quicCfg)
+	wp.quic, err = wanquic.ListenRouted(udp, e.Cert, wp.route, quicCfg)
 	if err != nil {
 		cancel()
 		ln.Close()

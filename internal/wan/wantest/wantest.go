@@ -1,19 +1,27 @@
 // Package wantest is a test helper for the users of internal/wan, as
-// httptest is for net/http: matching legs with fresh certificates, and
-// a loopback listener that accepts legs with wan.AcceptLeg. Errors fail
-// the test; everything it opens is closed when the test ends.
+// httptest is for net/http: matching legs with fresh certificates, a
+// loopback listener that accepts legs with wan.AcceptLeg, small helpers
+// on a leg's ends, and EndedUnread, a check of wan.Ended that every
+// transport's tests run on their own legs (as x/net/nettest.TestConn
+// checks a net.Conn). Errors fail the test; everything it opens is closed
+// when the test ends.
 package wantest
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
 	"scistream/internal/api"
 	"scistream/internal/certs"
+	"scistream/internal/relay"
+	"scistream/internal/waitfor"
 	"scistream/internal/wan"
 )
 
@@ -99,5 +107,73 @@ func AcceptLegs(t testing.TB, l *wan.Leg) (addr string, next func(testing.TB) Ac
 			t.Fatal("AcceptLeg did not return")
 			return Accepted{}
 		}
+	}
+}
+
+// ReadFull reads until n bytes or an error from c, bounded by Timeout.
+func ReadFull(t testing.TB, c net.Conn, n int) ([]byte, error) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(Timeout))
+	defer c.SetReadDeadline(time.Time{})
+	b := make([]byte, n)
+	m, err := io.ReadFull(c, b)
+	return b[:m], err
+}
+
+// CloseWrite ends c's writes (its CloseWrite: a FIN, a close_notify, a
+// QUIC FIN), failing the test if it cannot.
+func CloseWrite(t testing.TB, c net.Conn) {
+	t.Helper()
+	if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+}
+
+// CPUTime is the CPU time (user+system) this process has used so far,
+// for benchmarks that report CPU per byte.
+func CPUTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// EndedUnread checks wan.Ended on the legs pair returns, the dialer's end
+// and the acceptor's of one fresh leg each call: a leg held unread is not
+// over while the peer's bytes and its orderly end wait (they read intact
+// afterwards); once the peer aborts it, Ended says so without a read, as
+// a reset by the peer; once this side closes it, as net.ErrClosed.
+func EndedUnread(t *testing.T, pair func() (dc, ac net.Conn)) {
+	t.Helper()
+	dc, ac := pair()
+	if _, err := dc.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	CloseWrite(t, dc)
+	// The bytes and the end reach the acceptor's buffers; no
+	// read of ac tells when, so ask for a while: an Ended that
+	// took the orderly end for an end would say so.
+	var err error
+	if waitfor.Cond(200*time.Millisecond, func() bool { err = wan.Ended(ac); return err != nil }) {
+		t.Fatalf("a leg whose peer sent bytes and its end, unread: %v, want nil", err)
+	}
+	ac.SetReadDeadline(time.Now().Add(Timeout))
+	if got, err := io.ReadAll(ac); err != nil || string(got) != "held" {
+		t.Fatalf("read after holding: %q, %v; want \"held\" then EOF", got, err)
+	}
+
+	dc, ac = pair()
+	dc.Write([]byte("lost"))
+	relay.Abort(dc)
+	waitfor.Must(t, Timeout, "Ended to see the peer's abort", func() bool { err = wan.Ended(ac); return err != nil })
+	if !wan.ResetByPeer(err) {
+		t.Fatalf("after the peer's abort: %v, want a reset by the peer", err)
+	}
+
+	_, ac = pair()
+	relay.Abort(ac)
+	if err := wan.Ended(ac); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("after this side's abort: %v, want net.ErrClosed", err)
 	}
 }

@@ -1,4 +1,4 @@
-package wan_test
+package wanquic_test
 
 import (
 	"bytes"
@@ -15,21 +15,22 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"scistream/internal/api"
+	"scistream/internal/leakcheck"
 	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
+	"scistream/internal/wanquic"
 )
 
-// quicLegs returns a matching dialer (A) and acceptor (B) leg pair for the
-// quic transport.
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// quicLegs returns a matching dialer and acceptor leg pair for the quic
+// transport, each pinning the other's fresh certificate.
 func quicLegs(t testing.TB) (dial, accept *wan.Leg) {
 	t.Helper()
-	testCerts(t)
-	secret := wan.NewSecret()
-	dial = &wan.Leg{Transport: api.WANQUIC, UID: "stream-1", Channel: 3, Secret: secret, Cert: certA, PeerSHA256: pin(pinB)}
-	accept = &wan.Leg{Transport: api.WANQUIC, UID: "stream-1", Channel: 3, Secret: bytes.Clone(secret), Cert: certB, PeerSHA256: pin(pinA)}
-	return dial, accept
+	return wantest.Legs(t, api.WANQUIC)
 }
 
 type rejects struct {
@@ -50,12 +51,12 @@ func (r *rejects) add(_ net.Addr, err error) {
 	}
 }
 
-// wait returns the first rejection, waiting up to testTimeout.
+// wait returns the first rejection, waiting up to wantest.Timeout.
 func (r *rejects) wait(t *testing.T) error {
 	t.Helper()
 	select {
 	case <-r.ch:
-	case <-time.After(testTimeout):
+	case <-time.After(wantest.Timeout):
 		t.Fatal("no rejection reported")
 	}
 	r.mu.Lock()
@@ -64,13 +65,13 @@ func (r *rejects) wait(t *testing.T) error {
 }
 
 // quicListen binds a UDP socket on loopback and listens for l on it.
-func quicListen(t testing.TB, l *wan.Leg, cfg wan.QUICConfig) (*wan.QUICListener, *net.UDPConn) {
+func quicListen(t testing.TB, l *wan.Leg, cfg wanquic.Config) (*wanquic.Listener, *net.UDPConn) {
 	t.Helper()
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ql, err := wan.ListenQUIC(udp, l, cfg)
+	ql, err := wanquic.Listen(udp, l, cfg)
 	if err != nil {
 		udp.Close()
 		t.Fatal(err)
@@ -79,15 +80,15 @@ func quicListen(t testing.TB, l *wan.Leg, cfg wan.QUICConfig) (*wan.QUICListener
 	return ql, udp
 }
 
-func quicDialer(t testing.TB, cfg wan.QUICConfig) *wan.QUICDialer {
-	d := wan.NewQUICDialer(cfg)
+func quicDialer(t testing.TB, cfg wanquic.Config) *wanquic.Dialer {
+	d := wanquic.NewDialer(cfg)
 	t.Cleanup(func() { d.Close() })
 	return d
 }
 
-func quicDial(t testing.TB, d *wan.QUICDialer, addr string, l *wan.Leg) (net.Conn, error) {
+func quicDial(t testing.TB, d *wanquic.Dialer, addr string, l *wan.Leg) (net.Conn, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wantest.Timeout)
 	defer cancel()
 	c, err := d.Dial(ctx, addr, l)
 	if c != nil {
@@ -96,9 +97,9 @@ func quicDial(t testing.TB, d *wan.QUICDialer, addr string, l *wan.Leg) (net.Con
 	return c, err
 }
 
-func quicAccept(t testing.TB, ql *wan.QUICListener) net.Conn {
+func quicAccept(t testing.TB, ql *wanquic.Listener) net.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wantest.Timeout)
 	defer cancel()
 	c, err := ql.Accept(ctx)
 	if err != nil {
@@ -109,7 +110,7 @@ func quicAccept(t testing.TB, ql *wan.QUICListener) net.Conn {
 }
 
 // quicPair returns the two ends of one authenticated QUIC stream.
-func quicPair(t testing.TB, cfg wan.QUICConfig) (dc, ac net.Conn, ql *wan.QUICListener, udp *net.UDPConn, d *wan.QUICDialer) {
+func quicPair(t testing.TB, cfg wanquic.Config) (dc, ac net.Conn, ql *wanquic.Listener, udp *net.UDPConn, d *wanquic.Dialer) {
 	t.Helper()
 	dl, al := quicLegs(t)
 	ql, udp = quicListen(t, al, cfg)
@@ -121,21 +122,14 @@ func quicPair(t testing.TB, cfg wan.QUICConfig) (dc, ac net.Conn, ql *wan.QUICLi
 	return dc, quicAccept(t, ql), ql, udp, d
 }
 
-func closeWrite(t *testing.T, c net.Conn) {
-	t.Helper()
-	if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
-		t.Fatalf("CloseWrite: %v", err)
-	}
-}
-
 // TestQUICHalfClose: bytes both ways, and each direction ends on its own:
 // the dialer's FIN reads as EOF at the acceptor while the acceptor can
 // still answer, and the answer ends with EOF too.
 func TestQUICHalfClose(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	up := bytes.Repeat([]byte("dialer->acceptor "), 64<<10)
 	go func() { dc.Write(up); dc.(interface{ CloseWrite() error }).CloseWrite() }()
-	ac.SetReadDeadline(time.Now().Add(testTimeout))
+	ac.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	got, err := io.ReadAll(ac)
 	if err != nil || !bytes.Equal(got, up) {
 		t.Fatalf("acceptor read %d/%d bytes, err %v; want all then EOF", len(got), len(up), err)
@@ -144,8 +138,8 @@ func TestQUICHalfClose(t *testing.T) {
 	if _, err := ac.Write(down); err != nil {
 		t.Fatalf("acceptor write after the dialer's FIN: %v", err)
 	}
-	closeWrite(t, ac)
-	dc.SetReadDeadline(time.Now().Add(testTimeout))
+	wantest.CloseWrite(t, ac)
+	dc.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	got, err = io.ReadAll(dc)
 	if err != nil || !bytes.Equal(got, down) {
 		t.Fatalf("dialer read %d/%d bytes, err %v; want all then EOF", len(got), len(down), err)
@@ -154,22 +148,22 @@ func TestQUICHalfClose(t *testing.T) {
 
 // TestQUICHalfCloseFromAcceptor: the other way round.
 func TestQUICHalfCloseFromAcceptor(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	dc.Write([]byte("hello"))
-	if b, err := readFull(t, ac, 5); err != nil || string(b) != "hello" {
+	if b, err := wantest.ReadFull(t, ac, 5); err != nil || string(b) != "hello" {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 	ac.Write([]byte("bye"))
-	closeWrite(t, ac)
-	dc.SetReadDeadline(time.Now().Add(testTimeout))
+	wantest.CloseWrite(t, ac)
+	dc.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if got, err := io.ReadAll(dc); err != nil || string(got) != "bye" {
 		t.Fatalf("dialer read %q, %v; want \"bye\" then EOF", got, err)
 	}
 	if _, err := dc.Write([]byte("still here")); err != nil {
 		t.Fatalf("dialer write after the acceptor's FIN: %v", err)
 	}
-	closeWrite(t, dc)
-	ac.SetReadDeadline(time.Now().Add(testTimeout))
+	wantest.CloseWrite(t, dc)
+	ac.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if got, err := io.ReadAll(ac); err != nil || string(got) != "still here" {
 		t.Fatalf("acceptor read %q, %v", got, err)
 	}
@@ -180,9 +174,9 @@ func TestQUICHalfCloseFromAcceptor(t *testing.T) {
 func TestQUICAbort(t *testing.T) {
 	for _, side := range []string{"dialer", "acceptor"} {
 		t.Run(side, func(t *testing.T) {
-			dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+			dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 			dc.Write([]byte("x"))
-			if _, err := readFull(t, ac, 1); err != nil {
+			if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 				t.Fatal(err)
 			}
 			a, b := dc, ac
@@ -190,7 +184,7 @@ func TestQUICAbort(t *testing.T) {
 				a, b = ac, dc
 			}
 			relay.Abort(a)
-			_, err := readFull(t, b, 1)
+			_, err := wantest.ReadFull(t, b, 1)
 			var se *quic.StreamError
 			if !errors.As(err, &se) || !se.Remote {
 				t.Fatalf("read after the peer's abort: %v, want a remote *quic.StreamError", err)
@@ -205,7 +199,8 @@ func TestQUICAbort(t *testing.T) {
 // TestQUICPinning: each side accepts only the certificate pinned for the
 // stream; an empty pin (not attached yet) refuses everyone.
 func TestQUICPinning(t *testing.T) {
-	testCerts(t)
+	certC, pinC := wantest.NewCert(t)
+	pin := func(s string) func() string { return func() string { return s } }
 	cases := []struct {
 		name   string
 		mutate func(dial, accept *wan.Leg)
@@ -223,8 +218,8 @@ func TestQUICPinning(t *testing.T) {
 			dl, al := quicLegs(t)
 			c.mutate(dl, al)
 			rj := newRejects()
-			ql, udp := quicListen(t, al, wan.QUICConfig{OnReject: rj.add})
-			d := quicDialer(t, wan.QUICConfig{})
+			ql, udp := quicListen(t, al, wanquic.Config{OnReject: rj.add})
+			d := quicDialer(t, wanquic.Config{})
 			qc, err := quicDial(t, d, udp.LocalAddr().String(), dl)
 			if !c.byAcceptor && err == nil {
 				t.Fatal("Dial succeeded although the acceptor's certificate is not the pinned one")
@@ -232,7 +227,7 @@ func TestQUICPinning(t *testing.T) {
 			if err == nil {
 				// The dialer may finish before the acceptor checks the
 				// client certificate (TLS 1.3): then the stream fails.
-				if b, err := readFull(t, qc, 1); err == nil {
+				if b, err := wantest.ReadFull(t, qc, 1); err == nil {
 					t.Fatalf("dialer read %q over a connection with the wrong certificate", b)
 				}
 			}
@@ -268,8 +263,8 @@ func TestQUICRejectsPreface(t *testing.T) {
 			dl, al := quicLegs(t)
 			c.mutate(dl)
 			rj := newRejects()
-			ql, udp := quicListen(t, al, wan.QUICConfig{OnReject: rj.add})
-			d := quicDialer(t, wan.QUICConfig{})
+			ql, udp := quicListen(t, al, wanquic.Config{OnReject: rj.add})
+			d := quicDialer(t, wanquic.Config{})
 			dc, err := quicDial(t, d, udp.LocalAddr().String(), dl)
 			if err != nil {
 				t.Fatalf("Dial: %v (the dialer cannot know yet)", err)
@@ -278,7 +273,7 @@ func TestQUICRejectsPreface(t *testing.T) {
 			if err := rj.wait(t); !errors.Is(err, c.want) {
 				t.Fatalf("rejection %v, want %v", err, c.want)
 			}
-			if b, err := readFull(t, dc, 1); err == nil {
+			if b, err := wantest.ReadFull(t, dc, 1); err == nil {
 				t.Fatalf("dialer read %q from a refused stream", b)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -290,24 +285,12 @@ func TestQUICRejectsPreface(t *testing.T) {
 	}
 }
 
-func TestQUICOnTCPRefused(t *testing.T) {
-	dl, al := quicLegs(t)
-	if _, err := wan.Dial(context.Background(), "127.0.0.1:1", dl); !errors.Is(err, wan.ErrQUICOnTCP) {
-		t.Fatalf("wan.Dial on a quic leg: %v, want ErrQUICOnTCP", err)
-	}
-	a, b := net.Pipe()
-	defer b.Close()
-	if _, err := wan.Accept(context.Background(), a, al); !errors.Is(err, wan.ErrQUICOnTCP) {
-		t.Fatalf("wan.Accept on a quic leg: %v, want ErrQUICOnTCP", err)
-	}
-}
-
 // TestQUICManyStreams: 64 application connections at once on one QUIC
 // connection, each arriving intact on its own stream.
 func TestQUICManyStreams(t *testing.T) {
 	dl, al := quicLegs(t)
-	ql, udp := quicListen(t, al, wan.QUICConfig{})
-	d := quicDialer(t, wan.QUICConfig{})
+	ql, udp := quicListen(t, al, wanquic.Config{})
+	d := quicDialer(t, wanquic.Config{})
 	const streams, size = 64, 64 << 10
 	sent := make(chan [32]byte, streams)
 	var wg sync.WaitGroup
@@ -366,7 +349,7 @@ func TestQUICManyStreams(t *testing.T) {
 // idle timeout passes, and the next Dial dials a fresh connection to the
 // restarted acceptor on the same port.
 func TestQUICPeerDeath(t *testing.T) {
-	cfg := wan.QUICConfig{MaxIdleTimeout: 600 * time.Millisecond}
+	cfg := wanquic.Config{MaxIdleTimeout: 600 * time.Millisecond}
 	dl, al := quicLegs(t)
 	ql, udp := quicListen(t, al, cfg)
 	addr := udp.LocalAddr().String()
@@ -377,11 +360,11 @@ func TestQUICPeerDeath(t *testing.T) {
 	}
 	ac := quicAccept(t, ql)
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	udp.Close() // the peer vanishes: nothing more is sent or received
-	_, err = readFull(t, dc, 1)
+	_, err = wantest.ReadFull(t, dc, 1)
 	var idle *quic.IdleTimeoutError
 	if !errors.As(err, &idle) {
 		t.Fatalf("dialer read after the peer died: %v, want an idle timeout", err)
@@ -393,7 +376,7 @@ func TestQUICPeerDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ql2, err := wan.ListenQUIC(udp2, al, cfg)
+	ql2, err := wanquic.Listen(udp2, al, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +387,7 @@ func TestQUICPeerDeath(t *testing.T) {
 	}
 	ac2 := quicAccept(t, ql2)
 	dc2.Write([]byte("again"))
-	if b, err := readFull(t, ac2, 5); err != nil || string(b) != "again" {
+	if b, err := wantest.ReadFull(t, ac2, 5); err != nil || string(b) != "again" {
 		t.Fatalf("after redial acceptor read %q, %v", b, err)
 	}
 }
@@ -415,16 +398,16 @@ func TestQUICPeerDeath(t *testing.T) {
 // the idle timeout, and the next Dial works.
 func TestQUICPeerRestartReset(t *testing.T) {
 	dl, al := quicLegs(t)
-	ql, udp := quicListen(t, al, wan.QUICConfig{}) // 15 s idle timeout
+	ql, udp := quicListen(t, al, wanquic.Config{}) // 15 s idle timeout
 	addr := udp.LocalAddr().String()
-	d := quicDialer(t, wan.QUICConfig{})
+	d := quicDialer(t, wanquic.Config{})
 	dc, err := quicDial(t, d, addr, dl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ac := quicAccept(t, ql)
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	udp.Close()
@@ -433,13 +416,13 @@ func TestQUICPeerRestartReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ql2, err := wan.ListenQUIC(udp2, al, wan.QUICConfig{})
+	ql2, err := wanquic.Listen(udp2, al, wanquic.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ql2.Close(); udp2.Close() })
 	dc.Write([]byte("into the old connection"))
-	_, err = readFull(t, dc, 1)
+	_, err = wantest.ReadFull(t, dc, 1)
 	var sr *quic.StatelessResetError
 	if !errors.As(err, &sr) {
 		t.Fatalf("dialer read on the old connection: %v, want a stateless reset", err)
@@ -449,7 +432,7 @@ func TestQUICPeerRestartReset(t *testing.T) {
 		t.Fatalf("Dial after the reset: %v", err)
 	}
 	dc2.Write([]byte("again"))
-	if b, err := readFull(t, quicAccept(t, ql2), 5); err != nil || string(b) != "again" {
+	if b, err := wantest.ReadFull(t, quicAccept(t, ql2), 5); err != nil || string(b) != "again" {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 }
@@ -457,13 +440,13 @@ func TestQUICPeerRestartReset(t *testing.T) {
 // TestQUICDialerClose: the outbound side releases the stream (closes its
 // dialer); the acceptor's streams fail with the peer's close, not EOF.
 func TestQUICDialerClose(t *testing.T) {
-	dc, ac, _, _, d := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, d := quicPair(t, wanquic.Config{})
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	_, err := readFull(t, ac, 1)
+	_, err := wantest.ReadFull(t, ac, 1)
 	var ae *quic.ApplicationError
 	if !errors.As(err, &ae) || !ae.Remote {
 		t.Fatalf("acceptor read after the dialer closed: %v, want a remote application error", err)
@@ -476,13 +459,13 @@ func TestQUICDialerClose(t *testing.T) {
 // TestQUICListenerClose: closing the listener (a release) ends every
 // stream at the dialer with an error, and Accept returns net.ErrClosed.
 func TestQUICListenerClose(t *testing.T) {
-	dc, ac, ql, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, ql, _, _ := quicPair(t, wanquic.Config{})
 	dc.Write([]byte("x"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	ql.Close()
-	if _, err := readFull(t, dc, 1); err == nil || errors.Is(err, io.EOF) {
+	if _, err := wantest.ReadFull(t, dc, 1); err == nil || errors.Is(err, io.EOF) {
 		t.Fatalf("dialer read after release: %v, want an error other than EOF", err)
 	}
 	if _, err := ql.Accept(context.Background()); !errors.Is(err, net.ErrClosed) {
@@ -494,7 +477,7 @@ func TestQUICListenerClose(t *testing.T) {
 // TestQUICRelay drives relay.Relay over a QUIC leg with TCP on both
 // sides, as the gateways do: half-close both ways and an abort.
 func TestQUICRelay(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	// producer <-> [relay] <-> dc ~quic~ ac <-> [relay] <-> consumer
 	prodApp, prodGW := loopback.TCPPair(t)
 	consGW, consApp := loopback.TCPPair(t)
@@ -504,13 +487,13 @@ func TestQUICRelay(t *testing.T) {
 	go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 	prodApp.Write([]byte("request"))
 	prodApp.CloseWrite()
-	consApp.SetReadDeadline(time.Now().Add(testTimeout))
+	consApp.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if b, err := io.ReadAll(consApp); err != nil || string(b) != "request" {
 		t.Fatalf("consumer read %q, %v", b, err)
 	}
 	consApp.Write([]byte("response"))
 	consApp.CloseWrite()
-	prodApp.SetReadDeadline(time.Now().Add(testTimeout))
+	prodApp.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if b, err := io.ReadAll(prodApp); err != nil || string(b) != "response" {
 		t.Fatalf("producer read %q, %v", b, err)
 	}
@@ -520,7 +503,7 @@ func TestQUICRelay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("relay: %v", err)
 			}
-		case <-time.After(testTimeout):
+		case <-time.After(wantest.Timeout):
 			t.Fatal("relay did not finish after both half-closes")
 		}
 	}
@@ -529,7 +512,7 @@ func TestQUICRelay(t *testing.T) {
 // TestQUICRelayAbort: the producer resets its connection mid-transfer; the
 // consumer sees a reset, not a clean end.
 func TestQUICRelayAbort(t *testing.T) {
-	dc, ac, _, _, _ := quicPair(t, wan.QUICConfig{})
+	dc, ac, _, _, _ := quicPair(t, wanquic.Config{})
 	prodApp, prodGW := loopback.TCPPair(t)
 	consGW, consApp := loopback.TCPPair(t)
 	done := make(chan error, 2)
@@ -537,12 +520,12 @@ func TestQUICRelayAbort(t *testing.T) {
 	go func() { done <- relay.Relay(eng, prodGW, dc, func(int64) {}, func(int64) {}) }()
 	go func() { done <- relay.Relay(eng, consGW, ac, func(int64) {}, func(int64) {}) }()
 	prodApp.Write([]byte("partial"))
-	if b, err := readFull(t, consApp, 7); err != nil {
+	if b, err := wantest.ReadFull(t, consApp, 7); err != nil {
 		t.Fatalf("consumer read %q, %v", b, err)
 	}
 	prodApp.SetLinger(0)
 	prodApp.Close()
-	consApp.SetReadDeadline(time.Now().Add(testTimeout))
+	consApp.SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if b, err := io.ReadAll(consApp); err == nil {
 		t.Fatalf("consumer read %q then a clean EOF after the producer's reset; want an error", b)
 	}
@@ -552,7 +535,7 @@ func TestQUICRelayAbort(t *testing.T) {
 			if err == nil {
 				t.Fatal("relay reported success for an aborted connection")
 			}
-		case <-time.After(testTimeout):
+		case <-time.After(wantest.Timeout):
 			t.Fatal("relay did not finish after an abort")
 		}
 	}
@@ -563,8 +546,8 @@ func TestQUICRelayAbort(t *testing.T) {
 // a message that names the limit, and gets through once a slot frees.
 func TestQUICStreamLimit(t *testing.T) {
 	dl, al := quicLegs(t)
-	ql, udp := quicListen(t, al, wan.QUICConfig{MaxStreams: 2})
-	d := quicDialer(t, wan.QUICConfig{MaxStreams: 2})
+	ql, udp := quicListen(t, al, wanquic.Config{MaxStreams: 2})
+	d := quicDialer(t, wanquic.Config{MaxStreams: 2})
 	addr := udp.LocalAddr().String()
 	// One at a time, so open[i] and accepted[i] are the two ends of one
 	// stream (Accept hands out streams in the order their prefaces check).
@@ -583,13 +566,13 @@ func TestQUICStreamLimit(t *testing.T) {
 		t.Fatalf("third Dial over a limit of 2: %v, want an error naming the limit", err)
 	}
 	// End one connection in both directions: its slot frees.
-	closeWrite(t, open[0])
-	accepted[0].SetReadDeadline(time.Now().Add(testTimeout))
+	wantest.CloseWrite(t, open[0])
+	accepted[0].SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if _, err := io.ReadAll(accepted[0]); err != nil {
 		t.Fatalf("acceptor read: %v", err)
 	}
-	closeWrite(t, accepted[0])
-	open[0].SetReadDeadline(time.Now().Add(testTimeout))
+	wantest.CloseWrite(t, accepted[0])
+	open[0].SetReadDeadline(time.Now().Add(wantest.Timeout))
 	if _, err := io.ReadAll(open[0]); err != nil {
 		t.Fatalf("dialer read: %v", err)
 	}
@@ -598,7 +581,7 @@ func TestQUICStreamLimit(t *testing.T) {
 		t.Fatalf("Dial after a slot freed: %v", err)
 	}
 	c.Write([]byte("third"))
-	if b, err := readFull(t, quicAccept(t, ql), 5); err != nil || string(b) != "third" {
+	if b, err := wantest.ReadFull(t, quicAccept(t, ql), 5); err != nil || string(b) != "third" {
 		t.Fatalf("acceptor read %q, %v", b, err)
 	}
 }
@@ -611,8 +594,8 @@ func TestQUICStreamLimit(t *testing.T) {
 func TestQUICEarlyResetSparesSiblings(t *testing.T) {
 	dl, al := quicLegs(t)
 	rj := newRejects()
-	ql, udp := quicListen(t, al, wan.QUICConfig{OnReject: rj.add})
-	d := quicDialer(t, wan.QUICConfig{})
+	ql, udp := quicListen(t, al, wanquic.Config{OnReject: rj.add})
+	d := quicDialer(t, wanquic.Config{})
 	addr := udp.LocalAddr().String()
 	dc, err := quicDial(t, d, addr, dl)
 	if err != nil {
@@ -620,7 +603,7 @@ func TestQUICEarlyResetSparesSiblings(t *testing.T) {
 	}
 	ac := quicAccept(t, ql)
 	dc.Write([]byte("a"))
-	if _, err := readFull(t, ac, 1); err != nil {
+	if _, err := wantest.ReadFull(t, ac, 1); err != nil {
 		t.Fatal(err)
 	}
 	for range 20 {
@@ -647,11 +630,20 @@ func TestQUICEarlyResetSparesSiblings(t *testing.T) {
 	}()
 	<-drained
 	dc.Write([]byte("b"))
-	if b, err := readFull(t, ac, 1); err != nil || string(b) != "b" {
+	if b, err := wantest.ReadFull(t, ac, 1); err != nil || string(b) != "b" {
 		t.Fatalf("sibling stream after early resets: read %q, %v; want it unharmed", b, err)
 	}
 	ac.Write([]byte("c"))
-	if b, err := readFull(t, dc, 1); err != nil || string(b) != "c" {
+	if b, err := wantest.ReadFull(t, dc, 1); err != nil || string(b) != "c" {
 		t.Fatalf("sibling stream after early resets: dialer read %q, %v; want it unharmed", b, err)
 	}
+}
+
+// TestEndedUnread: wantest.EndedUnread on QUIC streams, which wan.Ended
+// asks through their Ended method.
+func TestEndedUnread(t *testing.T) {
+	wantest.EndedUnread(t, func() (dc, ac net.Conn) {
+		dc, ac, _, _, _ = quicPair(t, wanquic.Config{})
+		return dc, ac
+	})
 }

@@ -1,6 +1,7 @@
-package wan_test
+package wanquic_test
 
 import (
+	"context"
 	"crypto/rand"
 	"net"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
 	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
+	"scistream/internal/wanquic"
 )
 
 // BenchmarkQUICLeg moves bytes over one QUIC stream on loopback (both
@@ -18,26 +21,26 @@ import (
 // relay would, and reports the ratio to a direct loopback TCP connection
 // measured in the same run (x_direct). Profile with
 //
-//	go test -run '^$' -bench QUICLeg -benchtime 20x -cpuprofile cpu.out ./internal/wan
+//	go test -run '^$' -bench QUICLeg -benchtime 20x -cpuprofile cpu.out ./internal/wanquic
 func BenchmarkQUICLeg(b *testing.B) {
-	b.Run("gro", func(b *testing.B) { benchQUICLeg(b, wan.QUICConfig{}) })
-	b.Run("no_gro", func(b *testing.B) { benchQUICLeg(b, wan.QUICConfig{DisableGRO: true}) })
+	b.Run("gro", func(b *testing.B) { benchQUICLeg(b, wanquic.Config{}) })
+	b.Run("no_gro", func(b *testing.B) { benchQUICLeg(b, wanquic.Config{DisableGRO: true}) })
 }
 
-func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
+func benchQUICLeg(b *testing.B, cfg wanquic.Config) {
 	const op = 16 << 20 // bytes per iteration
 	dc, ac, _, _, _ := quicPair(b, cfg)
 	b.SetBytes(op)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime(b)
+	cpu0 := wantest.CPUTime(b)
 	el := move(b, dc, ac, int64(b.N)*op)
-	cpu := cpuTime(b) - cpu0
+	cpu := wantest.CPUTime(b) - cpu0
 	b.StopTimer()
 	x, y := loopback.TCPPair(b)
-	cpu0 = cpuTime(b)
+	cpu0 = wantest.CPUTime(b)
 	direct := move(b, x, y, int64(b.N)*op)
-	dcpu := cpuTime(b) - cpu0
+	dcpu := wantest.CPUTime(b) - cpu0
 	b.ReportMetric(direct.Seconds()/el.Seconds(), "x_direct")
 	// CPU time (user+system, both ends) per MiB moved: steadier than
 	// goodput on a shared machine.
@@ -46,7 +49,6 @@ func benchQUICLeg(b *testing.B, cfg wan.QUICConfig) {
 	b.ReportMetric(dcpu.Seconds()*1e3/mib, "direct-cpu-ms/MiB")
 }
 
-// cpuTime is the user+system CPU time of this process so far.
 // move writes total bytes to w in 64 KiB writes and reads them from r
 // through a 256 KiB buffer, returning the time taken.
 func move(b *testing.B, w, r net.Conn, total int64) time.Duration {
@@ -87,7 +89,7 @@ func BenchmarkGatewayPath(b *testing.B) {
 		b.Run(tr, func(b *testing.B) {
 			var dc, ac net.Conn
 			if tr == api.WANQUIC {
-				dc, ac, _, _, _ = quicPair(b, wan.QUICConfig{})
+				dc, ac, _, _, _ = quicPair(b, wanquic.Config{})
 			} else {
 				dc, ac = tlsPair(b)
 			}
@@ -100,9 +102,9 @@ func BenchmarkGatewayPath(b *testing.B) {
 			const op = 16 << 20
 			b.SetBytes(op)
 			b.ResetTimer()
-			cpu0 := cpuTime(b)
+			cpu0 := wantest.CPUTime(b)
 			el := move(b, prodApp, consApp, int64(b.N)*op)
-			cpu := cpuTime(b) - cpu0
+			cpu := wantest.CPUTime(b) - cpu0
 			b.StopTimer()
 			prodApp.Close()
 			consApp.Close()
@@ -115,4 +117,22 @@ func BenchmarkGatewayPath(b *testing.B) {
 			b.ReportMetric(cpu.Seconds()*1e3/mib, "cpu-ms/MiB")
 		})
 	}
+}
+
+// tlsPair returns the two ends of one TLS leg, for comparison.
+func tlsPair(b *testing.B) (dc, ac net.Conn) {
+	dl, al := wantest.Legs(b, api.WANTLS)
+	addr, next := wantest.AcceptLegs(b, al)
+	ctx, cancel := context.WithTimeout(context.Background(), wantest.Timeout)
+	defer cancel()
+	dc, err := wan.Dial(ctx, addr, dl)
+	if err != nil {
+		b.Fatalf("Dial: %v", err)
+	}
+	b.Cleanup(func() { dc.Close() })
+	a := next(b)
+	if a.Err != nil {
+		b.Fatalf("AcceptLeg: %v", a.Err)
+	}
+	return dc, a.Conn
 }

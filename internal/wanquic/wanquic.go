@@ -1,9 +1,11 @@
-package wan
-
-// The "quic" transport. The two gateways of a stream keep one QUIC
-// connection per channel (per inbound listener) and carry every application
-// TCP connection of that channel as one bidirectional QUIC stream; the
-// applications still speak plain TCP on the LAN legs.
+// Package wanquic is the "quic" WAN transport. The two gateways of a
+// stream keep one QUIC connection per channel (per inbound listener) and
+// carry every application TCP connection of that channel as one
+// bidirectional QUIC stream; the applications still speak plain TCP on
+// the LAN legs. It builds on internal/wan, which keeps every check of a
+// peer: the TLS configuration (wan.Leg.QUICTLSConfig), the preface and its
+// MAC (wan.Leg.Preface, wan.Leg.CheckPreface), the routing of a shared WAN
+// port (wan.Router).
 //
 // Security is the TLS transport's, inside QUIC: TLS 1.3, mutual, ALPN
 // "scistream-wan/1", each side accepting only the certificate pinned for
@@ -24,6 +26,7 @@ package wan
 // stream on it with that cause. The idle timeout is how the death of a
 // silent peer is noticed: KeepAlivePeriod keeps a live but idle connection
 // from reaching it.
+package wanquic
 
 import (
 	"context"
@@ -42,10 +45,8 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/udpsock"
+	"scistream/internal/wan"
 )
-
-// ALPN is the application protocol negotiated on QUIC WAN connections.
-const ALPN = "scistream-wan/1"
 
 // Stream and connection error codes sent to the peer.
 const (
@@ -60,12 +61,8 @@ const (
 	codeUnauthorized quic.ApplicationErrorCode = 0x1
 )
 
-// ErrQUICOnTCP is returned by Dial and Accept for a leg whose transport is
-// QUIC: such streams listen on UDP (ListenQUIC) and dial with a QUICDialer.
-var ErrQUICOnTCP = errors.New("this stream's WAN transport is quic (UDP); TCP connections to its listener are refused")
-
-// QUICConfig tunes the QUIC transport. Every zero value is a usable default.
-type QUICConfig struct {
+// Config tunes the QUIC transport. Every zero value is a usable default.
+type Config struct {
 	// MaxIdleTimeout closes a QUIC connection (aborting its streams) after
 	// this long without a packet from the peer: the time to notice that a
 	// peer gateway died or the path broke. The effective value is the
@@ -83,7 +80,7 @@ type QUICConfig struct {
 	// memory it may hold for slow applications. If zero, 64 MiB.
 	MaxConnectionReceiveWindow uint64
 	// MaxStreams is how many application connections one channel may carry
-	// at once; a further one waits up to HandshakeTimeout for a free slot,
+	// at once; a further one waits up to wan.HandshakeTimeout for a free slot,
 	// then is refused. If zero, 1024.
 	MaxStreams int
 	// DisableGRO reads datagrams one by one instead of with UDP receive
@@ -98,7 +95,7 @@ type QUICConfig struct {
 	OnReject func(remote net.Addr, err error)
 }
 
-func (c QUICConfig) withDefaults() QUICConfig {
+func (c Config) withDefaults() Config {
 	if c.MaxIdleTimeout == 0 {
 		c.MaxIdleTimeout = 15 * time.Second
 	}
@@ -125,7 +122,7 @@ func (c QUICConfig) withDefaults() QUICConfig {
 
 // packetConn is what quic-go reads and writes: udp, with GRO unless
 // disabled.
-func (c QUICConfig) packetConn(udp *net.UDPConn) net.PacketConn {
+func (c Config) packetConn(udp *net.UDPConn) net.PacketConn {
 	if c.DisableGRO {
 		return udp
 	}
@@ -134,9 +131,9 @@ func (c QUICConfig) packetConn(udp *net.UDPConn) net.PacketConn {
 
 // quicConfig returns quic-go's configuration. Only the dialer opens
 // streams (incoming == false refuses peer-opened streams).
-func (c QUICConfig) quicConfig(incoming bool) *quic.Config {
+func (c Config) quicConfig(incoming bool) *quic.Config {
 	qc := &quic.Config{
-		HandshakeIdleTimeout: HandshakeTimeout / 2, // the whole handshake gets twice this
+		HandshakeIdleTimeout: wan.HandshakeTimeout / 2, // the whole handshake gets twice this
 		MaxIdleTimeout:       c.MaxIdleTimeout,
 		KeepAlivePeriod:      c.KeepAlivePeriod,
 		// Start with windows that fill a fast LAN-scale path at once; the
@@ -154,73 +151,56 @@ func (c QUICConfig) quicConfig(incoming bool) *quic.Config {
 	return qc
 }
 
-// quicTLS is the leg's TLS configuration with the ALPN and session
-// resumption off (a resumed session would skip the pin check). report is
-// called when the peer's certificate is refused.
-func (l *Leg) quicTLS(report func(error)) *tls.Config {
-	tc := l.tlsConfig()
-	tc.NextProtos = []string{ALPN}
-	tc.SessionTicketsDisabled = true
-	tc.VerifyPeerCertificate = func(raw [][]byte, chains [][]*x509.Certificate) error {
-		err := l.verifyPin(raw, chains)
-		if err != nil {
-			report(err)
-		}
-		return err
-	}
-	return tc
-}
-
 func quicBinding(c *quic.Conn) ([]byte, error) {
-	return exportBinding(c.ConnectionState().TLS)
+	return wan.ExportBinding(c.ConnectionState().TLS)
 }
 
-// QUICListener accepts the QUIC legs of one channel of one stream on a UDP
-// socket (ListenQUIC), or of every stream of a shared WAN port
-// (ListenQUICRouted), and hands out their authenticated streams.
-type QUICListener struct {
-	leg   *Leg   // the one leg (ListenQUIC), or nil
-	route Router // the legs by server name (ListenQUICRouted), or nil
-	cfg   QUICConfig
+// Listener accepts the QUIC legs of one channel of one stream on a UDP
+// socket (Listen), or of every stream of a shared WAN port
+// (ListenRouted), and hands out their authenticated streams.
+type Listener struct {
+	leg   *wan.Leg   // the one leg (Listen), or nil
+	route wan.Router // the legs by server name (ListenRouted), or nil
+	cfg   Config
 	tr    *quic.Transport
 	ln    *quic.Listener
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	ready  chan *Routed // authenticated streams, for Accept
+	ready  chan *wan.Routed // authenticated streams, for Accept
 
 	mu     sync.Mutex // guards the following fields
-	conns  map[*quic.Conn]*Leg
+	conns  map[*quic.Conn]*wan.Leg
 	closed bool
 
 	wg sync.WaitGroup // accept loop, one per connection, one per stream being checked
 }
 
-// ListenQUIC starts accepting QUIC connections for leg on udp. The caller
+// Listen starts accepting QUIC connections for leg on udp. The caller
 // keeps ownership of udp (it is not closed by Close).
-func ListenQUIC(udp *net.UDPConn, l *Leg, cfg QUICConfig) (*QUICListener, error) {
-	if err := l.validate(); err != nil {
+func Listen(udp *net.UDPConn, l *wan.Leg, cfg Config) (*Listener, error) {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	if l.Transport != api.WANQUIC {
-		return nil, fmt.Errorf("ListenQUIC on a %q leg", l.Transport)
+		return nil, fmt.Errorf("wanquic.Listen on a %q leg", l.Transport)
 	}
 	return listenQUIC(udp, l.Cert, l, nil, cfg)
 }
 
-// ListenQUICRouted starts accepting the QUIC connections of a shared WAN
+// ListenRouted starts accepting the QUIC connections of a shared WAN
 // port on udp: each connection belongs to the stream whose leg route
 // returns for its TLS server name (as AcceptRouted for TLS), and its QUIC
 // streams' prefaces name that stream's channels. cert is the gateway's
 // certificate. The caller keeps ownership of udp.
-func ListenQUICRouted(udp *net.UDPConn, cert *tls.Certificate, route Router, cfg QUICConfig) (*QUICListener, error) {
+func ListenRouted(udp *net.UDPConn, cert *tls.Certificate, route wan.Router, cfg Config) (*Listener, error) {
 	if cert == nil || route == nil {
-		return nil, errors.New("ListenQUICRouted without certificate or router")
+		return nil, errors.New("wanquic.ListenRouted without certificate or router")
 	}
 	return listenQUIC(udp, cert, nil, route, cfg)
 }
 
-func listenQUIC(udp *net.UDPConn, cert *tls.Certificate, fixed *Leg, route Router, cfg QUICConfig) (*QUICListener, error) {
+func listenQUIC(udp *net.UDPConn, cert *tls.Certificate, fixed *wan.Leg, route wan.Router, cfg Config) (*Listener, error) {
 	cfg = cfg.withDefaults()
 	udpsock.SetBuffers(udp, cfg.Logger)
 	budget := &handshakeBudget{tokens: handshakeBurst}
@@ -234,23 +214,9 @@ func listenQUIC(udp *net.UDPConn, cert *tls.Certificate, fixed *Leg, route Route
 	}
 	var tc *tls.Config
 	if fixed != nil {
-		tc = fixed.quicTLS(report)
+		tc = fixed.QUICTLSConfig(report)
 	} else {
-		refuse := refusingLeg(cert)
-		refuse.Transport = api.WANQUIC
-		tc = &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{*cert},
-			NextProtos:   []string{ALPN},
-			GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-				if l := routeTLS(route, hello.ServerName, api.WANQUIC); l != nil {
-					return l.quicTLS(report), nil
-				}
-				return refuse.quicTLS(func(error) {
-					report(ErrUnknownName)
-				}), nil
-			},
-		}
+		tc = wan.QUICRoutedTLSConfig(cert, route, report)
 	}
 	ln, err := tr.Listen(tc, cfg.quicConfig(true))
 	if err != nil {
@@ -258,16 +224,20 @@ func listenQUIC(udp *net.UDPConn, cert *tls.Certificate, fixed *Leg, route Route
 		return nil, fmt.Errorf("listen quic on %s: %w", udp.LocalAddr(), err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ql := &QUICListener{
+	ql := &Listener{
 		leg: fixed, route: route, cfg: cfg, tr: tr, ln: ln,
 		ctx: ctx, cancel: cancel,
-		ready: make(chan *Routed),
-		conns: map[*quic.Conn]*Leg{},
+		ready: make(chan *wan.Routed),
+		conns: map[*quic.Conn]*wan.Leg{},
 	}
 	ql.wg.Add(1)
 	go ql.acceptConns()
 	return ql, nil
 }
+
+// errNoRoute: a QUIC connection's server name led to no stream by the
+// time it was accepted (released meanwhile).
+var errNoRoute = errors.New("no stream for the connection's server name")
 
 // Handshakes a listener starts for peers whose address is not validated
 // yet: a burst, then a steady rate. Beyond that a new peer first gets a
@@ -308,12 +278,12 @@ func (b *handshakeBudget) retry(net.Addr) bool {
 }
 
 // Addr is the UDP address the listener receives on.
-func (ql *QUICListener) Addr() net.Addr { return ql.ln.Addr() }
+func (ql *Listener) Addr() net.Addr { return ql.ln.Addr() }
 
 // Accept returns the next QUIC stream whose preface proved the stream
 // secret, as a net.Conn that carries application bytes only. It blocks
 // until one arrives, ctx ends, or the listener is closed (net.ErrClosed).
-func (ql *QUICListener) Accept(ctx context.Context) (net.Conn, error) {
+func (ql *Listener) Accept(ctx context.Context) (net.Conn, error) {
 	r, err := ql.AcceptRouted(ctx)
 	if err != nil {
 		return nil, err
@@ -323,8 +293,8 @@ func (ql *QUICListener) Accept(ctx context.Context) (net.Conn, error) {
 
 // AcceptRouted is Accept that also says which stream (the leg) and
 // channel the QUIC stream's preface named: on a shared WAN port's
-// listener (ListenQUICRouted), the way to tell streams apart.
-func (ql *QUICListener) AcceptRouted(ctx context.Context) (*Routed, error) {
+// listener (ListenRouted), the way to tell streams apart.
+func (ql *Listener) AcceptRouted(ctx context.Context) (*wan.Routed, error) {
 	select {
 	case c := <-ql.ready:
 		return c, nil
@@ -338,7 +308,7 @@ func (ql *QUICListener) AcceptRouted(ctx context.Context) (*Routed, error) {
 // Close closes every QUIC connection (their streams fail at both ends),
 // stops listening and waits for the listener's goroutines. It does not
 // close the UDP socket. Idempotent.
-func (ql *QUICListener) Close() error {
+func (ql *Listener) Close() error {
 	ql.mu.Lock()
 	if ql.closed {
 		ql.mu.Unlock()
@@ -362,10 +332,10 @@ func (ql *QUICListener) Close() error {
 }
 
 // CloseLeg closes the QUIC connections of the stream whose leg is l (as
-// the Router returned it), failing every QUIC stream on them at both
+// the wan.Router returned it), failing every QUIC stream on them at both
 // ends: a stream released on a shared WAN port. Other streams' connections
 // are not touched.
-func (ql *QUICListener) CloseLeg(l *Leg) {
+func (ql *Listener) CloseLeg(l *wan.Leg) {
 	ql.mu.Lock()
 	var conns []*quic.Conn
 	for c, cl := range ql.conns {
@@ -379,7 +349,7 @@ func (ql *QUICListener) CloseLeg(l *Leg) {
 	}
 }
 
-func (ql *QUICListener) acceptConns() {
+func (ql *Listener) acceptConns() {
 	defer ql.wg.Done()
 	for {
 		c, err := ql.ln.Accept(ql.ctx)
@@ -394,7 +364,7 @@ func (ql *QUICListener) acceptConns() {
 		}
 		leg := ql.leg
 		if leg == nil {
-			leg = routeTLS(ql.route, c.ConnectionState().TLS.ServerName, api.WANQUIC)
+			leg = ql.route.Leg(c.ConnectionState().TLS.ServerName, api.WANQUIC)
 			if leg == nil { // released since its handshake
 				ql.mu.Unlock()
 				ql.cfg.OnReject(c.RemoteAddr(), errNoRoute)
@@ -409,7 +379,7 @@ func (ql *QUICListener) acceptConns() {
 	}
 }
 
-func (ql *QUICListener) serveConn(c *quic.Conn, leg *Leg) {
+func (ql *Listener) serveConn(c *quic.Conn, leg *wan.Leg) {
 	defer ql.wg.Done()
 	defer func() {
 		ql.mu.Lock()
@@ -434,14 +404,13 @@ func (ql *QUICListener) serveConn(c *quic.Conn, leg *Leg) {
 }
 
 // serveStream checks the preface of s and hands it to Accept.
-func (ql *QUICListener) serveStream(c *quic.Conn, leg *Leg, s *quic.Stream, binding []byte) {
+func (ql *Listener) serveStream(c *quic.Conn, leg *wan.Leg, s *quic.Stream, binding []byte) {
 	defer ql.wg.Done()
-	s.SetReadDeadline(time.Now().Add(HandshakeTimeout))
-	p, err := leg.checkPreface(s, binding)
+	s.SetReadDeadline(time.Now().Add(wan.HandshakeTimeout))
+	p, err := leg.CheckPreface(s, binding)
 	if err != nil {
 		s.CancelRead(codeRefused)
 		s.CancelWrite(codeRefused)
-		var re *prefaceReadError
 		var se *quic.StreamError
 		switch {
 		case c.Context().Err() != nil:
@@ -452,7 +421,7 @@ func (ql *QUICListener) serveStream(c *quic.Conn, leg *Leg, s *quic.Stream, bind
 			// preface (QUIC discards data a reset abandons). Nothing
 			// wrong with the connection: its other streams carry on.
 			ql.cfg.Logger.Debug("quic stream reset before its preface", "peer", c.RemoteAddr().String(), "cause", err)
-		case errors.As(err, &re):
+		case wan.PrefaceUnread(err):
 			// The preface did not arrive whole in time (or the stream
 			// ended first): refuse this stream only. A dialer whose
 			// connection is blocked by flow control can be that late.
@@ -469,28 +438,18 @@ func (ql *QUICListener) serveStream(c *quic.Conn, leg *Leg, s *quic.Stream, bind
 	s.SetReadDeadline(time.Time{})
 	sc := newStreamConn(c, s)
 	select {
-	case ql.ready <- &Routed{Conn: sc, Leg: leg, Channel: p.Channel}:
+	case ql.ready <- &wan.Routed{Conn: sc, Leg: leg, Channel: p.Channel}:
 	case <-ql.ctx.Done():
 		sc.abort()
 	}
 }
 
-// checkPreface reads a dialer's preface from r and checks it against the
-// leg and binding.
-func (l *Leg) checkPreface(r interface{ Read([]byte) (int, error) }, binding []byte) (*Preface, error) {
-	p, err := ReadPreface(r)
-	if err != nil {
-		return nil, err
-	}
-	return p, l.admit(p, binding, false, false)
-}
-
-// QUICDialer opens the QUIC legs of one stream: one QUIC connection per
+// Dialer opens the QUIC legs of one stream: one QUIC connection per
 // peer listener, dialed on the first application connection, kept while
 // the dialer lives and dialed again if it died; each Dial opens one QUIC
-// stream on it. The zero value is not usable; use NewQUICDialer.
-type QUICDialer struct {
-	cfg QUICConfig
+// stream on it. The zero value is not usable; use NewDialer.
+type Dialer struct {
+	cfg Config
 
 	mu     sync.Mutex // guards the following fields
 	udp    *net.UDPConn
@@ -508,21 +467,21 @@ type dialing struct {
 	err     error
 }
 
-// NewQUICDialer returns a dialer. It opens no socket until the first Dial.
-func NewQUICDialer(cfg QUICConfig) *QUICDialer {
-	return &QUICDialer{cfg: cfg.withDefaults(), conns: map[string]*dialing{}}
+// NewDialer returns a dialer. It opens no socket until the first Dial.
+func NewDialer(cfg Config) *Dialer {
+	return &Dialer{cfg: cfg.withDefaults(), conns: map[string]*dialing{}}
 }
 
 // Dial opens a QUIC stream to the peer listener addr for leg l and sends
 // the preface. The returned connection carries application bytes only.
-func (d *QUICDialer) Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
-	if err := l.validate(); err != nil {
+func (d *Dialer) Dial(ctx context.Context, addr string, l *wan.Leg) (net.Conn, error) {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	if l.Transport != api.WANQUIC {
-		return nil, fmt.Errorf("QUICDialer.Dial on a %q leg", l.Transport)
+		return nil, fmt.Errorf("wanquic.Dialer.Dial on a %q leg", l.Transport)
 	}
-	ctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, wan.HandshakeTimeout)
 	defer cancel()
 	// A cached connection may have died since its last use: then dial a
 	// fresh one, once.
@@ -533,8 +492,7 @@ func (d *QUICDialer) Dial(ctx context.Context, addr string, l *Leg) (net.Conn, e
 		}
 		s, err := dc.conn.OpenStreamSync(ctx)
 		if err == nil {
-			p := &Preface{UID: l.UID, Channel: l.Channel, MAC: computeMAC(l.Secret, dc.binding, l.UID, l.Channel)}
-			if _, err = s.Write(AppendPreface(nil, p)); err == nil {
+			if _, err = s.Write(wan.AppendPreface(nil, l.Preface(dc.binding))); err == nil {
 				return newStreamConn(dc.conn, s), nil
 			}
 			s.CancelWrite(codeAborted)
@@ -557,7 +515,7 @@ func (d *QUICDialer) Dial(ctx context.Context, addr string, l *Leg) (net.Conn, e
 
 // conn returns the live QUIC connection to addr, dialing it if needed.
 // Concurrent callers share one dial.
-func (d *QUICDialer) conn(ctx context.Context, addr string, l *Leg) (*dialing, error) {
+func (d *Dialer) conn(ctx context.Context, addr string, l *wan.Leg) (*dialing, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -610,7 +568,7 @@ func (d *QUICDialer) conn(ctx context.Context, addr string, l *Leg) (*dialing, e
 	return dc, nil
 }
 
-func dial(ctx context.Context, tr *quic.Transport, addr string, l *Leg, cfg QUICConfig) (*quic.Conn, []byte, error) {
+func dial(ctx context.Context, tr *quic.Transport, addr string, l *wan.Leg, cfg Config) (*quic.Conn, []byte, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, nil, err
@@ -621,7 +579,7 @@ func dial(ctx context.Context, tr *quic.Transport, addr string, l *Leg, cfg QUIC
 		}
 	}
 	var pinErr error
-	c, err := tr.Dial(ctx, ua, l.quicTLS(func(err error) { pinErr = err }), cfg.quicConfig(false))
+	c, err := tr.Dial(ctx, ua, l.QUICTLSConfig(func(err error) { pinErr = err }), cfg.quicConfig(false))
 	if err != nil {
 		if pinErr != nil {
 			err = fmt.Errorf("%w (%v)", err, pinErr)
@@ -639,7 +597,7 @@ func dial(ctx context.Context, tr *quic.Transport, addr string, l *Leg, cfg QUIC
 
 // transport returns the dialer's QUIC transport, opening its UDP socket on
 // first use. d.mu must be held.
-func (d *QUICDialer) transport(cert *tls.Certificate) (*quic.Transport, error) {
+func (d *Dialer) transport(cert *tls.Certificate) (*quic.Transport, error) {
 	if d.tr != nil {
 		return d.tr, nil
 	}
@@ -679,7 +637,7 @@ func resetKey(cert *tls.Certificate, local net.Addr) *quic.StatelessResetKey {
 	return &key
 }
 
-func (d *QUICDialer) forget(addr string, dc *dialing) {
+func (d *Dialer) forget(addr string, dc *dialing) {
 	d.mu.Lock()
 	if d.conns[addr] == dc {
 		delete(d.conns, addr)
@@ -689,7 +647,7 @@ func (d *QUICDialer) forget(addr string, dc *dialing) {
 
 // Close closes every QUIC connection of the dialer (their streams fail at
 // both ends) and its UDP socket. Idempotent.
-func (d *QUICDialer) Close() error {
+func (d *Dialer) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -744,6 +702,24 @@ func (sc *streamConn) CloseWrite() error { return sc.s.Close() }
 func (sc *streamConn) Close() error {
 	err := sc.s.Close()
 	sc.s.CancelRead(codeAborted)
+	return err
+}
+
+// Ended is wan.Ended for the stream, without reading it.
+func (sc *streamConn) Ended() error {
+	// The stream's context ends with its send side: when the peer
+	// asks it to stop sending (its abort), when this side resets it,
+	// and when the QUIC connection closes (release, idle timeout,
+	// stateless reset); the cause is the error a read would get.
+	ctx := sc.s.Context()
+	if ctx.Err() == nil {
+		return nil
+	}
+	err := context.Cause(ctx)
+	var se *quic.StreamError
+	if err == nil || errors.As(err, &se) && !se.Remote {
+		return net.ErrClosed // this side reset it
+	}
 	return err
 }
 

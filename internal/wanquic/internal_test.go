@@ -1,4 +1,4 @@
-package wan
+package wanquic
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"scistream/internal/api"
+	"scistream/internal/wan"
+	"scistream/internal/wan/wantest"
 )
 
 // deafConn sends what quic-go writes and never hands a datagram up: a
@@ -43,15 +45,15 @@ func (d *deafConn) stop()                                     { d.once.Do(func()
 // beyond it the peer gets a stateless Retry. A real dialer still gets
 // through during the flood (it answers the Retry).
 func TestQUICHandshakeFlood(t *testing.T) {
-	cert, certPin := itCert(t)
-	secret := NewSecret()
-	al := &Leg{Transport: api.WANQUIC, UID: "u", Channel: 0, Secret: secret, Cert: cert, PeerSHA256: func() string { return certPin }}
+	cert, certPin := wantest.NewCert(t)
+	secret := wan.NewSecret()
+	al := &wan.Leg{Transport: api.WANQUIC, UID: "u", Channel: 0, Secret: secret, Cert: cert, PeerSHA256: func() string { return certPin }}
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	ql, err := ListenQUIC(udp, al, QUICConfig{})
+	ql, err := Listen(udp, al, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestQUICHandshakeFlood(t *testing.T) {
 	for range initials {
 		// Each Dial sends its Initial at once and gives up soon after.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
-		flood.Dial(ctx, udp.LocalAddr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{ALPN}}, &quic.Config{})
+		flood.Dial(ctx, udp.LocalAddr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{wan.ALPN}}, &quic.Config{})
 		cancel()
 	}
 	elapsed := time.Since(start)
@@ -91,8 +93,8 @@ func TestQUICHandshakeFlood(t *testing.T) {
 	t.Logf("%d unanswered Initials in %s: goroutines %d -> at most %d (limit %d)", initials, elapsed.Round(time.Millisecond), before, grew, limit)
 
 	// A real dialer, with the budget spent, answers the Retry and gets in.
-	dl := &Leg{Transport: api.WANQUIC, UID: "u", Channel: 0, Secret: secret, Cert: cert, PeerSHA256: func() string { return certPin }}
-	d := NewQUICDialer(QUICConfig{})
+	dl := &wan.Leg{Transport: api.WANQUIC, UID: "u", Channel: 0, Secret: secret, Cert: cert, PeerSHA256: func() string { return certPin }}
+	d := NewDialer(Config{})
 	defer d.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -119,24 +121,24 @@ func TestQUICHandshakeFlood(t *testing.T) {
 // verify on another connection to the same listener, nor does a genuine
 // preface of another stream's UID on this stream's port.
 func TestQUICPrefaceReplay(t *testing.T) {
-	dcert, dpin := itCert(t)
-	acert, _ := itCert(t)
-	secret := NewSecret()
+	dcert, dpin := wantest.NewCert(t)
+	acert, _ := wantest.NewCert(t)
+	secret := wan.NewSecret()
 	rejected := make(chan error, 8)
-	al := &Leg{Transport: api.WANQUIC, UID: "s", Channel: 1, Secret: secret, Cert: acert, PeerSHA256: func() string { return dpin }}
+	al := &wan.Leg{Transport: api.WANQUIC, UID: "s", Channel: 1, Secret: secret, Cert: acert, PeerSHA256: func() string { return dpin }}
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	ql, err := ListenQUIC(udp, al, QUICConfig{OnReject: func(_ net.Addr, err error) { rejected <- err }})
+	ql, err := Listen(udp, al, Config{OnReject: func(_ net.Addr, err error) { rejected <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ql.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	tc := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*dcert}, NextProtos: []string{ALPN}}
+	tc := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*dcert}, NextProtos: []string{wan.ALPN}}
 	conn := func() (*quic.Conn, []byte) {
 		c, err := quic.DialAddr(ctx, udp.LocalAddr().String(), tc, &quic.Config{})
 		if err != nil {
@@ -164,7 +166,7 @@ func TestQUICPrefaceReplay(t *testing.T) {
 
 	c1, b1 := conn()
 	defer c1.CloseWithError(0, "")
-	captured := AppendPreface(nil, &Preface{UID: "s", Channel: 1, MAC: computeMAC(secret, b1, "s", 1)})
+	captured := wan.AppendPreface(nil, (&wan.Leg{UID: "s", Channel: 1, Secret: secret}).Preface(b1))
 	go send(c1, captured)
 	ac, err := ql.Accept(ctx)
 	if err != nil {
@@ -182,12 +184,12 @@ func TestQUICPrefaceReplay(t *testing.T) {
 	}
 	c3, b3 := conn()
 	defer c3.CloseWithError(0, "")
-	other := AppendPreface(nil, &Preface{UID: "t", Channel: 1, MAC: computeMAC(secret, b3, "t", 1)})
+	other := wan.AppendPreface(nil, (&wan.Leg{UID: "t", Channel: 1, Secret: secret}).Preface(b3))
 	if err := send(c3, other); err == nil {
 		t.Fatal("a preface for another stream's UID was not refused")
 	}
 	// The listener reports a refusal right after resetting the stream.
-	for _, want := range []error{ErrBadSecret, ErrWrongStream} {
+	for _, want := range []error{wan.ErrBadSecret, wan.ErrWrongStream} {
 		select {
 		case err := <-rejected:
 			if !errors.Is(err, want) {
@@ -204,8 +206,8 @@ func TestQUICPrefaceReplay(t *testing.T) {
 // between addresses and between gateways (no socket can be made to
 // reveal another's reset tokens).
 func TestResetKeyPerAddress(t *testing.T) {
-	c1, _ := itCert(t)
-	c2, _ := itCert(t)
+	c1, _ := wantest.NewCert(t)
+	c2, _ := wantest.NewCert(t)
 	a := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5100}
 	b := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5101}
 	k := resetKey(c1, a)

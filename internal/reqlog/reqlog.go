@@ -1,4 +1,12 @@
-package gateway
+// Package reqlog logs the control API's requests: every request gets
+// an id, returned in the X-Request-Id header and written on each log
+// line about the request, so an operator finds a caller's failed
+// request from the id the caller reports. The one "request" line per
+// request carries the id, the caller's identity (once authenticated,
+// NoteIdentity), the route pattern that matched, the status and the
+// duration. Headers are never logged: the Authorization header carries
+// the bearer token.
+package reqlog
 
 import (
 	"context"
@@ -10,17 +18,9 @@ import (
 	"scistream/internal/api"
 )
 
-// Request logs: every control request gets an id, returned in the
-// X-Request-Id header and written on each log line about the request,
-// so an operator finds a caller's failed request from the id the caller
-// reports. The one "request" line per request carries the id, the
-// caller's identity (once authenticated), the route pattern that
-// matched, the status and the duration. Headers are never logged: the
-// Authorization header carries the bearer token.
-
-// requestIDHeader names the request id in a request (the caller's own,
-// kept if it is short and safe) and in every response.
-const requestIDHeader = api.RequestIDHeader
+// Header names the request id in a request (the caller's own, kept if
+// it is short and safe) and in every response.
+const Header = api.RequestIDHeader
 
 // maxRequestID is the longest caller's id kept: a UUID is 36 bytes.
 const maxRequestID = 64
@@ -35,16 +35,16 @@ type reqInfo struct {
 
 type reqInfoKey struct{}
 
-// requestID returns the id of r ("" outside logRequests).
-func requestID(r *http.Request) string {
+// ID returns the id of r ("" outside Handler).
+func ID(r *http.Request) string {
 	if info, ok := r.Context().Value(reqInfoKey{}).(*reqInfo); ok {
 		return info.id
 	}
 	return ""
 }
 
-// noteIdentity records the authenticated caller of r for its log line.
-func noteIdentity(r *http.Request, identity string) {
+// NoteIdentity records the authenticated caller of r for its log line.
+func NoteIdentity(r *http.Request, identity string) {
 	if info, ok := r.Context().Value(reqInfoKey{}).(*reqInfo); ok {
 		info.identity = identity
 	}
@@ -79,16 +79,16 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// logRequests gives each request its id and logs one line when it has
-// been answered.
-func (s *Server) logRequests(h http.Handler) http.Handler {
+// Handler gives each request h serves its id and logs one line on log
+// when h has answered it.
+func Handler(log *slog.Logger, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		info := &reqInfo{id: callerRequestID(r.Header.Get(requestIDHeader))}
+		info := &reqInfo{id: callerRequestID(r.Header.Get(Header))}
 		if info.id == "" {
 			info.id = rand.Text()
 		}
-		w.Header().Set(requestIDHeader, info.id)
+		w.Header().Set(Header, info.id)
 		r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		h.ServeHTTP(sw, r)
@@ -101,7 +101,7 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 		if route == "" || route == "/" {
 			route = "none"
 		}
-		s.log.Log(r.Context(), lvl, "request", "request_id", info.id, "method", r.Method, "route", route,
+		log.Log(r.Context(), lvl, "request", "request_id", info.id, "method", r.Method, "route", route,
 			"path", truncate(r.URL.Path, 200), "identity", info.identity, "remote", r.RemoteAddr,
 			"status", sw.code, "duration", time.Since(start))
 	})
