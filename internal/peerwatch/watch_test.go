@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/waitfor"
 	"scistream/internal/wan"
 	"scistream/internal/wan/wantest"
-	"scistream/internal/waitfor"
 )
 
 // stream is a Stream that records what its Watch tells it.
