@@ -60,17 +60,9 @@ func (s *Server) finish(rec *store.Record, state api.State, reason string) {
 }
 
 // save stores the final record rec, or keeps it for the janitor to store
-// later.
+// later (store.Unsaved).
 func (s *Server) save(rec *store.Record) {
-	err := s.cfg.Store.Put(rec)
-	s.mu.Lock()
-	if err == nil {
-		delete(s.unsaved, rec.Key())
-	} else {
-		s.unsaved[rec.Key()] = rec
-	}
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.unsaved.Put(rec); err != nil {
 		s.log.Error("could not store the end of a stream; retrying every second (until then, a restart would bring it back)",
 			"uid", rec.UID, "owner", rec.Owner, "state", rec.State, "err", err)
 	}
@@ -78,21 +70,8 @@ func (s *Server) save(rec *store.Record) {
 
 // saveUnsaved tries again to store the final records the store refused.
 func (s *Server) saveUnsaved() {
-	s.mu.Lock()
-	var recs []*store.Record
-	for _, r := range s.unsaved {
-		recs = append(recs, r)
-	}
-	s.mu.Unlock()
-	for _, r := range recs {
-		if err := s.cfg.Store.Put(r); err == nil {
-			s.mu.Lock()
-			if s.unsaved[r.Key()] == r {
-				delete(s.unsaved, r.Key())
-			}
-			s.mu.Unlock()
-			s.log.Info("stored the end of a stream after all", "uid", r.UID, "owner", r.Owner, "state", r.State)
-		}
+	for _, r := range s.unsaved.Retry() {
+		s.log.Info("stored the end of a stream after all", "uid", r.UID, "owner", r.Owner, "state", r.State)
 	}
 }
 

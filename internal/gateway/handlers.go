@@ -156,13 +156,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 		if err != nil {
 			return 0, nil, storeError("read state", err)
 		}
-		s.mu.Lock()
-		for _, r := range s.unsaved { // ended; the store has not taken it yet
-			if mine(r.Owner) {
-				recs = append(recs, r)
-			}
-		}
-		s.mu.Unlock()
+		recs = append(recs, s.unsaved.List()...) // ended; the store has not taken them yet
 		seen := map[store.Key]bool{}
 		for i := len(recs) - 1; i >= 0; i-- { // unsaved ones last: they win
 			rec := recs[i]

@@ -81,6 +81,7 @@ type Server struct {
 	intake  *intake.Checker              // a request turned into a record
 	obs     *observe.Observer            // what operators look at: metrics, status, rates
 	fac     *facility.Node               // the node's side of its facility (internal/facility); nil for a gateway of one node
+	unsaved *store.Unsaved               // final records, kept while the store refuses them
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -89,7 +90,6 @@ type Server struct {
 	streams map[store.Key]*stream.Stream
 	names   map[string]*stream.Stream   // the streams on the shared WAN port, by server name
 	pending map[store.Key]*store.Record // being created, for reserve
-	unsaved map[store.Key]*store.Record // ended, but the store refused the final record
 	closed  bool
 	ready   bool
 	port    *wanport.Port // the shared WAN port, once open (Config.WAN)
@@ -169,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 		streams: map[store.Key]*stream.Stream{},
 		names:   map[string]*stream.Stream{},
 		pending: map[store.Key]*store.Record{},
-		unsaved: map[store.Key]*store.Record{},
+		unsaved: store.NewUnsaved(cfg.Store),
 		done:    make(chan struct{}),
 	}
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)

@@ -108,14 +108,12 @@ func (s *Server) owned(uid, caller string) (*stream.Stream, *store.Record, error
 	k := store.Key{Owner: caller, UID: uid}
 	s.mu.Lock()
 	st := s.streams[k]
-	unsaved := s.unsaved[k]
 	s.mu.Unlock()
 	if st != nil {
 		return st, st.Record(), nil
 	}
-	if unsaved != nil { // ended; the store has not taken its end yet
-		r := *unsaved
-		return nil, &r, nil
+	if r := s.unsaved.Get(k); r != nil { // ended; the store has not taken its end yet
+		return nil, r, nil
 	}
 	rec, err := s.cfg.Store.Get(k)
 	if errors.Is(err, store.ErrNotFound) {
