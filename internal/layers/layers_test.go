@@ -31,8 +31,10 @@ var layers = [][]string{
 	{"internal/sockmap", "internal/relay", "internal/rates"},
 	// WAN legs: TLS, TCP, the preface, every check of a peer.
 	{"internal/wan"},
-	// What a stream builds on: QUIC legs, pooled legs, strangers.
-	{"internal/wanquic", "internal/legpool", "internal/strangers"},
+	// What a stream builds on: QUIC legs, pooled legs, strangers, the
+	// dial of the peer's legs and of the application, the watch leg, ends.
+	{"internal/wanquic", "internal/legpool", "internal/strangers", "internal/peerdial", "internal/appwait",
+		"internal/peerwatch", "internal/ends"},
 	// A running stream.
 	{"internal/stream"},
 	// The gateway's concerns, composed by the gateway.
