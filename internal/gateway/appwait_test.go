@@ -20,7 +20,6 @@ import (
 	"scistream/internal/client"
 	"scistream/internal/intake"
 	"scistream/internal/localgw"
-	"scistream/internal/ports"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 	"scistream/internal/waitfor"
@@ -352,46 +351,6 @@ func TestAppWaitRelease(t *testing.T) {
 				t.Fatalf("the release took %s to reset the waiting connections", el)
 			}
 		})
-	}
-}
-
-// TestConfigAppWait: the gateway's default and maximum wait: zero is the
-// default, negative is no wait, anything else whole seconds up to a day,
-// and the default no longer than the maximum.
-func TestConfigAppWait(t *testing.T) {
-	base := Config{ListenerIP: "127.0.0.1", PortRange: ports.Range{Lo: 5100, Hi: 5103}}
-	for _, c := range []struct {
-		def, most        time.Duration
-		wantDef, wantMax time.Duration
-		field, problem   string
-	}{
-		{0, 0, intake.DefaultAppWait, intake.DefaultAppWaitMax, "", ""},
-		{-1, 0, 0, intake.DefaultAppWaitMax, "", ""},
-		{-1, -1, 0, 0, "", ""},
-		{5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, "", ""},
-		{0, 24 * time.Hour, intake.DefaultAppWait, 24 * time.Hour, "", ""},
-		{1500 * time.Millisecond, 0, 0, 0, "AppWaitDefault", "not a whole number of seconds"},
-		{0, 90 * time.Millisecond, 0, 0, "AppWaitMax", "not a whole number of seconds"},
-		{0, 25 * time.Hour, 0, 0, "AppWaitMax", "longer than a day"},
-		{0, -1, 0, 0, "AppWaitDefault", "exceeds the longest wait a stream may have (0s)"},
-		{time.Hour, 0, 0, 0, "AppWaitDefault", "exceeds the longest wait a stream may have (10m0s)"},
-	} {
-		cfg := base
-		cfg.AppWaitDefault, cfg.AppWaitMax = c.def, c.most
-		err := cfg.Validate()
-		var ce *ConfigError
-		if c.field == "" {
-			if err != nil {
-				t.Errorf("default %s, max %s: %v", c.def, c.most, err)
-				continue
-			}
-			d := cfg.withDefaults()
-			if d.AppWaitDefault != c.wantDef || d.AppWaitMax != c.wantMax {
-				t.Errorf("default %s, max %s: resolved to %s, %s; want %s, %s", c.def, c.most, d.AppWaitDefault, d.AppWaitMax, c.wantDef, c.wantMax)
-			}
-		} else if !errors.As(err, &ce) || ce.Field != c.field || !strings.Contains(ce.Problem, c.problem) {
-			t.Errorf("default %s, max %s: %v; want %s refused with %q", c.def, c.most, err, c.field, c.problem)
-		}
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/client"
 	"scistream/internal/localgw"
-	"scistream/internal/ports"
 	"scistream/internal/stream"
 	"scistream/internal/waitfor"
 )
@@ -172,34 +171,4 @@ func liveStream(t *testing.T, s *Server, uid string) *stream.Stream {
 	}
 	t.Fatalf("no running stream %s", uid)
 	return nil
-}
-
-// TestFiles: the gateway's config names its own fields in the plan's
-// refusals (internal/fileplan checks the arithmetic), so that s2cs can
-// name the flag.
-func TestFiles(t *testing.T) {
-	base := Config{ListenerIP: "127.0.0.1", PortRange: ports.Range{Lo: 5100, Hi: 5199}} // 200 + 1024 + 256 fixed
-	for _, c := range []struct {
-		limit, conns int
-		err          string
-	}{
-		{20000, 9261, "MaxActiveConns 9261 needs 20002 open files"},
-		{1000, 0, "MaxActiveConns cannot be had"},
-	} {
-		cfg := base
-		cfg.FileLimit, cfg.MaxActiveConns = c.limit, c.conns
-		_, err := cfg.Files()
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != "MaxActiveConns" || !strings.HasPrefix(err.Error(), c.err) {
-			t.Errorf("limit %d, cap %d: got %v, want a ConfigError on MaxActiveConns starting %q", c.limit, c.conns, err, c.err)
-		}
-		if err := cfg.Validate(); err == nil || err.Error() != ce.Error() {
-			t.Errorf("limit %d, cap %d: Validate says %v, want %v", c.limit, c.conns, err, ce)
-		}
-	}
-	cfg := base
-	cfg.FileLimit = 20000
-	if f, err := cfg.Files(); err != nil || f.MaxActiveConns != 4630 || !f.Derived {
-		t.Errorf("limit 20000: plan %+v, %v; want a derived cap of 4630", f, err)
-	}
 }

@@ -21,8 +21,6 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/client"
 	"scistream/internal/metricstest"
-	"scistream/internal/observe"
-	"scistream/internal/ports"
 	"scistream/internal/waitfor"
 )
 
@@ -404,37 +402,3 @@ func TestMetricsListenerLifecycle(t *testing.T) {
 type wideListener struct{ net.Listener }
 
 func (wideListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4zero, Port: 9100} }
-
-// TestObserveConfig: every refused rate setting names the field and the
-// fix.
-func TestObserveConfig(t *testing.T) {
-	base := Config{ListenerIP: "127.0.0.1", PortRange: ports.Range{Lo: 5100, Hi: 5110}}
-	for _, c := range []struct {
-		o       observe.Config
-		field   string
-		mention string
-	}{
-		{observe.Config{RateInterval: -time.Second}, "Observe.RateInterval", "too short"},
-		{observe.Config{RateInterval: time.Millisecond}, "Observe.RateInterval", "10ms to 1m0s"},
-		{observe.Config{RateInterval: 2 * time.Minute}, "Observe.RateInterval", "too long"},
-		{observe.Config{RateWindow: -time.Second}, "Observe.RateWindow", "shorter than the sampling interval"},
-		{observe.Config{RateInterval: 2 * time.Second, RateWindow: time.Second}, "Observe.RateWindow", "shorter than the sampling interval (2s)"},
-		{observe.Config{RateInterval: 10 * time.Millisecond, RateWindow: time.Hour}, "Observe.RateWindow", "more than 3600"},
-		{observe.Config{RateWindow: 2 * time.Hour}, "Observe.RateWindow", "7200 samples"},
-	} {
-		cfg := base
-		cfg.Observe = c.o
-		err := cfg.Validate()
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != c.field || !strings.Contains(ce.Problem, c.mention) {
-			t.Errorf("%+v: %v; want a ConfigError on %s mentioning %q", c.o, err, c.field, c.mention)
-		}
-	}
-	for _, o := range []observe.Config{{}, {RateInterval: 10 * time.Millisecond, RateWindow: 36 * time.Second}, {RateInterval: time.Minute, RateWindow: time.Hour}} {
-		cfg := base
-		cfg.Observe = o
-		if err := cfg.Validate(); err != nil {
-			t.Errorf("%+v refused: %v", o, err)
-		}
-	}
-}

@@ -19,7 +19,7 @@
 // needs of the server as a value or a small interface; none reaches back
 // into the Server. Here:
 //
-//	config.go    Config, its defaults and Validate (the one validator), the plan of open files
+//	settings.go  Config: the gateway's settings (internal/gateway/config: defaults, Validate, the plan of open files)
 //	server.go    Server: New, Serve, Shutdown
 //	routes.go    the HTTP layer: routes, authentication, error writing (internal/reqlog, internal/httpapi)
 //	handlers.go  one thin handler per route, the public view
@@ -116,15 +116,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("store required")
 	}
 	if _, ok := cfg.Store.(*store.Etcd); cfg.Node != "" && !ok {
-		return nil, fieldError("Node", "a node of a facility keeps its state in etcd with the other nodes: give s2cs --store etcd://HOST:PORT, or leave --node out")
+		return nil, &ConfigError{Field: "Node", Problem: "a node of a facility keeps its state in etcd with the other nodes: give s2cs --store etcd://HOST:PORT, or leave --node out"}
 	}
 	files, err := cfg.Files()
 	if err != nil {
 		return nil, err
 	}
 	sharedWAN, routed := cfg.WAN.Shared(), cfg.WAN.Advertise != "" // as given: the defaults differ by node
-	cfg = cfg.withDefaults()
-	engines, err := cfg.engines()
+	cfg = cfg.WithDefaults()
+	engines, err := cfg.Engines()
 	if err != nil {
 		return nil, err
 	}

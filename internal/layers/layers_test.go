@@ -39,7 +39,8 @@ var layers = [][]string{
 	{"internal/stream"},
 	// The gateway's concerns, composed by the gateway.
 	{"internal/access", "internal/admission", "internal/intake", "internal/wanport", "internal/facility",
-		"internal/observe", "internal/controlport", "internal/reqlog", "internal/httpapi", "internal/legacy12"},
+		"internal/observe", "internal/controlport", "internal/reqlog", "internal/httpapi", "internal/legacy12",
+		"internal/gateway/config"},
 	// The control server.
 	{"internal/gateway"},
 	// Clients, test rigs and experiments, which drive gateways.

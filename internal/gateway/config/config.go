@@ -1,4 +1,11 @@
-package gateway
+// Package config holds a gateway's settings (Config): every field with
+// what its zero value means, the one validator (Validate, which asks
+// each sub-setting's package to check its own and names the field it
+// refuses in an *Error), the defaults (WithDefaults), the plan of open
+// files (Files) and the relay engines the settings ask for (Engines).
+// s2cs fills a Config from its flags and configuration file and checks
+// it before it opens anything; internal/gateway.New serves one.
+package config
 
 import (
 	"context"
@@ -27,8 +34,9 @@ import (
 	"scistream/internal/wanquic"
 )
 
-// Config configures a Server. Zero values are documented per field;
-// Validate (which New calls) is the one place that checks them.
+// Config configures a gateway (internal/gateway.Server). Zero values
+// are documented per field; Validate (which gateway.New calls) is the
+// one place that checks them.
 type Config struct {
 	// ListenerIP is the address advertised to peers in listener
 	// addresses. Required.
@@ -169,9 +177,9 @@ const DefaultPendingTimeout = 5 * time.Minute
 // death, within which other nodes of its facility serve its channels.
 const DefaultTakeover = 10 * time.Second
 
-// A ConfigError names the Config field that Validate refused, so that a
+// An Error names the Config field that Validate refused, so that a
 // caller can say it in its own terms (s2cs names its flag).
-type ConfigError struct {
+type Error struct {
 	// Field is the name of the Config field, e.g. "ListenerIP".
 	Field string
 	// Problem completes a sentence that starts with the field's name,
@@ -181,17 +189,17 @@ type ConfigError struct {
 	Err error
 }
 
-func (e *ConfigError) Error() string { return e.Field + " " + e.Problem }
-func (e *ConfigError) Unwrap() error { return e.Err }
+func (e *Error) Error() string { return e.Field + " " + e.Problem }
+func (e *Error) Unwrap() error { return e.Err }
 
 func fieldError(field, format string, args ...any) error {
-	return &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)}
+	return &Error{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
-// Validate reports the first setting New would refuse, without opening
+// Validate reports the first setting gateway.New would refuse, without opening
 // anything and without looking at Identity, Auth and Store: a daemon
 // calls it before it loads a certificate or opens its database, so a
-// mistyped setting costs nothing. Errors are *ConfigError.
+// mistyped setting costs nothing. Errors are *Error.
 func (c Config) Validate() error {
 	switch {
 	case c.ListenerIP == "":
@@ -222,47 +230,47 @@ func (c Config) Validate() error {
 	if err := c.Bounds.Validate(); err != nil {
 		var fe *intake.FieldError
 		errors.As(err, &fe)
-		return &ConfigError{Field: fe.Field, Problem: fe.Problem, Err: err}
+		return &Error{Field: fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Strangers.Validate(); err != nil {
 		var le *strangers.LimitsError
 		errors.As(err, &le)
-		return &ConfigError{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
+		return &Error{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
 	}
 	if err := c.Quota.Validate(); err != nil {
 		var fe *admission.FieldError
 		errors.As(err, &fe)
-		return &ConfigError{Field: "Quota." + fe.Field, Problem: fe.Problem, Err: err}
+		return &Error{Field: "Quota." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Capacity.Validate(); err != nil {
 		var fe *admission.FieldError
 		errors.As(err, &fe)
-		return &ConfigError{Field: "Capacity." + fe.Field, Problem: fe.Problem, Err: err}
+		return &Error{Field: "Capacity." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.WAN.Validate(c.PortRange); err != nil {
 		var fe *wanport.FieldError
 		errors.As(err, &fe)
-		return &ConfigError{Field: "WAN." + fe.Field, Problem: fe.Problem, Err: err}
+		return &Error{Field: "WAN." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Pool.Validate(); err != nil {
 		var fe *legpool.FieldError
 		errors.As(err, &fe)
-		return &ConfigError{Field: "Pool." + fe.Field, Problem: fe.Problem, Err: err}
+		return &Error{Field: "Pool." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if err := c.Observe.Validate(); err != nil {
 		var fe *observe.FieldError
 		errors.As(err, &fe)
-		return &ConfigError{Field: "Observe." + fe.Field, Problem: fe.Problem, Err: err}
+		return &Error{Field: "Observe." + fe.Field, Problem: fe.Problem, Err: err}
 	}
 	if _, err := c.Files(); err != nil {
 		return err
 	}
-	_, err := c.engines()
+	_, err := c.Engines()
 	return err
 }
 
 // Files plans c's open files (internal/fileplan). It fails, as a
-// *ConfigError on MaxActiveConns naming the files needed and the fix,
+// *Error on MaxActiveConns naming the files needed and the fix,
 // when the limit cannot hold the cap given, or any connection at all.
 func (c Config) Files() (fileplan.Plan, error) {
 	ports := 0
@@ -277,14 +285,14 @@ func (c Config) Files() (fileplan.Plan, error) {
 		if field == "Limit" {
 			field = "FileLimit"
 		}
-		return p, &ConfigError{Field: field, Problem: fe.Problem, Err: err}
+		return p, &Error{Field: field, Problem: fe.Problem, Err: err}
 	}
 	return p, err
 }
 
-// engines builds the relay engines c asks for and checks its default
+// Engines builds the relay engines c asks for and checks its default
 // engine exists.
-func (c Config) engines() (*relay.Engines, error) {
+func (c Config) Engines() (*relay.Engines, error) {
 	f, err := c.Files()
 	if err != nil {
 		return nil, err
@@ -295,21 +303,21 @@ func (c Config) engines() (*relay.Engines, error) {
 	}
 	set, err := relay.New(relay.Options{BufferSize: c.BufferSize, Sockmap: c.Sockmap, MaxPipes: pipes})
 	if err != nil {
-		return nil, &ConfigError{Field: "BufferSize", Err: err,
+		return nil, &Error{Field: "BufferSize", Err: err,
 			Problem: fmt.Sprintf("%d bytes out of range: give %d (64KiB) to %d (1GiB), e.g. 10MB", c.BufferSize, relay.MinBufferSize, relay.MaxBufferSize)}
 	}
 	if c.Engine != "" {
 		if _, err := set.Get(c.Engine); err != nil {
-			return nil, &ConfigError{Field: "Engine", Err: err,
+			return nil, &Error{Field: "Engine", Err: err,
 				Problem: fmt.Sprintf("%.40q is not an engine of this build: choose one of %s", c.Engine, strings.Join(relay.Names(), ", "))}
 		}
 	}
 	return set, nil
 }
 
-// withDefaults returns c with every zero value that has a default filled
-// in. c must have passed Validate.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero value that has a default
+// filled in. c must have passed Validate.
+func (c Config) WithDefaults() Config {
 	if c.Takeover == 0 {
 		c.Takeover = DefaultTakeover
 	}

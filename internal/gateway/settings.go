@@ -1,0 +1,16 @@
+package gateway
+
+import "scistream/internal/gateway/config"
+
+// Config is a gateway's settings; internal/gateway/config documents
+// every field, checks them (Validate) and fills in the defaults.
+type Config = config.Config
+
+// ConfigError names the Config field that Validate refused.
+type ConfigError = config.Error
+
+// Defaults of Config, as internal/gateway/config gives them.
+const (
+	DefaultPendingTimeout = config.DefaultPendingTimeout
+	DefaultTakeover       = config.DefaultTakeover
+)
