@@ -115,12 +115,14 @@ func (s *Server) janitor() {
 // sweep is one round of the janitor at time now: it expires inbound
 // streams that waited longer than Config.PendingTimeout for their peer
 // (internal/observe samples their rates), stores the ends of
-// streams the store refused before, says the connections refused in the last
+// streams the store refused before and the streams gone connected
+// (attach.go), says the connections refused in the last
 // interval (internal/strangers), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
 // Config.Retention ago. It returns the time of the last prune.
 func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 	s.saveUnsaved()
+	s.storeConnected()
 	if s.strange.Summarize(now) {
 		// A flood of strangers ended: give its memory (goroutine
 		// stacks, TLS state) back to the system now rather than in
