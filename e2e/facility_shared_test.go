@@ -92,7 +92,7 @@ func TestFacilitySharedPort(t *testing.T) {
 		// checked against it.
 		waitfor.Must(t, 10*time.Second, fmt.Sprintf("node %d to serve the attached stream", i), func() bool {
 			v, err := inC[i].Get(ctx, inS.UID)
-			return err == nil && v.State == api.StateConnected
+			return err == nil && v.State.Attached()
 		})
 		if v := view(i); !slices.Equal(v.Listeners, []string{router.addr}) || v.WANServerName != inS.WANServerName {
 			t.Fatalf("node %d advertises %v as %q; want the router %s as %q", i, v.Listeners, v.WANServerName, router.addr, inS.WANServerName)
@@ -369,7 +369,7 @@ func TestFacilitySharedPortNoRouter(t *testing.T) {
 	}
 	waitfor.Must(t, 10*time.Second, "node 1 to serve the attached stream", func() bool {
 		v, err := in1.Get(ctx, inS.UID)
-		return err == nil && v.State == api.StateConnected
+		return err == nil && v.State.Attached()
 	})
 	if err := echoOnce(outS.Listeners[0], 64<<10, 1); err != nil {
 		t.Fatal(err)
