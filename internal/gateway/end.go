@@ -122,7 +122,6 @@ func (s *Server) janitor() {
 // Config.Retention ago. It returns the time of the last prune.
 func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 	s.saveUnsaved()
-	s.storeConnected()
 	if s.strange.Summarize(now) {
 		// A flood of strangers ended: give its memory (goroutine
 		// stacks, TLS state) back to the system now rather than in
@@ -143,6 +142,7 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 			s.end(st, api.StateExpired, fmt.Sprintf("its lease (%s) ran out at %s; renew a lease before it ends with s2uc update UID --lease DURATION", time.Duration(lease)*time.Second, exp.UTC().Format(time.RFC3339)))
 		}
 	}
+	s.storeConnected() // after the expiries: a store that does not answer delays this round by its timeout
 	if now.Sub(lastPrune) > time.Minute {
 		s.prune(now)
 		return now
