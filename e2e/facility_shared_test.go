@@ -92,7 +92,7 @@ func TestFacilitySharedPort(t *testing.T) {
 		// checked against it.
 		waitfor.Must(t, 10*time.Second, fmt.Sprintf("node %d to serve the attached stream", i), func() bool {
 			v, err := inC[i].Get(ctx, inS.UID)
-			return err == nil && v.State == api.StateConnected
+			return err == nil && v.State.Attached()
 		})
 		if v := view(i); !slices.Equal(v.Listeners, []string{router.addr}) || v.WANServerName != inS.WANServerName {
 			t.Fatalf("node %d advertises %v as %q; want the router %s as %q", i, v.Listeners, v.WANServerName, router.addr, inS.WANServerName)
@@ -342,8 +342,10 @@ func checkPooledOnFacility(t *testing.T, ctx context.Context, prod *facilityNode
 // TestFacilitySharedPortNoRouter: without a router, the nodes of a
 // facility each advertise their own shared port (their --wan_port
 // settings, as given, are alike, so they join one facility); the view of
-// a stream names every node, and when the node the producer's gateway
-// dials dies, its next connections reach another node by themselves.
+// a stream names every node, the state a node stored when data first
+// passed through it (connected) reaches the others, and when the node
+// the producer's gateway dials dies, its next connections reach another
+// node by themselves.
 func TestFacilitySharedPortNoRouter(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	tok, tokens := aliceTokens(t)
@@ -369,11 +371,21 @@ func TestFacilitySharedPortNoRouter(t *testing.T) {
 	}
 	waitfor.Must(t, 10*time.Second, "node 1 to serve the attached stream", func() bool {
 		v, err := in1.Get(ctx, inS.UID)
-		return err == nil && v.State == api.StateConnected
+		return err == nil && v.State.Attached()
 	})
+	if v, err := in1.Get(ctx, inS.UID); err != nil || v.State != api.StateWired {
+		t.Fatalf("node 1 before any data: %+v, %v; want wired", v, err)
+	}
 	if err := echoOnce(outS.Listeners[0], 64<<10, 1); err != nil {
 		t.Fatal(err)
 	}
+	// The data went through node 0 (the listener the stream advertised):
+	// node 1 learns from the facility's store that the stream is
+	// connected.
+	waitfor.Must(t, 10*time.Second, "node 1 to mirror the connected state node 0 stored", func() bool {
+		v, err := in1.Get(ctx, inS.UID)
+		return err == nil && v.State == api.StateConnected
+	})
 	cons.nodes[0].Kill()
 	for i := range 3 {
 		if err := echoOnce(outS.Listeners[0], 64<<10, uint64(10+i)); err != nil {

@@ -281,8 +281,8 @@ func TestLegacy12(t *testing.T) {
 		if st.Role != api.RoleInbound || st.State != api.StateConnected || st.Owner != "alice" || st.Stats.BytesFromWAN != 8<<20 {
 			t.Errorf("PROD side through s2uc status: role %s state %s owner %s from_wan %d; want inbound connected alice %d", st.Role, st.State, st.Owner, st.Stats.BytesFromWAN, 8<<20)
 		}
-		if st := p.status(e.cons, in.UID); st.Role != api.RoleOutbound || st.Stats.BytesToWAN != 8<<20 {
-			t.Errorf("CONS side through s2uc status: role %s to_wan %d", st.Role, st.Stats.BytesToWAN)
+		if st := p.status(e.cons, in.UID); st.Role != api.RoleOutbound || st.State != api.StateConnected || st.Stats.BytesToWAN != 8<<20 {
+			t.Errorf("CONS side through s2uc status: role %s state %s to_wan %d; want outbound connected %d", st.Role, st.State, st.Stats.BytesToWAN, 8<<20)
 		}
 		if list := p.mustS2UC("alice", "list", "--s2cs", e.cons.Addr, "--server_cert", e.caFile); !strings.Contains(list, in.UID) {
 			t.Errorf("s2uc list on CONS does not show %s:\n%s", in.UID, list)

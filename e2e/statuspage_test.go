@@ -26,8 +26,10 @@ const statusScreenshot = "../docs/img/status-page.png"
 // its title; the chart has two axes with a rate scale in units and a
 // time scale in seconds. The page's own style sheet applies (the
 // no-wrap of the UIDs comes from it), so its Content-Security-Policy
-// admits the inline style it hashes. The screenshot goes to the
-// artifacts directory, and with -update_docs to docs/img.
+// admits the inline style it hashes. The idle stream, which never
+// carried data, is wired, said apart from the moving one (connected)
+// with a tooltip. The screenshot goes to the artifacts directory, and
+// with -update_docs to docs/img.
 func TestStatusPageReadable(t *testing.T) {
 	roles := filepath.Join(t.TempDir(), "roles")
 	if err := os.WriteFile(roles, []byte("user any\nreader identity alice\n"), 0o600); err != nil {
@@ -61,6 +63,17 @@ func TestStatusPageReadable(t *testing.T) {
 	}
 	if got := page.eval(t, idleRow(`(r.querySelector("td.rate") || {}).textContent`)); got != "idle" {
 		t.Errorf("the idle stream's rate now reads %q, want \"idle\"", got)
+	}
+	// The idle stream never carried data: wired, said apart from the
+	// connected one, with a tooltip that says what it means.
+	if got := page.eval(t, idleRow(`(c => c ? [c.firstChild.textContent, c.innerText.includes("no data yet"), c.title].join("|") : "no wired cell")(r.querySelector("td.wired"))`)); !strings.HasPrefix(got, "wired|true|Wired: both gateways know each other, but no data has passed on this gateway yet.") {
+		t.Errorf("the idle stream's state cell (text|says no data|title): %q; want wired, \"no data yet\" and a tooltip saying what wired means", got)
+	}
+	if got := page.eval(t, page.rowExpr(`(c => c ? c.firstChild.textContent : "no ok cell")(r.querySelector("td.ok"))`)); got != "connected" {
+		t.Errorf("the moving stream's state cell reads %q, want connected", got)
+	}
+	if got := page.eval(t, `document.getElementById("health").textContent`); !strings.Contains(got, "1 connected, 1 wired (no data yet)") {
+		t.Errorf("health shows %q; want 1 connected and 1 wired stream", got)
 	}
 	page.waitFor(t, "the moving stream's steady state", page.row(`Number(r.querySelector("td.steady").dataset.steadyToWan) > 0`))
 	shot := page.screenshot(t, "status-page.png")

@@ -153,9 +153,10 @@ func TestBufferEngineRingSize(t *testing.T) {
 }
 
 // TestStreamOutputFresh: what s2uc stream prints is both sides as they are
-// once wired, not as they were created: the inbound side connected and
-// pinned to the outbound gateway (workflow engines parse this), and the
-// applications named by what they do, not as producer and consumer.
+// once wired, not as they were created: the inbound side wired (attached,
+// no data has passed yet) and pinned to the outbound gateway (workflow
+// engines parse this), and the applications named by what they do, not
+// as producer and consumer.
 func TestStreamOutputFresh(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	app := newSink(t, "127.0.0.1", nil)
@@ -174,7 +175,7 @@ func TestStreamOutputFresh(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.Inbound.State != "connected" || out.Outbound.State != "connected" ||
+	if out.Inbound.State != "wired" || out.Outbound.State != "wired" ||
 		out.Inbound.PeerCertSHA256 != out.Outbound.WANCertSHA256 || out.Outbound.PeerCertSHA256 != out.Inbound.WANCertSHA256 ||
 		out.Inbound.PeerCertSHA256 == "" || out.Inbound.Secret != "" {
 		t.Fatalf("s2uc stream --output json is not both sides as wired:\n%s", js)

@@ -109,7 +109,7 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	if st == nil {
 		st = &api.Stats{}
 	}
-	fmt.Fprintf(w, "%s on %s: %s %s", s.UID, addr, printable(string(s.Role)), printable(string(s.State)))
+	fmt.Fprintf(w, "%s on %s: %s %s", s.UID, addr, printable(string(s.Role)), stateText(s, true))
 	if s.Reason != "" {
 		fmt.Fprintf(w, " (%s)", printable(s.Reason))
 	}
@@ -171,6 +171,37 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	fmt.Fprintf(w, "  bytes %s to WAN, %s from WAN; rate %s to WAN, %s from WAN\n",
 		bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN), fmtRate(st.RateToWAN), fmtRate(st.RateFromWAN))
 	printRates(w, st.Rates)
+}
+
+// stateText says s's state. A wired stream is said with what it means,
+// that no data has passed on that gateway yet, and, with lastErr, the
+// latest failure of a connection there, the likely reason (a wrong peer
+// listener: "dial tcp ...: connection refused").
+func stateText(s *api.Stream, lastErr bool) string {
+	text := printable(string(s.State))
+	if s.State != api.StateWired {
+		return text
+	}
+	why := "no data has passed yet"
+	if l, kind, ok := latestError(s.Stats); ok && lastErr {
+		why += fmt.Sprintf("; last %s %s: %s", endName(kind), l.Time.Local().Format("2006-01-02 15:04:05"), printable(l.Reason))
+	}
+	return text + " (" + why + ")"
+}
+
+// latestError returns the latest of st's last errors and its kind.
+func latestError(st *api.Stats) (api.LastError, string, bool) {
+	var last api.LastError
+	var kind string
+	if st == nil {
+		return last, "", false
+	}
+	for _, k := range api.EndKinds() {
+		if l, ok := st.LastErrors[k]; ok && (kind == "" || l.Time.After(last.Time)) {
+			last, kind = l, k
+		}
+	}
+	return last, kind, kind != ""
 }
 
 // endName says a kind of aborted connection in words.

@@ -62,6 +62,39 @@ func TestPrintStatus(t *testing.T) {
 	}
 }
 
+// TestPrintStatusWired: a wired stream says that no data has passed,
+// with the latest failed connection beside it (a wrong peer listener
+// shows there, not as "connected"); a connected one says neither.
+func TestPrintStatusWired(t *testing.T) {
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.Local)
+	s := &api.Stream{UID: "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c", Role: api.RoleOutbound, State: api.StateWired, WAN: "tls",
+		Stats: &api.Stats{AbortedConns: 2, AbortedByKind: map[string]int64{api.EndDialFailed: 1, api.EndTimeout: 1},
+			LastErrors: map[string]api.LastError{
+				api.EndTimeout:    {Reason: "dial tcp 127.0.0.3:5109: i/o timeout", Time: at},
+				api.EndDialFailed: {Reason: "dial tcp 127.0.0.3:5109: connect: connection refused", Time: at.Add(time.Minute)},
+			}}}
+	var b bytes.Buffer
+	printStatus(&b, "127.0.0.3:5000", s)
+	if want := "on 127.0.0.3:5000: outbound wired (no data has passed yet; last failed dial 2026-11-24 12:01:00: dial tcp 127.0.0.3:5109: connect: connection refused)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("a wired stream with failed dials:\n%s\nwant %q", b.String(), want)
+	}
+	b.Reset()
+	s.Stats = nil
+	printStatus(&b, "gw", s)
+	if !strings.Contains(b.String(), ": outbound wired (no data has passed yet)\n") {
+		t.Errorf("a wired stream without errors:\n%s", b.String())
+	}
+	if got := streamLines(s, &sparks{})[0]; !strings.HasSuffix(got, "outbound wired (no data has passed yet)") {
+		t.Errorf("watch line of a wired stream: %q", got)
+	}
+	b.Reset()
+	s.State = api.StateConnected
+	printStatus(&b, "gw", s)
+	if strings.Contains(b.String(), "no data") {
+		t.Errorf("a connected stream:\n%s", b.String())
+	}
+}
+
 // TestPrintStatusPooled: an outbound stream's pooled legs and dials
 // dialled again, and an inbound stream's server name on the shared WAN
 // port are said.

@@ -343,7 +343,7 @@ func streamLines(s *api.Stream, sp *sparks) []string {
 		peer = ", peer gateway " + printable(st.Peer)
 	}
 	return []string{
-		fmt.Sprintf("  %s  %s %s%s", s.UID, printable(string(s.Role)), printable(string(s.State)), peer),
+		fmt.Sprintf("  %s  %s %s%s", s.UID, printable(string(s.Role)), stateText(s, false), peer),
 		fmt.Sprintf("    conns %d active, %d waiting, %d total, %d refused, %d aborted; bytes %s to WAN, %s from WAN",
 			st.ActiveConns, st.WaitingConns, st.TotalConns, st.RejectedConns, st.AbortedConns, bytesize.Human(st.BytesToWAN), bytesize.Human(st.BytesFromWAN)),
 		dir("to WAN", st.RateToWAN, r.ToWAN, sp.line(0)),

@@ -33,20 +33,27 @@ const (
 
 // State is a stream's lifecycle state. The transitions are:
 //
-//	requested -> listening -> connected -> released | expired | failed
+//	requested -> listening -> wired -> connected -> released | expired | failed
 //
 // requested: a request being admitted, before its listeners are bound;
 // records are stored only once they are, so a stored record found in this
 // state (written by an older or interrupted gateway) is restored as failed.
-// listening: listeners are
-// bound; an inbound stream waits for its peer gateway to be attached.
-// connected: both gateways know each other and data can flow. The last three
-// are terminal: their ports are free again.
+// listening: listeners are bound; an inbound stream waits for its peer
+// gateway to be attached. wired: both gateways know each other (an inbound
+// stream is attached, an outbound one is created wired) but no data leg
+// has worked on this gateway yet: a wrong peer listener or an application
+// that does not answer shows here, and in the stream's last errors.
+// connected: a data leg has worked on this gateway at least once (on an
+// outbound stream, a WAN leg to the peer completed its handshake; on an
+// inbound one, an admitted WAN leg reached the application); a stream
+// never goes back to wired. The last three are terminal: their ports are
+// free again.
 type State string
 
 const (
 	StateRequested State = "requested"
 	StateListening State = "listening"
+	StateWired     State = "wired"
 	StateConnected State = "connected"
 	StateReleased  State = "released"
 	StateExpired   State = "expired"
@@ -56,6 +63,18 @@ const (
 // Terminal reports whether s is a final state.
 func (s State) Terminal() bool {
 	return s == StateReleased || s == StateExpired || s == StateFailed
+}
+
+// Attached reports whether s is a state in which both gateways know each
+// other: wired or connected.
+func (s State) Attached() bool {
+	return s == StateWired || s == StateConnected
+}
+
+// LiveStates returns the states of a stream that has not ended, in the
+// order of the machine.
+func LiveStates() []State {
+	return []State{StateRequested, StateListening, StateWired, StateConnected}
 }
 
 // WAN transports between the two gateways.

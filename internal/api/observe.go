@@ -116,7 +116,7 @@ type GatewayHealth struct {
 	// Ready says the gateway restored its streams and serves.
 	Ready bool `json:"ready"`
 	// Streams counts the streams by state: live ones (requested,
-	// listening, connected) now, ended ones (released, expired, failed)
+	// listening, wired, connected) now, ended ones (released, expired, failed)
 	// since the gateway started.
 	Streams map[string]int64 `json:"streams"`
 	// PortsInUse of PortsCapacity, the data ports of the range.

@@ -99,7 +99,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	desc, _ := dig(doc, "info", "description").(string)
 	for _, want := range []string{"/v1/streams/inbound", "/v1/streams/outbound", "/v1/streams/{uid}/attach", "DELETE /v1/streams/{uid}",
 		"wan_cert", "secret", "peer_listeners", "peer_cert",
-		"requested -> listening -> connected -> released | expired | failed"} {
+		"requested -> listening -> wired -> connected -> released | expired | failed"} {
 		if !strings.Contains(desc, want) {
 			t.Errorf("info.description does not mention %q", want)
 		}

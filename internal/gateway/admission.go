@@ -64,7 +64,7 @@ func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 	for k, r := range s.pending {
 		// A stream in both is counted once: create adds it to the
 		// table just before it unreserves its key. One created
-		// connected (of a 1.2 client: legacy12.go) waits for no peer.
+		// wired (of a 1.2 client: legacy12.go) waits for no peer.
 		if s.streams[k] == nil {
 			add(k, pace.Rate(r.Rate), r.NumConn, r.PortsHeld(), waitsForPeer(r))
 		}

@@ -1,16 +1,22 @@
 package gateway
 
 import (
+	"errors"
+
 	"scistream/internal/api"
 	"scistream/internal/pace"
 	"scistream/internal/store"
 	"scistream/internal/stream"
 )
 
-// An inbound stream is attached to its peer here (listening ->
-// connected): from then on its WAN listeners accept legs from the pinned
-// outbound gateway's certificate only, and its rate is settled on what
-// both gateways granted.
+// An inbound stream is attached to its peer here (listening -> wired):
+// from then on its WAN listeners accept legs from the pinned outbound
+// gateway's certificate only, and its rate is settled on what both
+// gateways granted. A wired stream (inbound once attached, outbound from
+// its creation) goes connected when a data leg first works on this
+// gateway (internal/stream, wired.go); the stream changes its record in
+// memory at once and tells noteConnected, and the janitor stores the
+// change (storeConnected), never the data path.
 
 // attach pins pin (the outbound gateway's certificate, "" for a
 // transport that pins nothing) on the inbound stream st, settles its
@@ -46,4 +52,83 @@ func (s *Server) attach(st *stream.Stream, pin string, rate int64) (*store.Recor
 	}
 	s.log.Info("stream attached", "uid", rec.UID, "peer_cert_sha256", pin, "rate", rateText(rec.Rate))
 	return rec, nil
+}
+
+// noteConnected is stream.Env.Connected: it queues st, whose record went
+// connected, for the janitor to store. It does not block.
+func (s *Server) noteConnected(st *stream.Stream) {
+	s.mu.Lock()
+	s.connected[st.Key] = st
+	s.mu.Unlock()
+}
+
+// storeConnected stores the state of the streams that went connected
+// since the last round. It stops at the first write the store refuses,
+// keeping that stream and the rest for the next round (one store timeout
+// per round at most); the log says so once per outage of the store. A
+// stream whose change is never stored is restored wired, and says
+// connected again at its first connection.
+func (s *Server) storeConnected() {
+	s.mu.Lock()
+	sts := make([]*stream.Stream, 0, len(s.connected))
+	for k, st := range s.connected {
+		sts = append(sts, st)
+		delete(s.connected, k)
+	}
+	s.mu.Unlock()
+	for i, st := range sts {
+		err := s.storeConnectedOne(st)
+		if err == nil {
+			continue
+		}
+		s.mu.Lock()
+		for _, st := range sts[i:] {
+			if s.connected[st.Key] == nil {
+				s.connected[st.Key] = st
+			}
+		}
+		said := s.connectedFailing
+		s.connectedFailing = true
+		s.mu.Unlock()
+		if !said {
+			s.log.Warn("could not store that a stream is connected (data passed); trying again every second, and with its next change", "uid", st.UID, "owner", st.Key.Owner, "err", err)
+		}
+		return
+	}
+	s.mu.Lock()
+	was := s.connectedFailing && len(sts) > 0
+	if len(sts) > 0 {
+		s.connectedFailing = false
+	}
+	s.mu.Unlock()
+	if was {
+		s.log.Info("stored the connected streams after all", "streams", len(sts))
+	}
+}
+
+// storeConnectedOne moves st's stored record from wired to connected,
+// changing nothing else of it: on a node of a facility another node may
+// have stored a change this node has not mirrored yet. A record no longer
+// wired, of another incarnation or ended is left alone.
+func (s *Server) storeConnectedOne(st *stream.Stream) error {
+	st.SaveMu.Lock() // as update does: never store a live record over the end's
+	defer st.SaveMu.Unlock()
+	if st.HasStopped() {
+		return nil // ended (its end is stored) or shut down (keepCarried stores it)
+	}
+	rec, err := s.cfg.Store.Get(st.Key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rec.State != api.StateWired || !rec.Created.Equal(st.Record().Created) {
+		return nil
+	}
+	rec.State = api.StateConnected
+	if err := s.cfg.Store.Put(rec); err != nil && !errors.Is(err, store.ErrEnded) {
+		return err
+	}
+	return nil
 }

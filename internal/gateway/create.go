@@ -14,7 +14,7 @@ import (
 )
 
 // A stream comes to life here: created from a checked record
-// (requested -> listening for an inbound stream, -> connected for an
+// (requested -> listening for an inbound stream, -> wired for an
 // outbound one), or restored from the store after a restart.
 
 // create reserves rec.UID, binds its listeners, persists it and starts it.

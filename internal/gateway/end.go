@@ -94,7 +94,8 @@ func (s *Server) janitor() {
 // sweep is one round of the janitor at time now: it expires inbound
 // streams that waited longer than Config.PendingTimeout for their peer
 // (internal/observe samples their rates), stores the ends of
-// streams the store refused before, says the connections refused in the last
+// streams the store refused before and the streams gone connected
+// (attach.go), says the connections refused in the last
 // interval (internal/strangers), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
 // Config.Retention ago. It returns the time of the last prune.
@@ -120,6 +121,7 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 			s.end(st, api.StateExpired, fmt.Sprintf("its lease (%s) ran out at %s; renew a lease before it ends with s2uc update UID --lease DURATION", time.Duration(lease)*time.Second, exp.UTC().Format(time.RFC3339)))
 		}
 	}
+	s.storeConnected() // after the expiries: a store that does not answer delays this round by its timeout
 	if now.Sub(lastPrune) > time.Minute {
 		s.prune(now)
 		return now

@@ -41,7 +41,7 @@ func TestPendingExpiry(t *testing.T) {
 		t.Fatalf("after the timeout: %s %q updated %s; want expired naming the timeout at %s", got.State, got.Reason, got.Updated, clk.Now())
 	}
 	callOK(t, s, "GET", "/v1/streams/"+attached.UID, aliceToken, "", 200, &got)
-	if got.State != api.StateConnected {
+	if got.State != api.StateWired {
 		t.Fatalf("the attached stream is %s after the timeout", got.State)
 	}
 	if n := s.alloc.InUse(); n != 1 {
@@ -49,7 +49,7 @@ func TestPendingExpiry(t *testing.T) {
 	}
 	s.sweep(clk.Add(24*time.Hour-10*time.Minute-2*time.Second), time.Time{}) // its lease (a day) has a second left
 	callOK(t, s, "GET", "/v1/streams/"+attached.UID, aliceToken, "", 200, &got)
-	if got.State != api.StateConnected {
+	if got.State != api.StateWired {
 		t.Fatalf("the attached stream is %s before its lease ran out", got.State)
 	}
 }

@@ -218,7 +218,7 @@ func TestHandlerStreamLifecycle(t *testing.T) {
 		PeerCert: inS.WANCert, Secret: inS.Secret, Allow: []string{"127.0.0.0/8"}})
 	var outS api.Stream
 	callOK(t, out, "POST", "/v1/streams/outbound", aliceToken, string(ob), 201, &outS)
-	if outS.State != api.StateConnected || outS.PeerCertSHA256 != in.cfg.Identity.SHA256 || outS.Secret != "" {
+	if outS.State != api.StateWired || outS.PeerCertSHA256 != in.cfg.Identity.SHA256 || outS.Secret != "" {
 		t.Fatalf("outbound answer: %+v", outS)
 	}
 
@@ -232,7 +232,7 @@ func TestHandlerStreamLifecycle(t *testing.T) {
 	callErr(t, out, "POST", path+"/attach", aliceToken, attach(inS.WANCert), 400, api.CodeInvalidArgument, "outbound side")
 	var att api.Stream
 	callOK(t, in, "POST", path+"/attach", aliceToken, attach(outS.WANCert), 200, &att)
-	if att.State != api.StateConnected || att.PeerCertSHA256 != out.cfg.Identity.SHA256 {
+	if att.State != api.StateWired || att.PeerCertSHA256 != out.cfg.Identity.SHA256 {
 		t.Fatalf("attach answer: %+v", att)
 	}
 	callOK(t, in, "POST", path+"/attach", aliceToken, attach(outS.WANCert), 200, nil) // again: same pin
@@ -240,7 +240,7 @@ func TestHandlerStreamLifecycle(t *testing.T) {
 
 	var got api.Stream
 	callOK(t, in, "GET", path, aliceToken, "", 200, &got)
-	if got.State != api.StateConnected || got.Stats == nil || got.WANCert == "" || got.Secret != "" {
+	if got.State != api.StateWired || got.Stats == nil || got.WANCert == "" || got.Secret != "" {
 		t.Fatalf("get: %+v", got)
 	}
 	// Another identity's stream answers exactly as one that does not exist.

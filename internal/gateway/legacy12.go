@@ -19,7 +19,7 @@ func (s *Server) SetPeerCA(pool *x509.CertPool) { s.env.PeerCA = pool }
 
 // waitsForPeer reports whether rec, being created, is an inbound stream
 // that will wait for its outbound peer's attach (--quota_pending); one
-// of a 1.2 client is created connected.
+// of a 1.2 client is created wired.
 func waitsForPeer(rec *store.Record) bool {
 	return rec.Role == api.RoleInbound && rec.State == api.StateListening
 }

@@ -209,8 +209,14 @@ func TestMetricsKnownTransfer(t *testing.T) {
 		{in, "scistream_stream_wan_handshake_failures_total", il, 1},
 		{in, "scistream_refused_connections_total", metricstest.Labels{"reason": "tls"}, 1},
 		{out, "scistream_refused_connections_total", metricstest.Labels{"reason": "allow_list"}, 1},
-		{out, "scistream_streams", metricstest.Labels{"state": "connected"}, 2},
-		{in, "scistream_streams", metricstest.Labels{"state": "connected"}, 2},
+		// The stream that carried data is connected on both sides; the
+		// one whose only connection was refused by the allow-list is
+		// wired (no data leg has worked).
+		{out, "scistream_streams", metricstest.Labels{"state": "connected"}, 1},
+		{in, "scistream_streams", metricstest.Labels{"state": "connected"}, 1},
+		{out, "scistream_streams", metricstest.Labels{"state": "wired"}, 1},
+		{in, "scistream_streams", metricstest.Labels{"state": "wired"}, 1},
+		{out, "scistream_stream_info", metricstest.Labels{"uid": deny.UID, "role": "outbound", "state": "wired"}, 1},
 		{in, "scistream_ports_in_use", nil, 2},
 		{in, "scistream_ports_capacity", nil, 21},
 		{out, "scistream_api_errors_total", metricstest.Labels{"code": "unauthenticated"}, 2},

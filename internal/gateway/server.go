@@ -25,8 +25,8 @@
 //	handlers.go  one thin handler per route, the public view
 //	service.go   the operations another control protocol uses (internal/legacy12's backend)
 //	streams.go   the table of live streams: reservation, lookup, ownership
-//	create.go    a stream created (requested -> listening/connected) or restored
-//	attach.go    an inbound stream attached to its peer (listening -> connected)
+//	create.go    a stream created (requested -> listening/wired) or restored
+//	attach.go    an inbound stream attached to its peer (listening -> wired); wired -> connected stored
 //	end.go       a stream ended (released, expired, failed) and the janitor
 //	facility.go  the table as internal/facility uses it, and the create of a node
 //	observe.go   what internal/observe reads of the server; GET /v1/status
@@ -93,6 +93,11 @@ type Server struct {
 	closed  bool
 	ready   bool
 	port    *wanport.Port // the shared WAN port, once open (Config.WAN)
+	// connected holds the streams whose record went connected, until the
+	// janitor stores it (attach.go); connectedFailing says the last try
+	// failed (said once).
+	connected        map[store.Key]*stream.Stream
+	connectedFailing bool
 
 	httpSrv  *http.Server
 	grpc     http.Handler   // the gRPC service on the control port (SetGRPC); nil: none
@@ -171,7 +176,10 @@ func New(cfg Config) (*Server, error) {
 		pending: map[store.Key]*store.Record{},
 		unsaved: store.NewUnsaved(cfg.Store),
 		done:    make(chan struct{}),
+
+		connected: map[store.Key]*stream.Stream{},
 	}
+	s.env.Connected = s.noteConnected
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)
 	s.access.Store(&accessConfig{cfg.Auth, cfg.Roles})
 	s.intake = intake.New(intake.Config{
@@ -306,6 +314,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			port.Close() // no new legs; the streams' own end below
 		}
 		keep := s.fac == nil // a node of a facility keeps no counters (keepCarried)
+		if !keep {
+			// keepCarried would store a stream gone connected in the
+			// last second with its record; a node of a facility
+			// stores just that change, as the janitor would have.
+			s.storeConnected()
+		}
 		for _, st := range s.live() {
 			st.Stop()
 			if keep && !s.keepCarried(st) {

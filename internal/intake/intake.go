@@ -253,7 +253,7 @@ func (s *Checker) Outbound(ctx context.Context, req *api.OutboundRequest, owner 
 	rec := &store.Record{
 		UID:            req.UID,
 		Role:           api.RoleOutbound,
-		State:          api.StateConnected,
+		State:          api.StateWired,
 		Owner:          owner,
 		Targets:        slices.Clone(req.PeerListeners),
 		NumConn:        req.NumConn,

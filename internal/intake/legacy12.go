@@ -15,7 +15,7 @@ import (
 // from the client's update, after its own listeners were answered.
 
 // Inbound12 checks a 1.2 client's inbound request (always wan "tls", on
-// the stream's own ports) and returns its record, connected at once:
+// the stream's own ports) and returns its record, wired at once:
 // nothing attaches to it.
 func (s *Checker) Inbound12(ctx context.Context, req *api.InboundRequest, owner string) (*store.Record, error) {
 	req.WAN, req.WANListener = api.WANTLS, api.WANListenerPorts
@@ -23,7 +23,7 @@ func (s *Checker) Inbound12(ctx context.Context, req *api.InboundRequest, owner 
 	if err != nil {
 		return nil, err
 	}
-	rec.State = api.StateConnected
+	rec.State = api.StateWired
 	rec.PeerCA, rec.Secret = true, wan.CASecret(owner, rec.UID)
 	return rec, nil
 }
@@ -51,7 +51,7 @@ func (s *Checker) Outbound12(uid string, numConn int, owner string) (*store.Reco
 	rec := &store.Record{
 		UID:     uid,
 		Role:    api.RoleOutbound,
-		State:   api.StateConnected,
+		State:   api.StateWired,
 		Owner:   owner,
 		NumConn: numConn,
 		WAN:     wanT,

@@ -71,7 +71,7 @@ func newCollector(o *Observer) *collector {
 		o:            o,
 		buildInfo:    g("build_info", "The s2cs release serving, always 1.", "version"),
 		ready:        g("ready", "1 once the gateway restored its streams and serves, 0 while it starts or stops."),
-		streams:      g("streams", "Live streams by state (requested, listening, connected).", "state"),
+		streams:      g("streams", "Live streams by state (requested, listening, wired, connected).", "state"),
 		streamsEnded: g("streams_ended_total", "Streams that ended since the gateway started, by terminal state.", "state"),
 		portsInUse:   g("ports_in_use", "Data ports of the port range held by streams."),
 		portsCap:     g("ports_capacity", "Data ports in the port range."),
@@ -129,7 +129,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	g := c.o.gw.Gauges()
 	gauge(c.buildInfo, 1, version.Version)
 	gauge(c.ready, boolValue(h.Ready))
-	for _, st := range []api.State{api.StateRequested, api.StateListening, api.StateConnected} {
+	for _, st := range api.LiveStates() {
 		gauge(c.streams, float64(h.Streams[string(st)]), string(st))
 	}
 	for _, st := range endedStates() {

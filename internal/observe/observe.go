@@ -286,7 +286,7 @@ func (o *Observer) Health() api.GatewayHealth {
 		APIErrors:         map[string]int64{},
 		Refused:           g.Refused,
 	}
-	for _, st := range []api.State{api.StateRequested, api.StateListening, api.StateConnected} {
+	for _, st := range api.LiveStates() {
 		h.Streams[string(st)] = 0
 	}
 	h.Streams[string(api.StateRequested)] = int64(g.Requested)

@@ -20,7 +20,8 @@
 //   - every connection is relayed by the stream's engine (relay), paced
 //     to the rate granted (pacing.go, on internal/pace), counted, and its end classified
 //     (ends.go, on internal/ends); a watch leg tells each side of the other's state
-//     (watch.go, on internal/peerwatch).
+//     (watch.go, on internal/peerwatch); a wired stream goes connected at
+//     the first data leg that works (wired.go).
 //
 // What a stream needs of its gateway comes in Env, shared by every
 // stream and never changed once they run; it never reaches back into

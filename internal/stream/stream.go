@@ -71,6 +71,12 @@ type Env struct {
 	// PeerCA verifies the WAN legs of the streams of SciStream 1.2
 	// clients (store.Record.PeerCA, peerca.go); nil refuses them all.
 	PeerCA *x509.CertPool
+	// Connected is told of a stream whose record went from wired to
+	// connected (legWorked), so that the gateway stores the change. It
+	// is called from a connection's goroutine, once per stream (again
+	// only if a stale record replaced the connected one and was settled
+	// again), and must not block. nil: nobody is told.
+	Connected func(*Stream)
 }
 
 // SharedPort is what a stream needs of the gateway's shared WAN port
@@ -142,6 +148,10 @@ type Stream struct {
 
 	PeerPin atomic.Pointer[string]
 	pinRead atomic.Int64 // when pin last read the record again (Unix ns)
+	// dataOK is set once a data leg worked on this gateway (legWorked),
+	// or at New for a record stored connected: from then on the record
+	// says connected, never wired again (settleLocked).
+	dataOK atomic.Bool
 	// peerAt is, per channel of an outbound stream, the peer listener
 	// that last answered when it was not the one first given (the peer
 	// facility moved the channel to another node: dialPeer).
@@ -220,6 +230,7 @@ func New(parent context.Context, e *Env, rec *store.Record, lns []*net.TCPListen
 	st.watch = peerwatch.New(ctx, watchOf{st})
 	st.Allow.Store(&allow)
 	st.Pace.Set(pace.Rate(rec.Rate))
+	st.dataOK.Store(rec.State == api.StateConnected) // a restored record keeps its state
 	pin := rec.PeerCertSHA256
 	st.PeerPin.Store(&pin)
 	if rec.Shared() {
@@ -237,10 +248,17 @@ func (st *Stream) Record() *store.Record {
 	return &r
 }
 
+// SetRecord replaces st's record by r (r is not changed afterwards). A
+// wired r of a stream a data leg has worked on is kept as connected: an
+// older write mirrored from the store cannot take the state back.
 func (st *Stream) SetRecord(r *store.Record) {
 	st.mu.Lock()
 	st.rec = r
+	up := st.settleLocked()
 	st.mu.Unlock()
+	if up {
+		st.tellConnected()
+	}
 }
 
 func (st *Stream) ListenerAddrs() []string {
@@ -512,6 +530,7 @@ func (st *Stream) serveOutbound(ch int, app *net.TCPConn) {
 		relay.ResetOnClose(w)
 	}
 	st.wanUp(log)
+	st.legWorked()
 	st.startWatch(log)
 	if !st.track(w) {
 		relay.Abort(app)
@@ -635,6 +654,7 @@ func (st *Stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.
 	}
 	relay.ResetOnClose(app)
 	st.appUp(log)
+	st.legWorked()
 	if !st.track(app) {
 		relay.Abort(w)
 		return
@@ -720,18 +740,21 @@ func (st *Stream) Admits(a net.Addr) bool {
 	return false
 }
 
-// Attach pins the peer's certificate and marks the stream connected. It
-// reports false, changing nothing, if the stream is connected to another
-// pin already. It returns the record as it is after the call.
+// Attach pins the peer's certificate and marks the stream wired (a stream
+// attached again stays as it is, wired or connected). It reports false,
+// changing nothing, if the stream is attached to another pin already. It
+// returns the record as it is after the call.
 func (st *Stream) Attach(pin string, now time.Time) (*store.Record, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.rec.State == api.StateConnected && st.rec.PeerCertSHA256 != pin {
+	if st.rec.State.Attached() && st.rec.PeerCertSHA256 != pin {
 		r := *st.rec
 		return &r, false
 	}
 	st.rec.PeerCertSHA256 = pin
-	st.rec.State = api.StateConnected
+	if !st.rec.State.Attached() {
+		st.rec.State = api.StateWired
+	}
 	st.rec.Updated = now
 	st.PeerPin.Store(&pin)
 	r := *st.rec
@@ -794,9 +817,13 @@ func (st *Stream) Stats() *api.Stats {
 // the result.
 func (st *Stream) Change(f func(*store.Record)) *store.Record {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	f(st.rec)
+	up := st.settleLocked() // f may have put back a record from before the first data
 	r := *st.rec
+	st.mu.Unlock()
+	if up {
+		st.tellConnected()
+	}
 	return &r
 }
 

@@ -30,9 +30,9 @@ def wire_by_hand(pair: Pair, port: int, who: str = "alice", **inbound: Any) -> t
         assert created.state == "listening" and created.secret and created.wan_cert
         outs = co.outbound(OutboundRequest(uid=created.uid, peer_listeners=created.listeners, num_conn=1,
                                            secret=created.secret, peer_cert=created.wan_cert, wan=created.wan))
-        assert outs.state == "connected"
+        assert outs.state == "wired" and outs.attached  # no data has passed yet
         ins = ci.attach(created.uid, peer_cert=outs.wan_cert)
-        assert ins.state == "connected" and ins.peer_cert_sha256 == outs.wan_cert_sha256
+        assert ins.state == "wired" and ins.attached and ins.peer_cert_sha256 == outs.wan_cert_sha256
         return created, outs, ins
 
 
@@ -48,7 +48,7 @@ def test_every_route_sync(pair: Pair, echo: Any) -> None:
         created, outs, ins = wire_by_hand(pair, echo.port)
         uid = created.uid
         got = ci.get(uid)
-        assert got.uid == uid and got.state == "connected" and got.stats is not None and got.secret is None
+        assert got.uid == uid and got.state == "wired" and got.stats is not None and got.secret is None
         assert uid in [s.uid for s in ci.list()]
         assert uid in [s.uid for s in oper.list(owner="alice")]
         assert uid in [s.uid for s in oper.list(all_owners=True)]
@@ -86,7 +86,7 @@ def test_every_route_async(pair: Pair, echo: Any) -> None:
             outs = await co.outbound(dict(uid=created.uid, peer_listeners=created.listeners, num_conn=1,
                                           secret=created.secret, peer_cert=created.wan_cert))
             ins = await ci.attach(created.uid, peer_cert=outs.wan_cert)
-            assert ins.state == "connected"
+            assert ins.state == "wired"
             assert (await ci.get(created.uid)).uid == created.uid
             assert created.uid in [s.uid for s in await ci.list()]
             assert (await co.update(created.uid, lease_s=600)).lease_s == 600

@@ -38,7 +38,7 @@ def assert_released(pair: Pair, uid: str, who: str = "alice") -> None:
 
 def test_bytes_exact_on_every_channel(pair: Pair, echo: Echo, isolated_env: Path) -> None:
     with scistream.stream(target=("127.0.0.1", echo.port), num_conn=2, rate="2G", **pair.stream_kw()) as s:
-        assert len(s.listeners) == 2 and s.inbound.state == "connected" and s.outbound.state == "connected"
+        assert len(s.listeners) == 2 and s.inbound.state == "wired" and s.outbound.state == "wired"  # no data yet
         assert s.inbound.rate == s.outbound.rate == 2_000_000_000
         # The local record s2uc reads, 0600, with the secret, never a token.
         rec = isolated_env / "streams" / f"{s.uid}.json"
@@ -116,9 +116,11 @@ def test_s2uc_sees_and_releases_a_python_stream(pair: Pair, echo: Echo, isolated
         out = subprocess.run([s2uc, "status", s.uid, "--output", "json"], env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         views = json.loads(out.stdout)["gateways"]
-        assert {v["role"] for v in views} == {"inbound", "outbound"} and all(v["state"] == "connected" for v in views)
+        assert {v["role"] for v in views} == {"inbound", "outbound"} and all(v["state"] == "wired" for v in views)
         data = os.urandom(1 << 20)
         assert roundtrip(s.listener, data) == data
+        st = s.status()
+        assert st.inbound.state == st.outbound.state == "connected"  # data passed on both
         rel = subprocess.run([s2uc, "release", s.uid], env=env, capture_output=True, text=True, timeout=60)
         assert rel.returncode == 0, rel.stderr
         assert rel.stdout.count("released") == 2

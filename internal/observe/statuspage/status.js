@@ -127,7 +127,8 @@
     var dl = $("health");
     dl.replaceChildren();
     var s = h.streams;
-    dd(dl, "streams live", s.connected + " connected, " + s.listening + " listening, " + s.requested + " being created");
+    dd(dl, "streams live", s.connected + " connected, " + s.wired + " wired (no data yet), " + s.listening + " listening, " +
+      s.requested + " being created");
     dd(dl, "streams ended", s.released + " released, " + s.expired + " expired, " + s.failed + " failed");
     dd(dl, "data ports", h.ports_in_use + " of " + h.ports_capacity + " in use");
     dd(dl, "connection files", h.conn_files_in_use + " of " + h.conn_files_capacity + " in use");
@@ -146,6 +147,21 @@
     st.streams.forEach(function (v) { tb.appendChild(row(v)); });
     $("stream-count").textContent = "(" + st.streams.length + " live)";
     $("updated").textContent = new Date(st.now).toLocaleTimeString();
+  }
+
+  // wired explains a wired stream's state cell: a tooltip says what
+  // wired means, with the latest failed connection (a wrong peer
+  // listener shows there), and a line below says no data has passed.
+  function wired(td, errs) {
+    var tip = "Wired: both gateways know each other, but no data has passed on this gateway yet. " +
+      "It turns connected at the first connection whose data leg works here.";
+    var last = null;
+    Object.keys(errs || {}).forEach(function (k) {
+      if (!last || new Date(errs[k].time) > new Date(last.time)) { last = { kind: k, time: errs[k].time, reason: errs[k].reason }; }
+    });
+    if (last) { tip += " Last failure (" + last.kind.replace(/_/g, " ") + ", " + new Date(last.time).toLocaleTimeString() + "): " + last.reason; }
+    td.title = tip;
+    td.appendChild(el("div", last ? "no data yet: " + last.kind.replace(/_/g, " ") : "no data yet", last ? "sub bad" : "sub"));
   }
 
   function duration(s) {
@@ -175,7 +191,8 @@
     id.appendChild(code);
     id.appendChild(el("div", v.role + " · " + v.wan + " · " + v.engine, "sub"));
     cell(tr, v.owner);
-    var state = cell(tr, v.state, v.state === "connected" ? "ok" : "");
+    var state = cell(tr, v.state, v.state === "connected" ? "ok" : v.state === "wired" ? "wired" : "");
+    if (v.state === "wired") { wired(state, x.last_errors); }
     if (x.peer) { state.appendChild(el("div", "peer gateway " + x.peer, x.peer === "up" ? "sub" : "sub bad")); }
     var peers = cell(tr, (v.listeners || []).join(", "));
     peers.appendChild(el("div", "→ " + (v.targets || []).join(", "), "sub"));

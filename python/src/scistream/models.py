@@ -171,7 +171,12 @@ class Stats:
 
 @dataclasses.dataclass(kw_only=True)
 class Stream:
-    """The public view of one stream on one gateway."""
+    """The public view of one stream on one gateway.
+
+    state: requested -> listening -> wired -> connected -> released |
+    expired | failed. A stream is wired once both gateways know each other,
+    and connected on a gateway once a data leg has worked there (a wrong
+    peer listener keeps it wired, the failure in stats.last_errors)."""
 
     uid: str
     role: str
@@ -211,6 +216,12 @@ class Stream:
     def terminal(self) -> bool:
         """Whether the stream has ended (released, expired or failed)."""
         return self.state in ("released", "expired", "failed")
+
+    @property
+    def attached(self) -> bool:
+        """Whether both gateways know each other: wired (no data has passed
+        on this gateway yet) or connected (a data leg has worked here)."""
+        return self.state in ("wired", "connected")
 
 
 @dataclasses.dataclass(kw_only=True)
