@@ -133,6 +133,31 @@ type Usage struct {
 	OwnerRate                              pace.Rate
 }
 
+// Holding is what a live or pending stream holds.
+type Holding struct {
+	Owner   string
+	Rate    pace.Rate // reserved
+	NumConn int       // channels
+	Ports   int       // data ports bound
+	Waiting bool      // an inbound stream waiting for its outbound peer
+}
+
+// Add counts h in u, in the owner's share too if h is owner's.
+func (u *Usage) Add(h Holding, owner string) {
+	u.Rate += h.Rate
+	u.Streams++
+	u.Conns += h.NumConn
+	if h.Owner != owner {
+		return
+	}
+	u.OwnerRate += h.Rate
+	u.OwnerStreams++
+	u.OwnerPorts += h.Ports
+	if h.Waiting {
+		u.OwnerWaiting++
+	}
+}
+
 // Ask is what a new stream asks to hold.
 type Ask struct {
 	Owner   string

@@ -35,3 +35,16 @@ func TestValidate(t *testing.T) {
 		t.Errorf("defaults %+v", q)
 	}
 }
+
+// TestUsageAdd: every holding counts in the gateway's total, the
+// owner's only in the owner's share.
+func TestUsageAdd(t *testing.T) {
+	var u Usage
+	u.Add(Holding{Owner: "alice", Rate: 100, NumConn: 2, Ports: 2, Waiting: true}, "alice")
+	u.Add(Holding{Owner: "bob", Rate: 50, NumConn: 3, Ports: 3}, "alice")
+	u.Add(Holding{Owner: "alice", NumConn: 1, Ports: 1}, "alice")
+	want := Usage{Streams: 3, Conns: 6, Rate: 150, OwnerStreams: 2, OwnerPorts: 3, OwnerWaiting: 1, OwnerRate: 100}
+	if u != want {
+		t.Fatalf("usage %+v, want %+v", u, want)
+	}
+}

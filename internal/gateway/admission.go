@@ -42,20 +42,8 @@ func (s *Server) rebalance() {
 func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 	var u admission.Usage
 	add := func(k store.Key, r pace.Rate, numConn, ports int, waiting bool) {
-		if k == skip {
-			return
-		}
-		u.Rate += r
-		u.Streams++
-		u.Conns += numConn
-		if k.Owner != owner {
-			return
-		}
-		u.OwnerRate += r
-		u.OwnerStreams++
-		u.OwnerPorts += ports
-		if waiting {
-			u.OwnerWaiting++
+		if k != skip {
+			u.Add(admission.Holding{Owner: k.Owner, Rate: r, NumConn: numConn, Ports: ports, Waiting: waiting}, owner)
 		}
 	}
 	for k, st := range s.streams {

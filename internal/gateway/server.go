@@ -43,7 +43,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
-	self := ownEndpoints(cfg)
+	self := cfg.OwnEndpoints()
 	strange := strangers.New(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
@@ -354,22 +353,3 @@ func (s *Server) Ready() bool {
 
 // maxHeaderBytes bounds the header block of a control request.
 const maxHeaderBytes = 64 << 10
-
-// ownEndpoints returns the gateway's own endpoints that cfg (defaults
-// filled) gives before it serves: its data-port range, its shared WAN
-// port and its metrics listener. Serve adds the control port.
-func ownEndpoints(cfg Config) *egress.Self {
-	self := &egress.Self{}
-	bind, err := netip.ParseAddr(cfg.BindIP)
-	if err != nil { // Validate checked it
-		bind = netip.IPv4Unspecified()
-	}
-	self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.PortRange.Lo), Hi: uint16(cfg.PortRange.Hi), What: "this gateway's own data-port range " + cfg.PortRange.String()})
-	if cfg.WAN.Port != 0 {
-		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WAN.Port), Hi: uint16(cfg.WAN.Port), What: "this gateway's own shared WAN port"})
-	}
-	if ln := cfg.Observe.MetricsListener; ln != nil {
-		self.AddListener(ln.Addr(), "this gateway's own metrics listener")
-	}
-	return self
-}

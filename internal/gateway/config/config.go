@@ -20,6 +20,7 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/egress"
 	"scistream/internal/fileplan"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
@@ -358,4 +359,24 @@ func (c Config) WithDefaults() Config {
 		c.Now = time.Now
 	}
 	return c
+}
+
+// OwnEndpoints returns the gateway's own endpoints that cfg (defaults
+// filled) gives before it serves, which no stream may make it dial: its
+// data-port range, its shared WAN port and its metrics listener. The
+// gateway adds its control port when it serves.
+func (cfg Config) OwnEndpoints() *egress.Self {
+	self := &egress.Self{}
+	bind, err := netip.ParseAddr(cfg.BindIP)
+	if err != nil { // Validate checked it
+		bind = netip.IPv4Unspecified()
+	}
+	self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.PortRange.Lo), Hi: uint16(cfg.PortRange.Hi), What: "this gateway's own data-port range " + cfg.PortRange.String()})
+	if cfg.WAN.Port != 0 {
+		self.Add(egress.Endpoint{Addr: bind, Lo: uint16(cfg.WAN.Port), Hi: uint16(cfg.WAN.Port), What: "this gateway's own shared WAN port"})
+	}
+	if ln := cfg.Observe.MetricsListener; ln != nil {
+		self.AddListener(ln.Addr(), "this gateway's own metrics listener")
+	}
+	return self
 }
