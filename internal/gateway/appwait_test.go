@@ -247,16 +247,25 @@ func TestAppWaitExpires(t *testing.T) {
 func TestAppWaitZero(t *testing.T) {
 	e := newLateEnv(t, api.WANTLS, intp(0), 1)
 	c := e.producer(t, 0)
-	c.Write([]byte("x"))
 	start := time.Now()
-	mustReset(t, c)
+	if _, err := c.Write([]byte("x")); err != nil {
+		// On a starved machine the reset can come before the write,
+		// which then takes it (a later read would see a clean end).
+		if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("producer's write: %v; want it to pass, or to meet the reset", err)
+		}
+	} else {
+		mustReset(t, c)
+	}
 	st := e.stream(t, e.cons)
 	waitfor.Must(t, 10*time.Second, "the abort to be counted", func() bool { return st.Stats().AbortedByKind[api.EndDialFailed] == 1 })
 	if st.WaitingApp.Load() != 0 || e.consLog.has("WAN connections wait for it") {
 		t.Fatalf("a stream that does not wait had a connection wait (waiting %d)", st.WaitingApp.Load())
 	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Fatalf("reset %s after the connection; a stream that does not wait resets at once", el)
+	// A stream that waited would reset after the default wait (30 s); a
+	// bound well under it holds on a starved machine too.
+	if el := time.Since(start); el > intake.DefaultAppWait/2 {
+		t.Fatalf("reset %s after the connection; a stream that does not wait resets at once, long before the default wait (%s)", el, intake.DefaultAppWait)
 	}
 }
 
