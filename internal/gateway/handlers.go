@@ -20,7 +20,7 @@ import (
 )
 
 // One handler per route of routes.go. Each decodes its request, asks
-// validate.go for a record and the lifecycle files (create.go, attach.go,
+// internal/intake for a record and the lifecycle files (create.go, attach.go,
 // end.go) for the change, and answers with the public view.
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -7,7 +7,7 @@ import (
 )
 
 // TestConnsFit checks the file-descriptor arithmetic that refuses a
-// count the gateways cannot hold (the gateway's own, gateway.Files):
+// count the gateways cannot hold (the gateway's own, gateway.Config.Files):
 // with a hard limit of 20,000, 10,000 over TLS do not fit (2 files per
 // connection), over QUIC they do (1).
 func TestConnsFit(t *testing.T) {
