@@ -468,7 +468,7 @@ func (s *Checker) Lease(leaseS int) (int, error) {
 // Update is an update request checked (CheckUpdate): what to change of
 // a running stream.
 type Update struct {
-	// Rate is the new reserved rate (0: best effort), if Set.
+	// Rate is the new reserved rate (0: best effort), if SetRate.
 	Rate    pace.Rate
 	SetRate bool
 	// Allow is the new allow-list, AllowPrefixes the same parsed; nil:
