@@ -332,6 +332,8 @@ class _Sides:
 
     inbound: Optional[Stream]
     outbound: Optional[Stream]
+    _spec: "_Spec"
+    _open: bool
 
     @property
     def uid(self) -> Optional[str]:
@@ -348,6 +350,20 @@ class _Sides:
         from .client import split_host_port
         h, p = split_host_port(self.listeners[0])
         return h, int(p)
+
+    def _opened(self, inc: Union[Client, AsyncClient], outc: Union[Client, AsyncClient],
+                created: Stream, ins: Stream, outs: Stream) -> None:
+        """Keeps both sides of a stream just wired through inc and outc (ins
+        with the secret and certificate of its creation, created) and its
+        local record."""
+        sp = self._spec
+        ins.secret, ins.wan_cert = created.secret, created.wan_cert
+        self.inbound, self.outbound, self._open = ins, outs, True
+        try:
+            sp.sessions.save(sp.record(inc, outc, ins, outs))
+        except OSError as e:
+            import warnings
+            warnings.warn(f"could not save the local record of {ins.uid} ({e}); release it on each gateway", stacklevel=3)
 
 
 class WiredStream(_Sides):
@@ -400,13 +416,7 @@ class WiredStream(_Sides):
             except SciStreamError as re:
                 raise SciStreamError(f"{e}; roll back inbound side on {inc.addr}: {re}") from e
             raise
-        ins.secret, ins.wan_cert = created.secret, created.wan_cert
-        self.inbound, self.outbound, self._open = ins, outs, True
-        try:
-            sp.sessions.save(sp.record(inc, outc, ins, outs))
-        except OSError as e:
-            import warnings
-            warnings.warn(f"could not save the local record of {ins.uid} ({e}); release it on each gateway", stacklevel=2)
+        self._opened(inc, outc, created, ins, outs)
         return self
 
     def status(self) -> StreamStatus:
@@ -632,13 +642,7 @@ class AsyncWiredStream(_Sides):
             except SciStreamError as re:
                 raise SciStreamError(f"{e}; roll back inbound side on {inc.addr}: {re}") from e
             raise
-        ins.secret, ins.wan_cert = created.secret, created.wan_cert
-        self.inbound, self.outbound, self._open = ins, outs, True
-        try:
-            sp.sessions.save(sp.record(inc, outc, ins, outs))
-        except OSError as e:
-            import warnings
-            warnings.warn(f"could not save the local record of {ins.uid} ({e}); release it on each gateway", stacklevel=2)
+        self._opened(inc, outc, created, ins, outs)
         return self
 
     async def status(self) -> StreamStatus:
