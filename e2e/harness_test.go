@@ -65,6 +65,7 @@ type pairOpts struct {
 	prodArgs  []string // and for the producer's gateway only
 	consArgs  []string // and for the consumer's gateway only
 	consState string   // the consumer gateway's --state_dir, if not under the test's directory
+	prefix    []string // a command that execs s2cs, for both (localgw.Options.Prefix)
 }
 
 func newPair(t *testing.T, o pairOpts) *pair {
@@ -107,6 +108,7 @@ func (p *pair) start(name, ip string, o pairOpts) *localgw.Gateway {
 		StateDir:   stateDir,
 		TokensFile: p.tokensFile,
 		Args:       o.args,
+		Prefix:     o.prefix,
 	})
 	if err != nil {
 		p.t.Fatalf("start %s gateway: %v", filepath.Base(name), err)
@@ -132,7 +134,7 @@ func (p *pair) restart(g **localgw.Gateway, graceful bool) {
 	} else {
 		old.Kill()
 	}
-	*g = p.start(old.Opts.StateDir, old.Opts.ListenerIP, pairOpts{portRange: old.Opts.PortRange, args: old.Opts.Args})
+	*g = p.start(old.Opts.StateDir, old.Opts.ListenerIP, pairOpts{portRange: old.Opts.PortRange, args: old.Opts.Args, prefix: old.Opts.Prefix})
 }
 
 // on returns p as seen by test t (a subtest of the one that made p), so

@@ -11,6 +11,7 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/bytesize"
 	"scistream/internal/cliflag"
+	"scistream/internal/controlport"
 	"scistream/internal/egress"
 	"scistream/internal/gateway"
 	"scistream/internal/intake"
@@ -36,6 +37,7 @@ type options struct {
 	quotaRate          string
 	lease, leaseMax    time.Duration
 	maxActive          int
+	controlConns       int
 	tcpWAN             bool
 	allowTargets       string
 	allowPeers         string
@@ -137,6 +139,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.IntVar(&o.capacity.Conns, "capacity_conns", 0, "most channels (num_conn) of the live streams together (0: no bound but the ports)")
 	fs.DurationVar(&o.lease, "lease_default", intake.DefaultLease, "lease of a stream whose request gives none: unless renewed (s2uc update --lease), the stream is released when it runs out; whole seconds")
 	fs.DurationVar(&o.leaseMax, "lease_max", intake.DefaultLeaseMax, "longest lease a request or a renewal may ask for; whole seconds")
+	fs.IntVar(&o.controlConns, "control_conns", controlport.DefaultTotal, "most control connections open at once (in its plan of open files): half kept for addresses a caller authenticated from in the last 10 minutes, a quarter at most from any one address; one over is reset at once")
 	fs.IntVar(&o.maxActive, "max_active_conns", 0, "most application connections the gateway relays at once, over every stream (one more is reset and counted); 0 derives it from the limit of open files, which must hold 2 per connection")
 	fs.StringVar(&o.logFormat, "log_format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and the commit s2cs was built from, and exit")
@@ -181,7 +184,7 @@ func flagGroups() []cliflag.Group {
 		{Title: "Limits and admission (quotas, capacity, timeouts, leases)", Flags: []string{
 			"quota_streams", "quota_ports", "quota_pending", "quota_rate",
 			"capacity_rate", "capacity_streams", "capacity_conns",
-			"pending_timeout", "app_wait_default", "app_wait_max", "lease_default", "lease_max"}},
+			"pending_timeout", "app_wait_default", "app_wait_max", "lease_default", "lease_max", "control_conns"}},
 		{Title: "Facility and state store (etcd, nodes)", Flags: []string{
 			"store", "store_facility", "etcd_ca", "etcd_cert", "etcd_key", "etcd_user", "etcd_password_file", "insecure_etcd",
 			"node", "takeover"}},
@@ -230,6 +233,9 @@ func (o *options) config() (gateway.Config, error) {
 			return gateway.Config{}, fmt.Errorf("%s %s: give a positive duration, e.g. 24h", d.name, d.v)
 		}
 	}
+	if o.controlConns < 2 {
+		return gateway.Config{}, fmt.Errorf("--control_conns %d: give at least 2 (the default is %d)", o.controlConns, controlport.DefaultTotal)
+	}
 	if o.maxActive < 0 {
 		return gateway.Config{}, fmt.Errorf("--max_active_conns %d: give a positive count, or 0 to derive it from the limit of open files", o.maxActive)
 	}
@@ -250,6 +256,7 @@ func (o *options) config() (gateway.Config, error) {
 		Pool:           o.pool,
 		Bounds:         intake.Bounds{AppWaitDefault: noWait(o.appWait), AppWaitMax: noWait(o.appMax), LeaseDefault: o.lease, LeaseMax: o.leaseMax},
 		MaxActiveConns: o.maxActive,
+		Control:        controlport.Limits{Total: o.controlConns},
 		Capacity:       o.capacity,
 		Node:           o.node,
 		Takeover:       o.takeover,
@@ -352,6 +359,7 @@ func flagError(err error) error {
 		"Pool.MaxWarm":     "--pool_max_warm",
 		"Pool.IdleTimeout": "--pool_idle_timeout",
 		"MaxActiveConns":   "--max_active_conns",
+		"Control":          "--control_conns",
 		"Quota.Rate":       "--quota_rate",
 		"Capacity.Rate":    "--capacity_rate",
 		"Capacity.Streams": "--capacity_streams",

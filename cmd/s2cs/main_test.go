@@ -59,7 +59,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--log_format", "xml"}, `--log_format "xml"`},
 		{[]string{"--listener_ip", "127.0.0.1", "--tokens", "t"}, "--insecure_no_auth and --tokens exclude each other"},
 		{[]string{"--listener_ip", "127.0.0.1", "--max_active_conns", "-5"}, "--max_active_conns -5: give a positive count"},
-		{[]string{"--listener_ip", "127.0.0.1", "--max_active_conns", "600000000"}, "--max_active_conns 600000000 needs 1200001480 open files"},
+		{[]string{"--listener_ip", "127.0.0.1", "--max_active_conns", "600000000"}, "--max_active_conns 600000000 needs 1200001736 open files"},
 		{[]string{"--listener_ip", "127.0.0.1", "--capacity_rate", "10 Gigs"}, `--capacity_rate "10 Gigs": unknown unit`},
 		{[]string{"--listener_ip", "127.0.0.1", "--capacity_rate", "-1G"}, `--capacity_rate "-1G": no number`},
 		{[]string{"--listener_ip", "127.0.0.1", "--quota_rate", "20T"}, `--quota_rate "20T": more than 10 Tbit/s`},

@@ -18,21 +18,27 @@ import (
 // under a deadline, before net/http sees the connection: an HTTP/2
 // connection goes to a second http.Server (h2), which the caller gives a
 // handler that sends each request to the gRPC service if its content
-// type is application/grpc and to the API otherwise; an HTTP/1.1 one
-// goes on to the API's server exactly as Listen's would.
+// type is application/grpc and to the API otherwise, with its frames
+// guarded (h2guard.go); an HTTP/1.1 one goes on to the API's server
+// exactly as Listen's would. Either holds its place at the gate from its
+// accept to its close.
 
 // ListenSplit returns the listener of the API's HTTP/1.1 connections on
-// ln, and serves the HTTP/2 ones with h2 (set up here to take them over
-// TLS). It adds "h2" to cfg's protocols. timeout bounds a TLS handshake;
-// maxHeaderBytes is as for Listen. The goroutines it starts are counted
-// in wg; they end once the returned listener is closed, which closes h2
-// too.
-func ListenSplit(ln net.Listener, cfg *tls.Config, maxHeaderBytes int, timeout time.Duration, h2 *http.Server, wg *sync.WaitGroup) net.Listener {
+// ln, and serves the HTTP/2 ones with h2 (set up here to take them as
+// the guard hands them). It adds "h2" to cfg's protocols. timeout bounds
+// a TLS handshake; maxHeaderBytes is as for Listen; both servers take
+// g.ConnState and ConnContext as their hooks. The goroutines it starts
+// are counted in wg; they end once the returned listener is closed,
+// which closes h2 too.
+func (g *Gate) ListenSplit(ln net.Listener, cfg *tls.Config, maxHeaderBytes int, timeout time.Duration, h2 *http.Server, wg *sync.WaitGroup) net.Listener {
 	cfg.NextProtos = []string{"h2", "http/1.1"}
 	h2.Protocols = new(http.Protocols)
-	h2.Protocols.SetHTTP2(true) // over the TLS connections the listener hands it
+	// The guard's connections have no ConnectionState: net/http takes
+	// them as HTTP/2 with prior knowledge (their TLS is the guard's).
+	h2.Protocols.SetUnencryptedHTTP2(true)
 	h2.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 250}
 	l := &splitListener{
+		gate:           g,
 		Listener:       ln,
 		timeout:        timeout,
 		cfg:            cfg,
@@ -58,6 +64,7 @@ func ListenSplit(ln net.Listener, cfg *tls.Config, maxHeaderBytes int, timeout t
 // the others to Accept. Close closes h2Srv too.
 type splitListener struct {
 	net.Listener
+	gate           *Gate
 	timeout        time.Duration // bounds a handshake
 	cfg            *tls.Config
 	maxHeaderBytes int
@@ -88,19 +95,26 @@ func (l *splitListener) acceptLoop() {
 			l.Close()
 			return
 		}
+		sl := l.gate.admit(c)
+		if sl == nil {
+			abort(c)
+			continue
+		}
 		if !l.track(c) {
+			sl.release()
 			c.Close()
 			return
 		}
 		l.wg.Add(1)
-		go l.handshake(c)
+		go l.handshake(c, sl)
 	}
 }
 
-// handshake runs the TLS handshake of c and passes it on.
-func (l *splitListener) handshake(raw net.Conn) {
+// handshake runs the TLS handshake of raw, which holds the place sl, and
+// passes it on.
+func (l *splitListener) handshake(raw net.Conn, sl *slot) {
 	defer l.wg.Done()
-	cc := &controlConn{Conn: tls.Server(raw, l.cfg), maxHeaderBytes: l.maxHeaderBytes}
+	cc := &controlConn{Conn: tls.Server(raw, l.cfg), maxHeaderBytes: l.maxHeaderBytes, slot: sl}
 	if l.timeout > 0 {
 		raw.SetDeadline(time.Now().Add(l.timeout))
 	}
@@ -108,6 +122,7 @@ func (l *splitListener) handshake(raw net.Conn) {
 	// speaks plain HTTP to the HTTPS port (controlConn.Read).
 	if _, err := cc.Read(nil); err != nil {
 		l.untrack(raw)
+		sl.release()
 		raw.Close()
 		return
 	}
@@ -116,11 +131,12 @@ func (l *splitListener) handshake(raw net.Conn) {
 	var to chan net.Conn = l.conns
 	var c net.Conn = cc
 	if cc.ConnectionState().NegotiatedProtocol == "h2" {
-		to, c = l.h2.conns, cc.Conn // a *tls.Conn, which net/http serves as HTTP/2
+		to, c = l.h2.conns, newH2Conn(cc.Conn, sl)
 	}
 	select {
 	case to <- c:
 	case <-l.done:
+		sl.release()
 		raw.Close()
 	}
 }

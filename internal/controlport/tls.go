@@ -37,26 +37,36 @@ import (
 
 // Listen returns the control API's listener on ln: TLS connections under
 // cfg, for net/http's HTTP/1.1, whose canned error answers get the JSON
-// body. maxHeaderBytes is the server's bound on a request's header block,
-// which its 431 answer names.
-func Listen(ln net.Listener, cfg *tls.Config, maxHeaderBytes int) net.Listener {
-	return controlListener{ln, cfg, maxHeaderBytes}
+// body, each holding a place at the gate g (one the gate refuses is reset
+// at once). maxHeaderBytes is the server's bound on a request's header
+// block, which its 431 answer names. The server that serves it takes
+// g.ConnState and ConnContext as its hooks.
+func (g *Gate) Listen(ln net.Listener, cfg *tls.Config, maxHeaderBytes int) net.Listener {
+	return controlListener{ln, g, cfg, maxHeaderBytes}
 }
 
 // controlListener turns the TCP connections of ln into TLS connections
 // for the control API.
 type controlListener struct {
 	net.Listener
+	gate           *Gate
 	cfg            *tls.Config
 	maxHeaderBytes int
 }
 
 func (l controlListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		sl := l.gate.admit(c)
+		if sl == nil {
+			abort(c)
+			continue
+		}
+		return &controlConn{Conn: tls.Server(c, l.cfg), maxHeaderBytes: l.maxHeaderBytes, slot: sl}, nil
 	}
-	return &controlConn{Conn: tls.Server(c, l.cfg), maxHeaderBytes: l.maxHeaderBytes}, nil
 }
 
 // controlConn is a control-API connection. It has ConnectionState, so
@@ -65,6 +75,15 @@ type controlConn struct {
 	*tls.Conn
 	maxHeaderBytes int
 	plainAnswered  atomic.Bool
+	slot           *slot // its place at the gate, given back by Close
+}
+
+func (c *controlConn) controlSlot() *slot { return c.slot }
+
+// Close closes the connection and gives its place back.
+func (c *controlConn) Close() error {
+	c.slot.release()
+	return c.Conn.Close()
 }
 
 // cannedError matches net/http's own error answers (net/http/server.go,

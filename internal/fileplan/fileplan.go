@@ -11,8 +11,8 @@
 // direction on plaintext legs, but only as many as the plan leaves
 // (relay.Options.MaxPipes: a direction without one is copied in user
 // space). The rest is fixed: two per data port (a listener, and a UDP
-// socket for QUIC streams), the strangers in their handshake, and
-// Slack.
+// socket for QUIC streams), the strangers in their handshake, the control
+// port's connections (internal/controlport caps them), and Slack.
 package fileplan
 
 import (
@@ -24,8 +24,9 @@ const (
 	// PerConn is what one application connection over a TLS or TCP WAN
 	// leg holds open in the gateway: its socket and its WAN leg's.
 	PerConn = 2
-	// Slack covers the control API's listener and clients, the store,
-	// watch legs, the QUIC dialers' sockets, the runtime's own.
+	// Slack covers the control API's listener, the metrics listener and
+	// its scrapes, the store, watch legs, the QUIC dialers' sockets, the
+	// runtime's own.
 	Slack = 256
 	// minDerived is the least connection cap a derived plan may give
 	// without Low saying so.
@@ -43,6 +44,9 @@ type Input struct {
 	// Strangers is the most WAN connections in their handshake at once
 	// (strangers.Limits.Total, defaults resolved).
 	Strangers int
+	// Control is the most control connections at once
+	// (controlport.Limits.Total, defaults resolved).
+	Control int
 	// MaxActiveConns is the cap on application connections asked for.
 	// If zero, Make derives it from Limit.
 	MaxActiveConns int
@@ -52,7 +56,8 @@ type Input struct {
 type Plan struct {
 	// Limit is the limit planned against.
 	Limit int
-	// Fixed is what listeners, strangers and Slack take.
+	// Fixed is what listeners, strangers, control connections and Slack
+	// take.
 	Fixed int
 	// MaxActiveConns is the cap on application connections, as given
 	// or derived: (Limit-Fixed)/(2*PerConn), half of what is left for
@@ -100,20 +105,20 @@ func Make(in Input) (Plan, error) {
 		}
 		p.Limit = int(min(lim.Cur, 1<<30))
 	}
-	p.Fixed = 2*in.Ports + in.Strangers + Slack
+	p.Fixed = 2*in.Ports + in.Strangers + in.Control + Slack
 	left := p.Limit - p.Fixed
 	if p.MaxActiveConns == 0 {
 		p.Derived = true
 		p.MaxActiveConns = max(0, left/(2*PerConn))
 		if p.MaxActiveConns < 1 {
 			return p, &Error{Field: "MaxActiveConns", Problem: fmt.Sprintf(
-				"cannot be had: the limit of %d open files does not even cover the %d that %d ports, %d strangers in their handshake and %d others take: raise it to at least %d (ulimit -n, or LimitNOFILE= in a systemd unit), or narrow the port range",
-				p.Limit, p.Fixed, in.Ports, in.Strangers, Slack, p.LimitFor())}
+				"cannot be had: the limit of %d open files does not even cover the %d that %d ports, %d strangers in their handshake, %d control connections and %d others take: raise it to at least %d (ulimit -n, or LimitNOFILE= in a systemd unit), or narrow the port range",
+				p.Limit, p.Fixed, in.Ports, in.Strangers, in.Control, Slack, p.LimitFor())}
 		}
 	} else if need := p.Fixed + PerConn*p.MaxActiveConns; need > p.Limit {
 		return p, &Error{Field: "MaxActiveConns", Problem: fmt.Sprintf(
-			"%d needs %d open files (%d per connection, plus %d for %d ports, %d strangers in their handshake and %d others), over the limit of %d: give at most %d, or raise the limit to %d (ulimit -n %d, or LimitNOFILE=%d in a systemd unit; the hard limit as root)",
-			p.MaxActiveConns, need, PerConn, p.Fixed, in.Ports, in.Strangers, Slack, p.Limit, max(0, left/PerConn), need, need, need)}
+			"%d needs %d open files (%d per connection, plus %d for %d ports, %d strangers in their handshake, %d control connections and %d others), over the limit of %d: give at most %d, or raise the limit to %d (ulimit -n %d, or LimitNOFILE=%d in a systemd unit; the hard limit as root)",
+			p.MaxActiveConns, need, PerConn, p.Fixed, in.Ports, in.Strangers, in.Control, Slack, p.Limit, max(0, left/PerConn), need, need, need)}
 	}
 	p.MaxPipes = max(0, (left-PerConn*p.MaxActiveConns)/2)
 	return p, nil

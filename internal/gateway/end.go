@@ -96,7 +96,8 @@ func (s *Server) janitor() {
 // (internal/observe samples their rates), stores the ends of
 // streams the store refused before and the streams gone connected
 // (attach.go), says the connections refused in the last
-// interval (internal/strangers), and, if a minute has passed since
+// interval (internal/strangers) and those of the control port
+// (internal/controlport), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
 // Config.Retention ago. It returns the time of the last prune.
 func (s *Server) sweep(now, lastPrune time.Time) time.Time {
@@ -107,6 +108,7 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 		// minutes.
 		debug.FreeOSMemory()
 	}
+	s.cport.Summarize(now)
 	for _, st := range s.live() {
 		if !s.stewards(st) {
 			continue // another node of the facility expires it

@@ -222,6 +222,8 @@ func TestMetricsKnownTransfer(t *testing.T) {
 		{out, "scistream_api_errors_total", metricstest.Labels{"code": "unauthenticated"}, 2},
 		{in, "scistream_api_errors_total", metricstest.Labels{"code": "no_resources"}, 1},
 		{out, "scistream_ready", nil, 1},
+		{in, "scistream_control_refused_total", metricstest.Labels{"reason": "per_source"}, 0},
+		{in, "scistream_control_refused_total", metricstest.Labels{"reason": "h2_resets"}, 0},
 	} {
 		if got := c.ms.Value(t, c.name, c.l); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.l, got, c.want)

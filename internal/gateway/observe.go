@@ -26,19 +26,23 @@ func (o observed) Gauges() observe.Gauges {
 	requested, ready := len(s.pending), s.ready
 	s.mu.Unlock()
 	idle, open := s.env.Legs.Counts()
+	ctrusted, cstrangers := s.cport.Conns()
 	return observe.Gauges{
-		Ready:         ready,
-		Requested:     requested,
-		PortsInUse:    s.alloc.InUse(),
-		PortsCapacity: s.cfg.PortRange.Size(),
-		FilesInUse:    s.env.Files.InUse(),
-		FilesCapacity: s.env.Files.Max(),
-		InHandshake:   s.strange.InHandshake(),
-		Refused:       s.strange.RefusedSince(),
-		IdleLegs:      idle,
-		OpenLegs:      open,
-		CapacityRate:  s.cfg.Capacity.Rate,
-		Reserved:      s.env.BestEffort.Reserved(),
+		ControlTrusted:   ctrusted,
+		ControlStrangers: cstrangers,
+		ControlRefused:   s.cport.RefusedSince(),
+		Ready:            ready,
+		Requested:        requested,
+		PortsInUse:       s.alloc.InUse(),
+		PortsCapacity:    s.cfg.PortRange.Size(),
+		FilesInUse:       s.env.Files.InUse(),
+		FilesCapacity:    s.env.Files.Max(),
+		InHandshake:      s.strange.InHandshake(),
+		Refused:          s.strange.RefusedSince(),
+		IdleLegs:         idle,
+		OpenLegs:         open,
+		CapacityRate:     s.cfg.Capacity.Rate,
+		Reserved:         s.env.BestEffort.Reserved(),
 	}
 }
 

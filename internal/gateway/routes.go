@@ -9,7 +9,6 @@ import (
 	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
-	"scistream/internal/controlport"
 	"scistream/internal/httpapi"
 	"scistream/internal/reqlog"
 )
@@ -152,7 +151,7 @@ func (s *Server) SetGRPC(h http.Handler) {
 func (s *Server) controlListen(ln net.Listener) net.Listener {
 	cfg := s.httpSrv.TLSConfig
 	if s.grpc == nil {
-		return controlport.Listen(ln, cfg, maxHeaderBytes)
+		return s.cport.Listen(ln, cfg, maxHeaderBytes)
 	}
 	api, grpcH := s.httpSrv.Handler, s.grpc
 	h2 := s.httpServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -162,5 +161,5 @@ func (s *Server) controlListen(ln net.Listener) net.Listener {
 		}
 		api.ServeHTTP(w, r)
 	}))
-	return controlport.ListenSplit(ln, cfg, maxHeaderBytes, s.httpSrv.ReadHeaderTimeout, h2, &s.wg)
+	return s.cport.ListenSplit(ln, cfg, maxHeaderBytes, s.httpSrv.ReadHeaderTimeout, h2, &s.wg)
 }

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"scistream/internal/admission"
+	"scistream/internal/controlport"
 	"scistream/internal/egress"
 	"scistream/internal/facility"
 	"scistream/internal/fileplan"
@@ -73,6 +74,7 @@ type Server struct {
 	engines *relay.Engines
 	env     *stream.Env // what every stream gets
 	strange *strangers.Gate
+	cport   *controlport.Gate            // the control port's connections (Config.Control)
 	self    *egress.Self                 // the endpoints no stream may make the gateway dial
 	files   fileplan.Plan                // the plan of open files, as Config.Files gave it
 	admit   admission.Policy             // what a stream may hold (Config.Capacity, Config.Quota)
@@ -146,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 		alloc:   alloc,
 		engines: engines,
 		strange: strange,
+		cport:   controlport.NewGate(cfg.Control, cfg.Logger),
 		self:    self,
 		files:   files,
 		admit:   admission.Policy{Capacity: cfg.Capacity, Quota: cfg.Quota},
@@ -277,7 +280,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // httpServer returns an HTTP server of h with the gateway's bounds on a
-// request's time and header size, logging to the gateway's log.
+// request's time and header size, logging to the gateway's log. Its
+// hooks tie the control port's connections to their places at the gate
+// (internal/controlport); they leave other listeners' alone.
 func (s *Server) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -287,6 +292,8 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState:         s.cport.ConnState,
+		ConnContext:       controlport.ConnContext,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"scistream/internal/access"
 	"scistream/internal/api"
 	"scistream/internal/auth"
+	"scistream/internal/controlport"
 	"scistream/internal/intake"
 	"scistream/internal/reqlog"
 	"scistream/internal/store"
@@ -29,7 +30,8 @@ func (s *Server) Authenticate(w http.ResponseWriter, r *http.Request, roles ...a
 	if err != nil {
 		return nil, err
 	}
-	reqlog.NoteIdentity(r, p.Identity) // for the request's log line
+	reqlog.NoteIdentity(r, p.Identity)     // for the request's log line
+	controlport.Authenticated(r.Context()) // its connection and source hold a user's place now
 	if !s.Ready() {
 		return p, api.Errorf(api.CodeUnavailable, "gateway is shutting down or not ready; retry shortly")
 	}

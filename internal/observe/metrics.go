@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"scistream/internal/api"
+	"scistream/internal/controlport"
 	"scistream/internal/pace"
 	"scistream/internal/strangers"
 	"scistream/internal/stream"
@@ -52,7 +53,7 @@ type collector struct {
 
 	buildInfo, ready, streams, streamsEnded, portsInUse, portsCap,
 	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused,
-	capacityRate, reservedRate *prometheus.Desc
+	controlConns, controlRefused, capacityRate, reservedRate *prometheus.Desc
 
 	info, bytes, conns, connsTotal, connsRefused, handshakeFails, redials, aborted,
 	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle, rateGranted, leaseExpiry *prometheus.Desc
@@ -68,21 +69,23 @@ func newCollector(o *Observer) *collector {
 		return prometheus.NewDesc("scistream_stream_"+name, help, append([]string{"uid", "owner", "role"}, labels...), nil)
 	}
 	return &collector{
-		o:            o,
-		buildInfo:    g("build_info", "The s2cs release serving, always 1.", "version"),
-		ready:        g("ready", "1 once the gateway restored its streams and serves, 0 while it starts or stops."),
-		streams:      g("streams", "Live streams by state (requested, listening, wired, connected).", "state"),
-		streamsEnded: g("streams_ended_total", "Streams that ended since the gateway started, by terminal state.", "state"),
-		portsInUse:   g("ports_in_use", "Data ports of the port range held by streams."),
-		portsCap:     g("ports_capacity", "Data ports in the port range."),
-		filesInUse:   g("connection_files_in_use", "Open files application connections hold against the gateway's cap (2 per connection over TLS or TCP, 1 over QUIC)."),
-		filesCap:     g("connection_files_capacity", "The gateway's cap on the open files of application connections (2 x --max_active_conns)."),
-		wanConns:     g("wan_connections", "WAN connections by state: handshake (not yet authenticated), waiting (held for an application that does not answer), relaying.", "state"),
-		pooledLegs:   g("pooled_legs", "Pooled WAN legs of outbound streams by state: idle, busy (carrying a connection or being dialed).", "state"),
-		apiErrors:    g("api_errors_total", "Control API error answers by code: unauthenticated are authentication failures, no_resources admission refusals.", "code"),
-		refused:      g("refused_connections_total", "Connections refused before they were relayed, by reason (the gateway's refusal summary).", "reason"),
-		capacityRate: g("capacity_rate_bytes_per_second", "The rate the gateway reserves for streams in all, per direction (s2cs --capacity_rate, given in bits per second); 0 when undeclared."),
-		reservedRate: g("reserved_rate_bytes_per_second", "What live streams have reserved of the capacity now."),
+		o:              o,
+		buildInfo:      g("build_info", "The s2cs release serving, always 1.", "version"),
+		ready:          g("ready", "1 once the gateway restored its streams and serves, 0 while it starts or stops."),
+		streams:        g("streams", "Live streams by state (requested, listening, wired, connected).", "state"),
+		streamsEnded:   g("streams_ended_total", "Streams that ended since the gateway started, by terminal state.", "state"),
+		portsInUse:     g("ports_in_use", "Data ports of the port range held by streams."),
+		portsCap:       g("ports_capacity", "Data ports in the port range."),
+		filesInUse:     g("connection_files_in_use", "Open files application connections hold against the gateway's cap (2 per connection over TLS or TCP, 1 over QUIC)."),
+		filesCap:       g("connection_files_capacity", "The gateway's cap on the open files of application connections (2 x --max_active_conns)."),
+		wanConns:       g("wan_connections", "WAN connections by state: handshake (not yet authenticated), waiting (held for an application that does not answer), relaying.", "state"),
+		pooledLegs:     g("pooled_legs", "Pooled WAN legs of outbound streams by state: idle, busy (carrying a connection or being dialed).", "state"),
+		apiErrors:      g("api_errors_total", "Control API error answers by code: unauthenticated are authentication failures, no_resources admission refusals.", "code"),
+		refused:        g("refused_connections_total", "Connections refused before they were relayed, by reason (the gateway's refusal summary).", "reason"),
+		controlConns:   g("control_connections", "Control port connections open now, by part: trusted (from an address a caller authenticated from in the last 10 minutes), strangers.", "part"),
+		controlRefused: g("control_refused_total", "Control port connections reset at arrival or closed by a deadline, by reason: per_source, total (over a cap of --control_conns), first_request (no request in time), stranger_idle (idle with no authenticated request), h2_resets (HTTP/2 streams reset too fast).", "reason"),
+		capacityRate:   g("capacity_rate_bytes_per_second", "The rate the gateway reserves for streams in all, per direction (s2cs --capacity_rate, given in bits per second); 0 when undeclared."),
+		reservedRate:   g("reserved_rate_bytes_per_second", "What live streams have reserved of the capacity now."),
 
 		info:           st("info", "A live stream, always 1; its state, WAN transport, engine and what the watch leg says of the peer gateway.", "state", "wan", "engine", "peer"),
 		bytes:          st("bytes_total", "Bytes relayed, by direction: to_wan (from this gateway's application to the peer gateway) and from_wan.", "direction"),
@@ -105,7 +108,7 @@ func newCollector(o *Observer) *collector {
 
 func (c *collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.buildInfo, c.ready, c.streams, c.streamsEnded, c.portsInUse, c.portsCap,
-		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused, c.capacityRate, c.reservedRate,
+		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused, c.controlConns, c.controlRefused, c.capacityRate, c.reservedRate,
 		c.info, c.bytes, c.conns, c.connsTotal, c.connsRefused, c.handshakeFails, c.redials, c.aborted,
 		c.rate, c.rateMean, c.rateStddev, c.ratePeak, c.legsTotal, c.legsIdle, c.rateGranted, c.leaseExpiry}
 }
@@ -150,6 +153,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, k := range strangers.Keys() {
 		counter(c.refused, float64(h.Refused[k]), k)
+	}
+	gauge(c.controlConns, float64(g.ControlTrusted), "trusted")
+	gauge(c.controlConns, float64(g.ControlStrangers), "strangers")
+	for _, k := range controlport.RefusedKeys() {
+		counter(c.controlRefused, float64(g.ControlRefused[k]), k)
 	}
 	gauge(c.capacityRate, g.CapacityRate.BytesPerSecond())
 	gauge(c.reservedRate, g.Reserved.BytesPerSecond())

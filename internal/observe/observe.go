@@ -123,7 +123,12 @@ type Gauges struct {
 	InHandshake               int              // WAN connections not yet authenticated
 	Refused                   map[string]int64 // connections refused before relaying, by reason (internal/strangers)
 	IdleLegs, OpenLegs        int              // pooled WAN legs
-	CapacityRate, Reserved    pace.Rate        // the rate declared for all streams, and reserved of it now
+	// The control port's connections open now, in the trusted part and
+	// the strangers', and those it refused or closed, by reason
+	// (internal/controlport).
+	ControlTrusted, ControlStrangers int
+	ControlRefused                   map[string]int64
+	CapacityRate, Reserved           pace.Rate // the rate declared for all streams, and reserved of it now
 }
 
 // Observer is a gateway's part that operators look through.

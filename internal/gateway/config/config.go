@@ -20,6 +20,7 @@ import (
 	"scistream/internal/admission"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/controlport"
 	"scistream/internal/egress"
 	"scistream/internal/fileplan"
 	"scistream/internal/intake"
@@ -126,6 +127,11 @@ type Config struct {
 	// Strangers caps the WAN connections still in their handshake. Its
 	// zero value is the defaults documented on Limits.
 	Strangers strangers.Limits
+	// Control caps the control port's connections, per source and in
+	// all, and bounds how long one may wait before its first request or
+	// sit idle unauthenticated (internal/controlport). Its zero value is
+	// the defaults documented on controlport.Limits.
+	Control controlport.Limits
 	// Observe sets the plain metrics listener and the sampling of rates
 	// (internal/observe). Its zero value is the defaults documented on
 	// observe.Config.
@@ -238,6 +244,9 @@ func (c Config) Validate() error {
 		errors.As(err, &le)
 		return &Error{Field: strings.TrimSuffix("Strangers."+le.Field, "."), Problem: le.Problem, Err: err}
 	}
+	if err := c.Control.Validate(); err != nil {
+		return &Error{Field: "Control", Problem: err.Error(), Err: err}
+	}
 	if err := c.Quota.Validate(); err != nil {
 		var fe *admission.FieldError
 		errors.As(err, &fe)
@@ -279,7 +288,7 @@ func (c Config) Files() (fileplan.Plan, error) {
 		ports = c.PortRange.Hi - c.PortRange.Lo + 1
 	}
 	p, err := fileplan.Make(fileplan.Input{Limit: c.FileLimit, Ports: ports,
-		Strangers: c.Strangers.WithDefaults().Total, MaxActiveConns: c.MaxActiveConns})
+		Strangers: c.Strangers.WithDefaults().Total, Control: c.Control.WithDefaults().Total, MaxActiveConns: c.MaxActiveConns})
 	var fe *fileplan.Error
 	if errors.As(err, &fe) {
 		field := fe.Field

@@ -15,12 +15,12 @@ import (
 // refusals (internal/fileplan checks the arithmetic), so that s2cs can
 // name the flag.
 func TestFiles(t *testing.T) {
-	base := Config{ListenerIP: "127.0.0.1", PortRange: ports.Range{Lo: 5100, Hi: 5199}} // 200 + 1024 + 256 fixed
+	base := Config{ListenerIP: "127.0.0.1", PortRange: ports.Range{Lo: 5100, Hi: 5199}} // 200 + 1024 + 256 + 256 fixed
 	for _, c := range []struct {
 		limit, conns int
 		err          string
 	}{
-		{20000, 9261, "MaxActiveConns 9261 needs 20002 open files"},
+		{20000, 9261, "MaxActiveConns 9261 needs 20258 open files"},
 		{1000, 0, "MaxActiveConns cannot be had"},
 	} {
 		cfg := base
@@ -36,8 +36,8 @@ func TestFiles(t *testing.T) {
 	}
 	cfg := base
 	cfg.FileLimit = 20000
-	if f, err := cfg.Files(); err != nil || f.MaxActiveConns != 4630 || !f.Derived {
-		t.Errorf("limit 20000: plan %+v, %v; want a derived cap of 4630", f, err)
+	if f, err := cfg.Files(); err != nil || f.MaxActiveConns != 4566 || !f.Derived {
+		t.Errorf("limit 20000: plan %+v, %v; want a derived cap of 4566", f, err)
 	}
 }
 

@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestControlPortFlood: a stranger opens 3,000 silent TCP connections to
+// the control port of a gateway limited to 2,048 open files, from one
+// address, and holds them. (Before the control port's gate, they took
+// every file: the user's request timed out and every stream's listeners
+// failed with "too many open files".) The gateway resets all but its
+// share at once; a user's request from another address is answered
+// within 2 s; a stream created before the flood still accepts an
+// application connection and carries its bytes, and none of its
+// listeners runs out of files.
+func TestControlPortFlood(t *testing.T) {
+	p := newPair(t, pairOpts{prefix: []string{"sh", "-c", `ulimit -n 2048 && exec "$0" "$@"`}})
+	app := newSink(t, "127.0.0.1", nil)
+	so := p.wire("alice", app.host(), app.port(), 1)
+	sendOne(t, so.Listeners[0], app, "before the flood")
+
+	const n = 3000
+	d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 4, 77)}}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; i < n && time.Now().Before(deadline); i++ {
+		if c, err := d.Dial("tcp", p.cons.Addr); err == nil {
+			held = append(held, c)
+		}
+	}
+	if len(held) < n/2 {
+		t.Fatalf("only %d of %d flood connections opened: the flood did not happen", len(held), n)
+	}
+
+	c, err := p.cons.Client(p.tokens["alice"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	start := time.Now()
+	info, err := c.Info(ctx)
+	took := time.Since(start)
+	cancel()
+	if err != nil || info.Identity != "alice" {
+		t.Fatalf("the user's request during the flood: %v (after %v)", err, took)
+	}
+	t.Logf("the user's request during the flood answered in %v", took.Round(time.Millisecond))
+	sendOne(t, so.Listeners[0], app, "during the control port flood")
+
+	// What the gateway still holds of the flood: its per-address share.
+	open := 0
+	for _, c := range held {
+		c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				open++
+			}
+		}
+	}
+	if open > 64 {
+		t.Errorf("the gateway holds %d of one address's silent connections; its share is 64", open)
+	}
+	if log := p.cons.Log(); strings.Contains(log, "too many open files") {
+		t.Errorf("the gateway ran out of open files:\n%s", log)
+	}
+}
