@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"syscall"
@@ -32,6 +33,21 @@ func TestWiredUntilData(t *testing.T) {
 	ln.Close()
 	wrong := p.wire("alice", app.host(), app.port(), 1, "--peer_listeners", nothing)
 	good := p.wire("alice", app.host(), app.port(), 1)
+	// A stream led to a live listener of another stream: the same two
+	// gateways, so its TLS handshake succeeds both ways, and the
+	// acceptor then refuses its preface. (In TLS 1.3 the dialer's
+	// handshake completes before the acceptor judged it: before the
+	// acceptor's answer, such a stream said connected.)
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String() // a consumer port that nothing listens on
+	ln.Close()
+	// A stream whose consumer cannot be reached: the inbound gateway
+	// refuses the leg with the reason (it said connected on the
+	// outbound side though nothing reached the consumer).
+	noApp := p.wire("alice", "127.0.0.1", gone[strings.LastIndex(gone, ":")+1:], 1, "--app_wait", "0")
 
 	ctx := context.Background()
 	view := func(g *localgw.Gateway, uid string) *api.Stream {
@@ -51,7 +67,9 @@ func TestWiredUntilData(t *testing.T) {
 		t.Helper()
 		return view(p.cons, uid).State, view(p.prod, uid).State
 	}
-	for _, uid := range []string{wrong.UID, good.UID} {
+	otherListener := view(p.cons, good.UID).Listeners[0]
+	other := p.wire("alice", app.host(), app.port(), 1, "--peer_listeners", otherListener)
+	for _, uid := range []string{wrong.UID, good.UID, other.UID, noApp.UID} {
 		if in, out := states(uid); in != api.StateWired || out != api.StateWired {
 			t.Errorf("stream %s before any data: inbound %s, outbound %s; want both wired", uid, in, out)
 		}
@@ -88,6 +106,37 @@ func TestWiredUntilData(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("s2uc status of the wrongly wired stream lacks %q:\n%s", want, out)
+		}
+	}
+
+	// (a2) Another stream's listener, and a consumer that is not
+	// there: each producer connection is reset, the outbound side
+	// stays wired with the peer's reason as its last failed dial.
+	for _, c := range []struct {
+		so   streamOut
+		want string
+	}{
+		{other, "no answer from the peer gateway: "},
+		{noApp, "the peer gateway refused the connection: application not reachable: dial tcp " + gone + ": connect: connection refused"},
+	} {
+		conn, err := dialFrom("", c.so.Listeners[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte("lost"))
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); err == nil || n > 0 || errors.Is(err, io.EOF) {
+			t.Fatalf("a connection through %s read %d bytes, %v; want it reset", c.so.UID, n, err)
+		}
+		conn.Close()
+		eventually(t, 10*time.Second, "the outbound side to count the refused connection", func() bool {
+			return view(p.prod, c.so.UID).Stats.AbortedByKind[api.EndDialFailed] > 0
+		})
+		if _, out := states(c.so.UID); out != api.StateWired {
+			t.Errorf("stream %s after its peer did not accept a connection: outbound %s; want wired", c.so.UID, out)
+		}
+		if out := p.mustS2UC("alice", "status", c.so.UID); !strings.Contains(out, "outbound wired (no data has passed yet; last failed dial ") || !strings.Contains(out, c.want) {
+			t.Errorf("s2uc status of %s lacks the outbound side's wired state and %q:\n%s", c.so.UID, c.want, out)
 		}
 	}
 

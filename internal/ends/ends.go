@@ -161,7 +161,13 @@ func OfRelay(err error) string {
 	if !errors.As(err, &re) {
 		return api.EndGatewayFault
 	}
+	var ae *wan.AnswerError
 	switch {
+	case re.Conn == relay.B && errors.As(re.Err, &ae):
+		// The peer did not accept the leg: it refused it (its
+		// application cannot be reached), or ended it before any
+		// answer (it is not this stream's listener).
+		return api.EndDialFailed
 	case isTimeout(re.Err):
 		return api.EndTimeout
 	case re.Conn == relay.A && (isBroken(re.Err) || wan.Lost(re.Err) || gone(re.Err)):

@@ -359,6 +359,11 @@ func (s *Session) Close() error {
 // Clean reports whether Close gave the leg back for another session.
 func (s *Session) Clean() bool { return s.clean.Load() }
 
+// Answers reports whether the session's acceptor answers (wan.Answers):
+// the leg negotiated wan.ALPNAnswers, and each of its sessions begins
+// with the acceptor's answer.
+func (s *Session) Answers() bool { return s.p.c.Answers() }
+
 // NetConn is the leg's TCP connection: relay.Abort resets it.
 func (s *Session) NetConn() net.Conn { return s.p.c.Raw() }
 

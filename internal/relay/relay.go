@@ -52,6 +52,26 @@ func Relay(e Engine, a, b net.Conn, countAB, countBA func(int64)) error {
 // rate paces the copy) must return then, so that the direction that did
 // not fail sees the abort at once.
 func RelayAborting(e Engine, a, b net.Conn, countAB, countBA func(int64), onAbort func()) error {
+	return RelayWith(e, a, b, Hooks{CountAB: countAB, CountBA: countBA, OnAbort: onAbort})
+}
+
+// Hooks are what RelayWith calls besides copying.
+type Hooks struct {
+	// CountAB and CountBA receive the bytes moved a->b and b->a.
+	CountAB, CountBA func(int64)
+	// OnAbort, if not nil, is called once both connections were aborted
+	// on a failure (see RelayAborting).
+	OnAbort func()
+	// BeforeBA, if not nil, runs before the first byte is copied b->a
+	// (a->b starts at once): it may read what b sends first and is not
+	// the application's (a WAN leg's answer: wan.ReadAnswer). An error
+	// fails the relay as a read of b would.
+	BeforeBA func() error
+}
+
+// RelayWith is Relay with hooks.
+func RelayWith(e Engine, a, b net.Conn, h Hooks) error {
+	countAB, countBA, onAbort := h.CountAB, h.CountBA, h.OnAbort
 	var (
 		wg       sync.WaitGroup
 		once     sync.Once
@@ -96,6 +116,16 @@ func RelayAborting(e Engine, a, b net.Conn, countAB, countBA func(int64), onAbor
 	}
 	wg.Add(2)
 	go dir(b, a, B, A, countAB)
+	if h.BeforeBA != nil {
+		if err := h.BeforeBA(); err != nil {
+			fail(&Error{Conn: B, Op: "read", Err: err})
+			wg.Done()
+			wg.Wait()
+			a.Close()
+			b.Close()
+			return firstErr
+		}
+	}
 	dir(a, b, A, B, countBA) // here: one goroutine (its stack) fewer per connection
 	wg.Wait()
 	if firstErr == nil {

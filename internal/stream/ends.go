@@ -9,6 +9,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/ends"
+	"scistream/internal/wan"
 )
 
 // How a stream's connections end (internal/ends): each abort counted by
@@ -22,8 +23,9 @@ import (
 type endsState struct {
 	ends.Counts // aborted connections, by kind
 
-	peer ends.Outage // the WAN side: the peer gateway
-	app  ends.Outage // the application (inbound)
+	peer    ends.Outage // the WAN side: the peer gateway
+	app     ends.Outage // the application (inbound)
+	refused ends.Outage // the peer's answers refusing legs (outbound: answer.go)
 
 	faultMu      sync.Mutex // guards lastFaultLog
 	lastFaultLog time.Time
@@ -43,12 +45,24 @@ func (st *Stream) ended(log *slog.Logger, err error) {
 	if st.watch.Lost() && errors.Is(err, net.ErrClosed) {
 		kind = api.EndWANLost // aborted because the watch leg was lost
 	}
-	st.ends.Count(kind, err, time.Now())
+	reason := err
+	var ae *wan.AnswerError
+	if errors.As(err, &ae) {
+		reason = ae // what the peer said, not which leg of the relay read it
+	}
+	st.ends.Count(kind, reason, time.Now())
 	switch kind {
 	case api.EndAppReset, api.EndPeerReset:
 		log.Debug("connection aborted", "kind", kind, "err", err)
 	case api.EndWANLost:
 		st.wanDown(log, "lost the peer gateway: the WAN leg ended with neither an orderly end nor a reset (the peer died or restarted, or the path broke); every application connection on it was reset", err)
+	case api.EndDialFailed:
+		// The peer did not accept the leg (internal/wan, answer.go).
+		if st.ends.refused.Fail(time.Now()) {
+			log.Warn("the peer gateway did not accept this stream's connection: application connections are reset until it does (said once per outage)", "err", err)
+		} else {
+			log.Debug("the peer gateway did not accept the connection", "err", err)
+		}
 	default:
 		st.fault(log, kind, err)
 	}

@@ -79,14 +79,14 @@ func (st *Stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target str
 		}
 	}
 	st.wanUp(log)
-	st.legWorked()
+	answer := st.answer(log, s)
 	st.startWatch(log)
 	if !st.track(s) {
 		relay.Abort(app)
 		legs.Release(pl, false)
 		return
 	}
-	st.relay(log, app, s)
+	st.relay(log, app, s, answer)
 	st.untrack(s)
 	legs.Release(pl, s.Clean())
 }

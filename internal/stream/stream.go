@@ -530,14 +530,14 @@ func (st *Stream) serveOutbound(ch int, app *net.TCPConn) {
 		relay.ResetOnClose(w)
 	}
 	st.wanUp(log)
-	st.legWorked()
+	answer := st.answer(log, w)
 	st.startWatch(log)
 	if !st.track(w) {
 		relay.Abort(app)
 		return
 	}
 	defer st.untrack(w)
-	st.relay(log, app, w)
+	st.relay(log, app, w, answer)
 }
 
 // serveInbound authenticates a WAN connection accepted on channel ch and
@@ -646,25 +646,35 @@ func (st *Stream) relayToApp(log *slog.Logger, rec *store.Record, ch int, w net.
 		var re *relay.Error
 		if errors.As(err, &re) {
 			st.ended(log, err) // the leg ended while it waited
-		} else {
-			st.dialFailed(log, false, target, err)
+			relay.Abort(w)
+			return
 		}
-		relay.Abort(w)
+		st.dialFailed(log, false, target, err)
+		refuseLeg(w, appRefusal(err))
 		return
 	}
 	relay.ResetOnClose(app)
 	st.appUp(log)
+	if wan.Answers(w) {
+		if err := wan.WriteAnswer(w, ""); err != nil {
+			relay.Abort(app)
+			relay.Abort(w)
+			st.ended(log, &relay.Error{Conn: relay.B, Op: "write", Err: fmt.Errorf("answer the peer: %w", err)})
+			return
+		}
+	}
 	st.legWorked()
 	if !st.track(app) {
 		relay.Abort(w)
 		return
 	}
 	defer st.untrack(app)
-	st.relay(log, app, w)
+	st.relay(log, app, w, nil)
 }
 
-// relay runs one application connection <-> WAN leg pair to its end.
-func (st *Stream) relay(log *slog.Logger, app, w net.Conn) {
+// relay runs one application connection <-> WAN leg pair to its end;
+// answer, if not nil, reads the peer's answer on w first (st.answer).
+func (st *Stream) relay(log *slog.Logger, app, w net.Conn, answer func() error) {
 	st.Active.Add(1)
 	st.Total.Add(1)
 	defer st.Active.Add(-1)
@@ -674,7 +684,10 @@ func (st *Stream) relay(log *slog.Logger, app, w net.Conn) {
 	// later.
 	ctx, abort := context.WithCancel(st.ctx)
 	defer abort()
-	err := relay.RelayAborting(st.EngineFor(), app, w, st.counter(ctx, DirToWAN, &st.ToWAN), st.counter(ctx, DirFromWAN, &st.FromWAN), abort)
+	err := relay.RelayWith(st.EngineFor(), app, w, relay.Hooks{
+		CountAB: st.counter(ctx, DirToWAN, &st.ToWAN), CountBA: st.counter(ctx, DirFromWAN, &st.FromWAN),
+		OnAbort: abort, BeforeBA: answer,
+	})
 	st.ended(log, err)
 }
 

@@ -17,8 +17,12 @@ import (
 // wanquic.Dialer.
 var ErrQUICOnTCP = errors.New("this stream's WAN transport is quic (UDP); TCP connections to its listener are refused")
 
-// ALPN is the application protocol negotiated on QUIC WAN connections.
+// ALPN is the application protocol of QUIC WAN connections whose
+// streams carry no answer (an older s2cs); ALPNAnswers is preferred.
 const ALPN = "scistream-wan/1"
+
+// quicALPN returns the protocols a QUIC leg offers, the preferred first.
+func quicALPN() []string { return []string{ALPNAnswers, ALPN} }
 
 // QUICTLSConfig returns the TLS configuration of leg l's QUIC connections,
 // for either end: the leg's TLS configuration (TLS 1.3, its certificate,
@@ -29,7 +33,7 @@ const ALPN = "scistream-wan/1"
 // (Validate).
 func (l *Leg) QUICTLSConfig(report func(error)) *tls.Config {
 	tc := l.tlsConfig()
-	tc.NextProtos = []string{ALPN}
+	tc.NextProtos = quicALPN()
 	tc.SessionTicketsDisabled = true
 	tc.VerifyPeerCertificate = func(raw [][]byte, chains [][]*x509.Certificate) error {
 		err := l.verifyPin(raw, chains)
@@ -54,7 +58,7 @@ func QUICRoutedTLSConfig(cert *tls.Certificate, route Router, report func(error)
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{*cert},
-		NextProtos:   []string{ALPN},
+		NextProtos:   quicALPN(),
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			if l := route.Leg(hello.ServerName, api.WANQUIC); l != nil {
 				return l.QUICTLSConfig(report), nil

@@ -241,6 +241,9 @@ func (l *Leg) tlsConfig() *tls.Config {
 		// resumption would skip the pin check), and an idle pooled leg
 		// must have nothing to read (Pooled.Stale).
 		SessionTicketsDisabled: true,
+		// Both ends offer ALPNAnswers (answer.go); a peer that offers
+		// nothing gets no ALPN and no answers.
+		NextProtos: []string{ALPNAnswers},
 	}
 	if l.PeerCA != nil {
 		cfg.VerifyPeerCertificate = l.verifyCA
@@ -471,7 +474,8 @@ func setNoDelay(c net.Conn) {
 // Neither adds latency: nothing waits for more data to arrive.
 type Conn struct {
 	*tls.Conn
-	raw *legConn
+	raw     *legConn
+	answers bool // ALPNAnswers was negotiated
 	// wmu serialises Write and CloseWrite. crypto/tls locks each record
 	// write on its own, but a batch spans a whole Write plus its flush:
 	// without wmu a second Write's beginBatch would replace the batch of
@@ -486,8 +490,14 @@ type Conn struct {
 	rmu sync.Mutex
 }
 
-// newConn wraps the TLS connection tc, whose transport is raw.
-func newConn(tc *tls.Conn, raw *legConn) *Conn { return &Conn{Conn: tc, raw: raw} }
+// newConn wraps the TLS connection tc, whose handshake is done and whose
+// transport is raw.
+func newConn(tc *tls.Conn, raw *legConn) *Conn {
+	return &Conn{Conn: tc, raw: raw, answers: tc.ConnectionState().NegotiatedProtocol == ALPNAnswers}
+}
+
+// Answers reports whether the acceptor of the leg answers (answer.go).
+func (c *Conn) Answers() bool { return c.answers }
 
 // Read implements net.Conn. It blocks until at least one byte is
 // available, then adds the further records that are already buffered, up

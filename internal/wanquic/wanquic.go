@@ -689,6 +689,12 @@ func newStreamConn(c *quic.Conn, s *quic.Stream) *streamConn { return &streamCon
 // returns only once its packets have taken every byte (relay.Pipelined).
 func (sc *streamConn) PipelinedCopy() {}
 
+// Answers reports whether the stream's acceptor answers (wan.Answers):
+// its QUIC connection negotiated wan.ALPNAnswers.
+func (sc *streamConn) Answers() bool {
+	return sc.c.ConnectionState().TLS.NegotiatedProtocol == wan.ALPNAnswers
+}
+
 func (sc *streamConn) Read(b []byte) (int, error)  { return sc.s.Read(b) }
 func (sc *streamConn) Write(b []byte) (int, error) { return sc.s.Write(b) }
 
