@@ -29,6 +29,9 @@ from .models import format_time, parse_time
 #: How long before its expiry a stored token is renewed (login.Margin).
 MARGIN = _dt.timedelta(seconds=60)
 
+#: The most of the identity provider's answer read (bytes), as internal/idp.
+MAX_IDP_ANSWER = 1 << 20
+
 
 def _env(env: Optional[Mapping[str, str]]) -> Mapping[str, str]:
     return os.environ if env is None else env
@@ -161,13 +164,23 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
         raise LoginError(f"the login's token_endpoint is not https: run s2uc login")
     ctx = ssl.create_default_context(cafile=saved.get("ca_file") or None)
     form = {"grant_type": "refresh_token", "refresh_token": saved["refresh_token"], "client_id": saved.get("client_id", "")}
+    data = bytearray()
     try:
         with httpx.Client(verify=ctx, timeout=timeout, trust_env=False, follow_redirects=False) as hc:
-            resp = hc.post(endpoint, data=form, headers={"Accept": "application/json"})
+            # Read as it comes and bounded, as internal/idp reads it.
+            with hc.stream("POST", endpoint, data=form, headers={"Accept": "application/json", "Accept-Encoding": "identity"}) as resp:
+                cl = resp.headers.get("content-length", "")
+                if cl.isdigit() and int(cl) > MAX_IDP_ANSWER:
+                    raise LoginError(f"your login to {issuer} could not be renewed (an answer of {cl[:40]} bytes, more than 1 MiB): "
+                                     "run s2uc login")
+                for chunk in resp.iter_raw():
+                    if len(data) + len(chunk) > MAX_IDP_ANSWER:
+                        raise LoginError(f"your login to {issuer} could not be renewed (an answer larger than 1 MiB): run s2uc login")
+                    data += chunk
     except httpx.HTTPError as e:
         raise LoginError(f"your login to {issuer} could not be renewed ({type(e).__name__}): run s2uc login") from None
     try:
-        body = resp.json()
+        body = json.loads(data.decode("utf-8", "replace"))
     except ValueError:
         body = {}
     if resp.status_code != 200 or not isinstance(body, dict) or not body.get("access_token"):
