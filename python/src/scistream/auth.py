@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .errors import ConfigError, SciStreamError
+from .errors import ConfigError, SciStreamError, printable
 from .models import format_time, parse_time
 
 #: How long before its expiry a stored token is renewed (login.Margin).
@@ -186,7 +186,8 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
     if resp.status_code != 200 or not isinstance(body, dict) or not body.get("access_token"):
         err = body.get("error") if isinstance(body, dict) else None
         code = err if isinstance(err, str) else f"HTTP {resp.status_code}"
-        raise LoginError(f"your login to {issuer} could not be renewed ({code[:100]}): run s2uc login")
+        # The provider's text, printable (as every error's).
+        raise LoginError(f"your login to {issuer} could not be renewed ({printable(code[:100])}): run s2uc login")
     saved["access_token"] = body["access_token"]
     if body.get("token_type"):
         saved["token_type"] = body["token_type"]

@@ -12,7 +12,9 @@ Redirects are not followed and no proxy from the environment is used.
 An answer is read as it comes, up to MAX_ANSWER bytes (16 MiB, as s2uc
 reads): one that says it is longer (its Content-Length) is refused before
 its body is read, one that goes on past it (chunked, or until the
-connection closes) is refused there, and the connection is dropped.
+connection closes) is refused there, and the connection is dropped. An
+error answer's code must be one (lower-case letters and ``_``); its text
+is printable in the error (scistream.errors.printable), as s2uc prints it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import re
 import secrets
 import ssl
 from typing import Any, Optional, TypeVar
@@ -45,6 +48,7 @@ SECRET_LEN = 32
 MAX_CERT_PEM = 64 << 10
 #: The most of an answer the client reads (bytes), as s2uc (internal/client).
 MAX_ANSWER = 16 << 20
+_CODE = re.compile(r"[a-z_]+")
 
 #: Every operation of the control API and the method of Client (and
 #: AsyncClient) that calls it; a test checks it against openapi.yaml.
@@ -279,28 +283,33 @@ class _Base:
         buf += chunk
 
     def _answer(self, resp: httpx.Response, data: bytes) -> Any:
+        # Invalid UTF-8 is U+FFFD, as Go's JSON decoder makes it in s2uc.
+        text = data.decode("utf-8", "replace")
         if resp.status_code >= 300:
             try:
-                body = json.loads(data)
+                body = json.loads(text)
                 err = body["error"]
                 code, message = err["code"], err.get("message", "")
-                if not isinstance(code, str) or not code:
+                if not isinstance(code, str) or not code or not isinstance(message, str):
                     raise ValueError
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 raise SciStreamError(f"s2cs {self.addr}: HTTP {resp.status_code} {resp.reason_phrase}") from None
-            raise api_error(code, str(message), status=resp.status_code,
+            if not _CODE.fullmatch(code):
+                raise self._bad(f"HTTP {resp.status_code} with error code {code[:64]!r}, which is no code of the API "
+                                "(lower-case letters and _)")
+            raise api_error(code, message, status=resp.status_code,
                             request_id=resp.headers.get(REQUEST_ID_HEADER, ""), gateway=self.addr)
         ctype = resp.headers.get("content-type", "")
         if not ctype.startswith("application/json"):
-            return data.decode("utf-8", "replace")
+            return text
         try:
-            return json.loads(data)
+            return json.loads(text)
         except ValueError as e:
             raise BadAnswer(self.addr, f"not JSON: {e}") from None
 
     def _health(self, resp: httpx.Response, data: bytes) -> Health:
         try:
-            body = json.loads(data)
+            body = json.loads(data.decode("utf-8", "replace"))
         except ValueError:
             raise self._bad("/healthz: not JSON") from None
         return self._decode(Health, body)
