@@ -152,7 +152,9 @@ class Config:
         self.path = path
         self._top = top
         self._profiles = profiles
-        self._env = dict(_env(env))
+        # Only the variables it reads: not SCISTREAM_TOKEN nor any other
+        # secret of the environment.
+        self._env = {k: v for k, v in _env(env).items() if k == "SCISTREAM_PROFILE" or k in dict(ENV)}
 
     @classmethod
     def load(cls, path: Optional[os.PathLike[str] | str] = None, env: Optional[Mapping[str, str]] = None) -> "Config":

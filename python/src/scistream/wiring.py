@@ -339,6 +339,9 @@ class _Sides:
     def uid(self) -> Optional[str]:
         return self.inbound.uid if self.inbound else None
 
+    def __repr__(self) -> str:  # never the secret
+        return f"{type(self).__name__}(uid={self.uid!r}, listeners={self.listeners!r})"
+
     @property
     def listeners(self) -> list[str]:
         """Where the connecting application connects ("host:port", one per channel)."""
@@ -386,9 +389,6 @@ class WiredStream(_Sides):
         self.inbound: Optional[Stream] = None
         self.outbound: Optional[Stream] = None
         self._open = False
-
-    def __repr__(self) -> str:
-        return f"WiredStream(uid={self.uid!r}, listeners={self.listeners!r})"
 
     def open(self) -> "WiredStream":
         sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
