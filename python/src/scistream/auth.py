@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from . import _files
 from .errors import ConfigError, SciStreamError, printable
 from .models import format_time, parse_time
 
@@ -162,7 +163,21 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
     endpoint = str(saved.get("token_endpoint", ""))
     if urlsplit(endpoint).scheme != "https":
         raise LoginError(f"the login's token_endpoint is not https: run s2uc login")
-    ctx = ssl.create_default_context(cafile=saved.get("ca_file") or None)
+    ca_file = saved.get("ca_file") or None
+    cadata: Optional[str] = None
+    if ca_file:
+        # It says who the issuer is, to whom the refresh token goes: a file
+        # someone else could have written is refused (_files).
+        try:
+            cadata = _files.read(str(ca_file), "the login's ca_file", 1 << 20).decode("utf-8", "replace")
+        except OSError as e:
+            raise LoginError(f"the login's ca_file {ca_file}: {e.strerror}") from None
+        except ConfigError as e:
+            raise LoginError(str(e)) from None
+    try:
+        ctx = ssl.create_default_context(cadata=cadata)
+    except ssl.SSLError:
+        raise LoginError(f"the login's ca_file {ca_file} holds no PEM certificate: run s2uc login") from None
     form = {"grant_type": "refresh_token", "refresh_token": saved["refresh_token"], "client_id": saved.get("client_id", "")}
     data = bytearray()
     try:
