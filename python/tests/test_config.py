@@ -36,7 +36,7 @@ def test_missing_file_is_no_error(tmp_path: Path) -> None:
 
 def test_refusals(tmp_path: Path) -> None:
     p = write(tmp_path / "c.yaml", "s2cs: a:1\n", 0o664)
-    with pytest.raises(scistream.ConfigError, match=r"written by others.*chmod go-w"):
+    with pytest.raises(scistream.ConfigError, match=r"can be written by other users \(mode 0664\): chmod go-w"):
         Config.load(p)
     p = write(tmp_path / "c.yaml", "s2cs: a:1\nserver_crt: x\n")
     with pytest.raises(scistream.ConfigError, match=r"c.yaml: line 2: server_crt: unknown key; did you mean server_cert\?"):

@@ -9,6 +9,11 @@ wan_cert_sha256 show it). Without one, the system's roots verify the gateway.
 The check runs inside the TLS connect, before any HTTP byte (and so the
 token) is sent: a network backend wraps httpcore's and checks the peer's
 certificate right after the handshake.
+
+A server_cert file is refused when group or others can write it or its
+directory, or when someone other than the user or root owns one of them
+(scistream._files): whoever could write it could name their own gateway's
+certificate.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Callable, Iterable, Optional
 import httpcore
 import httpx
 
+from . import _files
 from .errors import CertificateError, ConfigError
 
 _PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.S)
@@ -128,8 +134,9 @@ def trust(server_cert: Optional[str], where: str = "server_cert") -> Trust:
                                              f"(its sha256 is {fingerprint(der)})")
         return Trust(ctx, check_fp, True)
     try:
-        with open(server_cert, "rb") as f:
-            data = f.read(1 << 20)
+        # The pin says which certificate is the gateway's: a file someone
+        # else could have written is refused (_files).
+        data = _files.read(server_cert, where, 1 << 20)
     except OSError as e:
         raise ConfigError(f"{where} {server_cert}: {e.strerror}") from None
     try:

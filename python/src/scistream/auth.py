@@ -23,11 +23,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .errors import ConfigError, SciStreamError
+from . import _files
+from .errors import ConfigError, SciStreamError, printable
 from .models import format_time, parse_time
 
 #: How long before its expiry a stored token is renewed (login.Margin).
 MARGIN = _dt.timedelta(seconds=60)
+
+#: The most of the identity provider's answer read (bytes), as internal/idp.
+MAX_IDP_ANSWER = 1 << 20
 
 
 def _env(env: Optional[Mapping[str, str]]) -> Mapping[str, str]:
@@ -159,21 +163,46 @@ def _refresh(saved: dict[str, Any], timeout: float, now: _dt.datetime) -> None:
     endpoint = str(saved.get("token_endpoint", ""))
     if urlsplit(endpoint).scheme != "https":
         raise LoginError(f"the login's token_endpoint is not https: run s2uc login")
-    ctx = ssl.create_default_context(cafile=saved.get("ca_file") or None)
+    ca_file = saved.get("ca_file") or None
+    cadata: Optional[str] = None
+    if ca_file:
+        # It says who the issuer is, to whom the refresh token goes: a file
+        # someone else could have written is refused (_files).
+        try:
+            cadata = _files.read(str(ca_file), "the login's ca_file", 1 << 20).decode("utf-8", "replace")
+        except OSError as e:
+            raise LoginError(f"the login's ca_file {ca_file}: {e.strerror}") from None
+        except ConfigError as e:
+            raise LoginError(str(e)) from None
+    try:
+        ctx = ssl.create_default_context(cadata=cadata)
+    except ssl.SSLError:
+        raise LoginError(f"the login's ca_file {ca_file} holds no PEM certificate: run s2uc login") from None
     form = {"grant_type": "refresh_token", "refresh_token": saved["refresh_token"], "client_id": saved.get("client_id", "")}
+    data = bytearray()
     try:
         with httpx.Client(verify=ctx, timeout=timeout, trust_env=False, follow_redirects=False) as hc:
-            resp = hc.post(endpoint, data=form, headers={"Accept": "application/json"})
+            # Read as it comes and bounded, as internal/idp reads it.
+            with hc.stream("POST", endpoint, data=form, headers={"Accept": "application/json", "Accept-Encoding": "identity"}) as resp:
+                cl = resp.headers.get("content-length", "")
+                if cl.isdigit() and int(cl) > MAX_IDP_ANSWER:
+                    raise LoginError(f"your login to {issuer} could not be renewed (an answer of {cl[:40]} bytes, more than 1 MiB): "
+                                     "run s2uc login")
+                for chunk in resp.iter_raw():
+                    if len(data) + len(chunk) > MAX_IDP_ANSWER:
+                        raise LoginError(f"your login to {issuer} could not be renewed (an answer larger than 1 MiB): run s2uc login")
+                    data += chunk
     except httpx.HTTPError as e:
         raise LoginError(f"your login to {issuer} could not be renewed ({type(e).__name__}): run s2uc login") from None
     try:
-        body = resp.json()
+        body = json.loads(data.decode("utf-8", "replace"))
     except ValueError:
         body = {}
     if resp.status_code != 200 or not isinstance(body, dict) or not body.get("access_token"):
         err = body.get("error") if isinstance(body, dict) else None
         code = err if isinstance(err, str) else f"HTTP {resp.status_code}"
-        raise LoginError(f"your login to {issuer} could not be renewed ({code[:100]}): run s2uc login")
+        # The provider's text, printable (as every error's).
+        raise LoginError(f"your login to {issuer} could not be renewed ({printable(code[:100])}): run s2uc login")
     saved["access_token"] = body["access_token"]
     if body.get("token_type"):
         saved["token_type"] = body["token_type"]

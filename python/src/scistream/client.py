@@ -8,6 +8,13 @@ the other gateway (listeners, nodes, server name, certificate, secret) is
 checked for its form and size, and an answer that fails (:class:`BadAnswer`)
 is not acted on; a stream a refused create answer names is released again.
 Redirects are not followed and no proxy from the environment is used.
+
+An answer is read as it comes, up to MAX_ANSWER bytes (16 MiB, as s2uc
+reads): one that says it is longer (its Content-Length) is refused before
+its body is read, one that goes on past it (chunked, or until the
+connection closes) is refused there, and the connection is dropped. An
+error answer's code must be one (lower-case letters and ``_``); its text
+is printable in the error (scistream.errors.printable), as s2uc prints it.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import re
 import secrets
 import ssl
 from typing import Any, Optional, TypeVar
@@ -38,7 +46,9 @@ MAX_CHANNELS = 256
 MAX_PEER_NODES = 64
 SECRET_LEN = 32
 MAX_CERT_PEM = 64 << 10
+#: The most of an answer the client reads (bytes), as s2uc (internal/client).
 MAX_ANSWER = 16 << 20
+_CODE = re.compile(r"[a-z_]+")
 
 #: Every operation of the control API and the method of Client (and
 #: AsyncClient) that calls it; a test checks it against openapi.yaml.
@@ -176,7 +186,9 @@ class _Base:
     # ---- requests ----
 
     def _headers(self, body: bool) -> dict[str, str]:
-        h = {REQUEST_ID_HEADER: secrets.token_hex(13), "Accept": "application/json"}
+        # identity: the answer is read raw and bounded (a gzip body would
+        # be inflated past any bound before it could be counted).
+        h = {REQUEST_ID_HEADER: secrets.token_hex(13), "Accept": "application/json", "Accept-Encoding": "identity"}
         if body:
             h["Content-Type"] = "application/json"
         tok = self._token()
@@ -247,28 +259,66 @@ class _Base:
             return Unreachable(self.addr, f"unreachable: {e}")
         return TransportError(self.addr, f"{type(e).__name__}: {e}")
 
-    def _answer(self, resp: httpx.Response) -> Any:
-        data = resp.content
-        if len(data) > MAX_ANSWER:
-            raise BadAnswer(self.addr, f"an answer of {len(data)} bytes")
+    def _begin(self, resp: httpx.Response) -> None:
+        """Refuses an answer by its head, before its body is read: one
+        longer than MAX_ANSWER by its Content-Length, or encoded (the client
+        asked for identity)."""
+        cl = resp.headers.get("content-length")
+        if cl is not None:
+            try:
+                n = int(cl)
+            except ValueError:
+                n = MAX_ANSWER + 1  # longer than an int, or not one: h11 let it pass
+            if n > MAX_ANSWER:
+                raise self._bad(f"an answer of {cl[:40]} bytes (its Content-Length), more than the {MAX_ANSWER} the client reads")
+        enc = resp.headers.get("content-encoding", "identity").strip().lower()
+        if enc not in ("", "identity"):
+            raise self._bad(f"an answer in Content-Encoding {enc[:40]!r}; the client asked for none")
+
+    def _more(self, buf: bytearray, chunk: bytes) -> None:
+        """Adds chunk of the body to buf, refusing the answer once it is
+        longer than MAX_ANSWER."""
+        if len(buf) + len(chunk) > MAX_ANSWER:
+            raise self._bad(f"an answer of more than {MAX_ANSWER} bytes, which the client reads at most")
+        buf += chunk
+
+    def _answer(self, resp: httpx.Response, data: bytes) -> Any:
+        # Invalid UTF-8 is U+FFFD, as Go's JSON decoder makes it in s2uc.
+        text = data.decode("utf-8", "replace")
         if resp.status_code >= 300:
             try:
-                body = json.loads(data)
+                body = json.loads(text)
                 err = body["error"]
                 code, message = err["code"], err.get("message", "")
-                if not isinstance(code, str) or not code:
+                if not isinstance(code, str) or not code or not isinstance(message, str):
                     raise ValueError
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 raise SciStreamError(f"s2cs {self.addr}: HTTP {resp.status_code} {resp.reason_phrase}") from None
-            raise api_error(code, str(message), status=resp.status_code,
+            if not _CODE.fullmatch(code):
+                raise self._bad(f"HTTP {resp.status_code} with error code {code[:64]!r}, which is no code of the API "
+                                "(lower-case letters and _)")
+            raise api_error(code, message, status=resp.status_code,
                             request_id=resp.headers.get(REQUEST_ID_HEADER, ""), gateway=self.addr)
         ctype = resp.headers.get("content-type", "")
         if not ctype.startswith("application/json"):
-            return data.decode("utf-8", "replace")
+            return text
         try:
-            return json.loads(data)
+            return json.loads(text)
         except ValueError as e:
             raise BadAnswer(self.addr, f"not JSON: {e}") from None
+
+    def _health(self, resp: httpx.Response, data: bytes) -> Health:
+        try:
+            body = json.loads(data.decode("utf-8", "replace"))
+        except ValueError:
+            raise self._bad("/healthz: not JSON") from None
+        return self._decode(Health, body)
+
+    @staticmethod
+    def _payload(body: Any) -> Optional[bytes]:
+        if body is None:
+            return None
+        return json.dumps(to_json(body) if not isinstance(body, dict) else body).encode()
 
     def _decode(self, cls: type[R], data: Any) -> R:
         try:
@@ -354,31 +404,37 @@ class Client(_Base):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def _roundtrip(self, method: str, path: str, payload: Optional[bytes]) -> tuple[httpx.Response, bytes]:
+        """Sends one request and reads its answer, MAX_ANSWER bytes at
+        most: the body is read as it comes, and a longer one is refused
+        (BadAnswer) and its connection dropped."""
+        req = self._hc.build_request(method, self._base + path, content=payload, headers=self._headers(payload is not None))
+        try:
+            resp = self._hc.send(req, stream=True)
+        except (httpx.TransportError, TransportError) as e:
+            raise self._transport_error(e) from None
+        buf = bytearray()
+        try:
+            self._begin(resp)
+            for chunk in resp.iter_raw():
+                self._more(buf, chunk)
+        except httpx.TransportError as e:
+            raise self._transport_error(e) from None
+        finally:
+            resp.close()  # unread: the connection is closed, not reused
+        return resp, bytes(buf)
+
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """Sends one request (body: a model or a dict) and returns the
         decoded answer (JSON, or text for other content types)."""
-        payload = None
-        if body is not None:
-            payload = json.dumps(to_json(body) if not isinstance(body, dict) else body).encode()
-        try:
-            resp = self._hc.request(method, self._base + path, content=payload, headers=self._headers(payload is not None))
-        except (httpx.TransportError, TransportError) as e:
-            raise self._transport_error(e) from None
-        return self._answer(resp)
+        return self._answer(*self._roundtrip(method, path, self._payload(body)))
 
     # ---- routes ----
 
     def health(self) -> Health:
         """GET /healthz (no authentication): status "ok" once the gateway
         serves, "starting" (its 503) while it starts or shuts down."""
-        try:
-            resp = self._hc.get(self._base + "/healthz", headers=self._headers(False))
-        except (httpx.TransportError, TransportError) as e:
-            raise self._transport_error(e) from None
-        try:
-            return self._decode(Health, resp.json())
-        except ValueError:
-            raise self._bad("/healthz: not JSON") from None
+        return self._health(*self._roundtrip("GET", "/healthz", None))
 
     def openapi(self) -> dict[str, Any]:
         """GET /v1/openapi.yaml: the gateway's OpenAPI document, parsed."""
@@ -485,25 +541,28 @@ class AsyncClient(_Base):
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    async def request(self, method: str, path: str, body: Any = None) -> Any:
-        payload = None
-        if body is not None:
-            payload = json.dumps(to_json(body) if not isinstance(body, dict) else body).encode()
+    async def _roundtrip(self, method: str, path: str, payload: Optional[bytes]) -> tuple[httpx.Response, bytes]:
+        req = self._hc.build_request(method, self._base + path, content=payload, headers=self._headers(payload is not None))
         try:
-            resp = await self._hc.request(method, self._base + path, content=payload, headers=self._headers(payload is not None))
+            resp = await self._hc.send(req, stream=True)
         except (httpx.TransportError, TransportError) as e:
             raise self._transport_error(e) from None
-        return self._answer(resp)
+        buf = bytearray()
+        try:
+            self._begin(resp)
+            async for chunk in resp.aiter_raw():
+                self._more(buf, chunk)
+        except httpx.TransportError as e:
+            raise self._transport_error(e) from None
+        finally:
+            await resp.aclose()
+        return resp, bytes(buf)
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        return self._answer(*await self._roundtrip(method, path, self._payload(body)))
 
     async def health(self) -> Health:
-        try:
-            resp = await self._hc.get(self._base + "/healthz", headers=self._headers(False))
-        except (httpx.TransportError, TransportError) as e:
-            raise self._transport_error(e) from None
-        try:
-            return self._decode(Health, resp.json())
-        except ValueError:
-            raise self._bad("/healthz: not JSON") from None
+        return self._health(*await self._roundtrip("GET", "/healthz", None))
 
     async def openapi(self) -> dict[str, Any]:
         doc = yaml.safe_load(str(await self.request("GET", "/v1/openapi.yaml")))

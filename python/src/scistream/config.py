@@ -5,8 +5,10 @@ both on the same files).
 File: ``$SCISTREAM_CONFIG`` if set; else ``$SCISTREAM_HOME/config.yaml`` if
 SCISTREAM_HOME is set; else ``$XDG_CONFIG_HOME/scistream/config.yaml``
 (XDG_CONFIG_HOME defaulting to ~/.config). A missing file is no error; a file
-others can write, an unknown key (the nearest known one suggested), a key
-given twice or a value that is not one string is, naming the file and line.
+that group or others can write or another user owns, or in a directory they
+can write (scistream._files: the chmod or chown to run is said), an unknown
+key (the nearest known one suggested), a key given twice or a value that is
+not one string is, naming the file and line.
 
 Top-level keys are the defaults; ``profiles:`` maps a name to the same keys,
 selected by ``profile=`` (s2uc ``--profile``), else ``SCISTREAM_PROFILE``,
@@ -23,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import stat
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
 import yaml
 
+from . import _files
 from .errors import ConfigError
 
 Side = Optional[Literal["inbound", "outbound"]]
@@ -152,7 +154,9 @@ class Config:
         self.path = path
         self._top = top
         self._profiles = profiles
-        self._env = dict(_env(env))
+        # Only the variables it reads: not SCISTREAM_TOKEN nor any other
+        # secret of the environment.
+        self._env = {k: v for k, v in _env(env).items() if k == "SCISTREAM_PROFILE" or k in dict(ENV)}
 
     @classmethod
     def load(cls, path: Optional[os.PathLike[str] | str] = None, env: Optional[Mapping[str, str]] = None) -> "Config":
@@ -161,10 +165,9 @@ class Config:
         p = Path(path) if path is not None else config_path(env)
         try:
             with open(p, "rb") as f:
-                st = os.fstat(f.fileno())
-                if st.st_mode & 0o022:
-                    raise ConfigError(f"configuration file {p} can be written by others (mode {stat.S_IMODE(st.st_mode):04o}): "
-                                      f"they could point the client at their gateway; chmod go-w {p}")
+                # It names the gateways the token goes to: no one else may
+                # have written it (_files).
+                _files.check_open(f.fileno(), str(p), "configuration file")
                 text = f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return cls(None, {}, {}, env)

@@ -10,13 +10,70 @@ A request that got no answer from a gateway's API is a :class:`TransportError`
 answer the client will not act on (a listener that is not host:port, a UID
 that is not one...) is :class:`BadAnswer`; a configuration the client cannot
 use is :class:`ConfigError`. Every one is a :class:`SciStreamError`.
+
+An error's text is printable (:func:`printable`, line by line), as s2uc
+prints its errors (cmd/s2uc/printable.go): a gateway's or an identity
+provider's text in it cannot drive the terminal or the notebook it is
+printed on (an OSC sequence retitles the window or hides a link, SGR
+recolours, U+202E reorders the line); each such character is written as its
+escape, ``\\x1b`` or ``\\u202e``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _escape(c: str) -> str:
+    """Go's strconv.QuoteRune of a rune that is not printable, without its
+    quotes."""
+    r = ord(c)
+    if c in _GO_ESCAPES:
+        return _GO_ESCAPES[c]
+    if r < 0x20 or r == 0x7F:
+        return f"\\x{r:02x}"
+    if r < 0x10000:
+        return f"\\u{r:04x}"
+    return f"\\U{r:08x}"
+
+
+def printable(s: str) -> str:
+    """s, text from a gateway, fit to print, as s2uc's printable: every
+    character that is not printable (str.isprintable, as Go's
+    unicode.IsPrint: the C0 and C1 controls with tab and newline, DEL, the
+    format characters such as U+202E, the separators but the space,
+    unassigned code points) is written as its Go escape (``\\x1b``,
+    ``\\u202e``, ``\\n``); a lone surrogate (which Go's JSON decoder makes
+    U+FFFD) becomes U+FFFD."""
+    if s.isprintable():
+        return s
+    out = []
+    for c in s:
+        if c.isprintable():
+            out.append(c)
+        elif 0xD800 <= ord(c) < 0xE000:
+            out.append("\ufffd")
+        else:
+            out.append(_escape(c))
+    return "".join(out)
+
+
+def printable_lines(s: str) -> str:
+    """s printable line by line: its newlines stay, as s2uc's
+    printableError keeps the lines of an error."""
+    return "\n".join(printable(line) for line in s.split("\n"))
+
 
 class SciStreamError(Exception):
-    """The base of every error this package raises."""
+    """The base of every error this package raises. Its message is
+    printable_lines (whatever text from a gateway it carries)."""
+
+    def __init__(self, *args: Any) -> None:
+        if args and isinstance(args[0], str):
+            args = (printable_lines(args[0]),) + args[1:]
+        super().__init__(*args)
 
 
 class ConfigError(SciStreamError, ValueError):
@@ -63,12 +120,16 @@ class APIError(SciStreamError):
     about the request) and ``gateway`` (its control address).
 
     Subclasses stand for the codes of the control API; a code this package
-    does not know is raised as APIError itself.
+    does not know is raised as APIError itself (a code that is not
+    lower-case letters and ``_`` is no code: the client refuses the answer,
+    :class:`BadAnswer`). message and request_id are printable_lines, as the
+    error's text.
     """
 
     code: str = ""
 
     def __init__(self, code: str, message: str, *, status: int = 0, request_id: str = "", gateway: str = "") -> None:
+        message, request_id = printable_lines(message), printable(request_id)
         self.code = code
         self.message = message
         self.status = status

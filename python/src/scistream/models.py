@@ -9,6 +9,11 @@ class with its schema, so the two cannot drift apart.
 Answers are decoded leniently (a field a newer gateway adds is ignored);
 requests are encoded without their None fields, which the gateway then takes
 as absent.
+
+A stream's secret is in no model's repr (nor str, pprint or any printer that
+follows the dataclass's fields' repr flag): notebooks echo the last
+expression, and notebooks are shared. to_json keeps it: it is the request's
+body.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ class OutboundRequest:
     uid: str
     peer_listeners: list[str]
     num_conn: int
-    secret: str
+    secret: str = dataclasses.field(repr=False)  # never printed
     peer_nodes: Optional[list[str]] = None
     peer_cert: Optional[str] = None
     allow: Optional[list[str]] = None

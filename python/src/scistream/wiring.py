@@ -15,6 +15,7 @@ release).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Iterator, Optional, Sequence, TypeVar, Union
 
+from . import _files
 from .auth import home
 from .client import UNSET, AsyncClient, Client, valid_uid
 from .config import Config
@@ -73,9 +75,18 @@ def settle(out: OutboundRequest, inb: Stream) -> None:
 RELEASED_KEPT = _dt.timedelta(days=30)
 
 
+#: The most of a local record read (bytes).
+MAX_RECORD = 1 << 20
+
+
 class Sessions:
     """s2uc's local records of the streams it wired (client.Sessions):
-    one 0600 JSON file per stream under $SCISTREAM_HOME/streams."""
+    one 0600 JSON file per stream under $SCISTREAM_HOME/streams.
+
+    s2uc status and release reach the gateways a record names, with the
+    user's token: a record, or its directory, that others can write or
+    own is neither read nor written (ConfigError naming the chmod or
+    chown; scistream._files)."""
 
     def __init__(self, dir: Optional[os.PathLike[str] | str] = None) -> None:
         self.dir = Path(dir) if dir is not None else home() / "streams"
@@ -83,25 +94,38 @@ class Sessions:
     def path(self, uid: str) -> Optional[Path]:
         return self.dir / f"{uid}.json" if valid_uid(uid) else None
 
+    def check(self) -> None:
+        """Refuses the records' directory (and the one it is in) when
+        others can write or own it (ConfigError); one not yet made is no
+        error."""
+        _files.check_dir(str(self.dir), "stream records directory")
+
     def save(self, sess: dict[str, Any]) -> None:
         p = self.path(sess.get("uid", ""))
         if p is None:
             raise ValueError(f"no record of uid {sess.get('uid')!r:.80}: not a stream UID")
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _files.make_dirs(str(self.dir))
+        self.check()
         tmp = p.with_name(p.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(sess, f, indent=2)
         os.replace(tmp, p)
 
     def load(self, uid: str) -> Optional[dict[str, Any]]:
+        """The record of stream uid, None if there is none; ConfigError for
+        one others could have written (its directory checked too)."""
         p = self.path(uid)
         if p is None:
             return None
+        self.check()
         try:
-            sess: dict[str, Any] = json.loads(p.read_text())
+            data = _files.read(str(p), "stream record", MAX_RECORD)
         except FileNotFoundError:
             return None
+        sess: dict[str, Any] = json.loads(data)
         return sess
 
     def released(self, uid: str, gone: list[str], views: list[Stream]) -> None:
@@ -339,6 +363,9 @@ class _Sides:
     def uid(self) -> Optional[str]:
         return self.inbound.uid if self.inbound else None
 
+    def __repr__(self) -> str:  # never the secret
+        return f"{type(self).__name__}(uid={self.uid!r}, listeners={self.listeners!r})"
+
     @property
     def listeners(self) -> list[str]:
         """Where the connecting application connects ("host:port", one per channel)."""
@@ -361,7 +388,7 @@ class _Sides:
         self.inbound, self.outbound, self._open = ins, outs, True
         try:
             sp.sessions.save(sp.record(inc, outc, ins, outs))
-        except OSError as e:
+        except (OSError, SciStreamError) as e:
             import warnings
             warnings.warn(f"could not save the local record of {ins.uid} ({e}); release it on each gateway", stacklevel=3)
 
@@ -387,11 +414,9 @@ class WiredStream(_Sides):
         self.outbound: Optional[Stream] = None
         self._open = False
 
-    def __repr__(self) -> str:
-        return f"WiredStream(uid={self.uid!r}, listeners={self.listeners!r})"
-
     def open(self) -> "WiredStream":
         sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
+        sp.sessions.check()  # before any stream is made: its record will be kept there
         created = inc.inbound(sp.inbound_request())
         try:
             out_req = sp.outbound_request(created)
@@ -487,17 +512,20 @@ class WiredStream(_Sides):
         if ins is not None and self.inbound is not None:
             # What a later outbound request would ask for (settle), in the local record.
             self.inbound.rate, self.inbound.min_rate, self.inbound.lease_s = ins.rate, ins.min_rate, ins.lease_s
-            sess = self._spec.sessions.load(ins.uid)
-            if sess is not None:
-                for k in ("rate", "min_rate", "lease_s"):
-                    if getattr(ins, k):
-                        sess[k] = getattr(ins, k)
-                    else:
-                        sess.pop(k, None)
-                try:
+            try:
+                sess = self._spec.sessions.load(ins.uid)
+                if sess is not None:
+                    for k in ("rate", "min_rate", "lease_s"):
+                        if getattr(ins, k):
+                            sess[k] = getattr(ins, k)
+                        else:
+                            sess.pop(k, None)
                     self._spec.sessions.save(sess)
-                except OSError:
-                    pass
+            except OSError:
+                pass
+            except (ValueError, SciStreamError) as e:  # a record others could have written is left as it is
+                import warnings
+                warnings.warn(f"the local record of {ins.uid} was not updated: {e}", stacklevel=3)
         if views.get("outbound") is not None and self.outbound is not None:
             o = views["outbound"]
             self.outbound.rate, self.outbound.allow, self.outbound.lease_s = o.rate, o.allow, o.lease_s
@@ -527,7 +555,7 @@ class WiredStream(_Sides):
         self._open = False
         try:
             self._spec.sessions.released(uid, gone, out)
-        except OSError as e:
+        except (OSError, ValueError, SciStreamError) as e:
             errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
         if interrupted is not None:
             raise interrupted
@@ -618,6 +646,7 @@ class AsyncWiredStream(_Sides):
 
     async def open(self) -> "AsyncWiredStream":
         sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
+        sp.sessions.check()
         created = await inc.inbound(sp.inbound_request())
         try:
             out_req = sp.outbound_request(created)
@@ -717,7 +746,7 @@ class AsyncWiredStream(_Sides):
         self._open = False
         try:
             self._spec.sessions.released(uid, gone, out)
-        except OSError as e:
+        except (OSError, ValueError, SciStreamError) as e:
             errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
         err = _join(errs)
         if err is not None:
