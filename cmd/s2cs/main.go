@@ -113,7 +113,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		closeAuth(cfg.Auth)
 		return err
 	}
-	rl := &reloader{o: o, log: log, cur: cfg.Auth}
+	ctx, quit := context.WithCancel(ctx)
+	defer quit()
+	rl := &reloader{o: o, log: log, cur: cfg.Auth, hangup: newHangup(), quit: quit}
 	defer func() { closeAuth(rl.cur) }() // until the reloader has it (watchReload)
 	if cfg.AllowTCPWAN {
 		log.Warn("--insecure_tcp_wan is set: streams may ask for plaintext WAN legs")

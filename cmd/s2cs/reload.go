@@ -28,6 +28,10 @@ type reloader struct {
 	o   *options
 	srv *gateway.Server
 	log *slog.Logger
+	// hangup tells the SIGHUP of a closed terminal, on which s2cs stops
+	// (quit), from one sent to reload (hangup.go).
+	hangup hangup
+	quit   func()
 
 	mu  sync.Mutex // one reload at a time; guards cur
 	cur auth.Authenticator
@@ -48,6 +52,11 @@ func (r *reloader) watchReload(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-hup:
+				if r.hangup.terminalGone() {
+					r.log.Info("SIGHUP: the terminal s2cs ran on closed: stopping (a SIGHUP sent while the terminal is open reloads)")
+					r.quit()
+					return
+				}
 				r.reload(ctx)
 			}
 		}
