@@ -127,10 +127,11 @@ const maxMessage = 64 << 10
 
 // NewServer returns a gRPC server of svc, to serve with its ServeHTTP
 // (gateway.Server.SetGRPC). It has no transport security of its own: the
-// gateway's control port runs TLS.
+// gateway's control port runs TLS. A request that is not its method's
+// protobuf message is answered INVALID_ARGUMENT (codec.go).
 func NewServer(svc *Service) *grpc.Server {
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage), grpc.MaxConcurrentStreams(250))
-	RegisterControlServer(gs, svc)
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage), grpc.MaxConcurrentStreams(250), grpc.ForceServerCodecV2(codec{}))
+	gs.RegisterService(serviceDesc(), svc)
 	return gs
 }
 

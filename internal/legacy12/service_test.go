@@ -19,8 +19,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"scistream/internal/auth"
 	"scistream/internal/certs"
@@ -57,6 +59,7 @@ type env struct {
 	svc    *legacy12.Service
 	addr   string
 	leaf   *x509.Certificate // the gateway's certificate
+	cc     *grpc.ClientConn
 	client legacy12.ControlClient
 }
 
@@ -127,7 +130,7 @@ func start(t testing.TB, wait time.Duration) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, client: legacy12.NewControlClient(cc)}
+	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, cc: cc, client: legacy12.NewControlClient(cc)}
 }
 
 // as is a context whose calls carry token as the 1.2 client sends it.
@@ -367,5 +370,74 @@ func TestAPIBeside(t *testing.T) {
 	}
 	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); codeOf(t, err) != codes.NotFound {
 		t.Errorf("gRPC beside the API: %v; want NOT_FOUND for an unknown uid", err)
+	}
+}
+
+// rawCodec sends a *[]byte as the bytes it holds and reads the answer
+// into one: a client that sends whatever bytes it likes.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+// invokeRaw calls method with b as its request message, as it is.
+func (e *env) invokeRaw(ctx context.Context, method string, b []byte) error {
+	var out []byte
+	return e.cc.Invoke(ctx, method, &b, &out, grpc.ForceCodecV2(rawCodec{}))
+}
+
+// TestMalformed: bytes that are no protobuf message of the method are
+// answered INVALID_ARGUMENT naming the method and the problem (grpc's
+// own codec answers INTERNAL), with or without a valid token, on every
+// method; the gateway goes on serving.
+func TestMalformed(t *testing.T) {
+	e := start(t, time.Second)
+	methods := map[string]string{
+		"req": legacy12.Control_Req_FullMethodName, "hello": legacy12.Control_Hello_FullMethodName,
+		"update": legacy12.Control_Update_FullMethodName, "release": legacy12.Control_Release_FullMethodName,
+	}
+	if len(methods) != len(legacy12.Control_ServiceDesc.Methods) {
+		t.Fatalf("the service has %d methods, the test knows %d", len(legacy12.Control_ServiceDesc.Methods), len(methods))
+	}
+	for _, bad := range []struct {
+		name, problem string
+		b             []byte
+	}{
+		{"uid's length past the end", "invalid wire-format", []byte{0x0a, 0x05, 'a'}},
+		{"uid's length overflows", "invalid wire-format", []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}},
+		{"uid not UTF-8", "invalid UTF-8", []byte{0x0a, 0x01, 0xff}},
+		{"wire type 7", "invalid wire-format", []byte{0x0f}},
+		{"field number 0", "invalid wire-format", []byte{0x02, 0x00}},
+		{"truncated varint", "invalid wire-format", []byte{0x18, 0x80}},
+	} {
+		for name, full := range methods {
+			for _, token := range []string{aliceToken, "INVALID_TOKEN"} {
+				err := e.invokeRaw(as(token), full, bad.b)
+				msg := status.Convert(err).Message()
+				if codeOf(t, err) != codes.InvalidArgument || !strings.Contains(msg, "the "+name+" request") || !strings.Contains(msg, bad.problem) {
+					t.Errorf("%s, %s to %s: %v; want INVALID_ARGUMENT naming %s and %q", bad.name, token[:5], name, err, name, bad.problem)
+				}
+			}
+		}
+	}
+	// A valid message sent the same way is decoded: an unknown uid is
+	// not found.
+	b, err := proto.Marshal(&legacy12.Release{Uid: uid(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.invokeRaw(as(aliceToken), legacy12.Control_Release_FullMethodName, b); codeOf(t, err) != codes.NotFound {
+		t.Errorf("a valid release sent as bytes: %v; want NOT_FOUND", err)
+	}
+	if !e.gw.Ready() {
+		t.Error("the gateway stopped serving")
 	}
 }
