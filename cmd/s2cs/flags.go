@@ -130,7 +130,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.DurationVar(&o.appMax, "app_wait_max", intake.DefaultAppWaitMax, "the longest app_wait_s a request may ask for; whole seconds, at most 24h, 0 to let no stream wait")
 	fs.IntVar(&o.quota.Streams, "quota_streams", 64, "most live streams one identity may hold on this gateway")
 	fs.IntVar(&o.quota.Ports, "quota_ports", 256, "most data ports the live streams of one identity may hold together")
-	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most inbound streams one identity may have waiting for their outbound peer")
+	fs.IntVar(&o.quota.Pending, "quota_pending", 16, "most streams and SciStream 1.2 sessions one identity may have waiting for their peer, counted together: inbound streams not yet attached, 1.2 reqs and hellos waiting for their partner call")
 	fs.StringVar(&o.quotaRate, "quota_rate", "0", "most rate the live streams of one identity may have reserved together, in bits per second (e.g. 5G, 800Mbit/s, 100MB/s); 0: no bound but --capacity_rate")
 	fs.StringVar(&o.capacityRate, "capacity_rate", "0", "rate this gateway reserves for streams in all, per direction, in bits per second: its WAN link's, e.g. 10G; requests are admitted against it and best-effort streams share what reservations leave; 0 declares none (every rate asked is granted and kept to, best effort is not paced)")
 	fs.IntVar(&o.capacity.Streams, "capacity_streams", 0, "most live streams on this gateway, every identity's together (0: no bound but the ports)")

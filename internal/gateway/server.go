@@ -97,6 +97,9 @@ type Server struct {
 	// failed (said once).
 	connected        map[store.Key]*stream.Stream
 	connectedFailing bool
+	// held counts the places of Config.Quota.Pending that SciStream 1.2
+	// sessions hold, by owner and UID (HoldPending, legacy12.go).
+	held map[store.Key]int
 
 	httpSrv  *http.Server
 	grpc     http.Handler   // the gRPC service on the control port (SetGRPC); nil: none
@@ -177,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 
 		connected: map[store.Key]*stream.Stream{},
+		held:      map[store.Key]int{},
 	}
 	s.env.Connected = s.noteConnected
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)

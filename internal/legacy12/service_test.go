@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,8 +25,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"scistream/internal/api"
 	"scistream/internal/auth"
 	"scistream/internal/certs"
+	"scistream/internal/client"
 	"scistream/internal/gateway"
 	"scistream/internal/leakcheck"
 	"scistream/internal/legacy12"
@@ -59,18 +62,21 @@ type env struct {
 	svc    *legacy12.Service
 	addr   string
 	leaf   *x509.Certificate // the gateway's certificate
+	cert   string            // its file
+	store  store.Store
 	cc     *grpc.ClientConn
 	client legacy12.ControlClient
 }
 
 // start runs a gateway of one node with the 1.2 service (hello waits
 // bounded by wait) on a random loopback address, stopped at the test's
-// end.
-func start(t testing.TB, wait time.Duration) *env {
+// end; each of set changes the gateway's or the service's configuration
+// first.
+func start(t testing.TB, wait time.Duration, set ...func(*gateway.Config, *legacy12.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	ip := localgw.RandomLoopback()
-	id, _, _, err := certs.LoadOrGenerate(dir, []string{ip})
+	id, certFile, _, err := certs.LoadOrGenerate(dir, []string{ip})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,19 +94,25 @@ func start(t testing.TB, wait time.Duration) *env {
 		w = io.Discard // a fuzz target may not log through f
 	}
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	gw, err := gateway.New(gateway.Config{
+	gc := gateway.Config{
 		ListenerIP: ip, PortRange: ports.Range{Lo: 5100, Hi: 5199}, Identity: id, Auth: tokens, Store: st,
 		Logger: log, AllowTargets: lo, AllowPeers: lo,
 		// No name resolves: a test asks no DNS server.
 		LookupHost: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 		},
-	})
+	}
+	lc := legacy12.Config{Logger: log, HelloWait: wait}
+	for _, f := range set {
+		f(&gc, &lc)
+	}
+	gw, err := gateway.New(gc)
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
 	}
-	svc, err := legacy12.New(legacy12.Config{Backend: legacy12.NewBackend(gw), Logger: log, HelloWait: wait})
+	lc.Backend = legacy12.NewBackend(gw)
+	svc, err := legacy12.New(lc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +142,7 @@ func start(t testing.TB, wait time.Duration) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, cc: cc, client: legacy12.NewControlClient(cc)}
+	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, cert: certFile, store: st, cc: cc, client: legacy12.NewControlClient(cc)}
 }
 
 // as is a context whose calls carry token as the 1.2 client sends it.
@@ -209,7 +221,7 @@ func TestHelloEitherOrder(t *testing.T) {
 // TestSessionsNeverCross: concurrent sessions, and two users' sessions
 // of one UID, each get their own hello's targets (1.2 crossed them).
 func TestSessionsNeverCross(t *testing.T) {
-	e := start(t, 10*time.Second)
+	e := start(t, 10*time.Second, func(gc *gateway.Config, _ *legacy12.Config) { gc.Quota.Pending = 64 })
 	const n = 20
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
@@ -439,5 +451,89 @@ func TestMalformed(t *testing.T) {
 	}
 	if !e.gw.Ready() {
 		t.Error("the gateway stopped serving")
+	}
+}
+
+// native is a client of e's HTTPS API (the gateway's own protocol) with
+// token.
+func (e *env) native(t *testing.T, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{Addr: e.addr, ServerCert: e.cert, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// state is the state of owner's stream id on e's gateway.
+func (e *env) state(t *testing.T, owner, id string) api.Stream {
+	t.Helper()
+	v, err := legacy12.NewBackend(e.gw).Get(context.Background(), owner, id)
+	if err != nil {
+		t.Fatalf("stream %s of %s: %v", id, owner, err)
+	}
+	return v
+}
+
+// TestHelloFlood: one identity that sends hellos in a loop (1,100, each
+// of a new uid, as fast as they are answered) holds only its own share of
+// the sessions waiting for their partner: past its bound (its
+// --quota_pending, or the service's bound per identity when that quota
+// is larger) each is refused RESOURCE_EXHAUSTED naming that bound, while
+// another identity's req and hello are served at once. Its hellos count
+// against its pending quota: its own native inbound request is refused
+// naming --quota_pending too. Before, the flood filled the table of the
+// whole gateway (1,024) and every identity was refused.
+func TestHelloFlood(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		quota int    // alice's --quota_pending (0: the default, 16)
+		held  int    // hellos of alice's held
+		bound string // the refusal names it
+	}{
+		{"quota_pending", 0, 16, "--quota_pending"},
+		{"per identity", 5000, 64, "the most one identity may have"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := start(t, time.Minute, func(gc *gateway.Config, _ *legacy12.Config) { gc.Quota.Pending = c.quota })
+			ctx, cancel := context.WithTimeout(as(aliceToken), time.Minute)
+			defer cancel()
+			const flood = 1100
+			held, wrong := 0, 0
+			for i := range flood {
+				_, err := e.client.Hello(ctx, &legacy12.Hello{Uid: uid(10000 + i), ProdListeners: []string{"127.0.0.1:7001"}, Role: "PROD"})
+				if err == nil {
+					held++
+					continue
+				}
+				if msg := status.Convert(err).Message(); codeOf(t, err) != codes.ResourceExhausted || !strings.Contains(msg, c.bound) || !strings.Contains(msg, "alice") {
+					if wrong++; wrong == 1 {
+						t.Errorf("hello %d of the flood: %v; want RESOURCE_EXHAUSTED naming alice's bound (%s)", i, err, c.bound)
+					}
+				}
+			}
+			if wrong > 0 {
+				t.Errorf("%d of alice's hellos refused otherwise", wrong)
+			}
+			if held != c.held {
+				t.Errorf("%d of alice's %d hellos held; want %d, her bound", held, flood, c.held)
+			}
+			// Bob is served at once: hello, then req, answered.
+			r, err := e.inbound(t, bobToken, uid(1), []string{"127.0.0.1:7002"}, 1, true)
+			if err != nil {
+				t.Fatalf("bob's req and hello after alice's flood: %v; want them served", err)
+			}
+			if len(r.Listeners) != 1 {
+				t.Errorf("bob's req answered listeners %v, want 1", r.Listeners)
+			}
+			if c.quota != 0 {
+				return
+			}
+			_, err = e.native(t, aliceToken).Inbound(context.Background(), &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{7003}, NumConn: 1})
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Code != api.CodeNoResources || !strings.Contains(ae.Message, "--quota_pending") {
+				t.Errorf("alice's native inbound request beside her %d hellos: %v; want no_resources naming --quota_pending", held, err)
+			}
+		})
 	}
 }
