@@ -35,8 +35,9 @@ type Quota struct {
 	Ports int
 	// Pending is how many things one identity may have waiting for
 	// their peer at once, counted together: inbound streams not yet
-	// attached, and SciStream 1.2 reqs and hellos waiting for their
-	// partner call (internal/legacy12). If zero, 16.
+	// attached, streams of SciStream 1.2 clients whose partner is not
+	// known yet, and 1.2 reqs and hellos waiting for their partner call
+	// (internal/legacy12). If zero, 16.
 	Pending int
 	// Rate is the most rate the live streams of one identity may have
 	// reserved together, in bits per second. If zero, no bound but
@@ -142,7 +143,7 @@ type Holding struct {
 	Rate    pace.Rate // reserved
 	NumConn int       // channels
 	Ports   int       // data ports bound
-	Waiting bool      // an inbound stream waiting for its outbound peer
+	Waiting bool      // a stream waiting for its peer (listening)
 }
 
 // Add counts h in u, in the owner's share too if h is owner's.
@@ -175,7 +176,7 @@ type Ask struct {
 	Owner   string
 	NumConn int  // channels
 	Ports   int  // data ports it binds
-	Waiting bool // it waits for its outbound peer
+	Waiting bool // it waits for its peer (listening)
 	// Want is the rate asked (bits per second; 0 for best effort), Least
 	// the least it takes.
 	Want, Least pace.Rate
@@ -214,7 +215,7 @@ func (p Policy) Admit(u Usage, a Ask) (pace.Rate, error) {
 func (p Policy) AdmitWaiting(u Usage, owner string) error {
 	q := p.Quota.WithDefaults()
 	if u.OwnerWaiting+1 > q.Pending {
-		return api.Errorf(api.CodeNoResources, "%s already has %d streams and SciStream 1.2 sessions waiting for their peer on this gateway (inbound streams not attached, 1.2 reqs and hellos waiting for their partner call), the limit per identity (s2cs --quota_pending); attach or release those streams, or send the calls those reqs and hellos wait for (unanswered, they lapse on their own), then ask again", owner, u.OwnerWaiting)
+		return api.Errorf(api.CodeNoResources, "%s already has %d streams and SciStream 1.2 sessions waiting for their peer on this gateway (inbound streams not attached, 1.2 streams whose partner has not come, 1.2 reqs and hellos waiting for their partner call), the limit per identity (s2cs --quota_pending); attach or release those streams, or send the calls those reqs and hellos wait for (unanswered, they lapse on their own), then ask again", owner, u.OwnerWaiting)
 	}
 	return nil
 }

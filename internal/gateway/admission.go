@@ -52,8 +52,7 @@ func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 	}
 	for k, r := range s.pending {
 		// A stream in both is counted once: create adds it to the
-		// table just before it unreserves its key. One created
-		// wired (of a 1.2 client: legacy12.go) waits for no peer.
+		// table just before it unreserves its key.
 		if s.streams[k] == nil {
 			add(k, pace.Rate(r.Rate), r.NumConn, r.PortsHeld(), waitsForPeer(r))
 		}

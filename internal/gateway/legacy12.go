@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"crypto/x509"
+	"fmt"
 	"sync"
 
 	"scistream/internal/api"
@@ -15,21 +16,23 @@ import (
 //
 // What waits for its peer counts against the owner's Config.Quota.Pending
 // (s2cs --quota_pending), all of it together: an inbound stream before
-// its attach, and a 1.2 session, a req or a hello waiting for its
-// partner call (HoldPending). A session's place passes to its stream
-// once that is created: the two never count twice, and an owner whose
-// quota is N has at most N of them at once, whichever came first.
+// its attach, a 1.2 stream before its partner is known (listening;
+// internal/stream, peerca.go), and a 1.2 session, a req or a hello
+// waiting for its partner call (HoldPending). A session's place passes
+// to its stream once that is created: the two never count twice, and an
+// owner whose quota is N has at most N of them at once, whichever came
+// first.
 
 // SetPeerCA sets the CA bundle the WAN legs of 1.2 streams are verified
 // against (s2cs --peer_ca). Call it before Serve; nil (the default)
 // refuses every such leg.
 func (s *Server) SetPeerCA(pool *x509.CertPool) { s.env.PeerCA = pool }
 
-// waitsForPeer reports whether rec, being created, is an inbound stream
-// that will wait for its outbound peer's attach (--quota_pending); one
-// of a 1.2 client is created wired.
+// waitsForPeer reports whether rec, being created, will wait for its
+// peer (--quota_pending): an inbound stream for its attach, a 1.2 stream
+// for its partner (both listening).
 func waitsForPeer(rec *store.Record) bool {
-	return rec.Role == api.RoleInbound && rec.State == api.StateListening
+	return rec.State == api.StateListening
 }
 
 // HoldPending takes one of owner's places of Config.Quota.Pending for a
@@ -61,4 +64,17 @@ func (s *Server) HoldPending(owner, uid string) (release func(), err error) {
 			}
 		})
 	}, nil
+}
+
+// pendingExpired is the reason a stream that waited for its peer longer
+// than Config.PendingTimeout ends with (expired).
+func (s *Server) pendingExpired(rec *store.Record) string {
+	d := s.cfg.PendingTimeout
+	switch {
+	case rec.PeerCA && rec.Role == api.RoleInbound:
+		return fmt.Sprintf("its partner never came: no WAN leg of a CONS gateway under --peer_ca reached this PROD side within %s (s2cs --pending_timeout); run the 1.2 outbound-request on the CONS gateway soon after inbound-request, and request a new stream", d)
+	case rec.PeerCA:
+		return fmt.Sprintf("its partner never came: no update(uid, PROD listeners, CONS) gave this CONS side its peers within %s (s2cs --pending_timeout); send the update soon after req, and request a new stream", d)
+	}
+	return fmt.Sprintf("no outbound peer attached within %s", d)
 }

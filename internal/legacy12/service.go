@@ -20,7 +20,11 @@
 // --quota_pending) until its stream is created or it lapses, and the
 // sessions are bounded per caller (Config.MaxPendingPerOwner) and in all
 // (Config.MaxPending): one caller at its bound is refused, the others are
-// still served.
+// still served. The stream a session makes waits for its partner too
+// (listening, under the same quota and --pending_timeout) until the
+// partner is known: on the CONS side the update that gives its peers, on
+// the PROD side the first WAN leg of its CONS gateway (internal/stream,
+// peerca.go); then it is wired.
 package legacy12
 
 import (
@@ -257,6 +261,13 @@ func (s *Service) Update(ctx context.Context, u *UpdateTargets) (*Response, erro
 	if err := checkList("remote_listeners", u.GetRemoteListeners()); err != nil {
 		return nil, s.done("update", uid, owner, err)
 	}
+	v, err := s.b.Get(ctx, owner, uid)
+	if err != nil {
+		return nil, s.done("update", uid, owner, err)
+	}
+	if v.State.Terminal() {
+		return nil, s.done("update", uid, owner, ended(v))
+	}
 	if role == RoleCons {
 		ls, err := s.b.SetPeers(ctx, owner, uid, u.GetRemoteListeners())
 		if err != nil {
@@ -265,13 +276,7 @@ func (s *Service) Update(ctx context.Context, u *UpdateTargets) (*Response, erro
 		s.done("update", uid, owner, nil)
 		return &Response{Listeners: ls}, nil
 	}
-	v, err := s.b.Get(ctx, owner, uid)
-	if err != nil {
-		return nil, s.done("update", uid, owner, err)
-	}
 	switch {
-	case v.State.Terminal():
-		err = status.Errorf(codes.FailedPrecondition, "stream %s has ended (%s); request a new one", uid, v.State)
 	case v.Role != api.RoleInbound:
 		err = status.Errorf(codes.InvalidArgument, "stream %s is the CONS side on this gateway: update it with role CONS", uid)
 	case !slices.Equal(u.GetRemoteListeners(), expand(v.Targets, v.NumConn)) && !slices.Equal(u.GetRemoteListeners(), v.Targets):
@@ -480,6 +485,16 @@ func toStatus(err error) *status.Status {
 		msg = "internal error; see the gateway's log"
 	}
 	return status.New(c, msg)
+}
+
+// ended is the answer to a call about a stream that has ended: what
+// became of it and why (an expiry names --pending_timeout or the lease).
+func ended(v api.Stream) error {
+	why := ""
+	if v.Reason != "" {
+		why = ": " + v.Reason
+	}
+	return status.Errorf(codes.FailedPrecondition, "stream %s has ended (%s%s); release it and send req and hello again for a new one", v.UID, v.State, why)
 }
 
 // expand lists targets round-robin over n channels, as the gateway leads

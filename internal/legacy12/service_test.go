@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,7 @@ type env struct {
 	leaf   *x509.Certificate // the gateway's certificate
 	cert   string            // its file
 	store  store.Store
+	peerCA *x509.CertPool // --peer_ca: empty
 	cc     *grpc.ClientConn
 	client legacy12.ControlClient
 }
@@ -118,7 +120,8 @@ func start(t testing.TB, wait time.Duration, set ...func(*gateway.Config, *legac
 	}
 	gs := legacy12.NewServer(svc)
 	gw.SetGRPC(gs)
-	gw.SetPeerCA(x509.NewCertPool())
+	peerCA := x509.NewCertPool() // TestPartner12 adds its partner's
+	gw.SetPeerCA(peerCA)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +145,7 @@ func start(t testing.TB, wait time.Duration, set ...func(*gateway.Config, *legac
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, cert: certFile, store: st, cc: cc, client: legacy12.NewControlClient(cc)}
+	return &env{gw: gw, svc: svc, addr: ln.Addr().String(), leaf: id.Leaf, cert: certFile, store: st, peerCA: peerCA, cc: cc, client: legacy12.NewControlClient(cc)}
 }
 
 // as is a context whose calls carry token as the 1.2 client sends it.
@@ -534,6 +537,234 @@ func TestHelloFlood(t *testing.T) {
 			if !errors.As(err, &ae) || ae.Code != api.CodeNoResources || !strings.Contains(ae.Message, "--quota_pending") {
 				t.Errorf("alice's native inbound request beside her %d hellos: %v; want no_resources naming --quota_pending", held, err)
 			}
+		})
+	}
+}
+
+// TestPendingQuota12: a stream of a 1.2 client waits for its partner as
+// a native inbound stream waits for its attach, under the owner's
+// --quota_pending: with a quota of 1, a second 1.2 PROD request of the
+// same user is refused as a native one is, until the first is released;
+// a CONS side is pending until its update gives its peers (then wired,
+// and its place free). Another user is not concerned. Before, 1.2 streams
+// were wired from their creation and held ports for their whole lease.
+func TestPendingQuota12(t *testing.T) {
+	e := start(t, 10*time.Second, func(gc *gateway.Config, _ *legacy12.Config) { gc.Quota.Pending = 1 })
+	if _, err := e.inbound(t, aliceToken, uid(1), []string{"127.0.0.1:7001"}, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.state(t, "alice", uid(1)); v.State != api.StateListening {
+		t.Errorf("a PROD stream whose partner never came: %s; want listening", v.State)
+	}
+	// Nor does a native attach wire it, past its quota and its expiry.
+	pemCert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: e.leaf.Raw}))
+	_, err := e.native(t, aliceToken).Attach(context.Background(), uid(1), &api.AttachRequest{PeerCert: pemCert})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeInvalidArgument || !strings.Contains(ae.Message, "1.2") {
+		t.Errorf("a native attach of the 1.2 PROD stream: %v; want invalid_argument naming 1.2", err)
+	}
+	if v := e.state(t, "alice", uid(1)); v.State != api.StateListening {
+		t.Errorf("the PROD stream after the refused attach: %s; want listening", v.State)
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if codeOf(t, err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "--quota_pending") {
+			t.Errorf("%s: %v; want RESOURCE_EXHAUSTED naming --quota_pending", what, err)
+		}
+	}
+	_, err = e.inbound(t, aliceToken, uid(2), []string{"127.0.0.1:7001"}, 1, true)
+	refused("a second 1.2 PROD request (hello first)", err)
+	_, err = e.client.Req(as(aliceToken), &legacy12.Request{Uid: uid(3), Role: "PROD", NumConn: 1})
+	refused("a second 1.2 PROD request (req first)", err)
+	_, err = e.native(t, aliceToken).Inbound(context.Background(), &api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{7003}, NumConn: 1})
+	if !errors.As(err, &ae) || ae.Code != api.CodeNoResources || !strings.Contains(ae.Message, "--quota_pending") {
+		t.Errorf("a native inbound request beside it: %v; want no_resources naming --quota_pending", err)
+	}
+	if _, err := e.inbound(t, bobToken, uid(2), []string{"127.0.0.1:7001"}, 1, true); err != nil {
+		t.Errorf("bob's PROD request: %v; want it served", err)
+	}
+	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The CONS side: pending until its update, wired with it.
+	cons := func(id string) error {
+		ch := make(chan error, 1)
+		go func() {
+			_, err := e.client.Req(as(aliceToken), &legacy12.Request{Uid: id, Role: "CONS", NumConn: 1})
+			ch <- err
+		}()
+		waitfor.Must(t, 10*time.Second, "the req to wait for its hello", func() bool { return e.svc.Waiting() > 0 })
+		if _, err := e.client.Hello(as(aliceToken), &legacy12.Hello{Uid: id, Role: "PROD"}); err != nil {
+			return err
+		}
+		return <-ch
+	}
+	if err := cons(uid(4)); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.state(t, "alice", uid(4)); v.State != api.StateListening {
+		t.Errorf("a CONS stream before its update: %s; want listening", v.State)
+	}
+	_, err = e.client.Req(as(aliceToken), &legacy12.Request{Uid: uid(5), Role: "CONS", NumConn: 1})
+	refused("a second CONS request before the first's update", err)
+	if _, err := e.client.Update(as(aliceToken), &legacy12.UpdateTargets{Uid: uid(4), RemoteListeners: []string{"127.0.0.1:5999"}, Role: "CONS"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.state(t, "alice", uid(4)); v.State != api.StateWired {
+		t.Errorf("a CONS stream after its update: %s; want wired", v.State)
+	}
+	if rec, err := e.store.Get(store.Key{Owner: "alice", UID: uid(4)}); err != nil || rec.State != api.StateWired {
+		t.Errorf("the stored CONS stream after its update: %v; want wired", err)
+		if err == nil {
+			t.Errorf("stored %s", rec.State)
+		}
+	}
+	if err := cons(uid(5)); err != nil {
+		t.Errorf("a CONS request once the first is wired: %v; want it served", err)
+	}
+}
+
+// TestPendingExpiry12: a 1.2 stream whose partner never comes expires
+// after --pending_timeout, as a native inbound stream that is never
+// attached: its ports are free again, and the 1.2 client's next call
+// about it is answered FAILED_PRECONDITION saying it expired and why.
+func TestPendingExpiry12(t *testing.T) {
+	e := start(t, 10*time.Second, func(gc *gateway.Config, _ *legacy12.Config) { gc.PendingTimeout = time.Second })
+	r, err := e.inbound(t, aliceToken, uid(1), []string{"127.0.0.1:7001"}, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	go func() {
+		_, err := e.client.Req(as(aliceToken), &legacy12.Request{Uid: uid(2), Role: "CONS", NumConn: 1})
+		ch <- err
+	}()
+	waitfor.Must(t, 10*time.Second, "the req to wait for its hello", func() bool { return e.svc.Waiting() > 0 })
+	if _, err := e.client.Hello(as(aliceToken), &legacy12.Hello{Uid: uid(2), Role: "PROD"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ch; err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{uid(1), uid(2)} {
+		waitfor.Must(t, 30*time.Second, "the 1.2 stream to expire", func() bool { return e.state(t, "alice", id).State == api.StateExpired })
+		if v := e.state(t, "alice", id); !strings.Contains(v.Reason, "--pending_timeout") {
+			t.Errorf("%s expired for %q; want the reason to name --pending_timeout", id, v.Reason)
+		}
+	}
+	for _, l := range r.Listeners {
+		ln, err := net.Listen("tcp", l)
+		if err != nil {
+			t.Errorf("the expired PROD stream's port %s: %v; want it free", l, err)
+			continue
+		}
+		ln.Close()
+	}
+	for _, u := range []*legacy12.UpdateTargets{
+		{Uid: uid(1), RemoteListeners: r.ProdListeners, Role: "PROD"},
+		{Uid: uid(2), RemoteListeners: r.Listeners, Role: "CONS"},
+	} {
+		_, err := e.client.Update(as(aliceToken), u)
+		if msg := status.Convert(err).Message(); codeOf(t, err) != codes.FailedPrecondition || !strings.Contains(msg, "expired") || !strings.Contains(msg, "--pending_timeout") {
+			t.Errorf("update %s of the expired stream: %v; want FAILED_PRECONDITION saying it expired (--pending_timeout)", u.Role, err)
+		}
+	}
+	if _, err := e.client.Release(as(aliceToken), &legacy12.Release{Uid: uid(1)}); err != nil {
+		t.Errorf("release of the expired stream: %v; want success", err)
+	}
+}
+
+// TestPartner12: two real gateways, the WAN leg between them verified
+// under each one's --peer_ca. Each side of a 1.2 stream is listening
+// until its partner is known and wired then, in its record and in the
+// store: the CONS side at its update, the PROD side when the CONS
+// gateway's first WAN leg (its watch leg) came, before any data; the
+// first data makes both connected.
+func TestPartner12(t *testing.T) {
+	prod, cons := start(t, 10*time.Second), start(t, 10*time.Second)
+	// Each trusts the other's certificate, before any leg is dialed.
+	prod.peerCA.AddCert(cons.leaf)
+	cons.peerCA.AddCert(prod.leaf)
+	app, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := app.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	r, err := prod.inbound(t, aliceToken, uid(1), []string{app.Addr().String()}, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func(e *env) api.State {
+		rec, err := e.store.Get(store.Key{Owner: "alice", UID: uid(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.State
+	}
+	if v, st := prod.state(t, "alice", uid(1)).State, stored(prod); v != api.StateListening || st != api.StateListening {
+		t.Errorf("PROD side before its partner came: %s (stored %s); want listening", v, st)
+	}
+	ch := make(chan error, 1)
+	go func() {
+		_, err := cons.client.Req(as(aliceToken), &legacy12.Request{Uid: uid(1), Role: "CONS", NumConn: 1})
+		ch <- err
+	}()
+	waitfor.Must(t, 10*time.Second, "the CONS req to wait for its hello", func() bool { return cons.svc.Waiting() > 0 })
+	if _, err := cons.client.Hello(as(aliceToken), &legacy12.Hello{Uid: uid(1), Role: "PROD"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ch; err != nil {
+		t.Fatal(err)
+	}
+	if v, st := cons.state(t, "alice", uid(1)).State, stored(cons); v != api.StateListening || st != api.StateListening {
+		t.Errorf("CONS side before its update: %s (stored %s); want listening", v, st)
+	}
+	u, err := cons.client.Update(as(aliceToken), &legacy12.UpdateTargets{Uid: uid(1), RemoteListeners: r.Listeners, Role: "CONS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, st := cons.state(t, "alice", uid(1)).State, stored(cons); v != api.StateWired || st != api.StateWired {
+		t.Errorf("CONS side after its update: %s (stored %s); want wired", v, st)
+	}
+	waitfor.Must(t, 30*time.Second, "the PROD side to be wired by its partner's first leg, and stored so", func() bool {
+		return prod.state(t, "alice", uid(1)).State == api.StateWired && stored(prod) == api.StateWired
+	})
+	select {
+	case b := <-got:
+		t.Fatalf("the producer got %q before any application connected", b)
+	default:
+	}
+	c, err := net.DialTimeout("tcp", u.Listeners[0], 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "through both"); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	select {
+	case b := <-got:
+		if string(b) != "through both" {
+			t.Errorf("the producer got %q", b)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing reached the producer")
+	}
+	for _, e := range []*env{prod, cons} {
+		waitfor.Must(t, 30*time.Second, "both sides to be connected, and stored so", func() bool {
+			return e.state(t, "alice", uid(1)).State == api.StateConnected && stored(e) == api.StateConnected
 		})
 	}
 }
