@@ -498,7 +498,8 @@ func TestHelloFlood(t *testing.T) {
 		{"per identity", 5000, 64, "the most one identity may have"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := start(t, time.Minute, func(gc *gateway.Config, _ *legacy12.Config) { gc.Quota.Pending = c.quota })
+			// Held hellos lapse only after the flood's deadline.
+			e := start(t, 10*time.Minute, func(gc *gateway.Config, _ *legacy12.Config) { gc.Quota.Pending = c.quota })
 			ctx, cancel := context.WithTimeout(as(aliceToken), time.Minute)
 			defer cancel()
 			const flood = 1100
