@@ -494,7 +494,7 @@ func ended(v api.Stream) error {
 	if v.Reason != "" {
 		why = ": " + v.Reason
 	}
-	return status.Errorf(codes.FailedPrecondition, "stream %s has ended (%s%s); release it and send req and hello again for a new one", v.UID, v.State, why)
+	return status.Errorf(codes.FailedPrecondition, "stream %s has ended (%s%s); send req and hello again for a new one (the same uid will do)", v.UID, v.State, why)
 }
 
 // expand lists targets round-robin over n channels, as the gateway leads
