@@ -140,21 +140,23 @@ func newLegacyEnv(t *testing.T) *legacyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.prod = e.start12("prod", ips[0], "5600-5699", issue(t, dir, "prod", ips[0], e.ca, e.caKey), e.caFile)
-	e.cons = e.start12("cons", ips[1], "5700-5799", issue(t, dir, "cons", ips[1], e.ca, e.caKey), e.caFile)
+	// 30 sessions at once (below) wait for their partner: more than the
+	// default --quota_pending of one user.
+	e.prod = e.start12("prod", ips[0], "5600-5699", issue(t, dir, "prod", ips[0], e.ca, e.caKey), e.caFile, "--quota_pending=64")
+	e.cons = e.start12("cons", ips[1], "5700-5799", issue(t, dir, "cons", ips[1], e.ca, e.caKey), e.caFile, "--quota_pending=64")
 	return e
 }
 
 // start12 starts s2cs as a 1.2 systemd unit does ("start" first, Fire
-// style flags, a 1.2 proxy type), plus --peer_ca and this test's tokens,
-// state and loopback policy.
-func (e *legacyEnv) start12(name, ip, ports string, cert [2]string, peerCA string) *localgw.Gateway {
+// style flags, a 1.2 proxy type), plus --peer_ca, extra, and this test's
+// tokens, state and loopback policy.
+func (e *legacyEnv) start12(name, ip, ports string, cert [2]string, peerCA string, extra ...string) *localgw.Gateway {
 	e.t.Helper()
-	args := []string{
+	args := append([]string{
 		"--server_crt=" + cert[0], "--server_key=" + cert[1], "--listener_ip=" + ip, "--port=0",
 		"--port_range=" + ports, "--type=Haproxy", "--verbose",
 		"--peer_ca=" + peerCA,
-	}
+	}, extra...)
 	g, err := localgw.Start(context.Background(), localgw.Options{
 		S2CS: bins.s2cs, ListenerIP: ip, PortRange: ports, StateDir: filepath.Join(e.dir, name),
 		TokensFile: e.tokensFile, Args: args,
@@ -261,7 +263,21 @@ func TestLegacy12(t *testing.T) {
 
 	t.Run("sequences", func(t *testing.T) {
 		p := e.on(t)
-		in, out, s := open(t, 2, "after")
+		// Each side waits for its partner (listening) until it is
+		// known: the CONS side by its update, the PROD side by the
+		// first WAN leg of the CONS gateway (its watch leg, a second
+		// after the update), before any data.
+		s := newSink(t, "127.0.0.1", nil)
+		in := must(t, e.py(t, e.prod, "alice", "inbound", "--targets", "127.0.0.1:"+s.port(), "--num_conn", "2"))
+		prod := e.stateOn(t, e.prod, in.UID)
+		if st := prod(); st != api.StateListening {
+			t.Errorf("PROD side before its CONS side came: %s; want listening", st)
+		}
+		out := must(t, e.py(t, e.cons, "alice", "outbound", "--uid", in.UID, "--targets", strings.Join(in.Listeners, ","), "--num_conn", "2"))
+		if st := e.stateOn(t, e.cons, in.UID)(); st != api.StateWired {
+			t.Errorf("CONS side after its update: %s; want wired", st)
+		}
+		waitfor.Must(t, 30*time.Second, "the PROD side to be wired by the CONS gateway's first WAN leg", func() bool { return prod() == api.StateWired })
 		if len(in.Listeners) != 2 || len(out.Listeners) != 2 {
 			t.Fatalf("listeners: PROD %v, CONS %v; want 2 each", in.Listeners, out.Listeners)
 		}
@@ -443,6 +459,42 @@ func TestLegacy12(t *testing.T) {
 		}
 	})
 
+	t.Run("partner never comes", func(t *testing.T) {
+		// A PROD gateway whose users may have one stream waiting for
+		// its partner, for 2 s.
+		ips, err := localgw.DistinctLoopbacks(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := e.start12("lonely", ips[0], "5850-5899", issue(t, e.dir, "lonely", ips[0], e.ca, e.caKey), e.caFile, "--quota_pending=1", "--pending_timeout=2s")
+		p := e.on(t)
+		s := newSink(t, "127.0.0.1", nil)
+		in := must(t, e.py(t, g, "alice", "inbound", "--targets", "127.0.0.1:"+s.port()))
+		// A second 1.2 PROD request is refused as a native one is.
+		if c := e.py(t, g, "alice", "inbound", "--targets", "127.0.0.1:"+s.port()); c.Error != "RESOURCE_EXHAUSTED" || !strings.Contains(c.Message, "--quota_pending") {
+			t.Errorf("a second 1.2 PROD request: %s %q; want RESOURCE_EXHAUSTED naming --quota_pending", c.Error, c.Message)
+		}
+		if _, errs, code := p.s2uc("alice", "inbound-request", "--s2cs", g.Addr, "--server_cert", e.caFile, "--remote_ip", "127.0.0.1", "--receiver_ports", s.port(), "--num_conn", "1"); code == 0 || !strings.Contains(errs, "no_resources") || !strings.Contains(errs, "--quota_pending") {
+			t.Errorf("a native inbound request beside it: exit %d, %q; want no_resources naming --quota_pending", code, errs)
+		}
+		// Its partner never comes: it expires and frees its port.
+		state := e.stateOn(t, g, in.UID)
+		waitfor.Must(t, 60*time.Second, "the lonely PROD stream to expire", func() bool { return state() == api.StateExpired })
+		for _, l := range in.Listeners {
+			ln, err := net.Listen("tcp", l)
+			if err != nil {
+				t.Errorf("port %s of the expired stream: %v; want it free", l, err)
+				continue
+			}
+			ln.Close()
+		}
+		// It holds nothing: the same request again is served.
+		if c := e.py(t, g, "alice", "inbound", "--uid", in.UID, "--targets", "127.0.0.1:"+s.port()); c.Error != "" {
+			t.Errorf("the same inbound-request again after the expiry: %s %q; want it served", c.Error, c.Message)
+		}
+		must(t, e.py(t, g, "alice", "release", "--uid", in.UID))
+	})
+
 	t.Run("beside a native stream", func(t *testing.T) {
 		p := e.on(t)
 		in, out, s := open(t, 1, "after")
@@ -456,6 +508,27 @@ func TestLegacy12(t *testing.T) {
 		p.mustS2UC("alice", "release", so.UID, "--s2cs", e.prod.Addr, "--server_cert", e.caFile)
 		p.mustS2UC("alice", "release", so.UID, "--s2cs", e.cons.Addr, "--server_cert", e.caFile)
 	})
+}
+
+// stateOn returns a function that reads the state of alice's stream uid
+// on g through the control API: cheap enough to poll.
+func (e *legacyEnv) stateOn(t *testing.T, g *localgw.Gateway, uid string) func() api.State {
+	t.Helper()
+	c, err := g.Client(e.tokens["alice"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return func() api.State {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v, err := c.Get(ctx, uid)
+		if err != nil {
+			t.Fatalf("status of %s on %s: %v", uid, g.Addr, err)
+		}
+		return v.State
+	}
 }
 
 // pyTrust is py with another certificate trusted for the control channel.

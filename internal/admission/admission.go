@@ -1,7 +1,7 @@
 // Package admission decides what a stream may hold of a gateway: a
 // request is admitted against the gateway's Capacity (streams, channels,
-// reserved rate) and its owner's Quota (streams, ports, inbound streams
-// waiting for their peer, reserved rate). A rate is granted whole, or,
+// reserved rate) and its owner's Quota (streams, ports, things waiting for
+// their peer, reserved rate). A rate is granted whole, or,
 // down to the request's minimum, what is left.
 //
 // The package counts nothing itself: the gateway sums what its live
@@ -33,8 +33,11 @@ type Quota struct {
 	// hold together. If zero, 256 (api.MaxChannels: one stream of the
 	// largest size).
 	Ports int
-	// Pending is how many inbound streams one identity may have waiting
-	// for their outbound peer. If zero, 16.
+	// Pending is how many things one identity may have waiting for
+	// their peer at once, counted together: inbound streams not yet
+	// attached, streams of SciStream 1.2 clients whose partner is not
+	// known yet, and 1.2 reqs and hellos waiting for their partner call
+	// (internal/legacy12). If zero, 16.
 	Pending int
 	// Rate is the most rate the live streams of one identity may have
 	// reserved together, in bits per second. If zero, no bound but
@@ -95,7 +98,7 @@ func (q Quota) Validate() error {
 	case q.Rate < 0 || q.Rate > pace.Max:
 		return fieldError("Rate", "%d bit/s is out of range: give a rate up to 10 Tbit/s, or 0 for no bound per identity", q.Rate)
 	case q.Pending < 0:
-		return fieldError("Pending", "%d is negative: give the most inbound streams one identity may have waiting for their peer", q.Pending)
+		return fieldError("Pending", "%d is negative: give the most streams (and SciStream 1.2 sessions) one identity may have waiting for their peer", q.Pending)
 	}
 	return nil
 }
@@ -127,8 +130,9 @@ type Usage struct {
 	// channels and the rate they reserve, every identity's together.
 	Streams, Conns int
 	Rate           pace.Rate
-	// The owner's: its streams, the data ports they hold, its inbound
-	// streams waiting for their peer, the rate they reserve.
+	// The owner's: its streams, the data ports they hold, what it has
+	// waiting for its peer (Quota.Pending: its streams waiting, Holding.Waiting,
+	// and its 1.2 sessions, AddSession), the rate they reserve.
 	OwnerStreams, OwnerPorts, OwnerWaiting int
 	OwnerRate                              pace.Rate
 }
@@ -139,7 +143,7 @@ type Holding struct {
 	Rate    pace.Rate // reserved
 	NumConn int       // channels
 	Ports   int       // data ports bound
-	Waiting bool      // an inbound stream waiting for its outbound peer
+	Waiting bool      // a stream waiting for its peer (listening)
 }
 
 // Add counts h in u, in the owner's share too if h is owner's.
@@ -158,12 +162,21 @@ func (u *Usage) Add(h Holding, owner string) {
 	}
 }
 
+// AddSession counts in u a SciStream 1.2 session (a req or hello
+// waiting for its partner call) of sessionOwner: a thing of its owner's
+// waiting for its peer, which holds nothing else.
+func (u *Usage) AddSession(sessionOwner, owner string) {
+	if sessionOwner == owner {
+		u.OwnerWaiting++
+	}
+}
+
 // Ask is what a new stream asks to hold.
 type Ask struct {
 	Owner   string
 	NumConn int  // channels
 	Ports   int  // data ports it binds
-	Inbound bool // it waits for its outbound peer
+	Waiting bool // it waits for its peer (listening)
 	// Want is the rate asked (bits per second; 0 for best effort), Least
 	// the least it takes.
 	Want, Least pace.Rate
@@ -180,8 +193,10 @@ func (p Policy) Admit(u Usage, a Ask) (pace.Rate, error) {
 		return 0, api.Errorf(api.CodeNoResources, "%s already holds %d live streams on this gateway, the limit per identity (s2cs --quota_streams); %s", a.Owner, u.OwnerStreams, fix)
 	case u.OwnerPorts+a.Ports > q.Ports:
 		return 0, api.Errorf(api.CodeNoResources, "%s holds %d data ports on this gateway and asks for %d more; the limit per identity is %d (s2cs --quota_ports); %s", a.Owner, u.OwnerPorts, a.Ports, q.Ports, fix)
-	case a.Inbound && u.OwnerWaiting+1 > q.Pending:
-		return 0, api.Errorf(api.CodeNoResources, "%s already has %d inbound streams waiting for their outbound peer, the limit per identity (s2cs --quota_pending); attach or release them first", a.Owner, u.OwnerWaiting)
+	case a.Waiting:
+		if err := p.AdmitWaiting(u, a.Owner); err != nil {
+			return 0, err
+		}
 	}
 	c := p.Capacity
 	const later = "retry when streams have ended, or ask the operator to raise it"
@@ -192,6 +207,17 @@ func (p Policy) Admit(u Usage, a Ask) (pace.Rate, error) {
 		return 0, api.Errorf(api.CodeNoResources, "this gateway's live streams hold %d channels and its capacity is %d (s2cs --capacity_conns): %d left, num_conn %d asked; ask for fewer or %s", u.Conns, c.Conns, c.Conns-u.Conns, a.NumConn, later)
 	}
 	return p.Grant(u, a.Owner, a.Want, a.Least)
+}
+
+// AdmitWaiting checks one more thing of owner's waiting for its peer (a
+// stream, or a SciStream 1.2 session) against Quota.Pending, given u, and
+// returns the no_resources refusal naming the limit and the fix.
+func (p Policy) AdmitWaiting(u Usage, owner string) error {
+	q := p.Quota.WithDefaults()
+	if u.OwnerWaiting+1 > q.Pending {
+		return api.Errorf(api.CodeNoResources, "%s already has %d streams and SciStream 1.2 sessions waiting for their peer on this gateway (inbound streams not attached, 1.2 streams whose partner has not come, 1.2 reqs and hellos waiting for their partner call), the limit per identity (s2cs --quota_pending); attach or release those streams, or send the calls those reqs and hellos wait for (unanswered, they lapse on their own), then ask again", owner, u.OwnerWaiting)
+	}
+	return nil
 }
 
 // Grant returns the rate to reserve for a stream of owner that wants

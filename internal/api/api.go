@@ -39,10 +39,12 @@ const (
 // records are stored only once they are, so a stored record found in this
 // state (written by an older or interrupted gateway) is restored as failed.
 // listening: listeners are bound; an inbound stream waits for its peer
-// gateway to be attached. wired: both gateways know each other (an inbound
-// stream is attached, an outbound one is created wired) but no data leg
-// has worked on this gateway yet: a wrong peer listener or an application
-// that does not answer shows here, and in the stream's last errors.
+// gateway to be attached (a stream of a SciStream 1.2 client, either
+// side, for its partner to be known). wired: both gateways know each
+// other (an inbound stream is attached, an outbound one is created wired)
+// but no data leg has worked on this gateway yet: a wrong peer listener
+// or an application that does not answer shows here, and in the
+// stream's last errors.
 // connected: a data leg has worked on this gateway at least once (on an
 // outbound stream, a WAN leg to the peer completed its handshake; on an
 // inbound one, an admitted WAN leg reached the application); a stream

@@ -37,8 +37,9 @@ func (s *Server) rebalance() {
 	s.env.BestEffort.Set(sum)
 }
 
-// usageLocked sums what the live and pending streams hold, but the one
-// of key skip: every identity's and owner's. s.mu must be held.
+// usageLocked sums what the live and pending streams hold, and the
+// places the 1.2 sessions hold (HoldPending), but those of key skip:
+// every identity's and owner's. s.mu must be held.
 func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 	var u admission.Usage
 	add := func(k store.Key, r pace.Rate, numConn, ports int, waiting bool) {
@@ -51,10 +52,18 @@ func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 	}
 	for k, r := range s.pending {
 		// A stream in both is counted once: create adds it to the
-		// table just before it unreserves its key. One created
-		// wired (of a 1.2 client: legacy12.go) waits for no peer.
+		// table just before it unreserves its key.
 		if s.streams[k] == nil {
 			add(k, pace.Rate(r.Rate), r.NumConn, r.PortsHeld(), waitsForPeer(r))
+		}
+	}
+	for k, n := range s.held {
+		// A 1.2 session waiting for its partner call (legacy12.go);
+		// once its stream is being created, the stream counts instead.
+		if k != skip && s.streams[k] == nil && s.pending[k] == nil {
+			for range n {
+				u.AddSession(k.Owner, owner)
+			}
 		}
 	}
 	return u
@@ -65,7 +74,7 @@ func (s *Server) usageLocked(owner string, skip store.Key) admission.Usage {
 // (rec.Rate). s.mu must be held.
 func (s *Server) admitLocked(rec *store.Record) error {
 	g, err := s.admit.Admit(s.usageLocked(rec.Owner, rec.Key()), admission.Ask{
-		Owner: rec.Owner, NumConn: rec.NumConn, Ports: rec.PortsHeld(), Inbound: waitsForPeer(rec),
+		Owner: rec.Owner, NumConn: rec.NumConn, Ports: rec.PortsHeld(), Waiting: waitsForPeer(rec),
 		Want: pace.Rate(rec.RateRequested), Least: pace.Rate(rec.MinRate),
 	})
 	if err != nil {

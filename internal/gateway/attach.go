@@ -15,8 +15,12 @@ import (
 // gateways granted. A wired stream (inbound once attached, outbound from
 // its creation) goes connected when a data leg first works on this
 // gateway (internal/stream, wired.go); the stream changes its record in
-// memory at once and tells noteConnected, and the janitor stores the
-// change (storeConnected), never the data path.
+// memory at once and tells noteSettled, and the janitor stores the
+// change (storeSettled), never the data path. An inbound stream of a
+// SciStream 1.2 client has no attach: it goes wired by itself when its
+// partner's first leg authenticates (internal/stream, peerca.go), stored
+// the same way; an outbound one goes wired when the client's update
+// gives it its peers (SetTargets, service.go).
 
 // attach pins pin (the outbound gateway's certificate, "" for a
 // transport that pins nothing) on the inbound stream st, settles its
@@ -54,51 +58,53 @@ func (s *Server) attach(st *stream.Stream, pin string, rate int64) (*store.Recor
 	return rec, nil
 }
 
-// noteConnected is stream.Env.Connected: it queues st, whose record went
-// connected, for the janitor to store. It does not block.
-func (s *Server) noteConnected(st *stream.Stream) {
+// noteSettled is stream.Env.Settled: it queues st, whose record moved on
+// by itself (connected, or a 1.2 inbound stream wired), for the janitor
+// to store. It does not block.
+func (s *Server) noteSettled(st *stream.Stream) {
 	s.mu.Lock()
-	s.connected[st.Key] = st
+	s.settled[st.Key] = st
 	s.mu.Unlock()
 }
 
-// storeConnected stores the state of the streams that went connected
-// since the last round. It stops at the first write the store refuses,
-// keeping that stream and the rest for the next round (one store timeout
-// per round at most); the log says so once per outage of the store. A
-// stream whose change is never stored is restored wired, and says
-// connected again at its first connection.
-func (s *Server) storeConnected() {
+// storeSettled stores the state of the streams that moved on by
+// themselves since the last round. It stops at the first write the store
+// refuses, keeping that stream and the rest for the next round (one store
+// timeout per round at most); the log says so once per outage of the
+// store. A stream whose change is never stored is restored in its stored
+// state (wired, or a 1.2 inbound stream listening), and moves on again
+// at its first connection.
+func (s *Server) storeSettled() {
 	s.mu.Lock()
-	sts := make([]*stream.Stream, 0, len(s.connected))
-	for k, st := range s.connected {
+	sts := make([]*stream.Stream, 0, len(s.settled))
+	for k, st := range s.settled {
 		sts = append(sts, st)
-		delete(s.connected, k)
+		delete(s.settled, k)
 	}
 	s.mu.Unlock()
 	for i, st := range sts {
-		err := s.storeConnectedOne(st)
+		err := s.storeSettledOne(st)
 		if err == nil {
 			continue
 		}
 		s.mu.Lock()
 		for _, st := range sts[i:] {
-			if s.connected[st.Key] == nil {
-				s.connected[st.Key] = st
+			if s.settled[st.Key] == nil {
+				s.settled[st.Key] = st
 			}
 		}
-		said := s.connectedFailing
-		s.connectedFailing = true
+		said := s.settledFailing
+		s.settledFailing = true
 		s.mu.Unlock()
 		if !said {
-			s.log.Warn("could not store that a stream is connected (data passed); trying again every second, and with its next change", "uid", st.UID, "owner", st.Key.Owner, "err", err)
+			s.log.Warn("could not store that a stream is connected (data passed), or a 1.2 stream wired (its partner came); trying again every second, and with its next change", "uid", st.UID, "owner", st.Key.Owner, "err", err)
 		}
 		return
 	}
 	s.mu.Lock()
-	was := s.connectedFailing && len(sts) > 0
+	was := s.settledFailing && len(sts) > 0
 	if len(sts) > 0 {
-		s.connectedFailing = false
+		s.settledFailing = false
 	}
 	s.mu.Unlock()
 	if was {
@@ -106,11 +112,14 @@ func (s *Server) storeConnected() {
 	}
 }
 
-// storeConnectedOne moves st's stored record from wired to connected,
-// changing nothing else of it: on a node of a facility another node may
-// have stored a change this node has not mirrored yet. A record no longer
-// wired, of another incarnation or ended is left alone.
-func (s *Server) storeConnectedOne(st *stream.Stream) error {
+// storeSettledOne moves st's stored record on to the state st's record
+// moved to by itself, changing nothing else of it (on a node of a
+// facility another node may have stored a change this node has not
+// mirrored yet): from wired to connected, or, for a 1.2 inbound stream,
+// from listening to wired or connected. A record of another incarnation,
+// ended, or in any other state is left alone (a pinned inbound stream
+// leaves listening only by its attach, which stores its pin).
+func (s *Server) storeSettledOne(st *stream.Stream) error {
 	st.SaveMu.Lock() // as update does: never store a live record over the end's
 	defer st.SaveMu.Unlock()
 	if st.HasStopped() {
@@ -123,12 +132,25 @@ func (s *Server) storeConnectedOne(st *stream.Stream) error {
 	if err != nil {
 		return err
 	}
-	if rec.State != api.StateWired || !rec.Created.Equal(st.Record().Created) {
+	cur := st.Record()
+	if !rec.Created.Equal(cur.Created) || !settles(rec, cur.State) {
 		return nil
 	}
-	rec.State = api.StateConnected
+	rec.State = cur.State
 	if err := s.cfg.Store.Put(rec); err != nil && !errors.Is(err, store.ErrEnded) {
 		return err
 	}
 	return nil
+}
+
+// settles reports whether the stored record rec moves on to state, which
+// its stream reached by itself.
+func settles(rec *store.Record, state api.State) bool {
+	switch rec.State {
+	case api.StateWired:
+		return state == api.StateConnected
+	case api.StateListening:
+		return rec.PeerCA && rec.Role == api.RoleInbound && (state == api.StateWired || state == api.StateConnected)
+	}
+	return false
 }

@@ -11,10 +11,10 @@ import (
 )
 
 // A stream ends here: released by its owner, expired by the janitor
-// because its peer never came, or failed because it could not be
-// restored. Its record stays in the store, in its terminal state and
-// without its secret or pin, for Config.Retention; then the janitor
-// prunes it.
+// because its peer never came or its lease ran out, or failed because
+// it could not be restored. Its record stays in the store, in its
+// terminal state and without its secret or pin, for Config.Retention;
+// then the janitor prunes it.
 
 // end stops a live stream for good and records its terminal state.
 func (s *Server) end(st *stream.Stream, state api.State, reason string) *store.Record {
@@ -91,11 +91,11 @@ func (s *Server) janitor() {
 	}
 }
 
-// sweep is one round of the janitor at time now: it expires inbound
-// streams that waited longer than Config.PendingTimeout for their peer
+// sweep is one round of the janitor at time now: it expires streams
+// that waited longer than Config.PendingTimeout for their peer
 // (internal/observe samples their rates), stores the ends of
-// streams the store refused before and the streams gone connected
-// (attach.go), says the connections refused in the last
+// streams the store refused before and the streams that moved on by
+// themselves (attach.go), says the connections refused in the last
 // interval (internal/strangers) and those of the control port
 // (internal/controlport), and, if a minute has passed since
 // lastPrune, prunes records of streams that ended more than
@@ -114,8 +114,8 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 			continue // another node of the facility expires it
 		}
 		if st.PendingSince(now) > s.cfg.PendingTimeout {
-			s.log.Info("stream expired waiting for its outbound peer", "uid", st.UID, "timeout", s.cfg.PendingTimeout)
-			s.end(st, api.StateExpired, fmt.Sprintf("no outbound peer attached within %s", s.cfg.PendingTimeout))
+			s.log.Info("stream expired waiting for its peer", "uid", st.UID, "owner", st.Key.Owner, "timeout", s.cfg.PendingTimeout)
+			s.end(st, api.StateExpired, s.pendingExpired(st.Record()))
 			continue
 		}
 		if exp, lease := st.Lease(); !now.Before(exp) {
@@ -123,7 +123,7 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 			s.end(st, api.StateExpired, fmt.Sprintf("its lease (%s) ran out at %s; renew a lease before it ends with s2uc update UID --lease DURATION", time.Duration(lease)*time.Second, exp.UTC().Format(time.RFC3339)))
 		}
 	}
-	s.storeConnected() // after the expiries: a store that does not answer delays this round by its timeout
+	s.storeSettled() // after the expiries: a store that does not answer delays this round by its timeout
 	if now.Sub(lastPrune) > time.Minute {
 		s.prune(now)
 		return now

@@ -94,11 +94,15 @@ type Server struct {
 	closed  bool
 	ready   bool
 	port    *wanport.Port // the shared WAN port, once open (Config.WAN)
-	// connected holds the streams whose record went connected, until the
-	// janitor stores it (attach.go); connectedFailing says the last try
-	// failed (said once).
-	connected        map[store.Key]*stream.Stream
-	connectedFailing bool
+	// settled holds the streams whose record moved on by itself
+	// (connected; a 1.2 inbound stream wired), until the janitor stores
+	// it (attach.go); settledFailing says the last try failed (said
+	// once).
+	settled        map[store.Key]*stream.Stream
+	settledFailing bool
+	// held counts the places of Config.Quota.Pending that SciStream 1.2
+	// sessions hold, by owner and UID (HoldPending, legacy12.go).
+	held map[store.Key]int
 
 	httpSrv  *http.Server
 	grpc     http.Handler   // the gRPC service on the control port (SetGRPC); nil: none
@@ -179,9 +183,10 @@ func New(cfg Config) (*Server, error) {
 		unsaved: store.NewUnsaved(cfg.Store),
 		done:    make(chan struct{}),
 
-		connected: map[store.Key]*stream.Stream{},
+		settled: map[store.Key]*stream.Stream{},
+		held:    map[store.Key]int{},
 	}
-	s.env.Connected = s.noteConnected
+	s.env.Settled = s.noteSettled
 	s.obs = observe.New(cfg.Observe, observed{s}, cfg.Logger)
 	s.access.Store(&accessConfig{cfg.Auth, cfg.Roles})
 	s.intake = intake.New(intake.Config{
@@ -324,7 +329,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			// keepCarried would store a stream gone connected in the
 			// last second with its record; a node of a facility
 			// stores just that change, as the janitor would have.
-			s.storeConnected()
+			s.storeSettled()
 		}
 		for _, st := range s.live() {
 			st.Stop()

@@ -88,7 +88,10 @@ func (s *Server) release(st *stream.Stream, rec *store.Record, by string) api.St
 // SetTargets gives caller's running stream uid its targets, once, and
 // returns its view: giving the same ones again changes nothing, other
 // ones are a conflict. check, called with the stream's record before
-// anything changes, refuses a stream or targets that may not be set.
+// anything changes, refuses a stream or targets that may not be set. A
+// stream that waited for them (listening: an outbound 1.2 stream, whose
+// partner the targets make known) is wired with them, in the same
+// write, and starts its watch leg (stream.PeersGiven).
 func (s *Server) SetTargets(uid, caller string, targets []string, check func(*store.Record) error) (api.Stream, error) {
 	st, rec, err := s.owned(uid, caller)
 	if err != nil {
@@ -113,11 +116,17 @@ func (s *Server) SetTargets(uid, caller string, targets []string, check func(*st
 		return s.view(prev, st), nil
 	}
 	now := s.cfg.Now()
-	nr := st.Change(func(r *store.Record) { r.Targets, r.Updated = slices.Clone(targets), now })
+	nr := st.Change(func(r *store.Record) {
+		r.Targets, r.Updated = slices.Clone(targets), now
+		if r.State == api.StateListening {
+			r.State = api.StateWired
+		}
+	})
 	if err := s.cfg.Store.Put(nr); err != nil {
 		st.Change(func(r *store.Record) { *r = *prev })
 		return api.Stream{}, storeError("save the stream", err)
 	}
-	s.log.Info("stream updated", "uid", uid, "owner", caller, "targets", targets)
+	st.PeersGiven()
+	s.log.Info("stream updated", "uid", uid, "owner", caller, "targets", targets, "state", nr.State)
 	return s.view(nr, st), nil
 }

@@ -319,6 +319,9 @@ func AttachPin(req *api.AttachRequest, rec *store.Record) (string, error) {
 	if rec.Role != api.RoleInbound {
 		return "", api.Errorf(api.CodeInvalidArgument, "stream %s is the outbound side on this gateway; attach applies to the inbound side", rec.UID)
 	}
+	if rec.PeerCA {
+		return "", api.Errorf(api.CodeInvalidArgument, "stream %s is a SciStream 1.2 client's: it pins nothing, and goes wired when the first WAN leg of its CONS gateway (under --peer_ca) comes; send the 1.2 outbound-request to the CONS gateway instead of attaching", rec.UID)
+	}
 	return parsePin(rec.WAN, req.PeerCert, "outbound")
 }
 

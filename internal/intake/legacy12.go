@@ -13,17 +13,25 @@ import (
 // pinned, and bound by a secret derived from owner and UID
 // (store.Record.PeerCA); an outbound one learns its peer's listeners only
 // from the client's update, after its own listeners were answered.
+//
+// Both are created listening: waiting for their partner, as an inbound
+// stream waits for its attach (admitted against the owner's
+// quota_pending, expired after pending_timeout), and wired once their
+// partner is known: the outbound (CONS) side when the update gives its
+// peers, the inbound (PROD) side when its partner's first WAN leg
+// authenticates (internal/stream, peerca.go). Neither takes an attach
+// (AttachPin).
 
 // Inbound12 checks a 1.2 client's inbound request (always wan "tls", on
-// the stream's own ports) and returns its record, wired at once:
-// nothing attaches to it.
+// the stream's own ports) and returns its record, listening until its
+// partner's first WAN leg comes.
 func (s *Checker) Inbound12(ctx context.Context, req *api.InboundRequest, owner string) (*store.Record, error) {
 	req.WAN, req.WANListener = api.WANTLS, api.WANListenerPorts
 	rec, err := s.Inbound(ctx, req, owner)
 	if err != nil {
 		return nil, err
 	}
-	rec.State = api.StateWired
+	rec.State = api.StateListening
 	rec.PeerCA, rec.Secret = true, wan.CASecret(owner, rec.UID)
 	return rec, nil
 }
@@ -31,7 +39,7 @@ func (s *Checker) Inbound12(ctx context.Context, req *api.InboundRequest, owner 
 // Outbound12 checks a 1.2 client's outbound request of numConn channels
 // for stream uid and returns its record: wan "tls", best effort, the
 // listener's own subnet allowed, and no peer listeners yet (Peers12
-// checks those the update gives).
+// checks those the update gives), so listening until they come.
 func (s *Checker) Outbound12(uid string, numConn int, owner string) (*store.Record, error) {
 	if err := CheckUID(uid); err != nil {
 		return nil, err
@@ -51,7 +59,7 @@ func (s *Checker) Outbound12(uid string, numConn int, owner string) (*store.Reco
 	rec := &store.Record{
 		UID:     uid,
 		Role:    api.RoleOutbound,
-		State:   api.StateWired,
+		State:   api.StateListening,
 		Owner:   owner,
 		NumConn: numConn,
 		WAN:     wanT,

@@ -31,6 +31,9 @@ type Gateway interface {
 	SetTargets(uid, caller string, targets []string, check func(*store.Record) error) (api.Stream, error)
 	// Release ends caller's stream uid, released by whom.
 	Release(uid, caller, by string) (api.Stream, error)
+	// HoldPending takes one of owner's places of its pending quota for
+	// a 1.2 session of uid, until release.
+	HoldPending(owner, uid string) (release func(), err error)
 }
 
 // NewBackend returns gw as the service's Backend. A 1.2 stream is an
@@ -125,6 +128,15 @@ func (b backend) SetPeers(ctx context.Context, owner, uid string, peers []string
 		return b.gw.Intake().Peers12(ctx, "remote_listeners", peers)
 	})
 	return v.Listeners, err
+}
+
+// HoldPending takes one of owner's places of the gateway's pending
+// quota (s2cs --quota_pending) for a session of uid: a req or hello
+// waiting for its partner call counts as a stream waiting for its peer,
+// until release, or until the stream of uid is created (then the stream
+// counts).
+func (b backend) HoldPending(owner, uid string) (func(), error) {
+	return b.gw.HoldPending(owner, uid)
 }
 
 // Get returns the view of owner's stream uid.

@@ -13,6 +13,18 @@
 // meets only the hello of its own UID and caller (sessions never cross),
 // waits for it a bounded time (Config.HelloWait), and every refusal is a
 // gRPC status with a message naming the fix, never UNKNOWN.
+//
+// A req or hello waiting for its partner call (a session) is a thing of
+// its caller's waiting for its peer: it takes one of the caller's places
+// of the gateway's pending quota (Backend.HoldPending, s2cs
+// --quota_pending) until its stream is created or it lapses, and the
+// sessions are bounded per caller (Config.MaxPendingPerOwner) and in all
+// (Config.MaxPending): one caller at its bound is refused, the others are
+// still served. The stream a session makes waits for its partner too
+// (listening, under the same quota and --pending_timeout) until the
+// partner is known: on the CONS side the update that gives its peers, on
+// the PROD side the first WAN leg of its CONS gateway (internal/stream,
+// peerca.go); then it is wired.
 package legacy12
 
 import (
@@ -54,6 +66,10 @@ type Backend interface {
 	CreateOutbound(ctx context.Context, owner, uid string, numConn int) ([]string, error)
 	// SetPeers gives owner's outbound stream uid its peer listeners.
 	SetPeers(ctx context.Context, owner, uid string, peers []string) ([]string, error)
+	// HoldPending takes one of owner's places of the pending quota for
+	// a session of uid until release is called (idempotent); it fails
+	// when owner has none left, the error naming the quota.
+	HoldPending(owner, uid string) (release func(), err error)
 	// Get returns the view of owner's stream uid.
 	Get(ctx context.Context, owner, uid string) (api.Stream, error)
 	// Release ends owner's stream uid.
@@ -70,8 +86,13 @@ type Config struct {
 	// hello that came first waits for its req. If zero, 10 s.
 	HelloWait time.Duration
 	// MaxPending bounds the reqs and hellos waiting for their partner at
-	// once; one more is refused RESOURCE_EXHAUSTED. If zero, 1024.
+	// once, every caller's together; one more is refused
+	// RESOURCE_EXHAUSTED. If zero, 1024.
 	MaxPending int
+	// MaxPendingPerOwner bounds those of one caller, below its pending
+	// quota (Backend.HoldPending) when that is larger; one more is
+	// refused RESOURCE_EXHAUSTED. If zero, 64.
+	MaxPendingPerOwner int
 }
 
 // Limits of a message's fields, past those of the gateway itself.
@@ -83,13 +104,15 @@ const (
 // Service is the gRPC service scistream.Control.
 type Service struct {
 	UnimplementedControlServer
-	b     Backend
-	log   *slog.Logger
-	wait  time.Duration
-	limit int
+	b        Backend
+	log      *slog.Logger
+	wait     time.Duration
+	limit    int // Config.MaxPending
+	perOwner int // Config.MaxPendingPerOwner
 
 	mu       sync.Mutex // guards the following
 	sessions map[key]*session
+	owners   map[string]int // sessions by owner
 }
 
 // key names a session: one caller's UID. Two callers' sessions of one
@@ -102,6 +125,7 @@ type session struct {
 	targets []string      // what the hello gave (set before hello closes)
 	req     bool          // a req waits on it
 	expires time.Time     // for a hello that came first
+	release func()        // gives back its place of the pending quota
 }
 
 // New returns the service of cfg.
@@ -118,7 +142,13 @@ func New(cfg Config) (*Service, error) {
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 1024
 	}
-	return &Service{b: cfg.Backend, log: cfg.Logger, wait: cfg.HelloWait, limit: cfg.MaxPending, sessions: map[key]*session{}}, nil
+	if cfg.MaxPendingPerOwner == 0 {
+		cfg.MaxPendingPerOwner = 64
+	}
+	return &Service{
+		b: cfg.Backend, log: cfg.Logger, wait: cfg.HelloWait, limit: cfg.MaxPending, perOwner: cfg.MaxPendingPerOwner,
+		sessions: map[key]*session{}, owners: map[string]int{},
+	}, nil
 }
 
 // maxMessage bounds a request message: the largest valid one is well
@@ -127,10 +157,11 @@ const maxMessage = 64 << 10
 
 // NewServer returns a gRPC server of svc, to serve with its ServeHTTP
 // (gateway.Server.SetGRPC). It has no transport security of its own: the
-// gateway's control port runs TLS.
+// gateway's control port runs TLS. A request that is not its method's
+// protobuf message is answered INVALID_ARGUMENT (codec.go).
 func NewServer(svc *Service) *grpc.Server {
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage), grpc.MaxConcurrentStreams(250))
-	RegisterControlServer(gs, svc)
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage), grpc.MaxConcurrentStreams(250), grpc.ForceServerCodecV2(codec{}))
+	gs.RegisterService(serviceDesc(), svc)
 	return gs
 }
 
@@ -159,10 +190,14 @@ func (s *Service) Req(ctx context.Context, r *Request) (*Response, error) {
 	}
 	// rate (kb/s) is ignored, as the 1.2 server ignores it: a stream of
 	// a 1.2 client is best effort.
-	targets, err := s.meet(ctx, key{owner, uid})
+	k := key{owner, uid}
+	targets, ss, err := s.meet(ctx, k)
 	if err != nil {
 		return nil, s.done("req", uid, owner, err)
 	}
+	// The session keeps its place of the quota until its stream holds
+	// one (or failed).
+	defer s.forgetSession(k, ss)
 	var out Response
 	switch role {
 	case RoleProd:
@@ -226,6 +261,13 @@ func (s *Service) Update(ctx context.Context, u *UpdateTargets) (*Response, erro
 	if err := checkList("remote_listeners", u.GetRemoteListeners()); err != nil {
 		return nil, s.done("update", uid, owner, err)
 	}
+	v, err := s.b.Get(ctx, owner, uid)
+	if err != nil {
+		return nil, s.done("update", uid, owner, err)
+	}
+	if v.State.Terminal() {
+		return nil, s.done("update", uid, owner, ended(v))
+	}
 	if role == RoleCons {
 		ls, err := s.b.SetPeers(ctx, owner, uid, u.GetRemoteListeners())
 		if err != nil {
@@ -234,13 +276,7 @@ func (s *Service) Update(ctx context.Context, u *UpdateTargets) (*Response, erro
 		s.done("update", uid, owner, nil)
 		return &Response{Listeners: ls}, nil
 	}
-	v, err := s.b.Get(ctx, owner, uid)
-	if err != nil {
-		return nil, s.done("update", uid, owner, err)
-	}
 	switch {
-	case v.State.Terminal():
-		err = status.Errorf(codes.FailedPrecondition, "stream %s has ended (%s); request a new one", uid, v.State)
 	case v.Role != api.RoleInbound:
 		err = status.Errorf(codes.InvalidArgument, "stream %s is the CONS side on this gateway: update it with role CONS", uid)
 	case !slices.Equal(u.GetRemoteListeners(), expand(v.Targets, v.NumConn)) && !slices.Equal(u.GetRemoteListeners(), v.Targets):
@@ -272,35 +308,38 @@ func (s *Service) Release(ctx context.Context, r *Release) (*Response, error) {
 }
 
 // meet registers a req for k and waits for its hello (or finds the one
-// that came first); it returns the hello's targets.
-func (s *Service) meet(ctx context.Context, k key) ([]string, error) {
+// that came first); it returns the hello's targets and the session, which
+// the caller forgets (forgetSession) once its stream is created or
+// failed: until then the session keeps its place of the pending quota.
+func (s *Service) meet(ctx context.Context, k key) ([]string, *session, error) {
 	s.mu.Lock()
 	s.purgeLocked(time.Now())
 	ss := s.sessions[k]
 	switch {
 	case ss != nil && ss.req:
 		s.mu.Unlock()
-		return nil, status.Errorf(codes.AlreadyExists, "a req for %s is already waiting for its hello: send hello, or use a new uid", k.uid)
-	case ss == nil && len(s.sessions) >= s.limit:
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.ResourceExhausted, "%d requests already wait for their hello on this gateway; retry shortly", s.limit)
+		return nil, nil, status.Errorf(codes.AlreadyExists, "a req for %s is already waiting for its hello: send hello, or use a new uid", k.uid)
 	case ss == nil:
-		ss = &session{hello: make(chan struct{})}
-		s.sessions[k] = ss
+		var err error
+		if ss, err = s.openLocked(k, time.Time{}); err != nil {
+			s.mu.Unlock()
+			return nil, nil, err
+		}
 	}
 	ss.req = true
 	s.mu.Unlock()
-	defer s.forgetSession(k, ss)
 
 	t := time.NewTimer(s.wait)
 	defer t.Stop()
 	select {
 	case <-ss.hello:
-		return ss.targets, nil
+		return ss.targets, ss, nil
 	case <-t.C:
-		return nil, status.Errorf(codes.DeadlineExceeded, "no hello for %s came within %v of its req: the 1.2 client sends hello(uid, PROD, producer listeners) beside req; send it, then req again", k.uid, s.wait)
+		s.forgetSession(k, ss)
+		return nil, nil, status.Errorf(codes.DeadlineExceeded, "no hello for %s came within %v of its req: the 1.2 client sends hello(uid, PROD, producer listeners) beside req; send it, then req again", k.uid, s.wait)
 	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+		s.forgetSession(k, ss)
+		return nil, nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
@@ -314,11 +353,11 @@ func (s *Service) greet(k key, targets []string) error {
 	switch {
 	case ss != nil && ss.targets != nil:
 		return status.Errorf(codes.AlreadyExists, "a hello for %s came already: one hello per req; use a new uid for a new stream", k.uid)
-	case ss == nil && len(s.sessions) >= s.limit:
-		return status.Errorf(codes.ResourceExhausted, "%d requests already wait for their partner on this gateway; retry shortly", s.limit)
 	case ss == nil:
-		ss = &session{hello: make(chan struct{}), expires: now.Add(s.wait)}
-		s.sessions[k] = ss
+		var err error
+		if ss, err = s.openLocked(k, now.Add(s.wait)); err != nil {
+			return err
+		}
 	}
 	if targets == nil {
 		targets = []string{}
@@ -328,12 +367,46 @@ func (s *Service) greet(k key, targets []string) error {
 	return nil
 }
 
+// openLocked adds a session for k (a hello that came first expires then;
+// a req's has none) if its owner and the service are under their bounds
+// and its owner has a place of its pending quota left. s.mu must be held.
+func (s *Service) openLocked(k key, expires time.Time) (*session, error) {
+	if n := s.owners[k.owner]; n >= s.perOwner {
+		return nil, status.Errorf(codes.ResourceExhausted, "%s already has %d reqs and hellos waiting for their partner call on this gateway, the most one identity may have: send the calls they wait for (unanswered, each lapses after %v), then retry", k.owner, n, s.wait)
+	}
+	if len(s.sessions) >= s.limit {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d reqs and hellos of all users already wait for their partner call on this gateway, the most it holds; retry shortly", s.limit)
+	}
+	release, err := s.b.HoldPending(k.owner, k.uid)
+	if err != nil {
+		return nil, err
+	}
+	ss := &session{hello: make(chan struct{}), expires: expires, release: release}
+	s.sessions[k] = ss
+	s.owners[k.owner]++
+	return ss, nil
+}
+
+// deleteLocked removes the session of k and gives back its place. s.mu
+// must be held.
+func (s *Service) deleteLocked(k key) {
+	ss := s.sessions[k]
+	if ss == nil {
+		return
+	}
+	delete(s.sessions, k)
+	if s.owners[k.owner]--; s.owners[k.owner] <= 0 {
+		delete(s.owners, k.owner)
+	}
+	ss.release()
+}
+
 // forgetSession removes ss, a session whose req ended, from the table.
 func (s *Service) forgetSession(k key, ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sessions[k] == ss {
-		delete(s.sessions, k)
+		s.deleteLocked(k)
 	}
 }
 
@@ -342,7 +415,7 @@ func (s *Service) forget(k key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ss := s.sessions[k]; ss != nil && !ss.req {
-		delete(s.sessions, k)
+		s.deleteLocked(k)
 	}
 }
 
@@ -350,7 +423,7 @@ func (s *Service) forget(k key) {
 func (s *Service) purgeLocked(now time.Time) {
 	for k, ss := range s.sessions {
 		if !ss.req && now.After(ss.expires) {
-			delete(s.sessions, k)
+			s.deleteLocked(k)
 		}
 	}
 }
@@ -412,6 +485,16 @@ func toStatus(err error) *status.Status {
 		msg = "internal error; see the gateway's log"
 	}
 	return status.New(c, msg)
+}
+
+// ended is the answer to a call about a stream that has ended: what
+// became of it and why (an expiry names --pending_timeout or the lease).
+func ended(v api.Stream) error {
+	why := ""
+	if v.Reason != "" {
+		why = ": " + v.Reason
+	}
+	return status.Errorf(codes.FailedPrecondition, "stream %s has ended (%s%s); send req and hello again for a new one (the same uid will do)", v.UID, v.State, why)
 }
 
 // expand lists targets round-robin over n channels, as the gateway leads

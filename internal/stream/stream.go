@@ -71,12 +71,14 @@ type Env struct {
 	// PeerCA verifies the WAN legs of the streams of SciStream 1.2
 	// clients (store.Record.PeerCA, peerca.go); nil refuses them all.
 	PeerCA *x509.CertPool
-	// Connected is told of a stream whose record went from wired to
-	// connected (legWorked), so that the gateway stores the change. It
-	// is called from a connection's goroutine, once per stream (again
-	// only if a stale record replaced the connected one and was settled
-	// again), and must not block. nil: nobody is told.
-	Connected func(*Stream)
+	// Settled is told of a stream whose record moved on by itself, so
+	// that the gateway stores the change: from wired to connected
+	// (legWorked), or, on an inbound stream of a SciStream 1.2 client,
+	// from listening to wired (its partner came: partnerCame,
+	// peerca.go). It is called from a connection's goroutine, once per
+	// change (again only if a stale record replaced the changed one and
+	// was settled again), and must not block. nil: nobody is told.
+	Settled func(*Stream)
 }
 
 // SharedPort is what a stream needs of the gateway's shared WAN port
@@ -152,6 +154,10 @@ type Stream struct {
 	// or at New for a record stored connected: from then on the record
 	// says connected, never wired again (settleLocked).
 	dataOK atomic.Bool
+	// partnerOK is set once a leg of the peer authenticated on an
+	// inbound stream (partnerCame): from then on a 1.2 stream's record
+	// says wired or connected, never listening again (settleLocked).
+	partnerOK atomic.Bool
 	// peerAt is, per channel of an outbound stream, the peer listener
 	// that last answered when it was not the one first given (the peer
 	// facility moved the channel to another node: dialPeer).
@@ -257,7 +263,7 @@ func (st *Stream) SetRecord(r *store.Record) {
 	up := st.settleLocked()
 	st.mu.Unlock()
 	if up {
-		st.tellConnected()
+		st.tellSettled()
 	}
 }
 
@@ -276,12 +282,13 @@ func (st *Stream) ListenerAddrs() []string {
 	return out
 }
 
-// Start runs one accept loop per channel. It does nothing once the
-// stream has stopped.
+// Start runs one accept loop per channel, and the watch leg of an
+// outbound 1.2 stream whose peers are known (peerca.go). It does nothing
+// once the stream has stopped.
 func (st *Stream) Start() {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.stopped {
+		st.mu.Unlock()
 		return
 	}
 	st.sharePaceLocked()
@@ -295,6 +302,11 @@ func (st *Stream) Start() {
 	if st.Role == api.RoleOutbound && st.rec.WANPool > 0 {
 		st.wg.Add(1)
 		go st.warmLegs(st.rec.WANPool)
+	}
+	watch := awaitsPeers(st.rec) && len(st.rec.Targets) > 0 // restored with its peers
+	st.mu.Unlock()
+	if watch {
+		st.startWatch(st.env.Log.With("uid", st.UID))
 	}
 }
 
@@ -580,6 +592,7 @@ func (st *Stream) serveInbound(ch int, raw *net.TCPConn, sl strangers.Slot) {
 // The caller tracks r.Conn.
 func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 	st.Trusted.Add(from, time.Now())
+	st.partnerCame()
 	log := st.env.Log.With("uid", st.UID, "channel", r.Channel, "peer", from.String())
 	if r.Watch() {
 		st.serveWatch(log, r.Conn)
@@ -774,20 +787,21 @@ func (st *Stream) Attach(pin string, now time.Time) (*store.Record, bool) {
 	return &r, true
 }
 
-// Waiting reports whether the stream is an inbound one that waits for
-// its outbound peer.
+// Waiting reports whether the stream waits for its peer (listening): an
+// inbound stream not attached yet, or a stream of a 1.2 client whose
+// partner is not known yet (peerca.go).
 func (st *Stream) Waiting() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.rec.Role == api.RoleInbound && st.rec.State == api.StateListening && !st.stopped
+	return st.rec.State == api.StateListening && !st.stopped
 }
 
-// PendingSince returns how long an inbound stream has waited for its
-// peer, or 0 if it is not waiting.
+// PendingSince returns how long the stream has waited for its peer, or
+// 0 if it is not waiting.
 func (st *Stream) PendingSince(now time.Time) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.rec.Role != api.RoleInbound || st.rec.State != api.StateListening || st.stopped {
+	if st.rec.State != api.StateListening || st.stopped {
 		return 0
 	}
 	return now.Sub(st.rec.Updated)
@@ -835,7 +849,7 @@ func (st *Stream) Change(f func(*store.Record)) *store.Record {
 	r := *st.rec
 	st.mu.Unlock()
 	if up {
-		st.tellConnected()
+		st.tellSettled()
 	}
 	return &r
 }

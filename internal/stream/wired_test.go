@@ -29,7 +29,7 @@ import (
 // wiredPair is an inbound and an outbound stream of one UID on this
 // process's loopback, wired to each other as two gateways' would be,
 // in front of an echoing application; told counts, per role, the calls
-// of Env.Connected.
+// of Env.Settled.
 type wiredPair struct {
 	in, out *Stream
 	told    map[api.Role]*atomic.Int64
@@ -58,7 +58,7 @@ func newWiredPair(t *testing.T, wanT string, pool int, target string) *wiredPair
 		Strangers: strangers.New(strangers.Limits{}, log, time.Now()),
 		Targets:   egress.New(loop, "--allow_targets", &egress.Self{}), Peers: egress.New(loop, "--allow_peers", &egress.Self{}),
 		Legs: legpool.New(legpool.Config{}, log), Files: NewSlots(0), BestEffort: pace.NewBestEffort(0), Paceable: splice,
-		Connected: func(st *Stream) { p.told[st.Role].Add(1) },
+		Settled: func(st *Stream) { p.told[st.Role].Add(1) },
 	}
 	app, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {

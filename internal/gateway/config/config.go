@@ -85,8 +85,9 @@ type Config struct {
 	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
 	// false, such requests are refused.
 	AllowTCPWAN bool
-	// PendingTimeout is how long an inbound stream may wait for its
-	// outbound peer before it expires and frees its ports. If zero,
+	// PendingTimeout is how long a stream may wait for its peer (an
+	// inbound stream for its attach, a stream of a SciStream 1.2 client
+	// for its partner) before it expires and frees its ports. If zero,
 	// DefaultPendingTimeout.
 	PendingTimeout time.Duration
 	// WAN is the shared WAN port (internal/wanport). Its zero value is
@@ -174,10 +175,10 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultPendingTimeout is how long an inbound stream waits for its
-// outbound peer when Config.PendingTimeout is zero: long enough for a
-// person to run the outbound request by hand, short enough that an
-// abandoned request does not hold ports for long.
+// DefaultPendingTimeout is how long a stream waits for its peer when
+// Config.PendingTimeout is zero: long enough for a person to run the
+// outbound request by hand, short enough that an abandoned request does
+// not hold ports for long.
 const DefaultPendingTimeout = 5 * time.Minute
 
 // DefaultTakeover is Config.Takeover's default: the bound, from a node's
