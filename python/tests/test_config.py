@@ -134,6 +134,29 @@ def test_no_gateway_says_how(tmp_path: Path) -> None:
         scistream.Client("gw.example")
 
 
+def test_stream_without_gateways_names_what_it_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No configuration file and no gateway given: the error names
+    stream()'s own arguments (inbound=, outbound=) and the keys and file
+    that would give them, not Client's s2cs=."""
+    monkeypatch.setenv("SCISTREAM_CONFIG", str(tmp_path / "config.yaml"))
+    with pytest.raises(scistream.ConfigError) as e:
+        scistream.stream(target=("127.0.0.1", 9))
+    msg = str(e.value)
+    assert msg.startswith("no inbound gateway and no outbound gateway: give stream(inbound='HOST:PORT', "
+                          "outbound='HOST:PORT', ...)"), msg
+    assert "inbound_s2cs and outbound_s2cs" in msg and str(tmp_path / "config.yaml") in msg, msg
+    assert "s2cs=" not in msg, msg
+    with pytest.raises(scistream.ConfigError, match=r"^no outbound gateway: give astream\(outbound='HOST:PORT', \.\.\.\)"):
+        scistream.astream("127.0.0.1:1", target=("127.0.0.1", 9))
+    cfg = write(tmp_path / "config.yaml", "inbound_s2cs: 127.0.0.1:1\n")
+    with pytest.raises(scistream.ConfigError, match=f"no outbound gateway: .* set outbound_s2cs \\(or s2cs\\) in the configuration file {cfg}"):
+        scistream.stream(target=("127.0.0.1", 9))
+    w = scistream.stream(outbound="127.0.0.1:2", target=("127.0.0.1", 9), token="t")  # both given: no error, no request
+    assert (w.inbound_client.addr, w.outbound_client.addr) == ("127.0.0.1:1", "127.0.0.1:2")
+    w.inbound_client.close()
+    w.outbound_client.close()
+
+
 def test_bad_arguments_said_before_any_request(pair: Pair) -> None:
     kw: dict[str, Any] = pair.stream_kw()
     with pytest.raises(scistream.ConfigError, match="num_conn 0"):

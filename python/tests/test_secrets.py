@@ -27,8 +27,10 @@ MARK = "S3CRET-" + uuid.uuid4().hex
 
 
 def shown(obj: Any) -> str:
-    """Every text a notebook, a log or a print may show of obj."""
-    return "\n".join([repr(obj), str(obj), f"{obj}", pprint.pformat(obj), pprint.pformat([obj])])
+    """Every text a notebook, a log or a print may show of obj (its HTML
+    table too, where it has one)."""
+    html = obj._repr_html_() if hasattr(obj, "_repr_html_") else ""
+    return "\n".join([repr(obj), str(obj), f"{obj}", pprint.pformat(obj), pprint.pformat([obj]), html])
 
 
 def value_for(tp: Any) -> Any:

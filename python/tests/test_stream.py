@@ -126,7 +126,78 @@ def test_s2uc_sees_and_releases_a_python_stream(pair: Pair, echo: Echo, isolated
         assert rel.stdout.count("released") == 2
         assert_released(pair, s.uid)
         uid = s.uid
+        # Python's release after s2uc's: success, said to be a release again.
+        again = s.release()
+        assert again.already_released and [v.state for v in again] == ["released", "released"], again
+        assert str(again) == f"stream {uid} released (already released before)"
     # Leaving the block after s2uc released it: nothing left, no error.
+    assert_released(pair, uid)
+
+
+def test_release_again_is_success_said_as_such(pair: Pair, echo: Echo) -> None:
+    """release() twice, as a retried cleanup does: the second is no error
+    and says "already released" (Released.already_released), as s2uc
+    release does; the first said what it released."""
+    s = scistream.stream(target=("127.0.0.1", echo.port), **pair.stream_kw())
+    with s:
+        uid = s.uid
+        first = s.release()
+        assert not first.already_released and s.released
+        assert [(v.role, v.state) for v in first] == [("outbound", "released"), ("inbound", "released")], first
+        assert str(first) == f"stream {uid} released"
+        again = s.release()
+        assert again.already_released and again == [] and str(again) == f"stream {uid} already released", repr(again)
+    assert s.release().already_released  # after the block too
+    assert_released(pair, uid or "")
+
+    async def run() -> None:
+        async with scistream.astream(target=("127.0.0.1", echo.port), **pair.stream_kw()) as a:
+            assert not (await a.release()).already_released
+            assert (await a.release()).already_released
+    asyncio.run(run())
+
+
+def test_a_side_not_released_is_released_by_the_next_call(pair: Pair, echo: Echo) -> None:
+    """A release that fails on one side (its gateway unreachable) raises,
+    keeps that side, and claims no release: the next call releases it,
+    and only then is the stream "already released"."""
+    with scistream.stream(target=("127.0.0.1", echo.port), **pair.stream_kw()) as s:
+        uid = s.uid or ""
+        real = s.inbound_client
+        s.inbound_client = scistream.Client("127.0.0.1:1", token="t", timeout=5)  # nothing listens on port 1
+        try:
+            with pytest.raises(scistream.SciStreamError, match=r"release .* on 127\.0\.0\.1:1 \(inbound\)"):
+                s.release()
+            assert not s.released
+            ins, outs = live_uids(pair)
+            assert uid in ins and uid not in outs
+        finally:
+            s.inbound_client.close()
+            s.inbound_client = real
+        done = s.release()
+        assert [v.role for v in done] == ["inbound"] and not done.already_released, repr(done)
+        assert s.released and s.release().already_released
+    assert_released(pair, uid)
+
+
+def test_a_closed_stream_with_a_side_left_says_what_releases_it(pair: Pair, echo: Echo, isolated_env: Path) -> None:
+    """Closed while a side could not be released: release() says so, and
+    names the s2uc release that does it (which then does)."""
+    s = scistream.stream(target=("127.0.0.1", echo.port), **pair.stream_kw()).open()
+    uid = s.uid or ""
+    real = s.inbound_client
+    s.inbound_client = scistream.Client("127.0.0.1:1", token="t", timeout=5)
+    with pytest.raises(scistream.SciStreamError, match=r"\(inbound\)"):
+        s.close()
+    real.close()
+    with pytest.raises(scistream.SciStreamError) as e:
+        s.release()
+    assert str(e.value) == (f"stream {uid}: the inbound side was not released, and this stream object is closed: "
+                            f"release it with s2uc release {uid}")
+    assert uid in live_uids(pair)[0]
+    env = {**os.environ, "SCISTREAM_HOME": str(isolated_env), "SCISTREAM_TOKEN_FILE": pair.token_file("alice")}
+    rel = subprocess.run([str(pair.bins / "s2uc"), "release", uid], env=env, capture_output=True, text=True, timeout=60)
+    assert rel.returncode == 0, rel.stderr
     assert_released(pair, uid)
 
 

@@ -10,6 +10,13 @@ gateways as ``s2uc stream`` does and releases it when the block ends;
 control API. Credentials and gateways come as s2uc takes them: arguments,
 the environment (SCISTREAM_TOKEN, ...), the configuration file and its
 profiles, the login of ``s2uc login``. Errors are in :mod:`scistream.errors`.
+
+Every keyword is typed and keyword-only: a type checker refuses one that is
+not taken, and at run time it is a TypeError naming the function and the
+nearest keyword ("stream() got an unexpected keyword argument 'numconn':
+did you mean 'num_conn'?"). Models print on one line and show as a table in
+a notebook; reserved rates are bits per second, sampled rates bytes per
+second over the gateway's sampling interval.
 """
 
 from .client import ROUTES, UNSET, AsyncClient, Client
@@ -19,12 +26,12 @@ from .errors import (APIError, BadAnswer, CertificateError, Conflict, ConfigErro
                      Unreachable)
 from .models import Info, Stats, Stream
 from .rates import format_rate, parse_rate
-from .wiring import AsyncWiredStream, RateSample, StreamStatus, WiredStream, astream, stream
+from .wiring import AsyncWiredStream, RateSample, Released, StreamStatus, WiredStream, astream, stream
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "stream", "astream", "WiredStream", "AsyncWiredStream", "RateSample", "StreamStatus",
+    "stream", "astream", "WiredStream", "AsyncWiredStream", "RateSample", "StreamStatus", "Released",
     "Client", "AsyncClient", "ROUTES", "UNSET", "Config", "Info", "Stats", "Stream", "parse_rate", "format_rate",
     "SciStreamError", "APIError", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "Conflict",
     "NoResources", "Unavailable", "Internal", "TransportError", "Unreachable", "CertificateError", "NotHTTPS",

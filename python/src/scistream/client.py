@@ -25,13 +25,14 @@ import json
 import re
 import secrets
 import ssl
-from typing import Any, Optional, TypeVar
+from typing import Any, Final, Iterable, Optional, Sequence, TypeVar, Union, overload
 from urllib.parse import quote, urlencode
 
 import httpx
 import yaml
 
 from . import _tls
+from ._kw import keywords
 from .auth import token_source
 from .config import Config, Side
 from .errors import BadAnswer, CertificateError, ConfigError, NotHTTPS, SciStreamError, TransportError, Unreachable, api_error
@@ -39,7 +40,7 @@ from .models import (AttachRequest, GatewayStatus, Health, Info, InboundRequest,
                      UpdateRequest, from_json, to_json)
 from .rates import parse_rate
 
-__all__ = ["Client", "AsyncClient", "ROUTES", "valid_uid", "valid_host", "valid_host_port", "UNSET"]
+__all__ = ["Client", "AsyncClient", "ROUTES", "valid_uid", "valid_host", "valid_host_port", "UNSET", "Unset"]
 
 REQUEST_ID_HEADER = "X-Request-Id"
 MAX_CHANNELS = 256
@@ -142,13 +143,20 @@ def valid_host_port(hp: Any) -> bool:
     return str(n) == p and 1 <= n <= 65535
 
 
-class _Unset:
+class Unset:
+    """The type of :data:`UNSET`, the default of update()'s fields: leave
+    the field as it is (None could not say it: rate=0 is best effort)."""
+
     def __repr__(self) -> str:
         return "UNSET"
 
 
 #: The default of update()'s fields: leave the field as it is.
-UNSET: Any = _Unset()
+UNSET: Final[Unset] = Unset()
+
+#: A rate: bits per second (an int), or as people write it ("2G", "800Mbit/s",
+#: "100MB/s"; scistream.rates.parse_rate).
+RateArg = Union[int, str]
 
 R = TypeVar("R")
 
@@ -157,6 +165,7 @@ class _Base:
     """What Client and AsyncClient share: configuration, the requests'
     paths and bodies, the answers' decoding and checks."""
 
+    @keywords
     def __init__(self, s2cs: Optional[str] = None, *, server_cert: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None, timeout: float = 30.0, profile: Optional[str] = None,
                  side: Side = None, config: Optional[Config] = None) -> None:
@@ -179,6 +188,11 @@ class _Base:
         self._token = token_source(token, token_file, st.token_file)
         self.timeout = timeout
         self._base = f"https://{self.addr}"
+        self._connect()
+
+    def _connect(self) -> None:
+        """Makes the HTTP client (httpx.Client or httpx.AsyncClient)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:  # never the token
         return f"{type(self).__name__}({self.addr!r}, server_cert={self.server_cert!r})"
@@ -217,23 +231,33 @@ class _Base:
             q["all"] = "true"
         return "/v1/streams" + ("?" + urlencode(q) if q else "")
 
-    @staticmethod
-    def _inbound_body(req: InboundRequest | dict[str, Any] | None, kw: dict[str, Any]) -> InboundRequest:
-        if req is None:
-            for k in ("rate", "min_rate"):
-                if isinstance(kw.get(k), str):
-                    kw[k] = parse_rate(kw[k], k)
-            return InboundRequest(**kw)
-        return req if isinstance(req, InboundRequest) else InboundRequest(**req)
+    def _inbound_body(self, req: InboundRequest | dict[str, Any] | None, kw: dict[str, Any]) -> InboundRequest:
+        given = {k: v for k, v in kw.items() if v is not None}
+        name = f"{type(self).__name__}.inbound()"
+        if req is not None:
+            if given:
+                raise TypeError(f"{name}: give an InboundRequest (or its dict) or its fields as keywords, not both "
+                                f"(also given: {', '.join(sorted(given))})")
+            return req if isinstance(req, InboundRequest) else InboundRequest(**req)
+        missing = [k for k in ("remote_ip", "receiver_ports", "num_conn") if k not in given]
+        if missing:
+            raise TypeError(f"{name} missing {', '.join(k + '=' for k in missing)}: give remote_ip='10.0.0.20', "
+                            "receiver_ports=[8080], num_conn=1 (or an InboundRequest)")
+        for k in ("rate", "min_rate"):
+            if k in given:
+                given[k] = parse_rate(given[k], k)
+        given["receiver_ports"] = list(given["receiver_ports"])
+        return InboundRequest(**given)
 
     @staticmethod
-    def _update_body(rate: Any, allow: Any, lease_s: Any) -> UpdateRequest:
+    def _update_body(rate: Union[RateArg, Unset], allow: Union[Iterable[str], Unset],
+                     lease_s: Union[int, Unset]) -> UpdateRequest:
         body = UpdateRequest()
-        if rate is not UNSET:
-            body.rate = parse_rate(rate, "rate") if isinstance(rate, str) else rate
-        if allow is not UNSET:
+        if not isinstance(rate, Unset):
+            body.rate = parse_rate(rate, "rate")
+        if not isinstance(allow, Unset):
             body.allow = list(allow)
-        if lease_s is not UNSET:
+        if not isinstance(lease_s, Unset):
             body.lease_s = lease_s
         return body
 
@@ -383,19 +407,34 @@ class _Base:
 class Client(_Base):
     """A client of one gateway's control API.
 
-    ``Client("10.0.0.5:5000", server_cert="gw.crt")``: s2cs, server_cert,
-    token_file and token may also come from the environment and the
-    configuration file (profile=, side= "inbound"/"outbound"), as in s2uc;
-    see :mod:`scistream.config`. The token is read once, when the client is
-    made. Use as a context manager, or call close().
+    ``Client("10.0.0.5:5000", server_cert="gw.crt")``. Every argument but
+    s2cs is keyword-only:
+
+    - s2cs: "HOST:PORT" of the gateway's control API;
+    - server_cert: the gateway's certificate, a PEM path (pinned, or the
+      CA that issued it) or "sha256:HEX"; none: the system's roots;
+    - token, token_file: the bearer token, or a file holding it;
+    - timeout: seconds for each request (30);
+    - profile: a profile of the configuration file;
+    - side: "inbound" or "outbound": that side's keys of the configuration
+      file (inbound_s2cs, ...), each falling back to the plain key;
+    - config: a :class:`Config` (default: the configuration file and the
+      environment, as s2uc reads them; see :mod:`scistream.config`).
+
+    s2cs, server_cert and token_file not given come from the environment
+    and the configuration file, as in s2uc. The token is read once, when the
+    client is made. Use as a context manager, or call close(). A keyword it
+    does not take is a TypeError naming the nearest one.
     """
 
-    def __init__(self, s2cs: Optional[str] = None, **kw: Any) -> None:
-        super().__init__(s2cs, **kw)
+    _hc: httpx.Client
+
+    def _connect(self) -> None:
         self._hc = httpx.Client(transport=_tls.transport(self._trust), timeout=self.timeout, trust_env=False,
                                 follow_redirects=False)
 
     def close(self) -> None:
+        """Closes the client's connections (idempotent)."""
         self._hc.close()
 
     def __enter__(self) -> "Client":
@@ -424,6 +463,7 @@ class Client(_Base):
             resp.close()  # unread: the connection is closed, not reused
         return resp, bytes(buf)
 
+    @keywords
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """Sends one request (body: a model or a dict) and returns the
         decoded answer (JSON, or text for other content types)."""
@@ -447,15 +487,35 @@ class Client(_Base):
         """GET /v1/info: the gateway and the caller's identity."""
         return self._decode(Info, self.request("GET", "/v1/info"))
 
-    def inbound(self, req: Optional[InboundRequest | dict[str, Any]] = None, **kw: Any) -> Stream:
-        """POST /v1/streams/inbound (an InboundRequest, or its fields as
-        keywords; rate and min_rate may be "2G"). The answer is checked as
-        s2uc checks it; a refused answer's stream is released again."""
-        body = self._inbound_body(req, kw)
+    @overload
+    def inbound(self, req: InboundRequest | dict[str, Any]) -> Stream: ...
+
+    @overload
+    def inbound(self, *, remote_ip: str, receiver_ports: Sequence[int], num_conn: int, uid: Optional[str] = None,
+                wan: Optional[str] = None, engine: Optional[str] = None, wan_listener: Optional[str] = None,
+                app_wait_s: Optional[int] = None, max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
+                min_rate: Optional[RateArg] = None, lease_s: Optional[int] = None) -> Stream: ...
+
+    @keywords
+    def inbound(self, req: Optional[InboundRequest | dict[str, Any]] = None, *, remote_ip: Optional[str] = None,
+                receiver_ports: Optional[Sequence[int]] = None, num_conn: Optional[int] = None, uid: Optional[str] = None,
+                wan: Optional[str] = None, engine: Optional[str] = None, wan_listener: Optional[str] = None,
+                app_wait_s: Optional[int] = None, max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
+                min_rate: Optional[RateArg] = None, lease_s: Optional[int] = None) -> Stream:
+        """POST /v1/streams/inbound: an InboundRequest (or its dict), or its
+        fields as keywords (remote_ip, receiver_ports and num_conn
+        required; rate and min_rate in bits per second, or "2G"). The answer
+        is checked as s2uc checks it; a refused answer's stream is released
+        again."""
+        body = self._inbound_body(req, dict(
+            remote_ip=remote_ip, receiver_ports=receiver_ports, num_conn=num_conn, uid=uid, wan=wan, engine=engine,
+            wan_listener=wan_listener, app_wait_s=app_wait_s, max_active_conns=max_active_conns, rate=rate,
+            min_rate=min_rate, lease_s=lease_s))
         s = self._decode(Stream, self.request("POST", "/v1/streams/inbound", body))
         self._checked_or_undo(s, body.uid, body.wan, True)
         return s
 
+    @keywords
     def outbound(self, req: OutboundRequest | dict[str, Any]) -> Stream:
         """POST /v1/streams/outbound, the answer checked as inbound's."""
         body = req if isinstance(req, OutboundRequest) else OutboundRequest(**req)
@@ -474,34 +534,48 @@ class Client(_Base):
                     raise BadAnswer(self.addr, f"{str(e).split('answer refused: ', 1)[-1]}; release {s.uid} again: {re}") from None
             raise
 
-    def attach(self, uid: str, peer_cert: Optional[str] = None, rate: Optional[int] = None) -> Stream:
-        """POST /v1/streams/{uid}/attach on the inbound gateway."""
-        s = self._decode(Stream, self.request("POST", self._path(uid, "/attach"), AttachRequest(peer_cert=peer_cert, rate=rate)))
+    @keywords
+    def attach(self, uid: str, peer_cert: Optional[str] = None, rate: Optional[RateArg] = None) -> Stream:
+        """POST /v1/streams/{uid}/attach on the inbound gateway: the outbound
+        gateway's certificate (PEM), and the rate it granted (bits per
+        second, or "2G")."""
+        body = AttachRequest(peer_cert=peer_cert, rate=parse_rate(rate, "rate") if rate is not None else None)
+        s = self._decode(Stream, self.request("POST", self._path(uid, "/attach"), body))
         self._check_view(s, uid)
         return s
 
+    @keywords
     def get(self, uid: str, *, owner: Optional[str] = None) -> Stream:
-        """GET /v1/streams/{uid}: one stream, with its live counters."""
+        """GET /v1/streams/{uid}: one stream, with its live counters
+        (owner: another identity's, for an operator or a reader)."""
         s = self._decode(Stream, self.request("GET", self._path(uid) + self._owner(owner)))
         self._check_view(s, uid)
         return s
 
+    @keywords
     def list(self, all: bool = False, *, owner: Optional[str] = None, all_owners: bool = False) -> list[Stream]:
         """GET /v1/streams: the caller's live streams (all=True: ended ones
-        too)."""
+        too; owner: another identity's, all_owners: everyone's, for an
+        operator or a reader)."""
         return self._streams(self.request("GET", self._list_path(all, owner, all_owners)))
 
-    def update(self, uid: str, *, rate: Any = UNSET, allow: Any = UNSET, lease_s: Any = UNSET,
-               owner: Optional[str] = None) -> Stream:
-        """PATCH /v1/streams/{uid}: the fields given change (rate=0: best
-        effort; rate may be "2G")."""
+    @keywords
+    def update(self, uid: str, *, rate: Union[RateArg, Unset] = UNSET, allow: Union[Iterable[str], Unset] = UNSET,
+               lease_s: Union[int, Unset] = UNSET, owner: Optional[str] = None) -> Stream:
+        """PATCH /v1/streams/{uid}: the fields given change, the others stay
+        (rate in bits per second or "2G", 0: best effort; allow: the
+        prefixes that may connect; lease_s: seconds from now)."""
         s = self._decode(Stream, self.request("PATCH", self._path(uid) + self._owner(owner), self._update_body(rate, allow, lease_s)))
         self._check_view(s, uid)
         return s
 
+    @keywords
     def release(self, uid: str, *, owner: Optional[str] = None) -> Stream:
-        """DELETE /v1/streams/{uid}: ends the stream on this gateway (an ended
-        one is returned as it is)."""
+        """DELETE /v1/streams/{uid}: ends the stream on this gateway and
+        returns its final view. Releasing an ended stream again is no
+        error: its view is returned as it is (state released, expired or
+        failed); one the gateway no longer knows (pruned after its
+        retention, 24 hours by default) is NotFound."""
         s = self._decode(Stream, self.request("DELETE", self._path(uid) + self._owner(owner)))
         self._check_view(s, uid)
         return s
@@ -525,14 +599,17 @@ class Client(_Base):
 
 
 class AsyncClient(_Base):
-    """The asyncio twin of :class:`Client`: the same methods, awaited."""
+    """The asyncio twin of :class:`Client`: the same arguments and methods,
+    awaited (``async with scistream.AsyncClient(...) as c``, aclose())."""
 
-    def __init__(self, s2cs: Optional[str] = None, **kw: Any) -> None:
-        super().__init__(s2cs, **kw)
+    _hc: httpx.AsyncClient
+
+    def _connect(self) -> None:
         self._hc = httpx.AsyncClient(transport=_tls.async_transport(self._trust), timeout=self.timeout, trust_env=False,
                                      follow_redirects=False)
 
     async def aclose(self) -> None:
+        """Closes the client's connections (idempotent)."""
         await self._hc.aclose()
 
     async def __aenter__(self) -> "AsyncClient":
@@ -558,28 +635,55 @@ class AsyncClient(_Base):
             await resp.aclose()
         return resp, bytes(buf)
 
+    @keywords
     async def request(self, method: str, path: str, body: Any = None) -> Any:
+        """As Client.request, awaited."""
         return self._answer(*await self._roundtrip(method, path, self._payload(body)))
 
     async def health(self) -> Health:
+        """As Client.health (GET /healthz), awaited."""
         return self._health(*await self._roundtrip("GET", "/healthz", None))
 
     async def openapi(self) -> dict[str, Any]:
+        """As Client.openapi (GET /v1/openapi.yaml), awaited."""
         doc = yaml.safe_load(str(await self.request("GET", "/v1/openapi.yaml")))
         if not isinstance(doc, dict):
             raise self._bad("/v1/openapi.yaml is not a YAML mapping")
         return doc
 
     async def info(self) -> Info:
+        """As Client.info (GET /v1/info), awaited."""
         return self._decode(Info, await self.request("GET", "/v1/info"))
 
-    async def inbound(self, req: Optional[InboundRequest | dict[str, Any]] = None, **kw: Any) -> Stream:
-        body = self._inbound_body(req, kw)
+    @overload
+    async def inbound(self, req: InboundRequest | dict[str, Any]) -> Stream: ...
+
+    @overload
+    async def inbound(self, *, remote_ip: str, receiver_ports: Sequence[int], num_conn: int, uid: Optional[str] = None,
+                      wan: Optional[str] = None, engine: Optional[str] = None, wan_listener: Optional[str] = None,
+                      app_wait_s: Optional[int] = None, max_active_conns: Optional[int] = None,
+                      rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
+                      lease_s: Optional[int] = None) -> Stream: ...
+
+    @keywords
+    async def inbound(self, req: Optional[InboundRequest | dict[str, Any]] = None, *, remote_ip: Optional[str] = None,
+                      receiver_ports: Optional[Sequence[int]] = None, num_conn: Optional[int] = None,
+                      uid: Optional[str] = None, wan: Optional[str] = None, engine: Optional[str] = None,
+                      wan_listener: Optional[str] = None, app_wait_s: Optional[int] = None,
+                      max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
+                      min_rate: Optional[RateArg] = None, lease_s: Optional[int] = None) -> Stream:
+        """As Client.inbound (POST /v1/streams/inbound), awaited."""
+        body = self._inbound_body(req, dict(
+            remote_ip=remote_ip, receiver_ports=receiver_ports, num_conn=num_conn, uid=uid, wan=wan, engine=engine,
+            wan_listener=wan_listener, app_wait_s=app_wait_s, max_active_conns=max_active_conns, rate=rate,
+            min_rate=min_rate, lease_s=lease_s))
         s = self._decode(Stream, await self.request("POST", "/v1/streams/inbound", body))
         await self._checked_or_undo(s, body.uid, body.wan, True)
         return s
 
+    @keywords
     async def outbound(self, req: OutboundRequest | dict[str, Any]) -> Stream:
+        """As Client.outbound (POST /v1/streams/outbound), awaited."""
         body = req if isinstance(req, OutboundRequest) else OutboundRequest(**req)
         s = self._decode(Stream, await self.request("POST", "/v1/streams/outbound", body))
         await self._checked_or_undo(s, body.uid, body.wan, False)
@@ -596,38 +700,53 @@ class AsyncClient(_Base):
                     raise BadAnswer(self.addr, f"{str(e).split('answer refused: ', 1)[-1]}; release {s.uid} again: {re}") from None
             raise
 
-    async def attach(self, uid: str, peer_cert: Optional[str] = None, rate: Optional[int] = None) -> Stream:
-        s = self._decode(Stream, await self.request("POST", self._path(uid, "/attach"), AttachRequest(peer_cert=peer_cert, rate=rate)))
+    @keywords
+    async def attach(self, uid: str, peer_cert: Optional[str] = None, rate: Optional[RateArg] = None) -> Stream:
+        """As Client.attach (POST /v1/streams/{uid}/attach), awaited."""
+        body = AttachRequest(peer_cert=peer_cert, rate=parse_rate(rate, "rate") if rate is not None else None)
+        s = self._decode(Stream, await self.request("POST", self._path(uid, "/attach"), body))
         self._check_view(s, uid)
         return s
 
+    @keywords
     async def get(self, uid: str, *, owner: Optional[str] = None) -> Stream:
+        """As Client.get (GET /v1/streams/{uid}), awaited."""
         s = self._decode(Stream, await self.request("GET", self._path(uid) + self._owner(owner)))
         self._check_view(s, uid)
         return s
 
+    @keywords
     async def list(self, all: bool = False, *, owner: Optional[str] = None, all_owners: bool = False) -> list[Stream]:
+        """As Client.list (GET /v1/streams), awaited."""
         return self._streams(await self.request("GET", self._list_path(all, owner, all_owners)))
 
-    async def update(self, uid: str, *, rate: Any = UNSET, allow: Any = UNSET, lease_s: Any = UNSET,
-                     owner: Optional[str] = None) -> Stream:
+    @keywords
+    async def update(self, uid: str, *, rate: Union[RateArg, Unset] = UNSET, allow: Union[Iterable[str], Unset] = UNSET,
+                     lease_s: Union[int, Unset] = UNSET, owner: Optional[str] = None) -> Stream:
+        """As Client.update (PATCH /v1/streams/{uid}), awaited."""
         s = self._decode(Stream, await self.request("PATCH", self._path(uid) + self._owner(owner), self._update_body(rate, allow, lease_s)))
         self._check_view(s, uid)
         return s
 
+    @keywords
     async def release(self, uid: str, *, owner: Optional[str] = None) -> Stream:
+        """As Client.release (DELETE /v1/streams/{uid}; an ended stream's
+        view as it is), awaited."""
         s = self._decode(Stream, await self.request("DELETE", self._path(uid) + self._owner(owner)))
         self._check_view(s, uid)
         return s
 
     async def gateway_status(self) -> GatewayStatus:
+        """As Client.gateway_status (GET /v1/status), awaited."""
         st = self._decode(GatewayStatus, await self.request("GET", "/v1/status"))
         for s in st.streams:
             self._check_view(s, None)
         return st
 
     async def metrics(self) -> str:
+        """As Client.metrics (GET /metrics), awaited."""
         return str(await self.request("GET", "/metrics"))
 
     async def status_page(self) -> str:
+        """As Client.status_page (GET /status), awaited."""
         return str(await self.request("GET", "/status"))

@@ -14,6 +14,13 @@ A stream's secret is in no model's repr (nor str, pprint or any printer that
 follows the dataclass's fields' repr flag): notebooks echo the last
 expression, and notebooks are shared. to_json keeps it: it is the request's
 body.
+
+Stream, Stats, Info and GatewayStatus have a one-line repr (the UID, role,
+state and the key numbers; the fields are all there as attributes) and a
+small HTML table for notebooks (``_repr_html_``), every text of the
+gateway's escaped; rates say their unit (scistream._display: a reserved rate
+is bits per second, a sampled one bytes per second over the gateway's
+sampling interval).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ import re
 import types
 import typing
 from typing import Any, Optional, Union
+
+from . import _display as _d
+from .rates import format_rate
 
 __all__ = [
     "InboundRequest", "OutboundRequest", "AttachRequest", "UpdateRequest",
@@ -93,6 +103,9 @@ class UpdateRequest:
 
 @dataclasses.dataclass(kw_only=True)
 class Channel:
+    """One channel of a stream served by a node of a facility: its
+    listener, and the node that serves it."""
+
     channel: int
     listener: str
     node: Optional[str] = None
@@ -100,12 +113,18 @@ class Channel:
 
 @dataclasses.dataclass(kw_only=True)
 class LastError:
+    """The most recent end of one kind (Stats.last_errors' key): the
+    gateway's reason and when it was seen."""
+
     reason: str
     time: _dt.datetime
 
 
 @dataclasses.dataclass(kw_only=True)
 class RateStat:
+    """The mean, standard deviation and peak of a set of rate samples,
+    in bytes per second."""
+
     samples: int
     mean_Bps: float
     stddev_Bps: float
@@ -114,6 +133,9 @@ class RateStat:
 
 @dataclasses.dataclass(kw_only=True)
 class RateRun:
+    """A run of consecutive samples in which bytes moved: its start, its
+    bytes and its steady state (ended: the run is over)."""
+
     start: _dt.datetime
     samples: int
     bytes: int
@@ -123,6 +145,9 @@ class RateRun:
 
 @dataclasses.dataclass(kw_only=True)
 class DirRate:
+    """One direction's sampled rates: over the stream's life, over the
+    last window, over its steady state, and its latest run."""
+
     life: RateStat
     window: RateStat
     steady: RateStat
@@ -131,6 +156,9 @@ class DirRate:
 
 @dataclasses.dataclass(kw_only=True)
 class RateHistory:
+    """The samples of the last window, oldest first, the last one at end
+    (GET /v1/status only)."""
+
     end: _dt.datetime
     to_wan_Bps: list[float]
     from_wan_Bps: list[float]
@@ -138,6 +166,10 @@ class RateHistory:
 
 @dataclasses.dataclass(kw_only=True)
 class Rates:
+    """A stream's sampled rates on one gateway: a sample every interval_s
+    seconds (the bytes moved since the previous one over the time between
+    them, in bytes per second), per direction."""
+
     interval_s: float
     window_s: float
     trim_samples: int
@@ -146,10 +178,13 @@ class Rates:
     history: Optional[RateHistory] = None
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, repr=False)
 class Stats:
     """A stream's live counters on one gateway ("to_wan": from this gateway's
-    application towards the peer gateway)."""
+    application towards the peer gateway). rate_to_wan_Bps and
+    rate_from_wan_Bps are bytes per second over the gateway's last sampling
+    interval (rates.interval_s); last_errors, the latest end of each kind
+    with the gateway's reason (why data does not flow)."""
 
     active_conns: int
     waiting_conns: int
@@ -173,15 +208,54 @@ class Stats:
     last_errors: Optional[dict[str, LastError]] = None
     rates: Optional[Rates] = None
 
+    def latest_error(self) -> Optional[tuple[str, LastError]]:
+        """The most recent of last_errors, as (kind, LastError); None if
+        there is none."""
+        if not self.last_errors:
+            return None
+        return max(self.last_errors.items(), key=lambda kv: kv[1].time)
 
-@dataclasses.dataclass(kw_only=True)
+    def __repr__(self) -> str:
+        last = self.latest_error()
+        return _d.one_line("Stats", [
+            ("active_conns", self.active_conns), ("total_conns", self.total_conns), ("errors", self.errors),
+            ("bytes_to_wan", self.bytes_to_wan), ("bytes_from_wan", self.bytes_from_wan),
+            ("rate_to_wan", _d.bytes_rate(self.rate_to_wan_Bps)), ("rate_from_wan", _d.bytes_rate(self.rate_from_wan_Bps)),
+            ("last_error", f"{last[0]}: {last[1].reason}" if last else None)])
+
+    def _rows(self) -> list[tuple[str, Any]]:
+        """The rows of its HTML table: (label, text)."""
+        interval = f"{self.rates.interval_s:g} s" if self.rates else "the gateway's sampling interval"
+        rows: list[tuple[str, Any]] = [
+            ("connections", f"{self.active_conns} active, {self.waiting_conns} waiting, {self.total_conns} in all, "
+                            f"{self.rejected_conns} rejected, {self.aborted_conns} aborted; {self.errors} error(s)"),
+            ("carried", f"{_d.nbytes(self.bytes_to_wan)} to the WAN, {_d.nbytes(self.bytes_from_wan)} from it"),
+            ("rate now (bytes/s)", f"{_d.bytes_rate(self.rate_to_wan_Bps)} to the WAN, {_d.bytes_rate(self.rate_from_wan_Bps)} "
+                                   f"from it, over the last {interval}"),
+        ]
+        if self.rates:
+            rows.append(("mean rate (bytes/s)", f"{_d.bytes_rate(self.rates.to_wan.life.mean_Bps)} to the WAN, "
+                                                f"{_d.bytes_rate(self.rates.from_wan.life.mean_Bps)} from it, over the stream's life"))
+        if self.peer:
+            rows.append(("peer gateway", self.peer))
+        for kind, le in sorted((self.last_errors or {}).items(), key=lambda kv: kv[1].time, reverse=True):
+            rows.append((f"last {kind}", f"{le.reason} ({_d.when(le.time)})"))
+        return rows
+
+    def _repr_html_(self) -> str:
+        return _d.table("Stats", self._rows(), _d.UNITS)
+
+
+@dataclasses.dataclass(kw_only=True, repr=False)
 class Stream:
     """The public view of one stream on one gateway.
 
     state: requested -> listening -> wired -> connected -> released |
     expired | failed. A stream is wired once both gateways know each other,
     and connected on a gateway once a data leg has worked there (a wrong
-    peer listener keeps it wired, the failure in stats.last_errors)."""
+    peer listener keeps it wired, the failure in stats.last_errors).
+    rate, rate_requested and min_rate are bits per second (reserved);
+    stats' rates are bytes per second (sampled)."""
 
     uid: str
     role: str
@@ -228,21 +302,59 @@ class Stream:
         on this gateway yet) or connected (a data leg has worked here)."""
         return self.state in ("wired", "connected")
 
+    def __repr__(self) -> str:  # never the secret nor the certificate
+        st = self.stats
+        last = st.latest_error() if st else None
+        listeners: Any = [_d.short(x) for x in self.listeners] if len(self.listeners) <= 2 else len(self.listeners)
+        return _d.one_line("Stream", [
+            ("uid", self.uid), ("role", self.role), ("state", self.state), ("reason", self.reason),
+            ("listeners", listeners), ("rate", _d.bits_rate(self.rate)),
+            ("active_conns", st.active_conns if st else None),
+            ("bytes_to_wan", st.bytes_to_wan if st else None), ("bytes_from_wan", st.bytes_from_wan if st else None),
+            ("last_error", f"{last[0]}: {last[1].reason}" if last else None)])
+
+    def _rows(self) -> list[tuple[str, Any]]:
+        """The rows of its HTML table: (label, text); never the secret."""
+        rate = _d.bits_rate(self.rate)
+        if self.rate and self.rate_requested and self.rate_requested != self.rate:
+            rate += f" (asked {_d.bits_rate(self.rate_requested)})"
+        if self.min_rate:
+            rate += f", at least {_d.bits_rate(self.min_rate)}"
+        rows: list[tuple[str, Any]] = [
+            ("uid", self.uid), ("role", self.role),
+            ("state", self.state + (f": {self.reason}" if self.reason else "")),
+            ("owner", self.owner), ("listeners", ", ".join(self.listeners)), ("targets", ", ".join(self.targets)),
+            ("channels", self.num_conn), ("WAN", f"{self.wan}, engine {self.engine}"),
+            ("reserved rate (bits/s)", rate),
+            ("expires", _d.when(self.expires)),
+        ]
+        if self.stats:
+            rows += self.stats._rows()
+        return rows
+
+    def _repr_html_(self) -> str:
+        return _d.table(f"Stream {self.uid} ({self.role}, {self.state})", self._rows(), _d.UNITS)
+
 
 @dataclasses.dataclass(kw_only=True)
 class StreamList:
+    """The body of GET /v1/streams."""
+
     streams: list[Stream]
 
 
 @dataclasses.dataclass(kw_only=True)
 class NodeInfo:
+    """A node of a facility: its name and the host it serves on."""
+
     name: str
     host: str
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, repr=False)
 class Info:
-    """Describes a gateway and the caller's identity on it."""
+    """Describes a gateway and the caller's identity on it. Its rates
+    (capacity_rate, reserved_rate, quota_rate) are bits per second."""
 
     version: str
     listener_ip: str
@@ -271,9 +383,29 @@ class Info:
     node: Optional[str] = None
     nodes: Optional[list[NodeInfo]] = None
 
+    def __repr__(self) -> str:
+        return _d.one_line("Info", [
+            ("version", self.version), ("identity", self.identity), ("listener_ip", self.listener_ip),
+            ("wan", [_d.short(x) for x in self.wan[:8]]), ("engines", [_d.short(x) for x in self.engines[:8]]),
+            ("capacity_rate", _d.bits_rate(self.capacity_rate)), ("reserved_rate", format_rate(self.reserved_rate)),
+            ("facility", self.facility)])
+
+    def _repr_html_(self) -> str:
+        return _d.table(f"Gateway {self.listener_ip} (s2cs {self.version})", [
+            ("identity", self.identity + (f" ({', '.join(self.roles)})" if self.roles else "")),
+            ("facility", self.facility), ("node", self.node), ("port range", self.port_range),
+            ("WAN", ", ".join(self.wan)), ("engines", f"{', '.join(self.engines)} (default {self.default_engine})"),
+            ("capacity (bits/s)", f"{_d.bits_rate(self.capacity_rate)}, {format_rate(self.reserved_rate)} reserved"),
+            ("streams, connections", f"{self.capacity_streams} streams, {self.capacity_conns} connections at most"),
+            ("lease", f"{self.lease_default_s} s by default, {self.lease_max_s} s at most"),
+        ], "Rates are bits per second.")
+
 
 @dataclasses.dataclass(kw_only=True)
 class GatewayHealth:
+    """A gateway's health: ready, and its streams, ports, files and
+    connections counted."""
+
     ready: bool
     streams: dict[str, int]
     ports_in_use: int
@@ -286,7 +418,7 @@ class GatewayHealth:
     refused: dict[str, int]
 
 
-@dataclasses.dataclass(kw_only=True)
+@dataclasses.dataclass(kw_only=True, repr=False)
 class GatewayStatus:
     """The body of GET /v1/status: every identity's live streams for a
     reader or an operator (scope "all"), the caller's own for anyone else
@@ -301,9 +433,26 @@ class GatewayStatus:
     scope: str
     streams: list[Stream]
 
+    def __repr__(self) -> str:
+        return _d.one_line("GatewayStatus", [
+            ("version", self.version), ("listener_ip", self.listener_ip), ("identity", self.identity),
+            ("scope", self.scope), ("ready", self.health.ready), ("streams", len(self.streams))])
+
+    def _repr_html_(self) -> str:
+        rows: list[tuple[str, Any]] = [("identity", f"{self.identity} (scope {self.scope})"),
+                                       ("ready", self.health.ready), ("started", _d.when(self.started)),
+                                       ("ports", f"{self.health.ports_in_use} of {self.health.ports_capacity} in use")]
+        for s in self.streams:
+            st = s.stats
+            rows.append((s.uid, f"{s.owner}, {s.role}, {s.state}, reserved {_d.bits_rate(s.rate)}"
+                         + (f", now {_d.bytes_rate(st.rate_to_wan_Bps)} to the WAN" if st else "")))
+        return _d.table(f"Gateway {self.listener_ip} (s2cs {self.version})", rows, _d.UNITS)
+
 
 @dataclasses.dataclass(kw_only=True)
 class Health:
+    """The body of GET /healthz: "ok", or "starting"."""
+
     status: str
 
 
@@ -324,6 +473,7 @@ def parse_time(s: str) -> _dt.datetime:
 
 
 def format_time(t: _dt.datetime) -> str:
+    """t as RFC 3339, UTC written Z."""
     return t.isoformat().replace("+00:00", "Z")
 
 

@@ -9,7 +9,9 @@ s2uc's local record (``$SCISTREAM_HOME/streams/UID.json``, 0600), so that
 
 ``with scistream.stream(...) as s`` releases both sides when the block ends,
 also on an exception or a KeyboardInterrupt (outbound first, as s2uc
-release).
+release). Releasing a released stream again is no error: release() returns
+a :class:`Released` whose ``already_released`` says so, as ``s2uc release``
+says "already released".
 """
 
 from __future__ import annotations
@@ -25,17 +27,24 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Iterator, Optional, Sequence, TypeVar, Union
 
+from . import _display as _d
 from . import _files
+from ._kw import keywords
 from .auth import home
-from .client import UNSET, AsyncClient, Client, valid_uid
-from .config import Config
-from .errors import ConfigError, NotFound, SciStreamError
-from .models import InboundRequest, OutboundRequest, Stats, Stream, format_time, parse_time
+from .client import UNSET, AsyncClient, Client, RateArg, Unset, valid_uid
+from .config import Config, config_path
+from .errors import ConfigError, NotFound, SciStreamError, printable
+from .models import InboundRequest, LastError, OutboundRequest, Stats, Stream, format_time, parse_time
 from .rates import parse_rate
 
-__all__ = ["stream", "astream", "WiredStream", "AsyncWiredStream", "RateSample", "StreamStatus", "settle", "Sessions"]
+__all__ = ["stream", "astream", "WiredStream", "AsyncWiredStream", "RateSample", "StreamStatus", "Released", "settle",
+           "Sessions"]
 
+#: The listening application: (address, port) or (address, [ports]), as the
+#: inbound gateway reaches it.
 Target = tuple[str, Union[int, Sequence[int]]]
+#: A duration: seconds, "30s", "2h", "1h30m" or a timedelta.
+Duration = Union[int, str, _dt.timedelta]
 
 
 def _duration_s(v: Union[None, int, float, str, _dt.timedelta], what: str) -> Optional[int]:
@@ -92,6 +101,8 @@ class Sessions:
         self.dir = Path(dir) if dir is not None else home() / "streams"
 
     def path(self, uid: str) -> Optional[Path]:
+        """The record's path of stream uid; None for a uid that is not
+        one (no path is made of it)."""
         return self.dir / f"{uid}.json" if valid_uid(uid) else None
 
     def check(self) -> None:
@@ -101,6 +112,8 @@ class Sessions:
         _files.check_dir(str(self.dir), "stream records directory")
 
     def save(self, sess: dict[str, Any]) -> None:
+        """Writes the record sess (0600, atomically: a temporary file
+        renamed), its directory made 0700 and checked first."""
         p = self.path(sess.get("uid", ""))
         if p is None:
             raise ValueError(f"no record of uid {sess.get('uid')!r:.80}: not a stream UID")
@@ -173,6 +186,7 @@ class Sessions:
                 self.remove(uid)
 
     def remove(self, uid: str) -> None:
+        """Removes the record of stream uid (none is no error)."""
         p = self.path(uid)
         if p is not None:
             try:
@@ -198,11 +212,17 @@ def _endpoint(c: Union[Client, AsyncClient], listeners: list[str], **extra: Any)
     return e
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class RateSample:
     """One reading of a stream's rates, at its outbound gateway. "to the
     listener" is the direction from the connecting application to the
-    listening one; "to the connector" the other."""
+    listening one; "to the connector" the other.
+
+    The rates (``*_Bps``) are bytes per second: the bytes the gateway
+    carried in its last sampling interval (``stats.rates.interval_s``,
+    s2cs --rate_interval) over that interval. A reserved rate is bits per
+    second ("50M": 50 Mbit/s, 6.25 MB/s); one sample can be above it by a
+    burst of the pacing (50 ms of the rate) while the mean keeps to it."""
 
     time: float
     to_listener_Bps: float
@@ -214,35 +234,122 @@ class RateSample:
 
     @property
     def bytes(self) -> int:
+        """The bytes carried both ways so far."""
         return self.bytes_to_listener + self.bytes_to_connector
 
     @property
     def rate_Bps(self) -> float:
+        """Both directions' rates, bytes per second."""
         return self.to_listener_Bps + self.to_connector_Bps
 
+    @property
+    def interval_s(self) -> Optional[float]:
+        """The gateway's sampling interval (seconds) the rates are over;
+        None when the gateway did not say."""
+        return self.stats.rates.interval_s if self.stats is not None and self.stats.rates else None
 
-@dataclasses.dataclass
+    def __repr__(self) -> str:
+        return _d.one_line("RateSample", [
+            ("to_listener", _d.bytes_rate(self.to_listener_Bps)), ("to_connector", _d.bytes_rate(self.to_connector_Bps)),
+            ("bytes_to_listener", self.bytes_to_listener), ("bytes_to_connector", self.bytes_to_connector),
+            ("active_conns", self.active_conns)])
+
+    def _repr_html_(self) -> str:
+        over = f"over the gateway's last {self.interval_s:g} s" if self.interval_s else "over the gateway's last sampling interval"
+        return _d.table("Rate sample (outbound gateway)", [
+            ("to the listener", f"{_d.bytes_rate(self.to_listener_Bps)} {over}, {_d.nbytes(self.bytes_to_listener)} so far"),
+            ("to the connector", f"{_d.bytes_rate(self.to_connector_Bps)} {over}, {_d.nbytes(self.bytes_to_connector)} so far"),
+            ("connections", f"{self.active_conns} active"),
+        ], _d.UNITS)
+
+
+@dataclasses.dataclass(repr=False)
 class StreamStatus:
-    """Both sides of a stream as their gateways see them now."""
+    """Both sides of a stream as their gateways see them now. errors()
+    says why data does not flow, in the gateways' words."""
 
     inbound: Stream
     outbound: Stream
 
+    @property
+    def uid(self) -> str:
+        """The stream's UID."""
+        return self.inbound.uid
+
+    def errors(self) -> list[str]:
+        """The latest end of each kind on either side, with the gateway's
+        reason, most recent first: "inbound gateway: app_unreachable at
+        2024-05-01 10:00:00 UTC: application 10.0.0.20:8080 not reachable
+        for 30s: ...". Empty when neither gateway saw one. Printable (a
+        gateway's text cannot drive the terminal)."""
+        found: list[tuple[_dt.datetime, str]] = []
+        for side, view in (("inbound", self.inbound), ("outbound", self.outbound)):
+            for kind, le in ((view.stats.last_errors or {}) if view.stats else {}).items():
+                found.append((le.time, f"{side} gateway: {printable(kind)} at {_d.when(le.time)}: {printable(le.reason)}"))
+        return [line for _, line in sorted(found, key=lambda f: f[0], reverse=True)]
+
+    def _latest(self) -> Optional[tuple[str, str, LastError]]:
+        """The most recent last error of either side: (side, kind, error)."""
+        found: list[tuple[str, str, LastError]] = []
+        for side, view in (("inbound", self.inbound), ("outbound", self.outbound)):
+            le = view.stats.latest_error() if view.stats else None
+            if le is not None:
+                found.append((side, le[0], le[1]))
+        return max(found, key=lambda f: f[2].time, default=None)
+
+    def __repr__(self) -> str:
+        last = self._latest()
+        return _d.one_line("StreamStatus", [
+            ("uid", self.uid), ("inbound", self.inbound.state), ("outbound", self.outbound.state),
+            ("last_error", f"{last[0]}: {last[1]}: {last[2].reason}" if last else None)])
+
+    def _repr_html_(self) -> str:
+        ins, outs = dict(self.inbound._rows()), dict(self.outbound._rows())
+        labels = list(dict.fromkeys([*ins, *outs]))
+        labels = [k for k in labels if not k.startswith("last ")] + [k for k in labels if k.startswith("last ")]
+        return _d.columns(f"Stream {self.uid}", ["inbound gateway", "outbound gateway"],
+                          [(k, [ins.get(k), outs.get(k)]) for k in labels if k != "uid"], _d.UNITS)
+
+
+class Released(list[Stream]):
+    """What release() did: a list of the views of the sides it released
+    now (outbound first), and ``already_released``, True when there was
+    nothing left to release: this object had released the stream, ``s2uc
+    release`` had (the local record said so), or neither gateway knows it
+    any more. Either way the stream is released: a retried cleanup is no
+    error."""
+
+    def __init__(self, uid: Optional[str], views: Iterable[Stream] = (), *, already_released: bool = False) -> None:
+        super().__init__(views)
+        self.uid = uid
+        self.already_released = already_released
+
+    def __repr__(self) -> str:
+        return (f"Released(uid={self.uid!r}, already_released={self.already_released!r}, "
+                f"sides={[v.role for v in self]!r})")
+
+    def __str__(self) -> str:
+        if self.already_released and not self:
+            return f"stream {self.uid} already released"
+        return f"stream {self.uid} released" + (" (already released before)" if self.already_released else "")
+
 
 class _Spec:
-    """What stream() was asked for, checked before any request."""
+    """What stream() was asked for, checked before any request. Its
+    arguments are stream()'s and astream()'s (a test keeps the three
+    signatures the same); caller names the one called, in errors."""
 
     def __init__(self, inbound: Optional[str], outbound: Optional[str], target: Target, *, num_conn: int = 1,
-                 rate: Union[None, int, str] = None, min_rate: Union[None, int, str] = None,
-                 lease: Union[None, int, str, _dt.timedelta] = None, allow: Optional[Iterable[str]] = None,
+                 rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
+                 lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None,
                  wan: str = "tls", engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
-                 app_wait: Union[None, int, str, _dt.timedelta] = None, max_active_conns: int = 0,
+                 app_wait: Optional[Duration] = None, max_active_conns: int = 0,
                  peer_listeners: Optional[Iterable[str]] = None,
                  inbound_server_cert: Optional[str] = None, outbound_server_cert: Optional[str] = None,
                  server_cert: Optional[str] = None, token_file: Optional[str] = None,
                  inbound_token_file: Optional[str] = None, outbound_token_file: Optional[str] = None,
                  token: Optional[str] = None, profile: Optional[str] = None, timeout: float = 30.0,
-                 config: Optional[Config] = None, sessions: Optional[Sessions] = None) -> None:
+                 config: Optional[Config] = None, sessions: Optional[Sessions] = None, caller: str = "stream") -> None:
         if not isinstance(target, tuple) or len(target) != 2 or not isinstance(target[0], str) or not target[0]:
             raise ConfigError(f"target {target!r}: give (address, port) of the application that listens, e.g. ('10.0.0.5', 8080)")
         ports = [target[1]] if isinstance(target[1], int) else list(target[1])
@@ -267,6 +374,7 @@ class _Spec:
         self.allow = list(allow or [])
         self.peer_listeners = list(peer_listeners or [])
         cfg = config if config is not None else Config.load()
+        _gateways(caller, cfg, profile, inbound, outbound)
         self.sessions = sessions or Sessions()
         self.client_kw: dict[str, dict[str, Any]] = {
             "inbound": dict(s2cs=inbound, server_cert=inbound_server_cert or server_cert,
@@ -306,13 +414,34 @@ class _Spec:
         return sess
 
 
-def _update_request(rate: Any, allow: Any, lease: Any) -> dict[str, Any]:
+def _gateways(caller: str, cfg: Config, profile: Optional[str], inbound: Optional[str], outbound: Optional[str]) -> None:
+    """Refuses a stream() whose gateways neither the arguments nor the
+    configuration give, saying what stream() takes (inbound=, outbound=)
+    and which keys of which file would give them."""
+    missing = []
+    if not inbound and not cfg.settings("inbound", profile).s2cs:
+        missing.append("inbound")
+    if not outbound and not cfg.settings("outbound", profile).s2cs:
+        missing.append("outbound")
+    if not missing:
+        return
+    where = f"the configuration file {cfg.path}" if cfg.path else f"a configuration file (there is none at {config_path()})"
+    what = {"inbound": "inbound: the control API of the gateway in front of the application that listens, at target",
+            "outbound": "outbound: the control API of the gateway in front of the application that connects"}
+    raise ConfigError(f"no {' and no '.join(m + ' gateway' for m in missing)}: give "
+                      f"{caller}({', '.join(m + '=' + repr('HOST:PORT') for m in missing)}, ...) "
+                      f"({'; '.join(what[m] for m in missing)}), or set {' and '.join(m + '_s2cs' for m in missing)} "
+                      f"(or s2cs) in {where}, or SCISTREAM_S2CS; see docs/python.md")
+
+
+def _update_request(rate: Union[RateArg, Unset], allow: Union[Iterable[str], Unset],
+                    lease: Union[Duration, Unset]) -> dict[str, Any]:
     req: dict[str, Any] = {}
-    if rate is not UNSET:
+    if not isinstance(rate, Unset):
         req["rate"] = parse_rate(rate, "rate")
-    if allow is not UNSET:
+    if not isinstance(allow, Unset):
         req["allow"] = list(allow)
-    if lease is not UNSET:
+    if not isinstance(lease, Unset):
         lease_s = _duration_s(lease, "lease")
         if not lease_s:
             raise ConfigError(f"lease {lease!r}: give a positive duration, e.g. 2h")
@@ -357,11 +486,26 @@ class _Sides:
     inbound: Optional[Stream]
     outbound: Optional[Stream]
     _spec: "_Spec"
-    _open: bool
+    #: The sides not released yet, outbound first (empty before open()).
+    _left: list[str]
+    #: Every side is released (by this object, or its gateway no longer knew it).
+    _done: bool
+    _closed: bool
+
+    def _init_sides(self) -> None:
+        self.inbound = None
+        self.outbound = None
+        self._left, self._done, self._closed = [], False, False
 
     @property
     def uid(self) -> Optional[str]:
+        """The stream's UID (None before it is wired)."""
         return self.inbound.uid if self.inbound else None
+
+    @property
+    def released(self) -> bool:
+        """Whether release() has released every side."""
+        return self._done
 
     def __repr__(self) -> str:  # never the secret
         return f"{type(self).__name__}(uid={self.uid!r}, listeners={self.listeners!r})"
@@ -385,12 +529,45 @@ class _Sides:
         local record."""
         sp = self._spec
         ins.secret, ins.wan_cert = created.secret, created.wan_cert
-        self.inbound, self.outbound, self._open = ins, outs, True
+        self.inbound, self.outbound = ins, outs
+        self._left, self._done = ["outbound", "inbound"], False
         try:
             sp.sessions.save(sp.record(inc, outc, ins, outs))
         except (OSError, SciStreamError) as e:
             import warnings
             warnings.warn(f"could not save the local record of {ins.uid} ({e}); release it on each gateway", stacklevel=3)
+
+    def _release_first(self) -> Optional[Released]:
+        """What release() answers before any request: a Released if there
+        is nothing left to release; None if sides are left. A closed object
+        whose sides are left cannot release them: the error says what
+        will."""
+        if not self._left:
+            return Released(self.uid, already_released=self._done)
+        if self._closed:
+            sides = " and ".join(self._left) + (" side was" if len(self._left) == 1 else " sides were")
+            raise SciStreamError(f"stream {self.uid}: the {sides} not released, and this stream object is closed: "
+                                 f"release it with s2uc release {self.uid}")
+        return None
+
+    def _recorded_released(self, uid: str) -> bool:
+        """Whether the local record says the stream was released (by s2uc
+        release, while this object held it)."""
+        try:
+            sess = self._spec.sessions.load(uid)
+        except (OSError, ValueError, SciStreamError):
+            return False
+        return bool(sess and sess.get("released"))
+
+    def _release_done(self, uid: str, before: bool, out: list[Stream], gone: list[str],
+                      errs: list[BaseException]) -> Released:
+        """Keeps what a release did in the local record and says it."""
+        self._done = not self._left
+        try:
+            self._spec.sessions.released(uid, gone, out)
+        except (OSError, ValueError, SciStreamError) as e:
+            errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
+        return Released(uid, out, already_released=before or (self._done and not out))
 
 
 class WiredStream(_Sides):
@@ -410,11 +587,12 @@ class WiredStream(_Sides):
         except BaseException:
             self.inbound_client.close()
             raise
-        self.inbound: Optional[Stream] = None
-        self.outbound: Optional[Stream] = None
-        self._open = False
+        self._init_sides()
 
     def open(self) -> "WiredStream":
+        """Wires the stream: the inbound request, the outbound request, the
+        attach (as s2uc stream); a failure releases what was made, and the
+        exception keeps its class. Entering the with block calls it."""
         sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
         sp.sessions.check()  # before any stream is made: its record will be kept there
         created = inc.inbound(sp.inbound_request())
@@ -445,7 +623,8 @@ class WiredStream(_Sides):
         return self
 
     def status(self) -> StreamStatus:
-        """Both sides as their gateways see them now (GET each)."""
+        """Both sides as their gateways see them now (GET each); its
+        errors() say why data does not flow."""
         assert self.uid
         return StreamStatus(inbound=self.inbound_client.get(self.uid), outbound=self.outbound_client.get(self.uid))
 
@@ -454,10 +633,13 @@ class WiredStream(_Sides):
         assert self.uid
         return _sample(self.outbound_client.get(self.uid))
 
+    @keywords
     def rates(self, interval: float = 1.0, count: Optional[int] = None, progress: bool = False) -> Iterator[RateSample]:
         """Live rates: a RateSample every interval seconds (count of them,
         or until the stream ends or the loop breaks). progress=True shows a
-        tqdm bar of the bytes carried, where tqdm is installed."""
+        tqdm bar of the bytes carried, where tqdm is installed. A sample's
+        rates are bytes per second over the gateway's sampling interval
+        (RateSample)."""
         bar = _bar(progress)
         n, last = 0, 0
         try:
@@ -477,7 +659,9 @@ class WiredStream(_Sides):
             if bar is not None:
                 bar.close()
 
-    def update(self, *, rate: Any = UNSET, allow: Any = UNSET, lease: Any = UNSET) -> StreamStatus:
+    @keywords
+    def update(self, *, rate: Union[RateArg, Unset] = UNSET, allow: Union[Iterable[str], Unset] = UNSET,
+               lease: Union[Duration, Unset] = UNSET) -> StreamStatus:
         """Changes the running stream on both gateways as s2uc update does:
         its rate ("2G", bits per second, 0 for best effort), its allow-list
         (the outbound side's) or its lease ("2h" from now), without
@@ -530,44 +714,51 @@ class WiredStream(_Sides):
             o = views["outbound"]
             self.outbound.rate, self.outbound.allow, self.outbound.lease_s = o.rate, o.allow, o.lease_s
 
-    def release(self) -> list[Stream]:
+    def release(self) -> Released:
         """Releases both sides (outbound first, as s2uc release); a side its
         gateway no longer knows counts as released. The local record then
         says the stream was released, when and by whom, as s2uc release
-        leaves it. Idempotent."""
-        if not self._open:
-            return []
+        leaves it. Idempotent: once released, it returns at once a
+        Released with already_released=True (as s2uc release says "already
+        released"); a side that failed to release is tried again by the
+        next call."""
+        first = self._release_first()
+        if first is not None:
+            return first
         uid = self.uid or ""
+        before = self._recorded_released(uid)
         out: list[Stream] = []
         gone: list[str] = []
         errs: list[BaseException] = []
         interrupted: Optional[BaseException] = None
-        for side, c in (("outbound", self.outbound_client), ("inbound", self.inbound_client)):
+        for side in list(self._left):
+            c = self.outbound_client if side == "outbound" else self.inbound_client
             try:
                 out.append(c.release(uid))
                 gone.append(c.addr)
+                self._left.remove(side)
             except NotFound:
                 gone.append(c.addr)
+                self._left.remove(side)
             except SciStreamError as e:
                 errs.append(SciStreamError(f"release {uid} on {c.addr} ({side}): {e}"))
             except BaseException as e:  # a second Ctrl-C: release the other side all the same
                 interrupted = interrupted or e
-        self._open = False
-        try:
-            self._spec.sessions.released(uid, gone, out)
-        except (OSError, ValueError, SciStreamError) as e:
-            errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
+        done = self._release_done(uid, before, out, gone, errs)
         if interrupted is not None:
             raise interrupted
         err = _join(errs)
         if err is not None:
             raise err
-        return out
+        return done
 
     def close(self) -> None:
+        """Releases the stream (release()) and closes both clients;
+        leaving the with block calls it."""
         try:
             self.release()
         finally:
+            self._closed = True
             self.inbound_client.close()
             self.outbound_client.close()
 
@@ -612,7 +803,17 @@ def _postfix(s: RateSample) -> str:
     return f"{s.to_listener_Bps * 8 / 1e6:.1f} Mbit/s to listener, {s.to_connector_Bps * 8 / 1e6:.1f} Mbit/s to connector"
 
 
-def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target: Target = ("", 0), **kw: Any) -> WiredStream:
+@keywords
+def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target: Target = ("", 0), *,
+           num_conn: int = 1, rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
+           lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None, wan: str = "tls",
+           engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
+           app_wait: Optional[Duration] = None, max_active_conns: int = 0,
+           peer_listeners: Optional[Iterable[str]] = None, inbound_server_cert: Optional[str] = None,
+           outbound_server_cert: Optional[str] = None, server_cert: Optional[str] = None,
+           token_file: Optional[str] = None, inbound_token_file: Optional[str] = None,
+           outbound_token_file: Optional[str] = None, token: Optional[str] = None, profile: Optional[str] = None,
+           timeout: float = 30.0, config: Optional[Config] = None, sessions: Optional[Sessions] = None) -> WiredStream:
     """A stream from the application that connects (behind the outbound
     gateway) to the one that listens at target=(address, port) (behind the
     inbound gateway), as ``s2uc stream``. Use it as a context manager::
@@ -621,16 +822,39 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
                               target=("10.0.0.20", 8080), num_conn=2, rate="2G") as s:
             connect_producer(s.listeners)
 
-    Keywords: num_conn (1), rate and min_rate ("2G", "100MB/s" or bits per
-    second), lease ("2h" or seconds), allow (prefixes that may connect),
-    wan ("tls", "quic", "tcp"), engine, wan_pool, wan_listener, app_wait,
-    max_active_conns, peer_listeners (NAT), server_cert / inbound_server_cert
-    / outbound_server_cert (PEM path or sha256:HEX), token_file /
-    inbound_token_file / outbound_token_file, token, profile, timeout.
+    inbound, outbound: "HOST:PORT" of each gateway's control API (default:
+    inbound_s2cs and outbound_s2cs, else s2cs, of the configuration file,
+    or SCISTREAM_S2CS). The other arguments are keyword-only:
+
+    - num_conn: channels, 1 to 256 (1);
+    - rate, min_rate: the reserved rate and the least one accepted, bits
+      per second (an int, "2G", "800Mbit/s") or bytes ("100MB/s"); none:
+      best effort;
+    - lease: the stream's lifetime, "2h", seconds or a timedelta (the
+      gateway's default);
+    - allow: prefixes that may connect to the outbound listeners;
+    - wan ("tls", "quic", "tcp"), engine, wan_pool, wan_listener, app_wait
+      (how long the inbound gateway tries to reach the application),
+      max_active_conns, peer_listeners (NAT): as s2uc stream's flags;
+    - server_cert, inbound_server_cert, outbound_server_cert: a gateway's
+      certificate, PEM path or "sha256:HEX";
+    - token_file, inbound_token_file, outbound_token_file, token: the
+      bearer token; profile: a profile of the configuration file;
+    - timeout: seconds per request (30); config: a Config; sessions: where
+      the local records are (s2uc's, by default).
+
     Gateways and credentials not given come from the environment and the
-    configuration file, as for s2uc.
+    configuration file, as for s2uc; neither giving a gateway is a
+    ConfigError naming inbound= and outbound=. A keyword it does not take
+    is a TypeError naming the nearest one.
     """
-    return WiredStream(_Spec(inbound, outbound, target, **kw))
+    return WiredStream(_Spec(inbound, outbound, target, num_conn=num_conn, rate=rate, min_rate=min_rate, lease=lease, allow=allow, wan=wan,
+                 engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait,
+                 max_active_conns=max_active_conns, peer_listeners=peer_listeners,
+                 inbound_server_cert=inbound_server_cert, outbound_server_cert=outbound_server_cert,
+                 server_cert=server_cert, token_file=token_file, inbound_token_file=inbound_token_file,
+                 outbound_token_file=outbound_token_file, token=token, profile=profile, timeout=timeout,
+                 config=config, sessions=sessions, caller="stream"))
 
 
 class AsyncWiredStream(_Sides):
@@ -640,11 +864,10 @@ class AsyncWiredStream(_Sides):
         self._spec = spec
         self.inbound_client = AsyncClient(**spec.client_kw["inbound"])
         self.outbound_client = AsyncClient(**spec.client_kw["outbound"])
-        self.inbound: Optional[Stream] = None
-        self.outbound: Optional[Stream] = None
-        self._open = False
+        self._init_sides()
 
     async def open(self) -> "AsyncWiredStream":
+        """As WiredStream.open, awaited; ``async with`` calls it."""
         sp, inc, outc = self._spec, self.inbound_client, self.outbound_client
         sp.sessions.check()
         created = await inc.inbound(sp.inbound_request())
@@ -675,15 +898,22 @@ class AsyncWiredStream(_Sides):
         return self
 
     async def status(self) -> StreamStatus:
+        """As WiredStream.status, awaited (both sides at once)."""
         assert self.uid
         i, o = await asyncio.gather(self.inbound_client.get(self.uid), self.outbound_client.get(self.uid))
         return StreamStatus(inbound=i, outbound=o)
 
     async def sample(self) -> RateSample:
+        """As WiredStream.sample, awaited."""
         assert self.uid
         return _sample(await self.outbound_client.get(self.uid))
 
-    async def rates(self, interval: float = 1.0, count: Optional[int] = None, progress: bool = False) -> AsyncIterator[RateSample]:
+    @keywords
+    def rates(self, interval: float = 1.0, count: Optional[int] = None, progress: bool = False) -> AsyncIterator[RateSample]:
+        """As WiredStream.rates: ``async for r in s.rates(interval=1)``."""
+        return self._rates(interval, count, progress)
+
+    async def _rates(self, interval: float, count: Optional[int], progress: bool) -> AsyncIterator[RateSample]:
         bar = _bar(progress)
         n, last = 0, 0
         try:
@@ -703,7 +933,9 @@ class AsyncWiredStream(_Sides):
             if bar is not None:
                 bar.close()
 
-    async def update(self, *, rate: Any = UNSET, allow: Any = UNSET, lease: Any = UNSET) -> StreamStatus:
+    @keywords
+    async def update(self, *, rate: Union[RateArg, Unset] = UNSET, allow: Union[Iterable[str], Unset] = UNSET,
+                     lease: Union[Duration, Unset] = UNSET) -> StreamStatus:
         """As WiredStream.update."""
         assert self.uid and self.inbound and self.outbound
         req = _update_request(rate, allow, lease)
@@ -727,36 +959,42 @@ class AsyncWiredStream(_Sides):
         return StreamStatus(inbound=views.get("inbound") or await self.inbound_client.get(self.uid),
                             outbound=views.get("outbound") or await self.outbound_client.get(self.uid))
 
-    async def release(self) -> list[Stream]:
-        if not self._open:
-            return []
+    async def release(self) -> Released:
+        """As WiredStream.release, awaited; the releases are shielded, so a
+        cancelled task still releases both sides."""
+        first = self._release_first()
+        if first is not None:
+            return first
         uid = self.uid or ""
+        before = self._recorded_released(uid)
         out: list[Stream] = []
         gone: list[str] = []
         errs: list[BaseException] = []
-        for side, c in (("outbound", self.outbound_client), ("inbound", self.inbound_client)):
+        for side in list(self._left):
+            c = self.outbound_client if side == "outbound" else self.inbound_client
             try:
                 # Shielded: a cancelled task still releases both sides.
                 out.append(await asyncio.shield(c.release(uid)))
                 gone.append(c.addr)
+                self._left.remove(side)
             except NotFound:
                 gone.append(c.addr)
+                self._left.remove(side)
             except SciStreamError as e:
                 errs.append(SciStreamError(f"release {uid} on {c.addr} ({side}): {e}"))
-        self._open = False
-        try:
-            self._spec.sessions.released(uid, gone, out)
-        except (OSError, ValueError, SciStreamError) as e:
-            errs.append(SciStreamError(f"keep the record of released stream {uid}: {e}"))
+        done = self._release_done(uid, before, out, gone, errs)
         err = _join(errs)
         if err is not None:
             raise err
-        return out
+        return done
 
     async def aclose(self) -> None:
+        """Releases the stream and closes both clients; leaving the
+        ``async with`` block calls it."""
         try:
             await self.release()
         finally:
+            self._closed = True
             await self.inbound_client.aclose()
             await self.outbound_client.aclose()
 
@@ -778,6 +1016,23 @@ class AsyncWiredStream(_Sides):
                 exc.add_note(f"scistream: releasing stream {self.uid} failed too: {e}")
 
 
-def astream(inbound: Optional[str] = None, outbound: Optional[str] = None, target: Target = ("", 0), **kw: Any) -> AsyncWiredStream:
-    """The asyncio variant of stream(): ``async with scistream.astream(...) as s``."""
-    return AsyncWiredStream(_Spec(inbound, outbound, target, **kw))
+@keywords
+def astream(inbound: Optional[str] = None, outbound: Optional[str] = None, target: Target = ("", 0), *,
+            num_conn: int = 1, rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
+            lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None, wan: str = "tls",
+            engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
+            app_wait: Optional[Duration] = None, max_active_conns: int = 0,
+            peer_listeners: Optional[Iterable[str]] = None, inbound_server_cert: Optional[str] = None,
+            outbound_server_cert: Optional[str] = None, server_cert: Optional[str] = None,
+            token_file: Optional[str] = None, inbound_token_file: Optional[str] = None,
+            outbound_token_file: Optional[str] = None, token: Optional[str] = None, profile: Optional[str] = None,
+            timeout: float = 30.0, config: Optional[Config] = None, sessions: Optional[Sessions] = None) -> AsyncWiredStream:
+    """The asyncio variant of stream(), with the same arguments:
+    ``async with scistream.astream(...) as s``."""
+    return AsyncWiredStream(_Spec(inbound, outbound, target, num_conn=num_conn, rate=rate, min_rate=min_rate,
+                            lease=lease, allow=allow, wan=wan, engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait,
+                            max_active_conns=max_active_conns, peer_listeners=peer_listeners,
+                            inbound_server_cert=inbound_server_cert, outbound_server_cert=outbound_server_cert,
+                            server_cert=server_cert, token_file=token_file, inbound_token_file=inbound_token_file,
+                            outbound_token_file=outbound_token_file, token=token, profile=profile, timeout=timeout,
+                            config=config, sessions=sessions, caller="astream"))
