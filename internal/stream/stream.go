@@ -276,12 +276,15 @@ func (st *Stream) ListenerAddrs() []string {
 	return out
 }
 
-// Start runs one accept loop per channel. It does nothing once the
-// stream has stopped.
+// Start runs one accept loop per channel, and, for an outbound stream
+// restored connected (a data leg worked before the gateway restarted),
+// the watch leg's dials: the peer hears that this gateway is back
+// without waiting for data (watch.go). It does nothing once the stream
+// has stopped.
 func (st *Stream) Start() {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.stopped {
+		st.mu.Unlock()
 		return
 	}
 	st.sharePaceLocked()
@@ -295,6 +298,10 @@ func (st *Stream) Start() {
 	if st.Role == api.RoleOutbound && st.rec.WANPool > 0 {
 		st.wg.Add(1)
 		go st.warmLegs(st.rec.WANPool)
+	}
+	st.mu.Unlock()
+	if st.Role == api.RoleOutbound && st.dataOK.Load() {
+		st.startWatch(st.env.Log.With("uid", st.UID))
 	}
 }
 
