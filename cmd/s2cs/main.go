@@ -61,7 +61,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	l12.apply(o)
 	// Under --log_format json, an error once the log is open is a JSON
 	// record too (after the hint below, deferred later, is added).
 	var jsonLog *slog.Logger
@@ -76,6 +75,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.version {
 		fmt.Fprintln(stdout, version.String("s2cs"))
 		return nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("the working directory: %w", err)
+	}
+	if err := l12.apply(o, o.ops.given(), wd, hostAddrs); err != nil {
+		return err
 	}
 	cfg, err := o.config()
 	if err != nil {
@@ -235,6 +241,8 @@ func (o *options) authenticator(ctx context.Context, log *slog.Logger) (auth.Aut
 	case o.noAuth:
 		log.Warn("INSECURE: --insecure_no_auth is set: ANY client that reaches the control port can create and release streams")
 		return auth.Anonymous{Identity: "anonymous"}, nil
+	case o.tokensFile == "" && !providers && o.legacy.why != "":
+		return nil, errors.New(o.legacy.why + " without --client_secret: 1.2 then checked no token, and s2cs always checks them: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), --client_id and --client_secret (Globus Auth, as 1.2), --oidc_issuer URL or --introspection_url URL (see docs/identity.md), or --insecure_no_auth for isolated testing")
 	case o.tokensFile == "" && !providers:
 		return nil, errors.New("no authentication configured: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), --oidc_issuer URL or --introspection_url URL (see docs/identity.md), or --insecure_no_auth for isolated testing")
 	}
