@@ -66,6 +66,7 @@ func newLab(t *testing.T) *lab {
 	if _, err := exec.LookPath("ip"); err != nil {
 		missing(t, "no ip command (iproute2)")
 	}
+	sweepLabs()
 	n := labs.Add(1)
 	l := &lab{t: t, name: fmt.Sprintf("s2l12-%d-%d", os.Getpid(), n)}
 	l.hub = l.name + "-hub"
@@ -84,6 +85,21 @@ func newLab(t *testing.T) *lab {
 	l.ip("addr", "add", l.hostIP+"/24", "dev", dev)
 	l.ip("link", "set", dev, "up")
 	return l
+}
+
+// sweepLabs deletes the namespaces of labs whose test process is gone
+// (killed before its cleanup ran); their links go with them.
+func sweepLabs() {
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		var pid, n int
+		if _, err := fmt.Sscanf(e.Name(), "s2l12-%d-%d", &pid, &n); err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			exec.Command("ip", "netns", "del", e.Name()).Run()
+		}
+	}
 }
 
 // freeNet picks a /24 in 10.200.0.0-10.239.255.0 that none of this
