@@ -323,8 +323,8 @@ func translate12(args []string) ([]string, *legacyArgs) {
 // and what the line does not give is 1.2's: the data ports 5100-5200,
 // ./server.crt and ./server.key if they are there, and for the address
 // 0.0.0.0, which this gateway binds, advertising this host's one IPv4
-// address (hostAddress). dir is the working directory the certificate
-// files are looked for in.
+// address (pickAdvertised, among what addrs returns: hostAddrs). dir is
+// the working directory the certificate files are looked for in.
 func (l *legacyArgs) apply(o *options, set map[string]bool, dir string, addrs func() ([]ifAddr, error)) error {
 	if !l.is12() && o.legacy.peerCA != "" && !set["control_grpc"] {
 		l.mark("--peer_ca") // what marks a line that has no other mark
@@ -399,7 +399,7 @@ func (l *legacyArgs) applyClient(o *options, set map[string]bool) error {
 	default:
 		return fmt.Errorf("--client_id %s (1.2: Globus Auth) needs the client's secret: give --introspection_secret_file FILE (the secret alone, in a file only its owner reads), or --client_secret=S as 1.2 took it; 1.2 without a secret checked no token, and s2cs always checks them", id)
 	}
-	how := fmt.Sprintf("token introspection at %s as client %s, secret from %s, the identity its username", o.id.introURL, o.id.introClientID, secret)
+	how := fmt.Sprintf("token introspection at %s as client %s, secret from %s, the identity its %s", o.id.introURL, o.id.introClientID, secret, o.id.introIDClaim)
 	if l.hasID {
 		l.say("client_id", how)
 	} else {
@@ -464,8 +464,8 @@ type ifAddr struct {
 	ip    netip.Addr
 }
 
-// hostAddrs are the IPv4 addresses of the host's interfaces that are up
-// and running (a bridge without a carrier is not), not loopback.
+// hostAddrs are the addresses of the host's interfaces that are up and
+// running (a bridge without a carrier is not) and not loopback.
 func hostAddrs() ([]ifAddr, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
