@@ -38,8 +38,9 @@ import (
 //
 // A 1.2 line without --listener_ip binds 0.0.0.0 on its default ports
 // (5000, 5100-5200), so each gateway runs in a network namespace of its
-// own (lab): one interface, one address, which it advertises. Nothing
-// binds in this host's namespace but the test's end of the lab's link.
+// own (lab): one interface, one address, which it advertises. No
+// gateway binds in this host's namespace; the test's own listeners (the
+// application, the issuer) are on its end of the lab's link.
 
 // lab is a bridge in a network namespace of its own, a network namespace
 // per host on it (one veth each), and a veth from the test's namespace
