@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/observe"
 	"scistream/internal/waitfor"
 )
 
@@ -81,6 +82,12 @@ func TestStatusPageReadable(t *testing.T) {
 	if got := page.eval(t, `document.querySelector("h1").textContent`); !strings.Contains(got, p.prod.Addr) {
 		t.Errorf("the heading %q does not name the gateway %s", got, p.prod.Addr)
 	}
+	// The column headings are words, not flag names; the recent
+	// rates' heading says how recent.
+	heads := page.eval(t, `Array.from(document.querySelectorAll("#streams th")).map(h => h.textContent).join("|")`)
+	if strings.Contains(heads, "--") || !strings.Contains(heads, fmt.Sprintf("|last %d s: mean ± sd, peak|", int(observe.DefaultRateWindow.Seconds()))) {
+		t.Errorf("the streams table's headings %q: want no flag name, and the recent rates' heading naming the window (last %s)", heads, observe.DefaultRateWindow)
+	}
 	text := page.eval(t, `document.getElementById("streams").innerText`)
 	if m := regexp.MustCompile(`± 0(\.0+)? [kMG]?B/s`).FindString(text); m != "" {
 		t.Errorf("the streams table shows a zero spread %q:\n%s", m, text)
@@ -125,7 +132,8 @@ func TestStatusPageReadable(t *testing.T) {
 // TestStatusPagePlainUser: with no roles file, a plain user's token opens
 // the status page on that user's own streams, in headless Chromium: bob
 // sees his stream and not alice's, and the page says whose streams it
-// shows; s2uc watch, on a pipe, shows him the same.
+// shows; s2uc watch, on a pipe, shows him the same. Before, a token the
+// gateway refuses: the page asks for the token the user gives s2uc.
 func TestStatusPagePlainUser(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	aliceSink, bobSink := newSink(t, "127.0.0.1", nil), newSink(t, "127.0.0.1", nil)
@@ -134,6 +142,17 @@ func TestStatusPagePlainUser(t *testing.T) {
 
 	page := &statusPage{gw: p.prod, token: p.tokens["bob"], uid: bobs.UID}
 	page.open(t, t)
+	// A refused token: the page says so and asks for the token the
+	// user gives s2uc, not for the gateway's token file (which holds
+	// only hashes).
+	page.login(t, "not-a-token-of-this-gateway")
+	page.waitFor(t, "the page to refuse a wrong token", `document.getElementById("message").textContent.includes("refused the token")`)
+	// The page's own advice is its last sentence, after the API's
+	// message.
+	got := page.eval(t, `document.getElementById("message").textContent`)
+	if advice := got[strings.LastIndex(got, ". ")+2:]; strings.Contains(advice, "file") || !strings.Contains(advice, "s2uc") {
+		t.Errorf("the page refusing a wrong token advises %q (all: %q); want it to ask for the token used with s2uc, not for one from a file", advice, got)
+	}
 	page.login(t, page.token)
 	page.waitFor(t, "bob's stream on the page", page.row("true"))
 	if got := page.eval(t, fmt.Sprintf(`String(document.querySelector('tr[data-uid="%s"]') !== null)`, alices.UID)); got != "false" {

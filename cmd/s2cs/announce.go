@@ -12,7 +12,10 @@ import (
 
 // s2cs says on stdout, at start, what an operator acts on: where the
 // control API listens, the certificate to give s2uc and its
-// fingerprint, the metrics listener, the open-file plan. Read by eye
+// fingerprint, the metrics listener, the open-file plan, the etcd
+// store. The log (stderr) does not repeat them: on a terminal, in a
+// journal or a container's log, both land in one place, and each fact
+// is said once (TestStartupFactsOnce). Read by eye
 // they are "s2cs: ..." lines; under --log_format json, where a log
 // collector parses every line, each is a JSON record like the log's
 // (jsonLines), with the same message, so that nothing s2cs writes is

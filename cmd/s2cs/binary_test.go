@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -184,6 +185,84 @@ func (l *outputLines) check(t *testing.T, want ...string) {
 		}
 		if !found {
 			t.Errorf("no record whose message starts %q among:\n%s", w, strings.Join(l.msgs, "\n"))
+		}
+	}
+}
+
+// TestStartupFactsOnce (issue 36): the real s2cs, started as an
+// operator starts it (text log on stderr, the facts to act on on
+// stdout, both on one terminal or in one journal), says each start-up
+// fact once: where the control API listens, where the metrics are, the
+// plan of open files. The lines scripts read stay on stdout.
+func TestStartupFactsOnce(t *testing.T) {
+	bin := buildS2CS(t)
+	dir := t.TempDir()
+	ip := localgw.RandomLoopback()
+	cmd := exec.Command(bin, "--listener_ip", ip, "--port", "0", "--port_range", "5100-5101", "--state_dir", filepath.Join(dir, "state"),
+		"--insecure_no_auth", "--metrics_listen", net.JoinHostPort(ip, "0"))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var out, log []string
+	serving := make(chan string, 1)
+	var wg sync.WaitGroup
+	read := func(r io.Reader, to *[]string) {
+		defer wg.Done()
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			mu.Lock()
+			*to = append(*to, sc.Text())
+			mu.Unlock()
+			if a, ok := strings.CutPrefix(sc.Text(), "s2cs: control API on https://"); ok {
+				serving <- strings.Fields(a)[0]
+			}
+		}
+	}
+	wg.Add(2)
+	go read(stdout, &out)
+	go read(stderr, &log)
+	var addr string
+	select {
+	case addr = <-serving:
+	case <-time.After(30 * time.Second):
+	}
+	// The log's last start-up line comes after the control API's: wait
+	// for the stop to flush both.
+	cmd.Process.Signal(syscall.SIGTERM)
+	wg.Wait()
+	if err := cmd.Wait(); err != nil || addr == "" {
+		t.Fatalf("s2cs: %v, control address %q\n%s\n%s", err, addr, strings.Join(out, "\n"), strings.Join(log, "\n"))
+	}
+	var metrics string
+	for _, l := range out {
+		if a, ok := strings.CutPrefix(l, "s2cs: metrics on http://"); ok {
+			metrics, _, _ = strings.Cut(a, "/")
+		}
+	}
+	all := append(append([]string{}, out...), log...)
+	for _, f := range []struct{ fact, word string }{
+		{"the control API's address", addr},
+		{"the metrics listener's address", metrics},
+		{"the plan of open files", "open files"},
+		{"the certificate's fingerprint", "fingerprint"},
+	} {
+		var said []string
+		for _, l := range all {
+			if f.word != "" && strings.Contains(l, f.word) {
+				said = append(said, l)
+			}
+		}
+		if len(said) != 1 {
+			t.Errorf("%s (%q) is said %d times, want once:\n%s", f.fact, f.word, len(said), strings.Join(said, "\n"))
 		}
 	}
 }

@@ -75,6 +75,19 @@ func (o *opsOptions) load(fs *flag.FlagSet) error {
 	return nil
 }
 
+// given reports which flags were given, on the command line or in
+// --config, by canonical name. Call it once load has run.
+func (o *opsOptions) given() map[string]bool {
+	set := map[string]bool{}
+	if o.fs != nil {
+		set = cliflag.Seen(o.fs)
+	}
+	for name := range o.fromFile {
+		set[name] = true
+	}
+	return set
+}
+
 // readConfig reads the file at path, refusing one too large to be a
 // configuration file.
 func readConfig(path string) ([]byte, error) {

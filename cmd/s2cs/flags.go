@@ -99,9 +99,9 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs := flag.NewFlagSet("s2cs", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.ops.register(fs)
-	fs.StringVar(&o.certFile, "server_crt", "", "PEM certificate of this gateway (control API and WAN legs); if empty, a self-signed one is generated in --state_dir")
-	fs.StringVar(&o.keyFile, "server_key", "", "PEM private key for --server_crt")
-	fs.StringVar(&o.listenerIP, "listener_ip", "", "IP address advertised to peers and, unless --bind says otherwise, bound (required)")
+	fs.StringVar(&o.certFile, "server_crt", "", "PEM certificate of this gateway (control API and WAN legs); if empty, a self-signed one is generated in --state_dir (a SciStream 1.2 command line reads ./server.crt, as 1.2 did, if it is there)")
+	fs.StringVar(&o.keyFile, "server_key", "", "PEM private key for --server_crt (a SciStream 1.2 command line reads ./server.key, as 1.2 did, if it is there)")
+	fs.StringVar(&o.listenerIP, "listener_ip", "", "IP address advertised to peers and, unless --bind says otherwise, bound (required; without it a SciStream 1.2 command line binds 0.0.0.0, as 1.2 did, and advertises this host's one IPv4 address)")
 	fs.StringVar(&o.bindIP, "bind", "", "IP address data listeners and the control API bind (default: --listener_ip; 0.0.0.0 binds every interface and logs a warning)")
 	fs.IntVar(&o.port, "port", 5000, "control API port (0 picks a free one)")
 	fs.StringVar(&o.portRange, "port_range", "5100-5199", "data listener ports, LO-HI inclusive")
@@ -153,7 +153,8 @@ func (o *options) flagSet() *flag.FlagSet {
 Every flag is also a key of the --config file, and answers to its
 kebab-case spelling too (--port-range); --print_config writes the keys
 in these groups. s2cs completion bash|zsh|fish prints a shell
-completion script.
+completion script. The SciStream 1.2 daemon's command line is taken
+too, with --peer_ca added (docs/migrating-from-1.2.md).
 
 `)
 		cliflag.PrintGroups(fs.Output(), fs, flagGroups())
@@ -244,6 +245,11 @@ func (o *options) config() (gateway.Config, error) {
 	}
 	if err := o.legacy.check(o.node); err != nil {
 		return gateway.Config{}, err
+	}
+	if o.listenerIP == "" {
+		// Said here rather than by Validate: the hint is the command
+		// line's.
+		return gateway.Config{}, errors.New("--listener_ip is required: give the IP address peers use to reach this gateway (a SciStream 1.2 command line, which takes 1.2's 0.0.0.0, is one with --peer_ca FILE: docs/migrating-from-1.2.md)")
 	}
 	cfg := gateway.Config{
 		ListenerIP:     o.listenerIP,

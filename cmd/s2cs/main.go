@@ -61,7 +61,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	l12.apply(o)
 	// Under --log_format json, an error once the log is open is a JSON
 	// record too (after the hint below, deferred later, is added).
 	var jsonLog *slog.Logger
@@ -76,6 +75,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.version {
 		fmt.Fprintln(stdout, version.String("s2cs"))
 		return nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("the working directory: %w", err)
+	}
+	if err := l12.apply(o, o.ops.given(), wd, hostAddrs); err != nil {
+		return err
 	}
 	cfg, err := o.config()
 	if err != nil {
@@ -127,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	fmt.Fprintf(stdout, "s2cs: certificate SHA-256 fingerprint %s\n", cfg.Identity.SHA256)
-	cfg.Sockmap = o.sockmap(cfg.Engine, log, stdout)
+	cfg.Sockmap = o.sockmap(cfg.Engine, log)
 	if cfg.Sockmap != nil {
 		defer cfg.Sockmap.Close()
 	}
@@ -163,8 +169,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	fmt.Fprintf(stdout, "s2cs: control API on https://%s (listener_ip %s, data ports %s, engine %s)\n", ln.Addr(), cfg.ListenerIP, cfg.PortRange, cfg.Engine)
 	notified := notifyReady(ctx, srv.Ready, ln.Addr().String(), log) // READY=1 under systemd (notify.go)
-	log.Info("serving", "version", version.Current().String(), "control", ln.Addr().String(), "listener_ip", cfg.ListenerIP, "bind", cfg.BindIP,
-		"port_range", cfg.PortRange.String(), "engine", cfg.Engine, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
+	// Each start-up fact is said once: the line above on stdout says
+	// where the API is, the addresses and the engine; the log says the
+	// rest.
+	log.Info("serving", "version", version.Current().String(), "bind", cfg.BindIP, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
 		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax)
 	log.Info("what streams may make this gateway dial", "applications", describeAllow(cfg.AllowTargets), "peers", describeAllow(cfg.AllowPeers),
 		"never", "this gateway's own control port, metrics listener, data ports and shared WAN port")
@@ -182,9 +190,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	return err
 }
 
-// reportFiles says at start how the gateway spends its open files, and
-// loudly when the limit gives it few connections: an operator learns it
-// now, not from connections refused under load.
+// reportFiles says at start, on stdout, how the gateway spends its open
+// files, and in the log, loudly, when the limit gives it few
+// connections: an operator learns it now, not from connections refused
+// under load.
 func reportFiles(f fileplan.Plan, log *slog.Logger, stdout io.Writer) {
 	how := "set by --max_active_conns"
 	if f.Derived {
@@ -192,7 +201,6 @@ func reportFiles(f fileplan.Plan, log *slog.Logger, stdout io.Writer) {
 	}
 	fmt.Fprintf(stdout, "s2cs: open files: limit %d; up to %d application connections at once (%s, %d files each), %d splice pipes, %d for listeners, strangers and the rest\n",
 		f.Limit, f.MaxActiveConns, how, fileplan.PerConn, f.MaxPipes, f.Fixed)
-	log.Info("open files", "limit", f.Limit, "max_active_conns", f.MaxActiveConns, "derived", f.Derived, "max_pipes", f.MaxPipes, "fixed", f.Fixed)
 	if f.Low() {
 		want := f.LimitFor()
 		log.Warn(fmt.Sprintf("the limit of %d open files gives only %d application connections at once: raise it to %d for 1024 (ulimit -n %d before s2cs, or LimitNOFILE=%d in its systemd unit; the hard limit as root), or narrow --port_range",
@@ -235,6 +243,8 @@ func (o *options) authenticator(ctx context.Context, log *slog.Logger) (auth.Aut
 	case o.noAuth:
 		log.Warn("INSECURE: --insecure_no_auth is set: ANY client that reaches the control port can create and release streams")
 		return auth.Anonymous{Identity: "anonymous"}, nil
+	case o.tokensFile == "" && !providers && o.legacy.why != "":
+		return nil, errors.New(o.legacy.why + " without --client_secret: 1.2 then checked no token, and s2cs always checks them: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), --client_id and --client_secret (Globus Auth, as 1.2), --oidc_issuer URL or --introspection_url URL (see docs/identity.md), or --insecure_no_auth for isolated testing")
 	case o.tokensFile == "" && !providers:
 		return nil, errors.New("no authentication configured: pass --tokens FILE (lines \"<sha256 hex of token> <identity>\"), --oidc_issuer URL or --introspection_url URL (see docs/identity.md), or --insecure_no_auth for isolated testing")
 	}
@@ -280,14 +290,13 @@ func (o *options) identity(cfg gateway.Config, stdout io.Writer) (*certs.Identit
 // default engine: a privileged kernel object nobody asked for stays out
 // of every other gateway. It returns nil (streams then use splice, and
 // the log says why) when the kernel refuses it.
-func (o *options) sockmap(engine string, log *slog.Logger, stdout io.Writer) *sockmap.Redirector {
+func (o *options) sockmap(engine string, log *slog.Logger) *sockmap.Redirector {
 	if engine != "sockmap" {
 		return nil
 	}
 	smr, err := sockmap.New(sockmap.Config{ForceUnavailable: o.noSockmap})
 	if err != nil {
 		log.Warn("engine sockmap unavailable: using splice instead; run s2cs as root (CAP_BPF and CAP_NET_ADMIN) on a Linux kernel with SOCKHASH and BTF", "err", err)
-		fmt.Fprintf(stdout, "s2cs: engine sockmap unavailable (%v): using splice\n", err)
 		return nil
 	}
 	log.Info("engine sockmap available", "window_bytes", smr.Window())

@@ -220,7 +220,8 @@ func readPassword(path string) (string, error) {
 }
 
 // openStore opens the etcd store cfg describes or, if cfg is nil, the
-// embedded database in stateDir, and says which on stdout and in the log.
+// embedded database in stateDir, and says which: etcd on stdout (an
+// operator checks where the records go), the database in the log.
 func openStore(cfg *store.EtcdConfig, stateDir string, log *slog.Logger, stdout io.Writer) (store.Store, error) {
 	if cfg == nil {
 		path := filepath.Join(stateDir, "state.db")
@@ -249,7 +250,6 @@ func openStore(cfg *store.EtcdConfig, stateDir string, log *slog.Logger, stdout 
 		how += ", user " + cfg.Username
 	}
 	fmt.Fprintf(stdout, "s2cs: stream records in etcd at %s under /scistream/%s/ (%s)\n", where, cfg.Facility, how)
-	log.Info("state store", "kind", "etcd", "endpoints", where, "prefix", "/scistream/"+cfg.Facility+"/", "tls", cfg.TLS != nil, "user", cfg.Username)
 	if cfg.TLS == nil && (cfg.Username != "" || !allLoopback(cfg.Endpoints)) {
 		log.Warn("INSECURE: --insecure_etcd is set: the stream records, with every stream's secret, and the etcd password if any, go to etcd in plaintext", "endpoints", where)
 	}

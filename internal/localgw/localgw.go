@@ -56,6 +56,19 @@ type Options struct {
 	// network namespace NS. It must exec s2cs in place (keep the PID),
 	// as ip netns exec does, so that Stop signals s2cs itself.
 	Prefix []string
+	// Exact makes Args the whole command line: Start adds none of the
+	// flags above (ListenerIP, PortRange, StateDir and TokensFile are
+	// then not used, nor required), as an operator's own command line
+	// (a SciStream 1.2 one) is run.
+	Exact bool
+	// Dir is the working directory of the process. If empty, this
+	// process's.
+	Dir string
+	// CertFile is the certificate the gateway presents, when neither
+	// Args' --server_crt nor a generated certificate says which (a
+	// file s2cs reads by default, e.g. a 1.2 command line's
+	// ./server.crt). If empty, those say.
+	CertFile string
 }
 
 // Gateway is a running s2cs process.
@@ -110,23 +123,26 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 		}
 		o.S2CS = p
 	}
-	if o.ListenerIP == "" || o.StateDir == "" {
+	if !o.Exact && (o.ListenerIP == "" || o.StateDir == "") {
 		return nil, errors.New("localgw: ListenerIP and StateDir are required")
 	}
-	if o.PortRange == "" {
+	if o.PortRange == "" && !o.Exact {
 		o.PortRange = "5100-5199"
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 15 * time.Second
 	}
-	args := []string{"--listener_ip", o.ListenerIP, "--port", "0", "--port_range", o.PortRange, "--state_dir", o.StateDir}
-	if o.TokensFile != "" {
-		args = append(args, "--tokens", o.TokensFile)
-	} else {
-		args = append(args, "--insecure_no_auth")
-	}
-	if ip := net.ParseIP(o.ListenerIP); ip != nil && ip.IsLoopback() && !hasFlag(o.Args, "allow_targets") && !hasFlag(o.Args, "allow_peers") {
-		args = append(args, "--allow_targets", "127.0.0.0/8", "--allow_peers", "127.0.0.0/8")
+	var args []string
+	if !o.Exact {
+		args = []string{"--listener_ip", o.ListenerIP, "--port", "0", "--port_range", o.PortRange, "--state_dir", o.StateDir}
+		if o.TokensFile != "" {
+			args = append(args, "--tokens", o.TokensFile)
+		} else {
+			args = append(args, "--insecure_no_auth")
+		}
+		if ip := net.ParseIP(o.ListenerIP); ip != nil && ip.IsLoopback() && !hasFlag(o.Args, "allow_targets") && !hasFlag(o.Args, "allow_peers") {
+			args = append(args, "--allow_targets", "127.0.0.0/8", "--allow_peers", "127.0.0.0/8")
+		}
 	}
 	args = append(args, o.Args...)
 	g := &Gateway{Opts: o, done: make(chan struct{})}
@@ -134,6 +150,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	if len(o.Prefix) > 0 {
 		cmd = exec.Command(o.Prefix[0], append(append(o.Prefix[1:len(o.Prefix):len(o.Prefix)], o.S2CS), args...)...)
 	}
+	cmd.Dir = o.Dir
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -181,8 +198,7 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 				g.MetricsAddr, _, _ = strings.Cut(a, "/")
 			}
 			if !sent && strings.HasPrefix(line, "s2cs: control API on https://") {
-				a := strings.Fields(strings.TrimPrefix(line, "s2cs: control API on https://"))[0]
-				addrc <- a
+				addrc <- controlAddr(strings.TrimPrefix(line, "s2cs: control API on https://"))
 				sent = true
 			}
 		}
@@ -204,6 +220,9 @@ func Start(ctx context.Context, o Options) (*Gateway, error) {
 	case <-ctx.Done():
 		g.Stop()
 		return nil, ctx.Err()
+	}
+	if o.CertFile != "" {
+		g.CertFile = o.CertFile
 	}
 	if g.CertFile == "" {
 		// A certificate given with Args: use it as --server_cert.
@@ -300,6 +319,25 @@ func (w *logWriter) Write(b []byte) (int, error) {
 		w.log.Write(b)
 	}
 	return len(b), nil
+}
+
+// controlAddr is the address to reach the control API at, from the
+// rest of s2cs's line "control API on https://ADDR (listener_ip IP,
+// ...)": ADDR, or, when it is bound to every address (0.0.0.0:PORT),
+// the listener_ip it advertises with the same port.
+func controlAddr(rest string) string {
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(f[0])
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsUnspecified() {
+		return f[0]
+	}
+	if len(f) > 2 && f[1] == "(listener_ip" {
+		return net.JoinHostPort(strings.TrimSuffix(f[2], ","), port)
+	}
+	return f[0]
 }
 
 func lastLine(s string) string {

@@ -57,7 +57,8 @@ type Config struct {
 	// also serves GET /metrics, and nothing else, over plain HTTP and
 	// without authentication, for a scraper inside the facility. Serve
 	// serves it and Close closes it (also if Serve never ran). If it is
-	// not on a loopback address the Observer warns at start. If nil, the
+	// not on a loopback address the Observer warns at start (where it
+	// is, its opener says: s2cs on stdout). If nil, the
 	// metrics are on the control API only, authenticated.
 	MetricsListener net.Listener
 	// RateInterval is the time between two samples of every stream's
@@ -222,7 +223,6 @@ func (o *Observer) Serve(ctx context.Context, newServer func(http.Handler) *http
 	if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
 		o.log.Warn("the metrics listener is not on a loopback address: it serves GET /metrics (every stream's uid, owner and counters) without authentication or encryption to whoever reaches it; let only the scraper reach it", "metrics_listen", addr)
 	}
-	o.log.Info("metrics listener open (plain HTTP, GET /metrics only)", "metrics_listen", addr)
 	srv := o.plain
 	o.wg.Add(1)
 	go func() {

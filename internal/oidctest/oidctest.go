@@ -1,6 +1,6 @@
 // Package oidctest runs a real OpenID Connect issuer for tests, as
 // net/http/httptest runs a server: Start serves, on a loopback HTTPS port
-// with a certificate from a CA made for the run, OIDC discovery, a JWKS,
+// (or one on the address Options.IP names) with a certificate from a CA made for the run, OIDC discovery, a JWKS,
 // the device authorization grant (RFC 8628), a token endpoint
 // (device_code and refresh_token grants), token introspection (RFC
 // 7662) and revocation (RFC 7009), with keys made per run by the same
@@ -10,7 +10,8 @@
 // (expired, not yet valid, for another audience or issuer, "alg: none",
 // signed by a foreign key, HMAC keyed with the issuer's public key), and
 // approve a pending device code as the user's browser would (Approve).
-// Nothing here reaches beyond loopback.
+// Nothing here reaches beyond loopback, or the address the test gives
+// (one of a link to its own network namespaces).
 package oidctest
 
 import (
@@ -73,6 +74,11 @@ type Options struct {
 	Scope string
 	// NoRevocation leaves the revocation endpoint out of discovery.
 	NoRevocation bool
+	// IP is the address the issuer listens on, which its certificate
+	// names too: an address of this host that the gateways under test
+	// reach (one in a network namespace of the test's reaches none of
+	// its loopback). If nil, 127.0.0.1.
+	IP net.IP
 }
 
 // Issuer is a running test issuer. Its exported fields are read-only.
@@ -174,7 +180,7 @@ func Start(t testing.TB, o Options) *Issuer {
 		t.Fatalf("oidctest: %v", err)
 	}
 	is.keys = []signingKey{key}
-	caPEM, leaf, err := serverCert()
+	caPEM, leaf, err := serverCert(o.IP)
 	if err != nil {
 		t.Fatalf("oidctest: certificate: %v", err)
 	}
@@ -184,6 +190,14 @@ func Start(t testing.TB, o Options) *Issuer {
 		t.Fatalf("oidctest: %v", err)
 	}
 	is.srv = httptest.NewUnstartedServer(is.routes())
+	if o.IP != nil {
+		ln, err := net.Listen("tcp", net.JoinHostPort(o.IP.String(), "0"))
+		if err != nil {
+			t.Fatalf("oidctest: listen on %s: %v", o.IP, err)
+		}
+		is.srv.Listener.Close()
+		is.srv.Listener = ln
+	}
 	// Handshakes a test fails on purpose (a client without the CA) are
 	// no news.
 	is.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -318,9 +332,10 @@ func newKey(alg jose.SignatureAlgorithm) (signingKey, error) {
 	return k, err
 }
 
-// serverCert makes a CA and a certificate for 127.0.0.1 and localhost
-// signed by it, and returns the CA's PEM and the server's pair.
-func serverCert() ([]byte, tls.Certificate, error) {
+// serverCert makes a CA and a certificate for 127.0.0.1, localhost and
+// ip (if not nil) signed by it, and returns the CA's PEM and the
+// server's pair.
+func serverCert(ip net.IP) ([]byte, tls.Certificate, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, tls.Certificate{}, err
@@ -343,10 +358,14 @@ func serverCert() ([]byte, tls.Certificate, error) {
 	if err != nil {
 		return nil, tls.Certificate{}, err
 	}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	if ip != nil {
+		ips = append(ips, ip)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "oidctest"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames: []string{"localhost"}, IPAddresses: ips,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)

@@ -1,7 +1,10 @@
 // Package peerwatch keeps a stream's watch leg (wan.Watch): how each
 // gateway knows whether its peer is there. The outbound gateway dials it
 // a second after a data leg has worked (so the inbound side is attached
-// and will accept it, and a stream released at once never dials it) and
+// and will accept it, and a stream released at once never dials it), or
+// after a restart a second after it restored a stream a data leg had
+// worked on (so the peer that heard "stopping" hears it is back without
+// waiting for data), and
 // dials it again while the stream lives whenever it ends without the
 // peer's word; the inbound gateway takes it on the listener of channel 0.
 // Its end says what became of the peer: released its side, stopping (it

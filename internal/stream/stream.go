@@ -282,9 +282,12 @@ func (st *Stream) ListenerAddrs() []string {
 	return out
 }
 
-// Start runs one accept loop per channel, and the watch leg of an
-// outbound 1.2 stream whose peers are known (peerca.go). It does nothing
-// once the stream has stopped.
+// Start runs one accept loop per channel, and the watch leg's dials of
+// an outbound stream the peer should hear from without waiting for data:
+// a 1.2 stream whose peers are known (peerca.go), and one restored
+// connected (a data leg worked before the gateway restarted: the peer
+// hears that this gateway is back, watch.go). It does nothing once the
+// stream has stopped.
 func (st *Stream) Start() {
 	st.mu.Lock()
 	if st.stopped {
@@ -303,7 +306,7 @@ func (st *Stream) Start() {
 		st.wg.Add(1)
 		go st.warmLegs(st.rec.WANPool)
 	}
-	watch := awaitsPeers(st.rec) && len(st.rec.Targets) > 0 // restored with its peers
+	watch := awaitsPeers(st.rec) && len(st.rec.Targets) > 0 || st.Role == api.RoleOutbound && st.dataOK.Load()
 	st.mu.Unlock()
 	if watch {
 		st.startWatch(st.env.Log.With("uid", st.UID))

@@ -15,7 +15,10 @@ import (
 // those whose peer is one have none.
 
 // startWatch starts the outbound dial loop of the watch leg, once. Called
-// when a data leg to the peer worked; not for QUIC streams.
+// when a data leg to the peer worked, or as a stream restored connected
+// starts (Start): the peer, which heard "stopping" as this gateway went
+// down, then hears it is back at once, not at the next data leg; not for
+// QUIC streams.
 func (st *Stream) startWatch(log *slog.Logger) {
 	if st.wanT == api.WANQUIC || st.env.Facility || !st.watchStarted.CompareAndSwap(false, true) {
 		return

@@ -86,7 +86,8 @@
     }).then(function (r) {
       var msg = r.body && r.body.error && r.body.error.message;
       if (r.resp.status === 401) {
-        forget("The gateway refused the token: " + (msg || "unauthenticated") + ". Give a token from its --tokens file.");
+        forget("The gateway refused the token: " + (msg || "unauthenticated") +
+          ". Give the bearer token you use with s2uc on this gateway (from s2uc login, or the one its operator gave you).");
         return;
       }
       if (!r.resp.ok || !r.body) {
@@ -145,6 +146,9 @@
     var tb = $("stream-rows");
     tb.replaceChildren();
     st.streams.forEach(function (v) { tb.appendChild(row(v)); });
+    // The window's span, in the column's heading: "last 60 s".
+    var ws = st.streams.length && st.streams[0].stats && st.streams[0].stats.rates ? st.streams[0].stats.rates.window_s : 0;
+    $("window-head").textContent = (ws ? "last " + Math.round(ws) + " s" : "recent") + ": mean ± sd, peak";
     $("stream-count").textContent = "(" + st.streams.length + " live)";
     $("updated").textContent = new Date(st.now).toLocaleTimeString();
   }
