@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -171,11 +172,19 @@ func TestTrustFilesRefused(t *testing.T) {
 			t.Run(k.name+", "+f.name, func(t *testing.T) {
 				d := t.TempDir()
 				path, want := f.make(t, d, k.text)
-				cmd := exec.Command(bin, append(base(filepath.Join(d, "state")), k.args(path)...)...)
+				// A gateway that takes the file serves until killed: the
+				// deadline makes that a failure, not a hang.
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, bin, append(base(filepath.Join(d, "state")), k.args(path)...)...)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
 				err := cmd.Run()
 				var ee *exec.ExitError
+				if ctx.Err() != nil {
+					t.Fatalf("s2cs took the %s and served; stderr:\n%s", k.name, stderr.String())
+				}
 				if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 					t.Fatalf("s2cs: %v, want exit status 2; stderr:\n%s", err, stderr.String())
 				}
