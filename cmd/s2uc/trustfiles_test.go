@@ -211,12 +211,11 @@ func TestRecordsOthersCanWrite(t *testing.T) {
 
 // TestPinAndConfigOthersCanWrite: a --server_cert file others can write
 // (or in a directory they can), a --token_file in a directory they can
-// write, and a configuration file owned by
-// another user (mode 0644) or in a directory others can write, are
-// refused, naming the fix, before any connection to the gateway; the
-// same files kept right are used. So is a records directory others can
-// write, before inbound-request creates a stream whose record would go
-// there.
+// write, and a configuration file owned by another user (mode 0644) or
+// in a directory others can write, are refused, naming the fix, before
+// any connection to the gateway; the same files kept right are used. So
+// is a records directory others can write, before inbound-request
+// creates a stream whose record would go there.
 func TestPinAndConfigOthersCanWrite(t *testing.T) {
 	isolate(t)
 	dir := t.TempDir()

@@ -169,7 +169,7 @@ func (r rule) walk(what, path string) (string, error) {
 	}
 	rest := strings.Split(todo, "/")
 	dir := "/"
-	sticky := map[string]bool{} // the directories checked: whether others may add names to them
+	checked := map[string]bool{} // the directories checked: whether others may add names to them
 	links := 0
 	for len(rest) > 0 {
 		name := rest[0]
@@ -181,13 +181,13 @@ func (r rule) walk(what, path string) (string, error) {
 			dir = filepath.Dir(dir)
 			continue
 		}
-		open, ok := sticky[dir]
+		open, ok := checked[dir]
 		if !ok {
 			var err error
 			if open, err = r.lookupDir(what, path, dir); err != nil {
 				return "", err
 			}
-			sticky[dir] = open
+			checked[dir] = open
 		}
 		p := filepath.Join(dir, name)
 		var st unix.Stat_t
@@ -251,8 +251,8 @@ func (r rule) lookupDir(what, path, dir string) (sticky bool, err error) {
 
 // readOnly reports whether dir is on a read-only mount.
 func readOnly(dir string) bool {
-	var fs unix.Statfs_t
-	return unix.Statfs(dir, &fs) == nil && fs.Flags&unix.ST_RDONLY != 0
+	var sf unix.Statfs_t
+	return unix.Statfs(dir, &sf) == nil && sf.Flags&unix.ST_RDONLY != 0
 }
 
 // owners says who may own a trust file.
