@@ -172,7 +172,7 @@ func startContainer(t *testing.T, p *podman, image, name, tokens string) *contai
 		}
 		p.run("rm", "--force", "--time", "5", name)
 	})
-	g := &containerGW{name: name, addr: net.JoinHostPort(ip, strconv.Itoa(port)), cert: filepath.Join(state, "s2cs.crt")}
+	g := &containerGW{name: name, addr: net.JoinHostPort(ip, strconv.Itoa(port))}
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	defer hc.CloseIdleConnections()
 	waitfor.Must(t, 30*time.Second, name+" to answer /healthz", func() bool {
@@ -183,6 +183,18 @@ func startContainer(t *testing.T, p *podman, image, name, tokens string) *contai
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// The user pins a copy of the certificate the gateway generated: the
+	// file in the state directory is the image user's (uid 65532), who
+	// could change it, and s2uc pins no file another user owns
+	// (docs/deploy.md).
+	b, err = os.ReadFile(filepath.Join(state, "s2cs.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cert = filepath.Join(dir, "s2cs.crt")
+	if err := os.WriteFile(g.cert, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return g
 }
 

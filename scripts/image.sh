@@ -19,7 +19,7 @@ if [ "${1:-}" = "--context" ]; then
   context_only=$2
   mkdir -p "$context_only"
   ctx=$(cd "$context_only" && pwd)
-  rm -rf "${ctx:?}/s2cs" "$ctx/s2uc" "$ctx/s2bench" "$ctx/state" "$ctx/ca-certificates.crt"
+  rm -rf "${ctx:?}/s2cs" "$ctx/s2uc" "$ctx/s2bench" "$ctx/state" "$ctx/home" "$ctx/ca-certificates.crt"
 else
   tag=${1:-scistream:${version:-dev}}
   ctx=$(mktemp -d)
@@ -39,7 +39,7 @@ else
     -v "$PWD:/src:ro" -v "$ctx:/out" -w /src "$go_image" \
     go build -trimpath -o /out/ ./cmd/s2cs ./cmd/s2uc ./cmd/s2bench
 fi
-mkdir "$ctx/state"
+mkdir "$ctx/state" "$ctx/home"
 cp "$bundle" "$ctx/"
 if [ -n "$context_only" ]; then
   echo "image: build context in $context_only"

@@ -5,12 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strings"
 
 	"scistream/internal/cfgfile"
 	"scistream/internal/cliflag"
+	"scistream/internal/trustfile"
 )
 
 // The configuration file (--config): every flag is a key of the same
@@ -89,9 +89,11 @@ func (o *opsOptions) given() map[string]bool {
 }
 
 // readConfig reads the file at path, refusing one too large to be a
-// configuration file.
+// configuration file, or one others could change (internal/trustfile):
+// it says whom the gateway trusts (insecure_no_auth, allow_targets,
+// tokens), so whoever can write it, or replace it, runs the gateway.
 func readConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := trustfile.Open("configuration file", path)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
 	}

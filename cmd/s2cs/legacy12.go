@@ -14,6 +14,7 @@ import (
 
 	"scistream/internal/gateway"
 	"scistream/internal/legacy12"
+	"scistream/internal/trustfile"
 )
 
 // SciStream 1.2 clients: the gRPC control protocol on the control port
@@ -63,7 +64,9 @@ func (o *legacyOptions) serve(srv *gateway.Server, log *slog.Logger) error {
 	if !o.grpc {
 		return nil
 	}
-	pem, err := os.ReadFile(o.peerCA)
+	// Every 1.2 stream's WAN legs trust what this CA issued: whoever
+	// can change the file can add a CA of their own.
+	pem, err := trustfile.ReadFile("peer CA file", o.peerCA)
 	if err != nil {
 		return fmt.Errorf("--peer_ca: %w", err)
 	}

@@ -185,3 +185,123 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Errorf("the refusal does not name the file's flag:\n%s", logs)
 	}
 }
+
+// TestReloadRefusesFilesOthersCanWrite (issue 35, finding 3): a local
+// user who could write the tokens or roles file appended a token line
+// and "operator identity mallory", and the next SIGHUP put them in force.
+// Now a reload finds the file (or its directory) writable by others,
+// refuses it, keeps the old tokens and roles, and logs which file and
+// the command that fixes it. Once the operator runs that command, the
+// next SIGHUP takes the file as it is: it was the mode that was refused.
+func TestReloadRefusesFilesOthersCanWrite(t *testing.T) {
+	bin := buildS2CS(t)
+	dir := t.TempDir()
+	etc := filepath.Join(dir, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tokens, roles := filepath.Join(etc, "tokens"), filepath.Join(etc, "roles")
+	line := func(tok, id string) string { return auth.HashToken(tok) + " " + id + "\n" }
+	if err := os.WriteFile(tokens, []byte(line("alice-token", "alice")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(roles, []byte("user any\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, logs, addr := startBinary(t, bin, "--listener_ip", localgw.RandomLoopback(), "--port", "0", "--port_range", "5100-5103",
+		"--state_dir", filepath.Join(dir, "state"), "--tokens", tokens, "--roles", roles, "--log_format", "json")
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer hc.CloseIdleConnections()
+	code := func(path, token string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", "https://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitfor.Must(t, 15*time.Second, "the gateway ready", func() bool { return code("/v1/info", "alice-token") == http.StatusOK })
+	hup := func(msg string, want ...string) {
+		t.Helper()
+		n := strings.Count(logs.String(), `"msg":"`+msg)
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.Must(t, 15*time.Second, "the log to say "+msg, func() bool { return strings.Count(logs.String(), `"msg":"`+msg) > n })
+		if len(want) > 0 && !logHas(logs.String(), msg, want...) {
+			t.Errorf("no %q record whose err holds %q:\n%s", msg, want, logs)
+		}
+	}
+	appendTo := func(path, text string) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// mallory is no one here, and no operator.
+	if c := code("/v1/streams", "mallory-token"); c != http.StatusUnauthorized {
+		t.Fatalf("mallory before: %d, want 401", c)
+	}
+
+	// The tokens file made writable by all, and mallory's line in it.
+	os.Chmod(tokens, 0o666)
+	appendTo(tokens, line("mallory-token", "mallory"))
+	hup("reload refused", "--tokens: tokens file "+tokens+" can be written by other users (mode 0666): chmod go-w "+tokens)
+	if c := code("/v1/streams", "mallory-token"); c != http.StatusUnauthorized {
+		t.Errorf("mallory's token after a refused reload: %d, want 401", c)
+	}
+	if c := code("/v1/streams", "alice-token"); c != http.StatusOK {
+		t.Errorf("alice's token after a refused reload: %d, want 200 (the old tokens)", c)
+	}
+	// Fixed as the log says: the file is taken as it is.
+	os.Chmod(tokens, 0o644)
+	hup("reloaded:")
+	if c := code("/v1/streams", "mallory-token"); c != http.StatusOK {
+		t.Fatalf("the tokens file with its mode fixed: mallory's line %d, want 200 (the refusal was the mode's)", c)
+	}
+
+	// The roles file writable by its group, "operator identity mallory"
+	// in it: mallory lists no other owner's streams.
+	os.Chmod(roles, 0o664)
+	appendTo(roles, "operator identity mallory\n")
+	hup("reload refused", "--roles: roles file "+roles+" can be written by other users (mode 0664): chmod go-w "+roles)
+	if c := code("/v1/streams?all_owners=true", "mallory-token"); c != http.StatusForbidden {
+		t.Errorf("mallory lists every owner's streams after a refused reload: %d, want 403", c)
+	}
+	os.Chmod(roles, 0o644)
+
+	// The directory of both made writable by all: either file could be
+	// replaced.
+	os.Chmod(etc, 0o777)
+	hup("reload refused", "directory "+etc+" can be written by other users (mode 0777)", "chmod go-w "+etc)
+	if c := code("/v1/streams?all_owners=true", "mallory-token"); c != http.StatusForbidden {
+		t.Errorf("mallory an operator after a refused reload: %d, want 403", c)
+	}
+	os.Chmod(etc, 0o755)
+
+	// The tokens file given to another user.
+	if os.Geteuid() == 0 {
+		os.Chown(tokens, 65534, 65534)
+		hup("reload refused", "tokens file "+tokens+" is owned by uid 65534", "chown root "+tokens)
+		os.Chown(tokens, 0, 0)
+	}
+	// All fixed: in force, mallory's operator line with it.
+	hup("reloaded:")
+	if c := code("/v1/streams?all_owners=true", "mallory-token"); c != http.StatusOK {
+		t.Errorf("the files fixed, mallory as operator: %d, want 200", c)
+	}
+	if c := code("/v1/streams", "alice-token"); c != http.StatusOK {
+		t.Errorf("alice at the end: %d", c)
+	}
+}

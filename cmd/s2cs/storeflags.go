@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"scistream/internal/certs"
 	"scistream/internal/secretfile"
 	"scistream/internal/store"
+	"scistream/internal/trustfile"
 )
 
 // storeOptions are the flags that say where s2cs keeps its stream
@@ -175,7 +175,9 @@ func (o *storeOptions) tls() (*tls.Config, error) {
 		}
 		return nil, nil
 	}
-	pem, err := os.ReadFile(o.ca)
+	// The store holds every stream's owner and secret: whoever can
+	// change this CA can stand in for etcd.
+	pem, err := trustfile.ReadFile("etcd CA file", o.ca)
 	if err != nil {
 		return nil, fmt.Errorf("--etcd_ca: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"scistream/internal/auth"
 	"scistream/internal/client"
 	"scistream/internal/login"
+	"scistream/internal/trustfile"
 )
 
 // gatewayFlags are the flags that reach one gateway.
@@ -147,7 +148,9 @@ func token(file string) (string, error) {
 
 // tokenFile reads --token_file, which only its owner may read or write
 // (as ssh demands of a private key): a token others can read is theirs
-// too.
+// too. Like every file s2uc trusts (internal/trustfile), it must be the
+// user's (or root's), in directories nobody else may write: whoever
+// can swap it makes s2uc act as them.
 func tokenFile(file string) (string, error) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -156,6 +159,9 @@ func tokenFile(file string) (string, error) {
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
 		return "", usagef("--token_file %s can be read or written by others (mode %04o): chmod 600 %s", file, fi.Mode().Perm(), file)
+	}
+	if err := trustfile.Verify("--token_file", file, f); err != nil {
+		return "", usagef("%w", err)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {

@@ -264,7 +264,7 @@ func TestConfigDefaults(t *testing.T) {
 	write("s2cs: " + g.Addr + "\n")
 	os.Chmod(config, 0o666)
 	_, stderr, code = s2uc(t, "list")
-	checkExit(t, []string{"list"}, "", stderr, code, exitUsage, "configuration file "+config+" can be written by others (mode 0666)")
+	checkExit(t, []string{"list"}, "", stderr, code, exitUsage, "configuration file "+config+" can be written by other users (mode 0666): chmod go-w "+config)
 }
 
 var nextLine = regexp.MustCompile(`(?m)^next: s2uc (.*)$`)

@@ -56,6 +56,9 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if err := ss.Check(); err != nil { // before a stream exists whose record would have nowhere safe to go
+		return err
+	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
 		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive,
 		Rate: rate, MinRate: least, LeaseS: lease,

@@ -77,6 +77,9 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if err := ss.Check(); err != nil { // before a stream exists whose record would have nowhere safe to go
+		return err
+	}
 	inS, outS, err := client.Wire(ctx, in, out,
 		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive,
 			Rate: rate, MinRate: least, LeaseS: lease},

@@ -413,6 +413,38 @@ func checkFit(t *testing.T, o objects, cfg map[string]any) {
 			}
 		}
 	}
+	// s2cs refuses a file it trusts (configuration, tokens, keys, CAs)
+	// that its group or others may write, or that lies in a directory
+	// they may write unless that is sticky or read-only: the kubelet
+	// makes a ConfigMap's directory 0777, so every volume of s2cs's files
+	// is mounted read-only, with modes no one else may write.
+	for _, name := range []string{"config", "tokens", "tls", "etcd"} {
+		v, ok := vols[name]
+		if !ok {
+			continue
+		}
+		if !mounts[name].ReadOnly {
+			t.Errorf("volume %s is mounted writable: s2cs refuses the ConfigMap's directory (mode 0777) unless it is read-only", name)
+		}
+		modes := map[string]*int32{}
+		switch {
+		case v.ConfigMap != nil:
+			modes[""] = v.ConfigMap.DefaultMode
+			for _, it := range v.ConfigMap.Items {
+				modes[it.Key] = it.Mode
+			}
+		case v.Secret != nil:
+			modes[""] = v.Secret.DefaultMode
+			for _, it := range v.Secret.Items {
+				modes[it.Key] = it.Mode
+			}
+		}
+		for key, m := range modes {
+			if m != nil && *m&0o022 != 0 {
+				t.Errorf("volume %s: %q mounted with mode %04o, which its group or others may write; s2cs refuses it", name, key, *m)
+			}
+		}
+	}
 	for _, s := range o.secrets {
 		if v := vols["tokens"]; v.Secret == nil || v.Secret.SecretName != s.Name {
 			t.Errorf("Secret %s made but not mounted", s.Name)

@@ -25,9 +25,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
+
+	"scistream/internal/trustfile"
 )
 
 // ErrNoToken is returned when a request carries no bearer token.
@@ -92,9 +93,11 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 	return t, nil
 }
 
-// LoadTokens reads a token file from disk.
+// LoadTokens reads a token file from disk, under the rule of every file
+// that decides whom the gateway trusts (internal/trustfile): whoever can
+// change it can add a token of their own.
 func LoadTokens(path string) (*Tokens, error) {
-	b, err := os.ReadFile(path)
+	b, err := trustfile.ReadFile("tokens file", path)
 	if err != nil {
 		return nil, err
 	}

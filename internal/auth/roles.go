@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"scistream/internal/trustfile"
 )
 
 // A Policy gives roles to authenticated callers: the gateway's roles
@@ -136,9 +137,11 @@ func validName(s string) bool {
 	return true
 }
 
-// LoadPolicy reads a roles file from disk.
+// LoadPolicy reads a roles file from disk, under the rule of every file
+// that decides whom the gateway trusts (internal/trustfile): whoever can
+// change it can make themselves an operator.
 func LoadPolicy(path string) (*Policy, error) {
-	b, err := os.ReadFile(path)
+	b, err := trustfile.ReadFile("roles file", path)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -47,20 +48,71 @@ func Load(certFile, keyFile string) (*Identity, error) {
 	return fromTLS(c)
 }
 
-// LoadKeyPair is tls.LoadX509KeyPair that first refuses a private key
-// file any user of the machine may read or write (CheckPrivate).
+// LoadKeyPair is tls.LoadX509KeyPair that reads the private key under
+// the rule of every secret file (secretfile.Open): refused if any user
+// of the machine may read or write it, if another user owns it, or if a
+// directory on the way to it may be written by others.
 func LoadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
-	if err := CheckPrivate(keyFile); err != nil {
+	f, err := secretfile.Open("private key", keyFile)
+	if err != nil {
 		return tls.Certificate{}, err
 	}
-	return tls.LoadX509KeyPair(certFile, keyFile)
+	return keyPair(certFile, keyFile, f)
 }
+
+// keyPair reads the certificate at certFile and the key f, opened from
+// keyFile and checked, and closes f.
+func keyPair(certFile, keyFile string, f *os.File) (tls.Certificate, error) {
+	keyPEM, err := io.ReadAll(io.LimitReader(f, maxPEM+1))
+	f.Close()
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s: %w", keyFile, err)
+	}
+	if len(keyPEM) > maxPEM {
+		return tls.Certificate{}, fmt.Errorf("%s is larger than %d bytes: is it the private key?", keyFile, maxPEM)
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// maxPEM bounds a private key file.
+const maxPEM = 1 << 20
 
 // CheckPrivate refuses a private key file others may read or write, or
 // its group may write, naming the fix: the rule of every secret file
-// (internal/secretfile).
+// (internal/secretfile), with its owner and directories.
 func CheckPrivate(path string) error {
 	return secretfile.Check("private key", path)
+}
+
+// loadKept loads the pair LoadOrGenerate keeps in a state directory: the
+// key's mode is checked (secretfile.CheckMode) on what was opened, not
+// the directories on the way to it. The state directory is the
+// program's own working directory (its database lives there too), which
+// Kubernetes makes writable for the pod's fsGroup and the image for
+// group 0: the key there is as safe as the directory, which is the
+// deployment's to keep.
+func loadKept(certFile, keyFile string) (*Identity, error) {
+	f, err := os.Open(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load key pair %s, %s: %w", certFile, keyFile, err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = secretfile.CheckMode("private key", keyFile, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("load key pair %s, %s: %w", certFile, keyFile, err)
+	}
+	c, err := keyPair(certFile, keyFile, f)
+	if err != nil {
+		return nil, fmt.Errorf("load key pair %s, %s: %w", certFile, keyFile, err)
+	}
+	return fromTLS(c)
 }
 
 func fromTLS(c tls.Certificate) (*Identity, error) {
@@ -85,7 +137,7 @@ func LoadOrGenerate(dir string, hosts []string) (id *Identity, certFile string, 
 	certFile = filepath.Join(dir, "s2cs.crt")
 	keyFile := filepath.Join(dir, "s2cs.key")
 	if _, err := os.Stat(certFile); err == nil {
-		id, err := Load(certFile, keyFile)
+		id, err := loadKept(certFile, keyFile)
 		return id, certFile, false, err
 	}
 	certPEM, keyPEM, err := SelfSigned(hosts, 825*24*time.Hour)
@@ -98,7 +150,7 @@ func LoadOrGenerate(dir string, hosts []string) (id *Identity, certFile string, 
 	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
 		return nil, "", false, err
 	}
-	id, err = Load(certFile, keyFile)
+	id, err = loadKept(certFile, keyFile)
 	return id, certFile, true, err
 }
 

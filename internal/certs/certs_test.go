@@ -387,3 +387,39 @@ func TestLoadRefusesOpenKey(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyDirectory: a private key named with --server_key is a file the
+// gateway trusts: in a directory others may write, or owned by another
+// user, it is refused, naming the fix (issue 35: secret files get the
+// owner and directory checks too). The key LoadOrGenerate keeps in a
+// state directory is checked for its mode only: a state directory
+// writable by its group, as Kubernetes makes a volume for the pod's
+// fsGroup and the image for group 0, still starts the gateway.
+func TestKeyDirectory(t *testing.T) {
+	state := t.TempDir()
+	if _, _, _, err := certs.LoadOrGenerate(state, []string{"127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(state, "s2cs.crt"), filepath.Join(state, "s2cs.key")
+	if _, err := certs.Load(certFile, keyFile); err != nil {
+		t.Fatalf("a 0600 key in a 0700 directory: %v", err)
+	}
+	if err := os.Chmod(state, 0o2770); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certs.Load(certFile, keyFile); err == nil || !strings.Contains(err.Error(), "directory "+state+" can be written by other users") || !strings.Contains(err.Error(), "chmod go-w "+state) {
+		t.Errorf("--server_key in a group-writable directory: %v; want refused, naming the directory and its chmod", err)
+	}
+	if _, _, generated, err := certs.LoadOrGenerate(state, []string{"127.0.0.1"}); err != nil || generated {
+		t.Errorf("the kept key in a group-writable state directory: generated %v, %v; want loaded", generated, err)
+	}
+	os.Chmod(state, 0o700)
+	if os.Geteuid() == 0 {
+		if err := os.Chown(keyFile, 65534, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := certs.Load(certFile, keyFile); err == nil || !strings.Contains(err.Error(), "is owned by uid 65534") {
+			t.Errorf("a key of another user's: %v; want refused", err)
+		}
+	}
+}

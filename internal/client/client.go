@@ -31,11 +31,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"syscall"
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/trustfile"
 )
 
 // Errors of a request that got no answer from the gateway's API. Each
@@ -101,7 +101,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.ServerCert != "" {
-		pemBytes, err := os.ReadFile(cfg.ServerCert)
+		// The pin decides which gateway gets the token: whoever can
+		// change the file can name theirs (internal/trustfile).
+		pemBytes, err := trustfile.ReadFile("server certificate", cfg.ServerCert)
 		if err != nil {
 			return nil, &ConfigError{"ServerCert", cfg.ServerCert, err}
 		}

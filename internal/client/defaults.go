@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/trustfile"
 )
 
 // s2uc's defaults live in a small YAML file, so that "s2uc list" with a
@@ -112,26 +113,25 @@ func fileKeys() []string {
 // profile: the one --profile names, else $SCISTREAM_PROFILE, else the
 // file's profile key, else none. A missing file is no error; a file
 // others can write, a key that is not one, a value that is not a
-// string, an unknown profile or output are, naming the file and the fix.
+// string, an unknown profile or output are, naming the file and the fix;
+// so is one owned by another user, or in a directory others can write.
 func LoadDefaults(profile string, getenv func(string) string) (Defaults, error) {
 	path := ConfigFile(getenv)
 	var data []byte
 	if path != "" {
-		f, err := os.Open(path)
+		// It names the gateways s2uc sends the token to and their pins:
+		// one that others could write or replace is refused
+		// (internal/trustfile), naming the fix.
+		f, err := trustfile.Open("configuration file", path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			path = ""
+		case trustfile.IsRefusal(err):
+			return Defaults{}, err
 		case err != nil:
 			return Defaults{}, fmt.Errorf("configuration file: %w", err)
 		default:
 			defer f.Close()
-			fi, err := f.Stat()
-			if err != nil {
-				return Defaults{}, fmt.Errorf("configuration file: %w", err)
-			}
-			if fi.Mode().Perm()&0o022 != 0 {
-				return Defaults{}, fmt.Errorf("configuration file %s can be written by others (mode %04o): they could point s2uc at their gateway; chmod go-w %s", path, fi.Mode().Perm(), path)
-			}
 			var b bytes.Buffer
 			if _, err := b.ReadFrom(f); err != nil {
 				return Defaults{}, fmt.Errorf("configuration file %s: %w", path, err)

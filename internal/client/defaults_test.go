@@ -150,7 +150,7 @@ func TestDefaultsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := client.LoadDefaults("", env("SCISTREAM_HOME="+dir))
-	if err == nil || !strings.Contains(err.Error(), file+" can be written by others (mode 0620)") || !strings.Contains(err.Error(), "chmod go-w "+file) {
+	if err == nil || !strings.Contains(err.Error(), file+" can be written by other users (mode 0620)") || !strings.Contains(err.Error(), "chmod go-w "+file) {
 		t.Errorf("group-writable file: %v", err)
 	}
 	if err := os.Chmod(file, 0o644); err != nil {

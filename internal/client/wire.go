@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/trustfile"
 )
 
 // Connect completes a stream whose inbound side exists: it creates the
@@ -172,14 +173,27 @@ func (s Sessions) path(uid string) (string, bool) {
 	return filepath.Join(s.Dir, uid+".json"), true
 }
 
-// Save writes sess (mode 0600). It refuses a session whose UID is not a
-// stream UID.
+// Check creates the store's directory (mode 0700) if it is missing,
+// and refuses it if others could put a record of their own in it
+// (trustfile.CheckDir: the directory and those on the way to it owned by
+// the user or root, writable by nobody else): a record names the
+// gateways s2uc sends the user's token to. A command checks before it
+// creates a stream whose record it must keep.
+func (s Sessions) Check() error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return err
+	}
+	return trustfile.CheckDir("records directory", s.Dir)
+}
+
+// Save writes sess (mode 0600), into a directory Check accepts. It
+// refuses a session whose UID is not a stream UID.
 func (s Sessions) Save(sess *Session) error {
 	p, ok := s.path(sess.UID)
 	if !ok {
 		return fmt.Errorf("no record of uid %.80q: not a stream UID", sess.UID)
 	}
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+	if err := s.Check(); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(sess, "", "  ")
@@ -194,13 +208,15 @@ func (s Sessions) Save(sess *Session) error {
 }
 
 // Load reads the session of uid; os.ErrNotExist if there is none, as
-// there is none of a uid that is not a stream UID.
+// there is none of a uid that is not a stream UID. A record others
+// could have written, or put in place (internal/trustfile), is refused:
+// it names the gateways s2uc sends the user's token to.
 func (s Sessions) Load(uid string) (*Session, error) {
 	p, ok := s.path(uid)
 	if !ok {
 		return nil, fmt.Errorf("no record of %.80q, which is not a stream UID: %w", uid, os.ErrNotExist)
 	}
-	b, err := os.ReadFile(p)
+	b, err := trustfile.ReadFile("stream record", p)
 	if err != nil {
 		return nil, err
 	}

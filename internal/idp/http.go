@@ -8,8 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
+
+	"scistream/internal/trustfile"
 )
 
 // RequestTimeout bounds each request to an identity provider (discovery,
@@ -21,11 +22,14 @@ const maxResponse = 1 << 20
 
 // HTTPClient returns a client for an identity provider's endpoints that
 // verifies their certificates against the PEM CA certificates in caFile,
-// or the system's roots if caFile is empty, with RequestTimeout.
+// or the system's roots if caFile is empty, with RequestTimeout. caFile
+// is read under the rule of every file that decides whom the program
+// trusts (internal/trustfile): whoever can change it can stand in for
+// the provider.
 func HTTPClient(caFile string) (*http.Client, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		b, err := os.ReadFile(caFile)
+		b, err := trustfile.ReadFile("CA file", caFile)
 		if err != nil {
 			return nil, err
 		}

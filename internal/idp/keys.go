@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"scistream/internal/auth"
+	"scistream/internal/trustfile"
 )
 
 // A KeySource gives the public keys that may have signed a token.
@@ -87,9 +87,11 @@ func byKID(keys []jose.JSONWebKey, kid string) []jose.JSONWebKey {
 // whose keys the operator pins.
 type StaticKeys struct{ keys []jose.JSONWebKey }
 
-// LoadKeys reads a JWKS file.
+// LoadKeys reads a JWKS file, under the rule of every file that decides
+// whom the gateway trusts (internal/trustfile): whoever can change it
+// can sign tokens of their own.
 func LoadKeys(path string) (*StaticKeys, error) {
-	b, err := os.ReadFile(path)
+	b, err := trustfile.ReadFile("JWKS file", path)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ const module = "scistream/"
 // module). A package may import its own layer's and those below.
 var layers = [][]string{
 	// Wire types, state, identity, system calls: what everything stands on.
-	{"internal/api", "internal/version", "internal/secretfile", "internal/bytesize", "internal/pace",
+	{"internal/api", "internal/version", "internal/secretfile", "internal/trustfile", "internal/bytesize", "internal/pace",
 		"internal/ports", "internal/fileplan", "internal/proxyproto", "internal/sockio", "internal/udpsock",
 		"internal/egress", "internal/auth", "internal/certs", "internal/store", "internal/idp",
 		"internal/waitfor", "internal/loopback", "internal/metricstest", "internal/leakcheck"},

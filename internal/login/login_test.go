@@ -69,6 +69,14 @@ func TestDeviceFlow(t *testing.T) {
 	if _, err := st.Load(); err == nil || !strings.Contains(err.Error(), "read or written by others") {
 		t.Fatalf("Load of a file others can read: %v", err)
 	}
+	// In a directory others can write, another's login could be put
+	// in its place (issue 35).
+	os.Chmod(st.Path, 0o600)
+	os.Chmod(filepath.Dir(st.Path), 0o777)
+	if _, err := st.Load(); err == nil || !strings.Contains(err.Error(), "login file "+st.Path+": directory "+filepath.Dir(st.Path)+" can be written by other users") {
+		t.Fatalf("Load of a login in a directory others can write: %v", err)
+	}
+	os.Chmod(filepath.Dir(st.Path), 0o700)
 	os.WriteFile(st.Path, []byte("{}"), 0o600)
 	os.Chmod(st.Path, 0o600)
 	if _, err := st.Load(); err == nil || !strings.Contains(err.Error(), "not a login") {

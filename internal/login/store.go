@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"scistream/internal/client"
+	"scistream/internal/trustfile"
 )
 
 // Saved is a login as the store keeps it. Its tokens are secrets: never
@@ -106,6 +107,11 @@ func (st Store) Load() (*Saved, error) {
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("%s can be read or written by others (mode %04o): remove it and run s2uc login again", st.Path, fi.Mode().Perm())
+	}
+	// It names the issuer its refresh token goes to: the user's (or
+	// root's), in directories nobody else may write (internal/trustfile).
+	if err := trustfile.Verify("login file", st.Path, f); err != nil {
+		return nil, err
 	}
 	var s Saved
 	if err := json.NewDecoder(f).Decode(&s); err != nil || s.AccessToken == "" || s.Issuer == "" {

@@ -43,3 +43,40 @@ func TestModes(t *testing.T) {
 		t.Errorf("Open of a missing file: %v", err)
 	}
 }
+
+// TestOwnerAndDirectory: a secret file is also a trusted one (issue 35):
+// its mode rule comes first (the chmod 600 a secret needs), then the
+// owner and the directories of internal/trustfile.
+func TestOwnerAndDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "secret")
+	if err := os.WriteFile(path, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check("password file", path); err != nil {
+		t.Fatalf("a 0600 file in a 0700 directory: %v", err)
+	}
+	os.Chmod(dir, 0o777)
+	err := Check("password file", path)
+	if err == nil || !strings.Contains(err.Error(), "password file "+path+": directory "+dir+" can be written by other users (mode 0777)") || !strings.HasSuffix(err.Error(), "chmod go-w "+dir) {
+		t.Errorf("in a 0777 directory: %v", err)
+	}
+	os.Chmod(path, 0o644)
+	if err := Check("password file", path); err == nil || !strings.Contains(err.Error(), "chmod 600 "+path) {
+		t.Errorf("a 0644 file in a 0777 directory: %v; want the secret's own rule first", err)
+	}
+	os.Chmod(dir, 0o700)
+	os.Chmod(path, 0o600)
+	if os.Geteuid() != 0 {
+		return
+	}
+	if err := os.Chown(path, 65534, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check("password file", path); err == nil || !strings.Contains(err.Error(), "is owned by uid 65534") {
+		t.Errorf("another user's secret: %v", err)
+	}
+}
