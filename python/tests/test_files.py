@@ -68,13 +68,13 @@ def rewrite(rec: Path, g: Any, certs: Any) -> bytes:
 
 ATTACKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "directory writable by others": (lambda rec: rec.parent.chmod(0o777),
-                                     "stream records directory {dir} can be written by other users (mode 0777): chmod go-w {dir}"),
+                                     "stream records directory {dir} can be written by other users (mode 0777), who could put another file in place of what is in it: chmod go-w {dir}"),
     "record writable by others": (lambda rec: rec.chmod(0o666),
                                   "stream record {rec} can be written by other users (mode 0666): chmod go-w {rec}"),
     "record owned by another user": (lambda rec: os.chown(rec, OTHER, OTHER),
-                                     "stream record {rec} is owned by nobody (uid 65534), not by you or root: chown root {rec}"),
+                                     "stream record {rec} is owned by uid 65534 (nobody), not by root, the running user, and its owner can change it: chown root {rec}, or use a copy of your own"),
     "home writable by others": (lambda rec: rec.parent.parent.chmod(0o777),
-                                "directory {home} (of stream records directory {dir}) can be written by other users (mode 0777): "
+                                "stream records directory {dir}: directory {home} can be written by other users (mode 0777), who could put another file in place of what is in it: "
                                 "chmod go-w {home}"),
 }
 
@@ -123,7 +123,7 @@ def test_records_directory_others_can_write_refused_before_any_stream(pair: Pair
     with pair.client(pair.cons) as ci:
         before = {s.uid for s in ci.list(all=True)}
         with pytest.raises(scistream.ConfigError, match=f"stream records directory {d} can be written by other users "
-                                                         rf"\(mode 0777\): chmod go-w {d}$"):
+                                                         rf"\(mode 0777\), who could put another file in place of what is in it: chmod go-w {d}$"):
             scistream.stream(target=("127.0.0.1", echo.port), **pair.stream_kw()).__enter__()
         assert {s.uid for s in ci.list(all=True)} == before
     assert os.listdir(d) == []
@@ -147,14 +147,14 @@ def pin_attacks(tmp_path: Path, attacker_crt: Path) -> dict[str, tuple[Path, str
     p = d / "gw.crt"
     p.write_bytes(attacker_crt.read_bytes())
     os.chown(p, OTHER, OTHER)
-    out["pin owned by another user"] = (p, f"server_cert {p} is owned by nobody (uid 65534), not by you or root: chown root {p}")
+    out["pin owned by another user"] = (p, f"server_cert {p} is owned by uid 65534 (nobody), not by root, the running user, and its owner can change it: chown root {p}, or use a copy of your own")
     d = tmp_path / "opendir"
     d.mkdir()
     p = d / "gw.crt"
     p.write_bytes(attacker_crt.read_bytes())
     d.chmod(0o777)
     out["pin's directory writable by others"] = (
-        p, f"directory {d} (of server_cert {p}) can be written by other users (mode 0777): chmod go-w {d}")
+        p, f"server_cert {p}: directory {d} can be written by other users (mode 0777), who could put another file in place of what is in it: chmod go-w {d}")
     # A pin in a safe place, a symlink to a file in the attacker's
     # directory: the directory along the chain is checked.
     far = tmp_path / "far"
@@ -167,8 +167,8 @@ def pin_attacks(tmp_path: Path, attacker_crt: Path) -> dict[str, tuple[Path, str
     link = safe / "gw.crt"
     link.symlink_to(os.path.relpath(target, safe))
     out["pin linked into a directory others can write"] = (
-        link, f"directory {safe}/{os.path.relpath(far, safe)} (of server_cert {link}) can be written by other users (mode 0777): "
-              f"chmod go-w {safe}/{os.path.relpath(far, safe)}")
+        link, f"server_cert {link}: directory {far} can be written by other users (mode 0777), who could put another file in place of what is in it: "
+              f"chmod go-w {far}")
     return out
 
 
@@ -229,13 +229,13 @@ def test_configuration_file_others_could_write_refused(attack: str, tmp_path: Pa
     cfg.chmod(0o644)
     if attack == "owned by another user":
         os.chown(cfg, OTHER, OTHER)
-        want = f"configuration file {cfg} is owned by nobody (uid 65534), not by you or root: chown root {cfg}"
+        want = f"configuration file {cfg} is owned by uid 65534 (nobody), not by root, the running user, and its owner can change it: chown root {cfg}, or use a copy of your own"
     elif attack == "writable by others":
         cfg.chmod(0o646)
         want = f"configuration file {cfg} can be written by other users (mode 0646): chmod go-w {cfg}"
     else:
         d.chmod(0o757)
-        want = f"directory {d} (of configuration file {cfg}) can be written by other users (mode 0757): chmod go-w {d}"
+        want = f"configuration file {cfg}: directory {d} can be written by other users (mode 0757), who could put another file in place of what is in it: chmod go-w {d}"
     monkeypatch.setenv("SCISTREAM_CONFIG", str(cfg))
     monkeypatch.setenv("SCISTREAM_TOKEN", "the-users-token")
     with pytest.raises(scistream.SciStreamError) as ei:
@@ -296,3 +296,49 @@ def test_records_kept_whatever_the_umask(isolated_env: Path) -> None:
         os.umask(old)
     assert [oct(p.stat().st_mode & 0o777) for p in (isolated_env, isolated_env / "streams")] == ["0o700", "0o700"]
     assert oct((isolated_env / "streams" / f"{uid}.json").stat().st_mode & 0o777) == "0o600"
+
+
+# ---- the cases that pass, as under s2uc's rule (internal/trustfile) ---------
+
+
+def test_sticky_directory_and_its_links(tmp_path: Path) -> None:
+    """A sticky directory others may write (as /tmp) holds a trusted
+    name when the name is the user's or root's: others cannot replace
+    it. A symlink in one that another user owns is refused: its owner
+    could point it elsewhere. The same directory without the sticky bit
+    is refused."""
+    from scistream import _files
+    d = tmp_path / "sticky"
+    d.mkdir()
+    d.chmod(0o1777)
+    f = d / "gw.crt"
+    f.write_text("pin")
+    f.chmod(0o644)
+    assert _files.read(str(f), "server_cert", 100) == b"pin"
+    real = tmp_path / "real.crt"
+    real.write_text("elsewhere")
+    link = d / "link.crt"
+    link.symlink_to(real)
+    assert _files.read(str(link), "server_cert", 100) == b"elsewhere"
+    os.lchown(link, OTHER, OTHER)
+    with pytest.raises(scistream.ConfigError, match=f"the symbolic link {link}, in directory {d}, which others may write"):
+        _files.read(str(link), "server_cert", 100)
+    d.chmod(0o777)
+    with pytest.raises(scistream.ConfigError, match=f"directory {d} can be written by other users"):
+        _files.read(str(f), "server_cert", 100)
+
+
+def test_swapped_after_open_refused(tmp_path: Path) -> None:
+    """The file judged is the one opened: a name that resolves to
+    another file once opened is refused."""
+    from scistream import _files
+    p = tmp_path / "gw.crt"
+    p.write_text("first")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.rename(p, tmp_path / "old.crt")
+        p.write_text("second")
+        with pytest.raises(scistream.ConfigError, match="changed while it was being checked"):
+            _files.check_open(fd, str(p), "server_cert")
+    finally:
+        os.close(fd)
