@@ -16,12 +16,12 @@ func TestConnsFit(t *testing.T) {
 		wan   string
 		want  string // "" if it fits
 	}{
-		{10000, "tls", "give at most 9259"},
-		{9259, "tls", ""},
-		{9259, "tcp", ""},
+		{10000, "tls", "give at most 9131"},
+		{9131, "tls", ""},
+		{9131, "tcp", ""},
 		{10000, "quic", ""},
-		{18518, "quic", ""},
-		{18519, "quic", "give at most 9259"},
+		{18262, "quic", ""},
+		{18263, "quic", "give at most 9131"},
 	} {
 		err := CheckFit(Config{Conns: c.conns, WAN: c.wan, Engine: "splice"}, 20000)
 		switch {
