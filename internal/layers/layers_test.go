@@ -27,8 +27,9 @@ var layers = [][]string{
 		"internal/ports", "internal/fileplan", "internal/proxyproto", "internal/sockio", "internal/udpsock",
 		"internal/egress", "internal/auth", "internal/certs", "internal/store", "internal/idp",
 		"internal/waitfor", "internal/loopback", "internal/metricstest", "internal/leakcheck"},
-	// The data-plane engines and the rates a stream carried.
-	{"internal/sockmap", "internal/relay", "internal/rates"},
+	// The data-plane engines, the positioned frames of resumable legs
+	// and the rates a stream carried.
+	{"internal/sockmap", "internal/relay", "internal/rates", "internal/carry"},
 	// WAN legs: TLS, TCP, the preface, every check of a peer.
 	{"internal/wan"},
 	// What a stream builds on: QUIC legs, pooled legs, strangers, the

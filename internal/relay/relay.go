@@ -129,8 +129,8 @@ func RelayWith(e Engine, a, b net.Conn, h Hooks) error {
 	dir(a, b, A, B, countBA) // here: one goroutine (its stack) fewer per connection
 	wg.Wait()
 	if firstErr == nil {
-		orderly(a)
-		orderly(b)
+		Orderly(a)
+		Orderly(b)
 	}
 	a.Close()
 	b.Close()
@@ -203,9 +203,10 @@ func ResetOnCloseRaw(raw syscall.RawConn) error {
 	return serr
 }
 
-// orderly disarms ResetOnClose: closing c sends FIN after every byte
-// still queued, instead of a reset that discards them.
-func orderly(c net.Conn) {
+// Orderly disarms ResetOnClose: closing c sends FIN after every byte
+// still queued, instead of a reset that discards them. A relay of its
+// own (internal/carry) calls it once both directions ended in order.
+func Orderly(c net.Conn) {
 	if t, ok := innermost(c).(*net.TCPConn); ok {
 		t.SetLinger(-1)
 	}

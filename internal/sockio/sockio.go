@@ -293,6 +293,35 @@ func (s *Conn) Write(b []byte) (int, error) {
 	return done, nil
 }
 
+// TryWrite writes what of b the socket takes now, without waiting: it
+// returns ErrWouldBlock when it takes nothing. A caller that must not
+// wait on the socket (a reader of frames that hands the rest to a
+// writer, internal/carry) writes with it.
+func (s *Conn) TryWrite(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	o := &s.wr
+	o.kind, o.buf = opWrite, b
+	var n int
+	var errno syscall.Errno
+	err := s.rc.Write(func(fd uintptr) bool {
+		o.fn(fd)
+		n, errno = o.n, o.errno
+		return true // never wait in the poller
+	})
+	o.buf = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case errno == syscall.EAGAIN:
+		return 0, ErrWouldBlock
+	case errno != 0:
+		return 0, s.opError("write", errno)
+	}
+	return n, nil
+}
+
 // Pipe is a kernel pipe that carries spliced bytes between two sockets.
 type Pipe struct {
 	r, w int

@@ -1,0 +1,1042 @@
+package carry
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"scistream/internal/relay"
+	"scistream/internal/sockio"
+)
+
+// Config configures a connection. Zero fields are the defaults given.
+type Config struct {
+	// Window bounds what one direction holds at each end: the bytes a
+	// side read from its application and the peer has not received
+	// (sent or not), and the bytes a side received and its application
+	// has not taken (the window it grants). Past it the application is
+	// not read (backpressure). It limits one connection to about Window
+	// per round trip, so it must exceed the path's bandwidth-delay
+	// product. If zero, DefaultWindow.
+	Window int
+	// Budget bounds the bytes held by every connection of the gateway
+	// (their chunks): a sender past it waits. nil: no bound but Window.
+	Budget *Budget
+	// ResumeWindow is how long the connection may be without a leg
+	// (parked) before it is reset at its application, counted from the
+	// leg's loss. Zero: the connection is never parked, a lost leg
+	// resets it at once.
+	ResumeWindow time.Duration
+	// LegTimeout is how long the peer may be silent on a leg while an
+	// answer is due (bytes sent and not acknowledged, a ping) before the
+	// leg is taken for lost. If zero, DefaultLegTimeout.
+	LegTimeout time.Duration
+	// AckDelay is the longest a received byte waits for its
+	// acknowledgement when nothing else goes the other way. If zero,
+	// DefaultAckDelay.
+	AckDelay time.Duration
+	// OnAccepted, if not nil, is called once the acceptor accepted the
+	// connection (the dialer's first leg; its answer).
+	OnAccepted func()
+	// OnLost, if not nil, is called when a leg is lost and the
+	// connection parked (ResumeWindow > 0): the dialer's side then
+	// brings a new leg (Resume). err is why the leg was lost.
+	OnLost func(err error)
+	// Log, if not nil, gets the connection's debug lines.
+	Log *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultWindow     = 16 << 20
+	DefaultLegTimeout = 10 * time.Second
+	DefaultAckDelay   = 10 * time.Millisecond
+	// initialWindow is what a dialer may send before the acceptor's
+	// answer says its window: the acceptor reads it only once it
+	// reached its application, so it waits in the TCP buffers.
+	initialWindow = 256 << 10
+)
+
+func (c Config) withDefaults() Config {
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.LegTimeout == 0 {
+		c.LegTimeout = DefaultLegTimeout
+	}
+	if c.AckDelay == 0 {
+		c.AckDelay = DefaultAckDelay
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Counts are what the connection tells its stream of the bytes it moves.
+type Counts struct {
+	// ToWAN receives the bytes read from the application; FromWAN
+	// those written to it. Either may wait (a rate paces the stream):
+	// FromWAN is then called where no frame waits on it.
+	ToWAN, FromWAN func(int64)
+	// Paced reports whether FromWAN may wait now.
+	Paced func() bool
+}
+
+// Errors of a connection's end, in the *relay.Error it returns.
+var (
+	// ErrResumeWindow: the connection was parked past its window.
+	ErrResumeWindow = fmt.Errorf("no leg came back within the resume window: %w", syscall.ETIMEDOUT)
+	// ErrLegSilent: the peer said nothing on a leg past LegTimeout
+	// while an answer was due.
+	ErrLegSilent = fmt.Errorf("the peer gateway was silent on the leg: %w", syscall.ETIMEDOUT)
+	errReplaced  = errors.New("carry: leg replaced")
+)
+
+// pools are the chunk pools every connection of the process shares.
+var pools = newChunkPools()
+
+// leg is one carrier of the connection's frames.
+type leg struct {
+	c   net.Conn
+	wmu sync.Mutex // serialises writes, held across a frame
+	hdr [2 * HeaderLen]byte
+	// lost is set (under Conn.mu) once the leg failed or was replaced.
+	lost bool
+}
+
+// writeFrame writes one frame, hdr then payload, in one write where the
+// leg can (wan.Conn.WriteFrame). l.wmu must be held.
+func (l *leg) writeFrame(hdr, payload []byte) error {
+	if fw, ok := l.c.(interface {
+		WriteFrame(hdr, b []byte) (int, error)
+	}); ok {
+		_, err := fw.WriteFrame(hdr, payload)
+		return err
+	}
+	if _, err := l.c.Write(hdr); err != nil {
+		return err
+	}
+	if len(payload) > 0 {
+		_, err := l.c.Write(payload)
+		return err
+	}
+	return nil
+}
+
+// Conn is one application connection's WAN side at one gateway: its
+// bytes in both directions, carried as positioned frames over a leg
+// that may be replaced (Resume) without its application noticing more
+// than a pause. Make it with New and run it with Relay.
+type Conn struct {
+	cfg    Config
+	dialer bool
+
+	mu   sync.Mutex // guards the following
+	cond *sync.Cond // a leg came, room opened, the connection ended
+	leg  *leg       // nil while parked
+	gen  int        // counts the legs the connection had
+	done bool       // ended, in order or not
+	err  error      // why it ended, if not in order
+	app  net.Conn
+	lostAt    time.Time // when the connection parked
+	parkTimer *time.Timer
+	awaitAnswer bool // the dialer's first leg: its first frame must be the answer
+
+	// Sending: the application's bytes to the peer.
+	snd      sendBuf
+	sent     uint64 // the next position to send on the leg
+	limit    uint64 // the peer accepts bytes below this (its received + its window)
+	appEOF   bool   // the application ended its stream: fin at snd.end
+	finSent  bool   // on the current leg
+	finAcked bool
+
+	// Receiving: the peer's bytes to the application.
+	recv      uint64 // received in order
+	bl        backlog
+	peerFin   bool   // the peer's fin came (at recv)
+	finDone   bool   // its end of stream was forwarded to the application
+	ackedPos  uint64 // the position of the last ack sent
+	ackedWin  int    // its window
+	ackDue    bool   // an ack is due now
+	ackTimer  *time.Timer
+	pingDue   bool
+	pinging   bool // a ping is out, unanswered
+	heard     time.Time
+	liveTimer *time.Timer
+
+	flushing  bool // a flusher goroutine runs
+	appWriter bool // the application writer goroutine runs
+	wg        sync.WaitGroup
+	wake      chan struct{} // the leg reader waits on it for a leg
+}
+
+// New returns a connection of cfg; dialer says whether this side opened
+// it (the outbound side).
+func New(cfg Config, dialer bool) *Conn {
+	cfg = cfg.withDefaults()
+	c := &Conn{cfg: cfg, dialer: dialer, limit: initialWindow, wake: make(chan struct{}, 1)}
+	c.cond = sync.NewCond(&c.mu)
+	c.snd = sendBuf{pools: pools, budget: cfg.Budget}
+	c.bl = backlog{pools: pools, budget: cfg.Budget}
+	c.ackedWin = cfg.Window
+	if !dialer {
+		c.ackedWin = max(cfg.Window, initialWindow) // what a dialer sends before the answer
+	}
+	c.awaitAnswer = dialer
+	return c
+}
+
+// Window is the window this side grants (Config.Window), for its open
+// or accepted frame.
+func (c *Conn) Window() uint32 { return uint32(c.cfg.Window) }
+
+// SetPeerWindow sets the window the peer granted, from its open frame
+// (acceptor), before Relay.
+func (c *Conn) SetPeerWindow(w uint32) {
+	c.mu.Lock()
+	c.limit = uint64(w)
+	c.mu.Unlock()
+}
+
+// Received returns the position this side received the peer's stream to
+// in order: what a join or an accepted frame says.
+func (c *Conn) Received() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ackPosLocked()
+}
+
+// ackPosLocked is the position an ack says: the bytes received, and one
+// more for the peer's fin once it came.
+func (c *Conn) ackPosLocked() uint64 {
+	if c.peerFin {
+		return c.recv + 1
+	}
+	return c.recv
+}
+
+// Parked reports whether the connection waits for a leg, and since when.
+func (c *Conn) Parked() (bool, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leg == nil && !c.done && c.gen > 0, c.lostAt
+}
+
+// Done reports whether the connection ended.
+func (c *Conn) Done() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+// Relay carries the connection between app and its legs, starting on
+// first, until it ends: nil once both directions ended in order (app is
+// then closed in order), else the first failure as a *relay.Error (side
+// relay.A the application, relay.B the WAN) with app aborted. The
+// dialer wrote its open frame on first before; the acceptor read it,
+// reached app and answered.
+func (c *Conn) Relay(app net.Conn, first net.Conn, counts Counts) error {
+	c.mu.Lock()
+	c.app = app
+	c.installLocked(first)
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go c.sendLoop(app, counts)
+	c.recvLoop(app, counts)
+	c.wg.Wait()
+	c.mu.Lock()
+	err := c.err
+	c.stopTimersLocked()
+	c.snd.release()
+	c.bl.release()
+	l := c.leg
+	c.mu.Unlock()
+	if err == nil {
+		relay.Orderly(app)
+		if l != nil {
+			// The last ack (of the peer's fin) goes before the leg's
+			// orderly end, however the flusher and the end raced: the
+			// peer is done only once it has it.
+			c.mu.Lock()
+			hdr := AppendHeader(nil, Header{Type: TypeAck, Pos: c.ackPosLocked()})
+			c.mu.Unlock()
+			l.wmu.Lock()
+			l.c.SetWriteDeadline(time.Now().Add(c.cfg.LegTimeout))
+			l.writeFrame(hdr, nil)
+			l.wmu.Unlock()
+			closeWrite(l.c)
+			l.c.Close()
+		}
+		app.Close()
+		return nil
+	}
+	relay.Abort(app)
+	if l != nil {
+		relay.Abort(l.c)
+	}
+	return err
+}
+
+// installLocked makes l the connection's leg. c.mu must be held.
+func (c *Conn) installLocked(nc net.Conn) {
+	c.leg = &leg{c: nc}
+	c.gen++
+	c.finSent = false
+	c.heard = time.Now()
+	c.pinging = false
+	if c.parkTimer != nil {
+		c.parkTimer.Stop()
+		c.parkTimer = nil
+	}
+	c.cond.Broadcast()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Resume gives the parked (or about to park) connection a new leg nc,
+// on which the handshake said the peer received this side's stream up
+// to peerRecv and grants window. It retransmits from there. A leg it
+// still has is replaced (the newer one wins: the peer's view of the old
+// one may lag). It fails if the connection ended, or peerRecv is not a
+// position this side can resend from.
+func (c *Conn) Resume(nc net.Conn, peerRecv uint64, window uint32) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return errors.New("the connection ended")
+	}
+	finPos := c.snd.end
+	if peerRecv < c.snd.acked || peerRecv > finPos+1 || peerRecv == finPos+1 && !c.appEOF {
+		return fmt.Errorf("%w: the peer says it received %d of a stream of which %d to %d are held", ErrFrame, peerRecv, c.snd.acked, finPos)
+	}
+	if old := c.leg; old != nil {
+		old.lost = true
+		old.c.Close() // its reader and writers see it and step aside
+	}
+	c.ackInLocked(peerRecv, window)
+	c.sent = min(peerRecv, c.snd.end)
+	c.installLocked(nc)
+	// The handshake said this side's received position and window:
+	// what the peer may send is counted from there.
+	c.ackedPos, c.ackedWin = c.ackPosLocked(), c.cfg.Window-c.bl.n
+	c.awaitAnswer = false
+	c.ackDue = true // and say it again at once, with the fin's state
+	c.kickLocked()
+	return nil
+}
+
+// Abort ends the connection with err (a *relay.Error or not) unless it
+// ended already: its application is reset, a reset frame goes to the
+// peer if a leg is there.
+func (c *Conn) Abort(err error) {
+	c.mu.Lock()
+	c.failLocked(err, "")
+	c.mu.Unlock()
+}
+
+// failLocked ends the connection with err, telling the peer reason (if
+// not empty and a leg is there). c.mu must be held.
+func (c *Conn) failLocked(err error, reason string) {
+	if c.done {
+		return
+	}
+	c.done, c.err = true, err
+	if l := c.leg; l != nil && reason != "" && !l.lost {
+		// Best effort, never waiting: the connection is over.
+		if l.wmu.TryLock() {
+			l.c.SetWriteDeadline(time.Now().Add(time.Second))
+			l.writeFrame(AppendReason(l.hdr[:0], TypeReset, reason), nil)
+			l.wmu.Unlock()
+		}
+	}
+	if c.app != nil {
+		relay.Abort(c.app) // unblocks the reads and writes of the application
+	}
+	if l := c.leg; l != nil {
+		relay.Abort(l.c)
+	}
+	c.stopTimersLocked()
+	c.cond.Broadcast()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Conn) stopTimersLocked() {
+	for _, t := range []*time.Timer{c.parkTimer, c.ackTimer, c.liveTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// lostLocked handles the loss of leg l (err why): the connection parks
+// for its resume window, or ends. c.mu must be held.
+func (c *Conn) lostLocked(l *leg, err error) {
+	if l.lost || c.done || c.leg != l {
+		return // replaced, or handled
+	}
+	l.lost = true
+	l.c.Close()
+	c.leg = nil
+	if c.cfg.ResumeWindow <= 0 || c.finishedLocked() || c.awaitAnswer {
+		// (A connection the peer never accepted has nothing to
+		// resume: its acceptor may not hold it.)
+		if c.finishedLocked() {
+			c.doneLocked()
+			return
+		}
+		c.failLocked(&relay.Error{Conn: relay.B, Op: "read", Err: err}, "")
+		return
+	}
+	c.lostAt = time.Now()
+	c.cfg.Log.Debug("leg lost: the connection waits for a new one", "err", err, "window", c.cfg.ResumeWindow)
+	gen := c.gen
+	c.parkTimer = time.AfterFunc(c.cfg.ResumeWindow, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.gen == gen && c.leg == nil && !c.done {
+			c.failLocked(&relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("%w (%s, since the leg was lost: %v)", ErrResumeWindow, c.cfg.ResumeWindow, err)}, "")
+		}
+	})
+	if f := c.cfg.OnLost; f != nil {
+		go f(err)
+	}
+}
+
+// finishedLocked reports whether both directions ended in order.
+func (c *Conn) finishedLocked() bool { return c.finAcked && c.finDone }
+
+// doneLocked ends the connection in order.
+func (c *Conn) doneLocked() {
+	if c.done {
+		return
+	}
+	c.done = true
+	c.stopTimersLocked()
+	c.cond.Broadcast()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop reads the application into the send buffer and sends it.
+func (c *Conn) sendLoop(app net.Conn, counts Counts) {
+	defer c.wg.Done()
+	r := endpointOf(app)
+	tr, _ := r.(tryReader)
+	for {
+		// Wait for bytes first, holding no chunk: an idle connection
+		// holds no buffer.
+		if tr != nil {
+			if err := tr.WaitReadable(); err != nil && err != io.EOF {
+				c.appFailed(err, "read")
+				return
+			}
+		}
+		c.mu.Lock()
+		for !c.done && c.snd.held() >= c.cfg.Window {
+			c.cond.Wait()
+		}
+		if c.done {
+			c.mu.Unlock()
+			return
+		}
+		ch := c.snd.tail()
+		c.mu.Unlock()
+		if ch == nil {
+			// The gateway's budget is spent: wait for room.
+			if !c.waitBudget() {
+				return
+			}
+			continue
+		}
+		room := ch.room()
+		if lim := c.cfg.Window - c.heldNow(); lim < len(room) {
+			room = room[:max(lim, 1)]
+		}
+		var n int
+		var err error
+		if tr != nil {
+			n, err = tr.TryRead(room)
+			if err == sockio.ErrWouldBlock {
+				n, err = 0, nil
+			}
+		} else {
+			n, err = r.Read(room)
+		}
+		c.mu.Lock()
+		c.snd.filled(ch, n)
+		if err == io.EOF {
+			c.appEOF = true
+		}
+		c.mu.Unlock()
+		if n > 0 && counts.ToWAN != nil {
+			counts.ToWAN(int64(n))
+		}
+		if err != nil && err != io.EOF {
+			c.appFailed(err, "read")
+			return
+		}
+		c.flush()
+		if err == io.EOF {
+			return
+		}
+	}
+}
+
+// heldNow is c.snd.held under the lock.
+func (c *Conn) heldNow() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snd.held()
+}
+
+// waitBudget waits until the gateway's budget gave back bytes, or the
+// connection ended (false).
+func (c *Conn) waitBudget() bool {
+	b := c.cfg.Budget
+	b.mu.Lock()
+	w := b.wait
+	b.mu.Unlock()
+	t := time.NewTimer(100 * time.Millisecond) // and look again: the connection may end meanwhile
+	defer t.Stop()
+	select {
+	case <-w:
+	case <-t.C:
+	}
+	return !c.Done()
+}
+
+// appFailed ends the connection on a failed read or write (op) of the
+// application: the peer is told with a reset.
+func (c *Conn) appFailed(err error, op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return
+	}
+	c.failLocked(&relay.Error{Conn: relay.A, Op: op, Err: err}, "the application's connection "+op+" failed: "+err.Error())
+}
+
+// kickLocked starts a flusher unless one runs: what the leg reader and
+// the timers want sent goes out from there, never from the reader
+// itself (a reader that waits on a write can deadlock two gateways that
+// both write). c.mu must be held.
+func (c *Conn) kickLocked() {
+	if c.flushing || c.done || c.leg == nil {
+		return
+	}
+	c.flushing = true
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.flush()
+		c.mu.Lock()
+		c.flushing = false
+		again := c.dueLocked()
+		c.mu.Unlock()
+		if again {
+			c.mu.Lock()
+			c.kickLocked()
+			c.mu.Unlock()
+		}
+	}()
+}
+
+// dueLocked reports whether something waits to be sent on the leg.
+func (c *Conn) dueLocked() bool {
+	if c.done || c.leg == nil {
+		return false
+	}
+	return c.ackDue || c.pingDue || c.sent < c.snd.end && c.sent < c.limit || c.finDueLocked()
+}
+
+// finDueLocked reports whether the fin waits to be sent on the leg.
+func (c *Conn) finDueLocked() bool {
+	return c.appEOF && !c.finSent && !c.finAcked && c.sent == c.snd.end
+}
+
+// flush sends what is due on the current leg: an ack, a ping, the data
+// the peer's window takes, the fin. It returns when nothing more is due
+// or the leg failed.
+func (c *Conn) flush() {
+	c.mu.Lock()
+	l := c.leg
+	c.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	for {
+		c.mu.Lock()
+		if c.leg != l || l.lost || c.done {
+			c.mu.Unlock()
+			return
+		}
+		hdr := l.hdr[:0]
+		if c.ackDue || c.ackTimer != nil && c.recv != c.ackedPos {
+			// An ack rides with whatever goes now.
+			win := c.cfg.Window - c.bl.n
+			hdr = AppendHeader(hdr, Header{Type: TypeAck, Pos: c.ackPosLocked(), Length: uint32(max(win, 0))})
+			c.ackedPos, c.ackedWin, c.ackDue = c.ackPosLocked(), win, false
+			if c.ackTimer != nil {
+				c.ackTimer.Stop()
+				c.ackTimer = nil
+			}
+		}
+		if c.pingDue {
+			hdr = AppendHeader(hdr, Header{Type: TypePing})
+			c.pingDue, c.pinging = false, true
+			c.armLiveLocked()
+		}
+		var payload []byte
+		var pinned *chunk
+		if c.sent < c.snd.end && c.sent < c.limit {
+			payload, pinned = c.snd.slice(c.sent, int(min(uint64(MaxData), c.limit-c.sent)))
+			hdr = AppendHeader(hdr, Header{Type: TypeData, Pos: c.sent, Length: uint32(len(payload))})
+			c.sent += uint64(len(payload))
+			c.armLiveLocked()
+		} else if c.finDueLocked() {
+			hdr = AppendHeader(hdr, Header{Type: TypeFin, Pos: c.snd.end})
+			c.finSent = true
+			c.armLiveLocked()
+		}
+		c.mu.Unlock()
+		if len(hdr) == 0 {
+			return
+		}
+		// The payload is a slice of the send buffer, pinned while it
+		// is written without the lock.
+		err := l.writeFrame(hdr, payload)
+		if pinned != nil {
+			c.mu.Lock()
+			c.snd.unpin(pinned)
+			c.mu.Unlock()
+		}
+		if err != nil {
+			c.mu.Lock()
+			c.lostLocked(l, err)
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// armLiveLocked makes sure the liveness check runs while an answer of
+// the peer is due. c.mu must be held.
+func (c *Conn) armLiveLocked() {
+	if c.liveTimer != nil {
+		return
+	}
+	gen := c.gen
+	c.liveTimer = time.AfterFunc(c.cfg.LegTimeout/4, func() { c.checkLive(gen) })
+}
+
+// checkLive takes the leg for lost if the peer was silent past
+// LegTimeout while an answer was due, pings a peer whose window is shut,
+// and runs again while something is due.
+func (c *Conn) checkLive(gen int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.liveTimer = nil
+	l := c.leg
+	if c.done || l == nil || c.gen != gen {
+		return
+	}
+	waiting := c.sent > c.snd.acked || c.pinging || c.finSent && !c.finAcked
+	blocked := c.sent < c.snd.end && c.sent >= c.limit
+	if waiting && time.Since(c.heard) > c.cfg.LegTimeout {
+		c.lostLocked(l, ErrLegSilent)
+		return
+	}
+	if blocked && !c.pinging && time.Since(c.heard) > c.cfg.LegTimeout/4 {
+		c.pingDue = true // a shut window: ask whether the peer is there
+		c.kickLocked()
+	}
+	if waiting || blocked {
+		c.armLiveLocked()
+	}
+}
+
+// recvLoop reads frames from the connection's legs, one after the other
+// as they come (Resume), until the connection ends.
+func (c *Conn) recvLoop(app net.Conn, counts Counts) {
+	buf := make([]byte, HeaderLen)
+	for {
+		c.mu.Lock()
+		for !c.done && (c.leg == nil || c.leg.lost) {
+			c.mu.Unlock()
+			<-c.wake
+			c.mu.Lock()
+		}
+		if c.done {
+			c.mu.Unlock()
+			return
+		}
+		l := c.leg
+		c.mu.Unlock()
+		err := c.readLeg(l, app, counts, buf)
+		c.mu.Lock()
+		if c.done {
+			c.mu.Unlock()
+			return
+		}
+		if errors.Is(err, ErrFrame) && c.leg == l && !l.lost {
+			// The peer broke the protocol: nothing it sends is
+			// trusted further, on this leg or another.
+			c.failLocked(&relay.Error{Conn: relay.B, Op: "read", Err: err}, err.Error())
+			c.mu.Unlock()
+			return
+		}
+		c.lostLocked(l, err)
+		c.mu.Unlock()
+	}
+}
+
+// readLeg reads frames from leg l until it fails or the connection ends.
+func (c *Conn) readLeg(l *leg, app net.Conn, counts Counts, buf []byte) error {
+	w := endpointOf(app)
+	tw, _ := w.(tryWriter)
+	for {
+		h, err := ReadHeader(l.c, buf)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.heard = time.Now()
+		if c.awaitAnswer && h.Type != TypeAccepted && h.Type != TypeRefused {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: %q before the answer", ErrFrame, h.Type)
+		}
+		c.mu.Unlock()
+		switch h.Type {
+		case TypeData:
+			if err := c.data(l, h, app, w, tw, counts); err != nil {
+				return err
+			}
+		case TypeAck:
+			if err := c.ack(h); err != nil {
+				return err
+			}
+		case TypePing:
+			c.mu.Lock()
+			c.ackDue = true
+			c.kickLocked()
+			c.mu.Unlock()
+		case TypeFin:
+			if err := c.fin(h, app); err != nil {
+				return err
+			}
+		case TypeReset, TypeRefused:
+			reason := make([]byte, h.Length)
+			if _, err := io.ReadFull(l.c, reason); err != nil {
+				return err
+			}
+			c.mu.Lock()
+			var e error
+			if h.Type == TypeRefused {
+				e = &relay.Error{Conn: relay.B, Op: "read", Err: &RefusedError{Reason: printable(string(reason))}}
+			} else {
+				e = &relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("the peer gateway reset the connection: %s: %w", printable(string(reason)), syscall.ECONNRESET)}
+			}
+			c.failLocked(e, "")
+			c.mu.Unlock()
+			return e
+		case TypeAccepted:
+			c.mu.Lock()
+			if !c.awaitAnswer {
+				c.mu.Unlock()
+				return fmt.Errorf("%w: an answer where none was asked for", ErrFrame)
+			}
+			c.awaitAnswer = false
+			c.ackInLocked(h.Pos, h.Length)
+			c.kickLocked()
+			c.mu.Unlock()
+			if f := c.cfg.OnAccepted; f != nil {
+				f()
+			}
+		default:
+			return fmt.Errorf("%w: %q on a leg in use", ErrFrame, h.Type)
+		}
+		if c.Done() {
+			return nil
+		}
+	}
+}
+
+// A RefusedError is the acceptor's refusal of the connection: Reason is
+// what it said (made printable).
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "the peer gateway refused the connection: " + e.Reason }
+
+// data takes one data frame of header h from leg l.
+func (c *Conn) data(l *leg, h Header, app net.Conn, w endpoint, tw tryWriter, counts Counts) error {
+	c.mu.Lock()
+	recv, granted := c.recv, c.ackedPos+uint64(max(c.ackedWin, 0))
+	if c.peerFin {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: data after the fin", ErrFrame)
+	}
+	c.mu.Unlock()
+	end := h.Pos + uint64(h.Length)
+	if h.Pos > recv || end > granted {
+		// A single leg carries the stream in order; nothing may pass
+		// the window this side granted.
+		return fmt.Errorf("%w: data %d to %d where %d was expected (window to %d)", ErrFrame, h.Pos, end, recv, granted)
+	}
+	ch := c.bl.take(int(h.Length))
+	if _, err := io.ReadFull(l.c, ch.buf()[:h.Length]); err != nil {
+		c.mu.Lock()
+		c.bl.put(ch)
+		c.mu.Unlock()
+		return err
+	}
+	ch.n = int(h.Length)
+	if skip := recv - h.Pos; skip > 0 { // a resent front, already here
+		if skip >= uint64(h.Length) {
+			c.mu.Lock()
+			c.bl.put(ch)
+			c.mu.Unlock()
+			return nil
+		}
+		ch.off = int(skip)
+	}
+	ch.pos = recv
+	n := ch.n - ch.off
+	c.mu.Lock()
+	c.recv += uint64(n)
+	direct := c.bl.n == 0 && !c.appWriter && tw != nil && (counts.Paced == nil || !counts.Paced())
+	c.mu.Unlock()
+	if direct {
+		// The application's socket usually takes it all at once:
+		// no hand-over, no copy.
+		k, err := tw.TryWrite(ch.bytes())
+		if err != nil && err != sockio.ErrWouldBlock {
+			c.mu.Lock()
+			c.bl.put(ch)
+			c.mu.Unlock()
+			c.appFailed(err, "write")
+			return c.errNow()
+		}
+		if k > 0 && counts.FromWAN != nil {
+			counts.FromWAN(int64(k))
+		}
+		ch.off += k
+	}
+	c.mu.Lock()
+	if ch.off == ch.n {
+		c.bl.put(ch)
+	} else {
+		c.bl.push(ch)
+		c.startAppWriterLocked(app, w, counts)
+	}
+	c.ackAfterLocked()
+	c.mu.Unlock()
+	return nil
+}
+
+// errNow returns the connection's error.
+func (c *Conn) errNow() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// ackAfterLocked decides when the bytes received are acknowledged: at
+// once past a quarter of the window, else within AckDelay (or sooner,
+// with data going the other way). c.mu must be held.
+func (c *Conn) ackAfterLocked() {
+	if c.recv-c.ackedPos >= uint64(c.cfg.Window/4) || c.ackedWin < c.cfg.Window/2 && c.cfg.Window-c.bl.n >= c.cfg.Window/2 {
+		c.ackDue = true
+		c.kickLocked()
+		return
+	}
+	if c.ackTimer == nil && c.recv != c.ackedPos {
+		gen := c.gen
+		c.ackTimer = time.AfterFunc(c.cfg.AckDelay, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.gen == gen && c.ackTimer != nil {
+				c.ackTimer = nil
+				c.ackDue = true
+				c.kickLocked()
+			}
+		})
+	}
+}
+
+// startAppWriterLocked starts the goroutine that writes the backlog to
+// the application, unless it runs. c.mu must be held.
+func (c *Conn) startAppWriterLocked(app net.Conn, w endpoint, counts Counts) {
+	if c.appWriter || c.done {
+		return
+	}
+	c.appWriter = true
+	c.wg.Add(1)
+	go c.writeApp(app, w, counts)
+}
+
+// writeApp writes the backlog to the application until it is empty.
+func (c *Conn) writeApp(app net.Conn, w endpoint, counts Counts) {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		b := c.bl.front()
+		if b == nil || c.done {
+			c.appWriter = false
+			fin := b == nil && c.peerFin && !c.finDone && !c.done
+			c.mu.Unlock()
+			if fin {
+				c.forwardFin(app)
+			}
+			return
+		}
+		c.mu.Unlock()
+		n, err := w.Write(b)
+		if n > 0 && counts.FromWAN != nil {
+			counts.FromWAN(int64(n))
+		}
+		c.mu.Lock()
+		c.bl.consume(n)
+		c.ackAfterLocked()
+		c.mu.Unlock()
+		if err != nil {
+			c.appFailed(err, "write")
+			return
+		}
+	}
+}
+
+// ack takes an ack frame.
+func (c *Conn) ack(h Header) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	finPos := c.snd.end
+	max := c.sent
+	if c.finSent || c.finAcked {
+		max = finPos + 1
+	}
+	if h.Pos > max {
+		return fmt.Errorf("%w: ack of %d, past the %d sent", ErrFrame, h.Pos, max)
+	}
+	c.ackInLocked(h.Pos, h.Length)
+	c.pinging = false
+	if c.finAcked && c.finDone {
+		c.doneLocked()
+		return nil
+	}
+	if c.dueLocked() {
+		c.kickLocked()
+	}
+	return nil
+}
+
+// ackInLocked takes the peer's received position pos and window: the
+// send buffer drops what it received, the window moves. c.mu must be
+// held.
+func (c *Conn) ackInLocked(pos uint64, window uint32) {
+	if c.appEOF && pos == c.snd.end+1 {
+		c.finAcked = true
+		pos--
+	}
+	if pos > c.snd.acked {
+		c.snd.ack(pos)
+	}
+	c.limit = pos + uint64(window)
+	c.cond.Broadcast()
+}
+
+// fin takes the peer's fin frame.
+func (c *Conn) fin(h Header, app net.Conn) error {
+	c.mu.Lock()
+	if h.Pos != c.recv {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: fin at %d, received to %d", ErrFrame, h.Pos, c.recv)
+	}
+	if c.peerFin { // resent on a new leg before the ack of the first came
+		c.ackDue = true
+		c.kickLocked()
+		c.mu.Unlock()
+		return nil
+	}
+	c.peerFin = true
+	c.ackDue = true
+	c.kickLocked()
+	forward := c.bl.n == 0 && !c.appWriter
+	c.mu.Unlock()
+	if forward {
+		c.forwardFin(app)
+	}
+	return nil
+}
+
+// forwardFin forwards the peer's end of stream to the application (the
+// backlog is written).
+func (c *Conn) forwardFin(app net.Conn) {
+	err := closeWrite(app)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.failLocked(&relay.Error{Conn: relay.A, Op: "write", Err: fmt.Errorf("forward end of stream: %w", err)}, "the application's connection failed")
+		return
+	}
+	c.finDone = true
+	if c.finAcked {
+		// The ack of the peer's fin must reach it before the leg
+		// closes: the flusher sends it, then the connection is done.
+		c.ackDue = true
+		l := c.leg
+		c.mu.Unlock()
+		if l != nil {
+			c.flush()
+		}
+		c.mu.Lock()
+		c.doneLocked()
+	}
+}
+
+// closeWrite shuts down the write half of nc.
+func closeWrite(nc net.Conn) error {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// endpoint reads or writes one side: the raw socket for plain TCP, the
+// net.Conn otherwise.
+type endpoint interface {
+	Read([]byte) (int, error)
+	Write([]byte) (int, error)
+}
+
+type tryReader interface {
+	TryRead([]byte) (int, error)
+	WaitReadable() error
+}
+
+type tryWriter interface {
+	TryWrite([]byte) (int, error)
+}
+
+func endpointOf(nc net.Conn) endpoint {
+	if t, ok := nc.(*net.TCPConn); ok {
+		if s, err := sockio.New(t); err == nil {
+			return s
+		}
+	}
+	return nc
+}

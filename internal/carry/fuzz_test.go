@@ -1,0 +1,95 @@
+package carry
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// FuzzParseFrames: any 16 bytes give a header or ErrFrame, never a
+// panic; a valid header encodes back to the same bytes; open and join
+// payloads round trip.
+func FuzzParseFrames(f *testing.F) {
+	f.Add(AppendHeader(nil, Header{Type: TypeData, Length: 5, Pos: 9}), []byte("hello"))
+	f.Add(AppendOpen(nil, Open{ID: ID{7}, Window: 1 << 20, Stripes: 1})[:HeaderLen], AppendOpen(nil, Open{ID: ID{7}, Window: 1 << 20, Stripes: 1})[HeaderLen:])
+	f.Add(AppendJoin(nil, Join{ID: ID{3}}, 77)[:HeaderLen], AppendJoin(nil, Join{ID: ID{3}}, 77)[HeaderLen:])
+	f.Fuzz(func(t *testing.T, hdr, payload []byte) {
+		if len(hdr) < HeaderLen {
+			return
+		}
+		h, err := ParseHeader(hdr[:HeaderLen])
+		if err != nil {
+			return
+		}
+		if got := AppendHeader(nil, h); !bytes.Equal(got, hdr[:HeaderLen]) {
+			t.Fatalf("header %+v encodes to %x, was %x", h, got, hdr[:HeaderLen])
+		}
+		switch h.Type {
+		case TypeOpen:
+			if o, err := ParseOpen(payload); err == nil {
+				if b := AppendOpen(nil, o)[HeaderLen:]; !bytes.Equal(b, payload) {
+					t.Fatalf("open %+v encodes to %x, was %x", o, b, payload)
+				}
+			}
+		case TypeJoin:
+			if j, err := ParseJoin(payload); err == nil {
+				if b := AppendJoin(nil, j, 0)[HeaderLen:]; !bytes.Equal(b, payload) {
+					t.Fatalf("join %+v encodes to %x, was %x", j, b, payload)
+				}
+			}
+		}
+	})
+}
+
+// fakeLeg is a leg whose peer sends b and then ends; what this side
+// writes is dropped.
+type fakeLeg struct {
+	r *bytes.Reader
+}
+
+func (l *fakeLeg) Read(b []byte) (int, error)         { return l.r.Read(b) }
+func (l *fakeLeg) Write(b []byte) (int, error)        { return len(b), nil }
+func (l *fakeLeg) Close() error                       { return nil }
+func (l *fakeLeg) LocalAddr() net.Addr                { return &net.TCPAddr{} }
+func (l *fakeLeg) RemoteAddr() net.Addr               { return &net.TCPAddr{} }
+func (l *fakeLeg) SetDeadline(t time.Time) error      { return nil }
+func (l *fakeLeg) SetReadDeadline(t time.Time) error  { return nil }
+func (l *fakeLeg) SetWriteDeadline(t time.Time) error { return nil }
+
+// FuzzLeg: whatever a peer sends on a leg (frames well or badly formed,
+// in any order), the connection ends (in order or with an error), never
+// panics or hangs, and its application receives at most what data
+// frames carried.
+func FuzzLeg(f *testing.F) {
+	var ok []byte
+	ok = AppendHeader(ok, Header{Type: TypeAccepted, Length: 1 << 20})
+	ok = AppendHeader(ok, Header{Type: TypeData, Length: 3, Pos: 0})
+	ok = append(ok, "abc"...)
+	ok = AppendHeader(ok, Header{Type: TypeFin, Pos: 3})
+	ok = AppendHeader(ok, Header{Type: TypeAck, Pos: 1, Length: 1 << 20})
+	f.Add(ok, true)
+	f.Add(ok[HeaderLen:], false)
+	f.Add(AppendReason(nil, TypeReset, "bye\x1b[2J"), false)
+	f.Fuzz(func(t *testing.T, b []byte, dialer bool) {
+		c := New(Config{Window: 64 << 10}, dialer)
+		app, peer := net.Pipe()
+		got := make(chan int, 1)
+		go func() {
+			n, _ := io.Copy(io.Discard, peer)
+			got <- int(n)
+		}()
+		done := make(chan error, 1)
+		go func() { done <- c.Relay(app, &fakeLeg{r: bytes.NewReader(b)}, Counts{}) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Relay did not end on %x", b)
+		}
+		peer.Close()
+		if n := <-got; n > len(b) {
+			t.Fatalf("the application got %d bytes from %d on the leg", n, len(b))
+		}
+	})
+}
