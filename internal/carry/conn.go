@@ -95,7 +95,6 @@ var (
 	// ErrLegSilent: the peer said nothing on a leg past LegTimeout
 	// while an answer was due.
 	ErrLegSilent = fmt.Errorf("the peer gateway was silent on the leg: %w", syscall.ETIMEDOUT)
-	errReplaced  = errors.New("carry: leg replaced")
 )
 
 // pools are the chunk pools every connection of the process shares.
@@ -137,15 +136,15 @@ type Conn struct {
 	cfg    Config
 	dialer bool
 
-	mu   sync.Mutex // guards the following
-	cond *sync.Cond // a leg came, room opened, the connection ended
-	leg  *leg       // nil while parked
-	gen  int        // counts the legs the connection had
-	done bool       // ended, in order or not
-	err  error      // why it ended, if not in order
-	app  net.Conn
-	lostAt    time.Time // when the connection parked
-	parkTimer *time.Timer
+	mu          sync.Mutex // guards the following
+	cond        *sync.Cond // a leg came, room opened, the connection ended
+	leg         *leg       // nil while parked
+	gen         int        // counts the legs the connection had
+	done        bool       // ended, in order or not
+	err         error      // why it ended, if not in order
+	app         net.Conn
+	lostAt      time.Time // when the connection parked
+	parkTimer   *time.Timer
 	awaitAnswer bool // the dialer's first leg: its first frame must be the answer
 
 	// Sending: the application's bytes to the peer.

@@ -46,10 +46,10 @@ func tcpPair(t testing.TB) (*net.TCPConn, *net.TCPConn) {
 // consumer's (consApp, consGW at the acceptor), and the legs between
 // the two Conns, which the test can cut and replace.
 type rig struct {
-	t              testing.TB
-	dial, acc      *Conn
-	prodApp        *net.TCPConn // the producer's end
-	consApp        *net.TCPConn // the consumer's end
+	t               testing.TB
+	dial, acc       *Conn
+	prodApp         *net.TCPConn // the producer's end
+	consApp         *net.TCPConn // the consumer's end
 	dialErr, accErr chan error
 
 	mu   sync.Mutex
