@@ -173,13 +173,39 @@ type Conn struct {
 	appWriter bool // the application writer goroutine runs
 	wg        sync.WaitGroup
 	wake      chan struct{} // the leg reader waits on it for a leg
+	ended     chan struct{} // closed when the connection ends
+	stats     Stats
 }
+
+// Stats are what a connection counts of its legs.
+type Stats struct {
+	// Resumes counts the legs that replaced a lost one.
+	Resumes int64
+	// Resent counts the bytes sent again on those legs.
+	Resent int64
+	// Parked is the time the connection spent without a leg.
+	Parked time.Duration
+}
+
+// Stats returns the connection's counts.
+func (c *Conn) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	if c.leg == nil && !c.lostAt.IsZero() {
+		s.Parked += time.Since(c.lostAt)
+	}
+	return s
+}
+
+// Ended is closed once the connection ended.
+func (c *Conn) Ended() <-chan struct{} { return c.ended }
 
 // New returns a connection of cfg; dialer says whether this side opened
 // it (the outbound side).
 func New(cfg Config, dialer bool) *Conn {
 	cfg = cfg.withDefaults()
-	c := &Conn{cfg: cfg, dialer: dialer, limit: initialWindow, wake: make(chan struct{}, 1)}
+	c := &Conn{cfg: cfg, dialer: dialer, limit: initialWindow, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	c.snd = sendBuf{pools: pools, budget: cfg.Budget}
 	c.bl = backlog{pools: pools, budget: cfg.Budget}
@@ -284,6 +310,10 @@ func (c *Conn) Relay(app net.Conn, first net.Conn, counts Counts) error {
 
 // installLocked makes l the connection's leg. c.mu must be held.
 func (c *Conn) installLocked(nc net.Conn) {
+	if c.leg == nil && !c.lostAt.IsZero() {
+		c.stats.Parked += time.Since(c.lostAt)
+		c.lostAt = time.Time{}
+	}
 	c.leg = &leg{c: nc}
 	c.gen++
 	c.finSent = false
@@ -321,6 +351,8 @@ func (c *Conn) Resume(nc net.Conn, peerRecv uint64, window uint32) error {
 		old.c.Close() // its reader and writers see it and step aside
 	}
 	c.ackInLocked(peerRecv, window)
+	c.stats.Resumes++
+	c.stats.Resent += int64(c.sent - min(peerRecv, c.snd.end))
 	c.sent = min(peerRecv, c.snd.end)
 	c.installLocked(nc)
 	// The handshake said this side's received position and window:
@@ -348,6 +380,7 @@ func (c *Conn) failLocked(err error, reason string) {
 		return
 	}
 	c.done, c.err = true, err
+	close(c.ended)
 	if l := c.leg; l != nil && reason != "" && !l.lost {
 		// Best effort, never waiting: the connection is over.
 		if l.wmu.TryLock() {
@@ -408,7 +441,13 @@ func (c *Conn) lostLocked(l *leg, err error) {
 		}
 	})
 	if f := c.cfg.OnLost; f != nil {
-		go f(err)
+		// Relay waits for it: it must return once the connection
+		// ended (Ended).
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			f(err)
+		}()
 	}
 }
 
@@ -421,6 +460,7 @@ func (c *Conn) doneLocked() {
 		return
 	}
 	c.done = true
+	close(c.ended)
 	c.stopTimersLocked()
 	c.cond.Broadcast()
 	select {

@@ -328,7 +328,10 @@ func TestAppResetReachesPeer(t *testing.T) {
 func TestSilentLeg(t *testing.T) {
 	cfg := Config{ResumeWindow: 10 * time.Second, LegTimeout: 500 * time.Millisecond}
 	r := &rig{t: t, dialErr: make(chan error, 1), accErr: make(chan error, 1)}
-	r.dial, r.acc = New(cfg, true), New(cfg, false)
+	accepted := make(chan struct{})
+	dcfg := cfg
+	dcfg.OnAccepted = func() { close(accepted) }
+	r.dial, r.acc = New(dcfg, true), New(cfg, false)
 	prodApp, prodGW := tcpPair(t)
 	consGW, consApp := tcpPair(t)
 	r.prodApp, r.consApp = prodApp, consApp
@@ -372,6 +375,7 @@ func TestSilentLeg(t *testing.T) {
 	if _, err := io.ReadFull(consApp, make([]byte, 6)); err != nil {
 		t.Fatal(err)
 	}
+	<-accepted // (a connection never accepted is not resumed: it is reset)
 	close(freeze)
 	prodApp.Write(bytes.Repeat([]byte("during"), 1000))
 	waitParked(t, r.dial)

@@ -360,9 +360,10 @@ func (s *Session) Close() error {
 func (s *Session) Clean() bool { return s.clean.Load() }
 
 // Answers reports whether the session's acceptor answers (wan.Answers):
-// the leg negotiated wan.ALPNAnswers, and each of its sessions begins
-// with the acceptor's answer.
-func (s *Session) Answers() bool { return s.p.c.Answers() }
+// the leg negotiated wan.ALPNAnswers or wan.ALPNFramed (a pooled leg's
+// sessions carry no positioned frames: they begin with the acceptor's
+// answer, as a leg of ALPNAnswers does).
+func (s *Session) Answers() bool { return s.p.c.Answers() || s.p.c.Framed() }
 
 // NetConn is the leg's TCP connection: relay.Abort resets it.
 func (s *Session) NetConn() net.Conn { return s.p.c.Raw() }

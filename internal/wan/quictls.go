@@ -22,7 +22,7 @@ var ErrQUICOnTCP = errors.New("this stream's WAN transport is quic (UDP); TCP co
 const ALPN = "scistream-wan/1"
 
 // quicALPN returns the protocols a QUIC leg offers, the preferred first.
-func quicALPN() []string { return []string{ALPNAnswers, ALPN} }
+func quicALPN() []string { return []string{ALPNFramed, ALPNAnswers, ALPN} }
 
 // QUICTLSConfig returns the TLS configuration of leg l's QUIC connections,
 // for either end: the leg's TLS configuration (TLS 1.3, its certificate,

@@ -76,7 +76,7 @@ func AcceptRouted(ctx context.Context, raw net.Conn, cert *tls.Certificate, rout
 		raw.Close()
 		return nil, err
 	}
-	conn := newConn(tc, ec)
+	conn := newConn(tc, ec, binding)
 	p, err := ReadPreface(conn)
 	if err != nil {
 		raw.Close()

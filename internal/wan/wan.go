@@ -241,9 +241,10 @@ func (l *Leg) tlsConfig() *tls.Config {
 		// resumption would skip the pin check), and an idle pooled leg
 		// must have nothing to read (Pooled.Stale).
 		SessionTicketsDisabled: true,
-		// Both ends offer ALPNAnswers (answer.go); a peer that offers
-		// nothing gets no ALPN and no answers.
-		NextProtos: []string{ALPNAnswers},
+		// Both ends offer ALPNFramed, then ALPNAnswers (answer.go,
+		// framed.go); a peer that offers nothing gets no ALPN, no
+		// answers and no frames.
+		NextProtos: []string{ALPNFramed, ALPNAnswers},
 	}
 	if l.PeerCA != nil {
 		cfg.VerifyPeerCertificate = l.verifyCA
@@ -441,7 +442,7 @@ func (l *Leg) handshake(ctx context.Context, raw net.Conn, newTLS func(net.Conn,
 		raw.Close()
 		return nil, nil, err
 	}
-	return newConn(tc, ec), binding, nil
+	return newConn(tc, ec, binding), binding, nil
 }
 
 // ExportBinding is the binding of a TLS session, TCP or QUIC: keying
@@ -475,7 +476,9 @@ func setNoDelay(c net.Conn) {
 type Conn struct {
 	*tls.Conn
 	raw     *legConn
-	answers bool // ALPNAnswers was negotiated
+	answers bool   // ALPNAnswers was negotiated
+	framed  bool   // ALPNFramed was negotiated
+	binding []byte // ExportBinding of the session
 	// wmu serialises Write and CloseWrite. crypto/tls locks each record
 	// write on its own, but a batch spans a whole Write plus its flush:
 	// without wmu a second Write's beginBatch would replace the batch of
@@ -492,12 +495,19 @@ type Conn struct {
 
 // newConn wraps the TLS connection tc, whose handshake is done and whose
 // transport is raw.
-func newConn(tc *tls.Conn, raw *legConn) *Conn {
-	return &Conn{Conn: tc, raw: raw, answers: tc.ConnectionState().NegotiatedProtocol == ALPNAnswers}
+func newConn(tc *tls.Conn, raw *legConn, binding []byte) *Conn {
+	proto := tc.ConnectionState().NegotiatedProtocol
+	return &Conn{Conn: tc, raw: raw, answers: proto == ALPNAnswers, framed: proto == ALPNFramed, binding: binding}
 }
 
 // Answers reports whether the acceptor of the leg answers (answer.go).
 func (c *Conn) Answers() bool { return c.answers }
+
+// Framed reports whether the leg carries positioned frames (framed.go).
+func (c *Conn) Framed() bool { return c.framed }
+
+// Binding returns the leg's binding (ExportBinding of its session).
+func (c *Conn) Binding() []byte { return c.binding }
 
 // Read implements net.Conn. It blocks until at least one byte is
 // available, then adds the further records that are already buffered, up

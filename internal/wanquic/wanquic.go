@@ -436,7 +436,7 @@ func (ql *Listener) serveStream(c *quic.Conn, leg *wan.Leg, s *quic.Stream, bind
 		return
 	}
 	s.SetReadDeadline(time.Time{})
-	sc := newStreamConn(c, s)
+	sc := newStreamConn(c, s, binding)
 	select {
 	case ql.ready <- &wan.Routed{Conn: sc, Leg: leg, Channel: p.Channel}:
 	case <-ql.ctx.Done():
@@ -493,7 +493,7 @@ func (d *Dialer) Dial(ctx context.Context, addr string, l *wan.Leg) (net.Conn, e
 		s, err := dc.conn.OpenStreamSync(ctx)
 		if err == nil {
 			if _, err = s.Write(wan.AppendPreface(nil, l.Preface(dc.binding))); err == nil {
-				return newStreamConn(dc.conn, s), nil
+				return newStreamConn(dc.conn, s, dc.binding), nil
 			}
 			s.CancelWrite(codeAborted)
 			s.CancelRead(codeAborted)
@@ -679,11 +679,23 @@ func (d *Dialer) Close() error {
 // streamConn is one QUIC stream seen as a net.Conn, with the half-close
 // and abort semantics relay.Relay relies on.
 type streamConn struct {
-	s *quic.Stream
-	c *quic.Conn
+	s       *quic.Stream
+	c       *quic.Conn
+	binding []byte // of its QUIC connection (wan.ExportBinding)
 }
 
-func newStreamConn(c *quic.Conn, s *quic.Stream) *streamConn { return &streamConn{s: s, c: c} }
+func newStreamConn(c *quic.Conn, s *quic.Stream, binding []byte) *streamConn {
+	return &streamConn{s: s, c: c, binding: binding}
+}
+
+// Framed reports whether the stream carries positioned frames
+// (wan.Framed): its QUIC connection negotiated wan.ALPNFramed.
+func (sc *streamConn) Framed() bool {
+	return sc.c.ConnectionState().TLS.NegotiatedProtocol == wan.ALPNFramed
+}
+
+// Binding is its QUIC connection's binding (wan.BindingOf).
+func (sc *streamConn) Binding() []byte { return sc.binding }
 
 // PipelinedCopy marks the stream for relay.Splice: quic-go's Write
 // returns only once its packets have taken every byte (relay.Pipelined).

@@ -1,0 +1,80 @@
+package wan
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"net"
+
+	"scistream/internal/carry"
+)
+
+// Framed legs. Two gateways of this release negotiate ALPNFramed on
+// TLS legs and QUIC connections: each application connection's legs
+// then carry internal/carry's positioned frames, after the preface. The
+// first leg of a connection opens it (carry's open frame: the
+// connection's ID, chosen by the dialer); the acceptor answers once it
+// reached its application (accepted, or refused with the reason). A
+// later leg of the same connection, when one broke, joins it: its
+// preface proves the stream secret as every leg's does, and its join
+// frame proves the connection's resume key, which only the two ends of
+// the connection's first leg hold:
+//
+//	key   = HMAC-SHA256(stream secret, "scistream resume v1" | first leg's binding | ID)
+//	proof = HMAC-SHA256(key, "scistream join v1" | this leg's binding | ID)
+//
+// The binding (ExportBinding) is the session's own, so a proof is good
+// on one leg only: a captured join cannot be replayed on another. A
+// stranger holds neither the pinned key nor the secret; another
+// stream's peer holds another secret; a peer of this stream that did
+// not see the first leg's session cannot derive the key.
+
+// ALPNFramed is the application protocol of legs that carry positioned
+// frames (internal/carry), preferred over ALPNAnswers.
+const ALPNFramed = "scistream-wan/3"
+
+// Framed reports whether c, a leg of an application connection (from
+// Dial, the acceptors, a QUIC stream), carries positioned frames.
+func Framed(c net.Conn) bool {
+	f, ok := c.(interface{ Framed() bool })
+	return ok && f.Framed()
+}
+
+// BindingOf returns the binding of leg c (ExportBinding of its session),
+// or nil for a leg without one (plaintext TCP).
+func BindingOf(c net.Conn) []byte {
+	if b, ok := c.(interface{ Binding() []byte }); ok {
+		return b.Binding()
+	}
+	return nil
+}
+
+// ResumeKey is the resume key of connection id of a stream of secret,
+// opened on a leg of binding.
+func ResumeKey(secret, binding []byte, id carry.ID) [32]byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("scistream resume v1"))
+	m.Write(binding)
+	m.Write(id[:])
+	var k [32]byte
+	copy(k[:], m.Sum(nil))
+	return k
+}
+
+// JoinProof is the proof a join of connection id on a leg of binding
+// carries.
+func JoinProof(key [32]byte, binding []byte, id carry.ID) [32]byte {
+	m := hmac.New(sha256.New, key[:])
+	m.Write([]byte("scistream join v1"))
+	m.Write(binding)
+	m.Write(id[:])
+	var p [32]byte
+	copy(p[:], m.Sum(nil))
+	return p
+}
+
+// CheckJoin reports whether proof is connection id's join proof under
+// key on a leg of binding (in constant time).
+func CheckJoin(key [32]byte, binding []byte, id carry.ID, proof [32]byte) bool {
+	want := JoinProof(key, binding, id)
+	return hmac.Equal(want[:], proof[:])
+}
