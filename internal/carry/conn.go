@@ -56,6 +56,9 @@ const (
 	DefaultWindow     = 16 << 20
 	DefaultLegTimeout = 10 * time.Second
 	DefaultAckDelay   = 10 * time.Millisecond
+	// lingerFor bounds how long an orderly end waits for the peer to
+	// end the leg too.
+	lingerFor = 2 * time.Second
 	// initialWindow is what a dialer may send before the acceptor's
 	// answer says its window: the acceptor reads it only once it
 	// reached its application, so it waits in the TCP buffers.
@@ -174,7 +177,10 @@ type Conn struct {
 	wg        sync.WaitGroup
 	wake      chan struct{} // the leg reader waits on it for a leg
 	ended     chan struct{} // closed when the connection ends
-	stats     Stats
+	// resetReason, once the connection failed, is what its reset frame
+	// tells the peer (Relay sends it).
+	resetReason string
+	stats       Stats
 }
 
 // Stats are what a connection counts of its legs.
@@ -295,7 +301,13 @@ func (c *Conn) Relay(app net.Conn, first net.Conn, counts Counts) error {
 			l.c.SetWriteDeadline(time.Now().Add(c.cfg.LegTimeout))
 			l.writeFrame(hdr, nil)
 			l.wmu.Unlock()
+			// Then the leg's own orderly end, and what the peer still
+			// sends is read until it ends its side too: a socket
+			// closed with bytes unread is reset by the kernel, which
+			// may discard that last ack before it leaves.
 			closeWrite(l.c)
+			l.c.SetReadDeadline(time.Now().Add(lingerFor)) // (done had set one in the past)
+			io.Copy(io.Discard, l.c)
 			l.c.Close()
 		}
 		app.Close()
@@ -303,6 +315,20 @@ func (c *Conn) Relay(app net.Conn, first net.Conn, counts Counts) error {
 	}
 	relay.Abort(app)
 	if l != nil {
+		c.mu.Lock()
+		reason := c.resetReason
+		c.mu.Unlock()
+		if reason != "" && !l.lost {
+			// The reset frame, then the leg's end in order and what the
+			// peer still sends, read for a moment: a reset of the leg
+			// at once could discard the frame at the peer (a QUIC
+			// stream's reset does), which would then park the
+			// connection instead of resetting its application.
+			l.c.SetDeadline(time.Now().Add(time.Second))
+			if l.writeFrame(AppendReason(nil, TypeReset, reason), nil) == nil && closeWrite(l.c) == nil {
+				io.Copy(io.Discard, l.c)
+			}
+		}
 		relay.Abort(l.c)
 	}
 	return err
@@ -334,9 +360,13 @@ func (c *Conn) installLocked(nc net.Conn) {
 // on which the handshake said the peer received this side's stream up
 // to peerRecv and grants window. It retransmits from there. A leg it
 // still has is replaced (the newer one wins: the peer's view of the old
-// one may lag). It fails if the connection ended, or peerRecv is not a
-// position this side can resend from.
-func (c *Conn) Resume(nc net.Conn, peerRecv uint64, window uint32) error {
+// one may lag). answer, if not nil (the acceptor's side of a join), is
+// called once the old leg is gone and before the new one carries
+// anything, with this side's received position and window, to write
+// the handshake's answer on nc. It fails if the connection ended,
+// peerRecv is not a position this side can resend from, or answer
+// fails.
+func (c *Conn) Resume(nc net.Conn, peerRecv uint64, window uint32, answer func(recv uint64, window uint32) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done {
@@ -349,6 +379,15 @@ func (c *Conn) Resume(nc net.Conn, peerRecv uint64, window uint32) error {
 	if old := c.leg; old != nil {
 		old.lost = true
 		old.c.Close() // its reader and writers see it and step aside
+		c.leg = nil
+		if c.lostAt.IsZero() {
+			c.lostAt = time.Now()
+		}
+	}
+	if answer != nil {
+		if err := answer(c.ackPosLocked(), uint32(max(c.cfg.Window-c.bl.n, 0))); err != nil {
+			return err
+		}
 	}
 	c.ackInLocked(peerRecv, window)
 	c.stats.Resumes++
@@ -365,11 +404,12 @@ func (c *Conn) Resume(nc net.Conn, peerRecv uint64, window uint32) error {
 }
 
 // Abort ends the connection with err (a *relay.Error or not) unless it
-// ended already: its application is reset, a reset frame goes to the
-// peer if a leg is there.
-func (c *Conn) Abort(err error) {
+// ended already: its application is reset, and, if reason is not empty
+// and a leg is there, a reset frame with reason goes to the peer (which
+// then resets its application at once, instead of waiting for a leg).
+func (c *Conn) Abort(err error, reason string) {
 	c.mu.Lock()
-	c.failLocked(err, "")
+	c.failLocked(err, reason)
 	c.mu.Unlock()
 }
 
@@ -381,19 +421,19 @@ func (c *Conn) failLocked(err error, reason string) {
 	}
 	c.done, c.err = true, err
 	close(c.ended)
-	if l := c.leg; l != nil && reason != "" && !l.lost {
-		// Best effort, never waiting: the connection is over.
-		if l.wmu.TryLock() {
-			l.c.SetWriteDeadline(time.Now().Add(time.Second))
-			l.writeFrame(AppendReason(l.hdr[:0], TypeReset, reason), nil)
-			l.wmu.Unlock()
-		}
-	}
 	if c.app != nil {
 		relay.Abort(c.app) // unblocks the reads and writes of the application
 	}
 	if l := c.leg; l != nil {
-		relay.Abort(l.c)
+		if reason == "" || l.lost {
+			relay.Abort(l.c)
+		} else {
+			// Relay sends the reset frame once the reads and writes
+			// under way stopped (within their deadline), so that the
+			// peer resets its application now rather than park.
+			c.resetReason = reason
+			l.c.SetDeadline(time.Now().Add(time.Second))
+		}
 	}
 	c.stopTimersLocked()
 	c.cond.Broadcast()
@@ -420,13 +460,23 @@ func (c *Conn) lostLocked(l *leg, err error) {
 	l.lost = true
 	l.c.Close()
 	c.leg = nil
-	if c.cfg.ResumeWindow <= 0 || c.finishedLocked() || c.awaitAnswer {
-		// (A connection the peer never accepted has nothing to
-		// resume: its acceptor may not hold it.)
-		if c.finishedLocked() {
+	if c.peerFin && c.finAcked {
+		// Nothing more comes from the peer, and it has all of this
+		// side's: what is left (the backlog to the application) needs
+		// no leg. (The peer, done, ends its legs.)
+		if c.finDone {
 			c.doneLocked()
-			return
 		}
+		return
+	}
+	if c.awaitAnswer {
+		// A connection the peer never accepted has nothing to resume:
+		// its acceptor may not hold it (a leg to another stream's
+		// listener ends so).
+		c.failLocked(&relay.Error{Conn: relay.B, Op: "read", Err: &NoAnswerError{Err: err}}, "")
+		return
+	}
+	if c.cfg.ResumeWindow <= 0 {
 		c.failLocked(&relay.Error{Conn: relay.B, Op: "read", Err: err}, "")
 		return
 	}
@@ -451,9 +501,6 @@ func (c *Conn) lostLocked(l *leg, err error) {
 	}
 }
 
-// finishedLocked reports whether both directions ended in order.
-func (c *Conn) finishedLocked() bool { return c.finAcked && c.finDone }
-
 // doneLocked ends the connection in order.
 func (c *Conn) doneLocked() {
 	if c.done {
@@ -461,6 +508,11 @@ func (c *Conn) doneLocked() {
 	}
 	c.done = true
 	close(c.ended)
+	if l := c.leg; l != nil {
+		// The leg reader stops reading now (Relay then sends the last
+		// ack and ends the leg), without waiting for the peer's end.
+		l.c.SetReadDeadline(time.Unix(1, 0))
+	}
 	c.stopTimersLocked()
 	c.cond.Broadcast()
 	select {
@@ -665,8 +717,14 @@ func (c *Conn) flush() {
 			c.mu.Unlock()
 		}
 		if err != nil {
+			// The leg is gone, but what the peer sent before it went
+			// may still wait to be read (its reset frame, say): the
+			// reader reads it, then meets the end itself and loses the
+			// leg, within a moment.
 			c.mu.Lock()
-			c.lostLocked(l, err)
+			if c.leg == l && !l.lost {
+				l.c.SetReadDeadline(time.Now().Add(time.Second))
+			}
 			c.mu.Unlock()
 			return
 		}
@@ -820,6 +878,14 @@ func (c *Conn) readLeg(l *leg, app net.Conn, counts Counts, buf []byte) error {
 type RefusedError struct{ Reason string }
 
 func (e *RefusedError) Error() string { return "the peer gateway refused the connection: " + e.Reason }
+
+// A NoAnswerError is a dialer's first leg that ended before the
+// acceptor answered its open: the acceptor did not take the connection
+// (a leg to another stream's listener, a peer that refused the preface).
+type NoAnswerError struct{ Err error }
+
+func (e *NoAnswerError) Error() string { return "no answer from the peer gateway: " + e.Err.Error() }
+func (e *NoAnswerError) Unwrap() error { return e.Err }
 
 // data takes one data frame of header h from leg l.
 func (c *Conn) data(l *leg, h Header, app net.Conn, w endpoint, tw tryWriter, counts Counts) error {
@@ -1025,26 +1091,27 @@ func (c *Conn) fin(h Header, app net.Conn) error {
 // forwardFin forwards the peer's end of stream to the application (the
 // backlog is written).
 func (c *Conn) forwardFin(app net.Conn) {
-	err := closeWrite(app)
+	// The connection is done (if the peer has all of this side's), and
+	// the ack of the peer's fin is sent, before the application sees its
+	// end: what it does next (its gateway's stream released at once,
+	// which resets the leg) finds the connection ended in order at both
+	// gateways.
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		c.failLocked(&relay.Error{Conn: relay.A, Op: "write", Err: fmt.Errorf("forward end of stream: %w", err)}, "the application's connection failed")
-		return
-	}
 	c.finDone = true
-	if c.finAcked {
-		// The ack of the peer's fin must reach it before the leg
-		// closes: the flusher sends it, then the connection is done.
+	done := c.finAcked
+	if done {
 		c.ackDue = true
-		l := c.leg
-		c.mu.Unlock()
-		if l != nil {
-			c.flush()
-		}
+	}
+	c.mu.Unlock()
+	if done {
+		c.flush()
 		c.mu.Lock()
 		c.doneLocked()
+		c.mu.Unlock()
 	}
+	// Every byte reached the application; one that reset its
+	// connection meanwhile misses only the end it no longer reads.
+	closeWrite(app)
 }
 
 // closeWrite shuts down the write half of nc.

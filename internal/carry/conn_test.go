@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,10 +120,10 @@ func (r *rig) cut() {
 func (r *rig) resume() error {
 	d, a := r.newLeg()
 	dr, ar := r.dial.Received(), r.acc.Received()
-	if err := r.acc.Resume(a, dr, r.dial.Window()); err != nil {
+	if err := r.acc.Resume(a, dr, r.dial.Window(), nil); err != nil {
 		return err
 	}
-	return r.dial.Resume(d, ar, r.acc.Window())
+	return r.dial.Resume(d, ar, r.acc.Window(), nil)
 }
 
 // send writes n random bytes to c in chunks, then half-closes; it
@@ -411,7 +412,7 @@ func TestSlowReaderDecoupled(t *testing.T) {
 	}
 	sum, n, err = recvAll(r.prodApp)
 	if err != nil || n != 32<<20 || sum != down {
-		t.Fatalf("producer got %d bytes (%v)", n, err)
+		t.Fatalf("producer got %d bytes (%v); dialer %v, acceptor %v", n, err, <-r.dialErr, <-r.accErr)
 	}
 	<-sent
 	if err := <-r.dialErr; err != nil {
@@ -422,5 +423,33 @@ func TestSlowReaderDecoupled(t *testing.T) {
 	}
 	if now, peak := budget.Held(); now != 0 || peak > 6<<20 {
 		t.Fatalf("buffers held %d at the end, %d at most; want 0, and at most four windows with their chunks", now, peak)
+	}
+}
+
+// TestAppResetMidTransfer: the consumer's application resets its
+// connection while the producer's bytes stream in: the producer's
+// gateway hears it as the peer's reset (its write may meet the leg's
+// end first: the reset frame waiting to be read still says why), and
+// does not park the connection to resume it, twenty times over.
+func TestAppResetMidTransfer(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		r := newRig(t, Config{ResumeWindow: 5 * time.Second})
+		sent := make(chan error, 1)
+		send(r.prodApp, 64<<20, sent)
+		io.CopyN(io.Discard, r.consApp, 4<<20)
+		relay.Abort(r.consApp)
+		select {
+		case err := <-r.dialErr:
+			if !strings.Contains(err.Error(), "reset the connection") {
+				t.Fatalf("%d: the producer's gateway ended with %v, want the peer's reset", i, err)
+			}
+		case <-time.After(4 * time.Second):
+			p, _ := r.dial.Parked()
+			t.Fatalf("%d: the producer's gateway did not end (parked %v)", i, p)
+		}
+		var re *relay.Error
+		if err := <-r.accErr; !errors.As(err, &re) {
+			t.Fatal(err)
+		}
 	}
 }

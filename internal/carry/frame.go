@@ -167,22 +167,25 @@ func ParseOpen(p []byte) (Open, error) {
 	return o, nil
 }
 
-// Join is the payload of a join frame: the connection it joins and the
+// Join is the payload of a join frame: the connection it joins, the
 // proof that the dialer holds its resume key over this leg (wan's to
-// compute and check).
+// compute and check), and the window the dialer grants from its
+// received position.
 type Join struct {
-	ID    ID
-	Proof [32]byte
+	ID     ID
+	Proof  [32]byte
+	Window uint32
 }
 
-const joinLen = 16 + 32
+const joinLen = 16 + 32 + 4
 
 // AppendJoin appends the join frame of j, with the dialer's received
 // position pos, to b.
 func AppendJoin(b []byte, j Join, pos uint64) []byte {
 	b = AppendHeader(b, Header{Type: TypeJoin, Length: joinLen, Pos: pos})
 	b = append(b, j.ID[:]...)
-	return append(b, j.Proof[:]...)
+	b = append(b, j.Proof[:]...)
+	return binary.BigEndian.AppendUint32(b, j.Window)
 }
 
 // ParseJoin decodes a join frame's payload.
@@ -193,6 +196,10 @@ func ParseJoin(p []byte) (Join, error) {
 	}
 	copy(j.ID[:], p)
 	copy(j.Proof[:], p[16:])
+	j.Window = binary.BigEndian.Uint32(p[48:])
+	if j.Window > MaxWindow {
+		return j, fmt.Errorf("%w: join with window %d", ErrFrame, j.Window)
+	}
 	return j, nil
 }
 

@@ -31,6 +31,8 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/appwait"
+	"scistream/internal/carry"
+	"scistream/internal/framed"
 	"scistream/internal/relay"
 	"scistream/internal/wan"
 )
@@ -162,8 +164,14 @@ func OfRelay(err error) string {
 		return api.EndGatewayFault
 	}
 	var ae *wan.AnswerError
+	var cr *carry.RefusedError
+	var na *carry.NoAnswerError
 	switch {
-	case re.Conn == relay.B && errors.As(re.Err, &ae):
+	case re.Conn == relay.B && errors.Is(re.Err, framed.ErrForgotten):
+		// A lost leg that could not be replaced: the peer restarted
+		// or gave the connection up.
+		return api.EndWANLost
+	case re.Conn == relay.B && (errors.As(re.Err, &ae) || errors.As(re.Err, &cr) || errors.As(re.Err, &na)):
 		// The peer did not accept the leg: it refused it (its
 		// application cannot be reached), or ended it before any
 		// answer (it is not this stream's listener).

@@ -48,10 +48,12 @@ import (
 	"time"
 
 	"scistream/internal/admission"
+	"scistream/internal/carry"
 	"scistream/internal/controlport"
 	"scistream/internal/egress"
 	"scistream/internal/facility"
 	"scistream/internal/fileplan"
+	"scistream/internal/framed"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
@@ -174,6 +176,9 @@ func New(cfg Config) (*Server, error) {
 			Paceable:   paceable,
 			Kernel:     engines.Kernel(),
 			Facility:   cfg.Node != "",
+			Resume: framed.Config{Window: cfg.Resume.ConnBuffer, Budget: carry.NewBudget(cfg.Resume.Buffer),
+				ResumeWindow: cfg.Resume.Window},
+			ResumeMax: cfg.Resume.WindowMax,
 		},
 		ctx:     ctx,
 		cancel:  cancel,

@@ -34,7 +34,7 @@ var layers = [][]string{
 	{"internal/wan"},
 	// What a stream builds on: QUIC legs, pooled legs, strangers, the
 	// dial of the peer's legs and of the application, the watch leg, ends.
-	{"internal/wanquic", "internal/legpool", "internal/strangers", "internal/peerdial", "internal/appwait",
+	{"internal/wanquic", "internal/legpool", "internal/strangers", "internal/peerdial", "internal/appwait", "internal/framed",
 		"internal/peerwatch", "internal/ends"},
 	// A running stream.
 	{"internal/stream"},

@@ -51,6 +51,11 @@ type Record struct {
 	// created. nil on an outbound stream, and in records written before
 	// the field existed: those take the gateway's default.
 	AppWaitS *int `json:"app_wait_s,omitempty"`
+	// ResumeWindowS is how long, in seconds, an application connection
+	// over framed legs waits for a new leg when one is lost
+	// (api.InboundRequest.ResumeWindowS and OutboundRequest's), as the
+	// request gave it; nil for the gateway's default, 0 for none.
+	ResumeWindowS *int `json:"resume_window_s,omitempty"`
 	// MaxActiveConns caps the connections relayed at once (0: the
 	// gateway's cap).
 	MaxActiveConns int `json:"max_active_conns,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/carry"
 	"scistream/internal/ends"
 	"scistream/internal/wan"
 )
@@ -47,8 +48,15 @@ func (st *Stream) ended(log *slog.Logger, err error) {
 	}
 	reason := err
 	var ae *wan.AnswerError
-	if errors.As(err, &ae) {
-		reason = ae // what the peer said, not which leg of the relay read it
+	var cr *carry.RefusedError
+	var na *carry.NoAnswerError
+	switch {
+	case errors.As(err, &ae): // what the peer said, not which leg of the relay read it
+		reason = ae
+	case errors.As(err, &cr):
+		reason = cr
+	case errors.As(err, &na):
+		reason = na
 	}
 	st.ends.Count(kind, reason, time.Now())
 	switch kind {

@@ -124,6 +124,10 @@ func (st *Stream) ServeInboundQUIC(ch int, w net.Conn) {
 	defer st.ReleaseConn()
 	defer st.untrack(w)
 	log := st.env.Log.With("uid", st.UID, "channel", ch, "peer", w.RemoteAddr().String())
+	if wan.Framed(w) {
+		st.serveFramedIn(log, w.RemoteAddr(), ch, w, false)
+		return
+	}
 	rec := st.Record()
 	st.relayToApp(log, rec, ch, w)
 }

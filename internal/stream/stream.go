@@ -18,6 +18,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/egress"
 	"scistream/internal/fileplan"
+	"scistream/internal/framed"
 	"scistream/internal/legpool"
 	"scistream/internal/pace"
 	"scistream/internal/peerdial"
@@ -71,6 +72,11 @@ type Env struct {
 	// PeerCA verifies the WAN legs of the streams of SciStream 1.2
 	// clients (store.Record.PeerCA, peerca.go); nil refuses them all.
 	PeerCA *x509.CertPool
+	// Resume is how framed connections run (internal/framed): their
+	// windows, the gateway's budget, the default resume window and the
+	// leg timeout; ResumeMax caps the resume window a request asks for.
+	Resume    framed.Config
+	ResumeMax time.Duration
 	// Settled is told of a stream whose record moved on by itself, so
 	// that the gateway stores the change: from wired to connected
 	// (legWorked), or, on an inbound stream of a SciStream 1.2 client,
@@ -197,6 +203,9 @@ type Stream struct {
 
 	Refused Refusals       // refusals by reason, for the metrics (metrics.go)
 	Rates   *rates.Tracker // sampled rates (internal/rates)
+
+	framed framed.Table // an inbound stream's framed connections, for their joins (framed.go)
+	resume resumeStats  // what its framed connections' legs did (framed.go)
 }
 
 // New builds the runtime of rec on its bound listeners, one per
@@ -545,6 +554,16 @@ func (st *Stream) serveOutbound(ch int, app *net.TCPConn) {
 		relay.ResetOnClose(w)
 	}
 	st.wanUp(log)
+	if wan.Framed(w) {
+		st.startWatch(log)
+		if !st.track(w) {
+			relay.Abort(app)
+			return
+		}
+		defer st.untrack(w)
+		st.relayFramedOut(log, app, w, ch, leg)
+		return
+	}
 	answer := st.answer(log, w)
 	st.startWatch(log)
 	if !st.track(w) {
@@ -602,6 +621,10 @@ func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 		return
 	}
 	st.wanUp(log)
+	if !r.Pooled && wan.Framed(r.Conn) {
+		st.serveFramedIn(log, from, r.Channel, r.Conn, true)
+		return
+	}
 	if !r.Pooled {
 		if !st.AdmitConn(r.Channel, from) {
 			relay.Abort(r.Conn) // over a cap of connections at once: reset at once

@@ -13,8 +13,8 @@ import (
 	"scistream/internal/wan"
 )
 
-// TestAnswerNegotiated: two gateways of this release negotiate the
-// answer on a TLS leg (both ends say Answers); a dialer or an acceptor
+// TestAnswerNegotiated: two gateways of this release negotiate framed
+// legs on a TLS leg (both ends say Framed); a dialer or an acceptor
 // that offers no ALPN (an older s2cs) gets none, and the leg carries the
 // application's bytes from its first, as before.
 func TestAnswerNegotiated(t *testing.T) {
@@ -28,8 +28,8 @@ func TestAnswerNegotiated(t *testing.T) {
 	if ac.err != nil {
 		t.Fatal(ac.err)
 	}
-	if !wan.Answers(dc) || !wan.Answers(ac.conn) {
-		t.Fatalf("answers: dialer %v, acceptor %v; want both", wan.Answers(dc), wan.Answers(ac.conn))
+	if !wan.Framed(dc) || !wan.Framed(ac.conn) || wan.Answers(dc) {
+		t.Fatalf("framed: dialer %v, acceptor %v (answers %v); want both framed, the preferred protocol", wan.Framed(dc), wan.Framed(ac.conn), wan.Answers(dc))
 	}
 	dc.Close()
 	ac.conn.Close()

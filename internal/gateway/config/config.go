@@ -147,6 +147,11 @@ type Config struct {
 	// of those fit. It is also the most a stream's max_active_conns may
 	// ask for. If zero, it is derived from FileLimit (see Files).
 	MaxActiveConns int
+	// Resume is how application connections over framed WAN legs
+	// (internal/framed) outlive a lost leg: the wait for a new one and
+	// the buffers it takes. Its zero value is the defaults documented on
+	// Resume.
+	Resume Resume
 	// FileLimit is the limit of open files the gateway plans against. If
 	// zero, the process's soft RLIMIT_NOFILE when Validate runs (which
 	// the Go runtime raised to the hard limit at start).
@@ -248,6 +253,9 @@ func (c Config) Validate() error {
 	if err := c.Control.Validate(); err != nil {
 		return &Error{Field: "Control", Problem: err.Error(), Err: err}
 	}
+	if err := c.Resume.Validate(); err != nil {
+		return err
+	}
 	if err := c.Quota.Validate(); err != nil {
 		var fe *admission.FieldError
 		errors.As(err, &fe)
@@ -348,6 +356,7 @@ func (c Config) WithDefaults() Config {
 	if f, err := c.Files(); err == nil { // Validate passed: it cannot fail
 		c.MaxActiveConns, c.FileLimit = f.MaxActiveConns, f.Limit
 	}
+	c.Resume = c.Resume.WithDefaults()
 	if c.QUIC.MaxStreams == 0 {
 		// A channel may carry every connection the gateway admits
 		// (one file each over QUIC): QUIC's own default, 1024 per

@@ -1,0 +1,174 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"scistream/internal/carry"
+	"scistream/internal/framed"
+	"scistream/internal/relay"
+	"scistream/internal/store"
+	"scistream/internal/wan"
+)
+
+// Framed legs (internal/framed, internal/carry): where both gateways
+// negotiated them, each application connection's bytes go in
+// positioned frames, and a lost leg parks the connection for the
+// stream's resume window while the outbound side dials a new one and
+// joins it; the applications see a pause. The counts below say how
+// often, and the status says "resuming" while a connection waits.
+
+// resumeStats are a stream's counts of its framed connections' legs.
+type resumeStats struct {
+	parked    atomic.Int64 // connections waiting for a leg now
+	resumed   atomic.Int64 // legs that replaced a lost one
+	resent    atomic.Int64 // bytes sent again on them
+	parkedFor atomic.Int64 // nanoseconds connections spent waiting
+	expired   atomic.Int64 // connections reset after the window
+}
+
+// ResumeWindowFor returns how long a framed connection of rec waits for
+// a new leg: the record's (the request's resume_window_s), capped by the
+// gateway's maximum, or the gateway's default.
+func (e *Env) ResumeWindowFor(rec *store.Record) time.Duration {
+	if rec.ResumeWindowS == nil {
+		return e.Resume.ResumeWindow
+	}
+	return min(time.Duration(*rec.ResumeWindowS)*time.Second, e.ResumeMax)
+}
+
+// framedConfig is the configuration of rec's framed connections.
+func (st *Stream) framedConfig(rec *store.Record, log *slog.Logger) framed.Config {
+	cfg := st.env.Resume
+	cfg.ResumeWindow = st.env.ResumeWindowFor(rec)
+	cfg.Log = log
+	return cfg
+}
+
+// framedHooks are the hooks of one framed connection of st: its counts,
+// paced as the stream is, and what its legs' losses and returns tell the
+// stream.
+func (st *Stream) framedHooks(ctx context.Context, log *slog.Logger, parked *atomic.Bool) framed.Hooks {
+	return framed.Hooks{
+		Counts: carry.Counts{
+			ToWAN:   st.counter(ctx, DirToWAN, &st.ToWAN),
+			FromWAN: st.counter(ctx, DirFromWAN, &st.FromWAN),
+			Paced:   func() bool { return st.Bucket(DirFromWAN) != nil },
+		},
+		Accepted: st.legWorked,
+		Lost: func(err error) {
+			if parked.CompareAndSwap(false, true) {
+				st.resume.parked.Add(1)
+			}
+			st.wanDown(log, "lost the peer gateway's WAN leg: its connections wait, parked, for a new one (up to the stream's resume window)", err)
+		},
+		Resumed: func(p time.Duration, resent int64) {
+			if parked.CompareAndSwap(true, false) {
+				st.resume.parked.Add(-1)
+			}
+			st.resume.resumed.Add(1)
+			st.resume.resent.Add(resent)
+			st.resume.parkedFor.Add(int64(p))
+			st.wanUp(log)
+		},
+	}
+}
+
+// framedEnded counts how a framed connection ended, as a relayed one
+// does, and a parked connection's end.
+func (st *Stream) framedEnded(log *slog.Logger, err error, parked *atomic.Bool) {
+	if parked.CompareAndSwap(true, false) {
+		st.resume.parked.Add(-1)
+	}
+	if errors.Is(err, carry.ErrResumeWindow) {
+		st.resume.expired.Add(1)
+	}
+	st.ended(log, err)
+}
+
+// relayFramedOut relays app, an application connection of an outbound
+// stream, over w, a framed leg to the peer's listener of channel ch
+// (leg), until the connection ends; a lost leg is replaced by a new dial
+// of the same kind.
+func (st *Stream) relayFramedOut(log *slog.Logger, app, w net.Conn, ch int, leg *wan.Leg) {
+	rec := st.Record()
+	st.Active.Add(1)
+	st.Total.Add(1)
+	defer st.Active.Add(-1)
+	ctx, cancel := context.WithCancel(st.ctx)
+	defer cancel()
+	var parked atomic.Bool
+	dial := func(ctx context.Context) (net.Conn, error) {
+		target := rec.Targets[ch%len(rec.Targets)]
+		if p := st.peerAt[ch].Load(); p != nil {
+			target = *p
+		}
+		return st.dialWAN(ctx, target, leg)
+	}
+	err := framed.Out(ctx, st.framedConfig(rec, log), app, w, rec.Secret, dial, st.framedHooks(ctx, log, &parked))
+	st.framedEnded(log, err, &parked)
+}
+
+// serveFramedIn serves w, a framed leg of channel ch of an inbound stream
+// from the peer address from: a join of one of the stream's connections
+// (handed to it), or the open of a new one, relayed to the application
+// once it is reached. admit says whether the connection is yet to take
+// its slot of the caps (AdmitConn): a QUIC stream's took it on arrival.
+func (st *Stream) serveFramedIn(log *slog.Logger, from net.Addr, ch int, w net.Conn, admit bool) {
+	h, o, j, err := framed.First(w)
+	if err != nil {
+		relay.Abort(w)
+		st.RefuseWAN(ch, from, err)
+		return
+	}
+	if h.Type == carry.TypeJoin {
+		// The connection counts its return in its own hooks.
+		if err := st.framed.Join(w, h, j); err != nil {
+			st.RefuseWAN(ch, from, err)
+		}
+		return
+	}
+	if admit {
+		if !st.AdmitConn(ch, from) {
+			framed.Refuse(w, "over the cap of connections at once of the stream or the gateway")
+			return
+		}
+		defer st.ReleaseConn()
+	}
+	rec := st.Record()
+	target := rec.Targets[ch%len(rec.Targets)]
+	app, err := st.dialApp(log, w, target, st.env.AppWaitFor(rec))
+	if err != nil {
+		var re *relay.Error
+		if errors.As(err, &re) {
+			st.ended(log, err) // the leg ended while it waited
+			relay.Abort(w)
+			return
+		}
+		st.dialFailed(log, false, target, err)
+		framed.Refuse(w, appRefusal(err))
+		return
+	}
+	relay.ResetOnClose(app)
+	st.appUp(log)
+	st.legWorked()
+	if !st.track(app) {
+		relay.Abort(w)
+		return
+	}
+	defer st.untrack(app)
+	st.Active.Add(1)
+	st.Total.Add(1)
+	defer st.Active.Add(-1)
+	ctx, cancel := context.WithCancel(st.ctx)
+	defer cancel()
+	var parked atomic.Bool
+	hooks := st.framedHooks(ctx, log, &parked)
+	hooks.Accepted = nil // this side accepts
+	err = st.framed.Open(ctx, st.framedConfig(rec, log), w, app, o, rec.Secret, hooks)
+	st.framedEnded(log, err, &parked)
+}
