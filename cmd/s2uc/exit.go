@@ -115,20 +115,25 @@ type jsonError struct {
 // "s2uc: message", or, when args ask for --output json (or the
 // defaults do), one JSON object. Nothing for success and help.
 func report(w io.Writer, args []string, err error) {
-	status, code := classify(err)
-	if status == exitOK {
+	if status, _ := classify(err); status == exitOK {
 		return
 	}
 	if !jsonOutput(args) {
 		subcmd.Report(w, "s2uc", err)
 		return
 	}
+	writeJSON(w, jsonErrorOf(err), "")
+}
+
+// jsonErrorOf is err as --output json reports it.
+func jsonErrorOf(err error) jsonError {
+	status, code := classify(err)
 	je := jsonError{Code: code, Message: subcmd.OneLine(err), ExitCode: status}
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		je.RequestID = ae.RequestID
 	}
-	writeJSON(w, je, "")
+	return je
 }
 
 // jsonOutput reports whether the command line args asks for --output
