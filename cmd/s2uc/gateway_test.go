@@ -125,7 +125,7 @@ func TestExitStatuses(t *testing.T) {
 		{"gateway down", g.token, []string{"list", "--s2cs", down, "--server_cert", g.CertFile}, exitUnavailable, "unavailable", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			env := []string{"SCISTREAM_HOME=" + home, "SCISTREAM_TOKEN=" + c.token, "SCISTREAM_CONFIG=" + filepath.Join(home, "none.yaml")}
+			env := []string{"SCISTREAM_HOME=" + home, "SCISTREAM_TOKEN=" + c.token} // no config.yaml there
 			args := c.args
 			stdout, stderr, code := s2ucProc(t, env, args...)
 			if code != c.status || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "s2uc: ") {
@@ -267,6 +267,10 @@ func TestConfigDefaults(t *testing.T) {
 	write("s2cs: " + g.Addr + "\nserver_crt: gw.crt\n")
 	_, stderr, code = s2uc(t, "list")
 	checkExit(t, []string{"list"}, "", stderr, code, exitUsage, "configuration file "+config+": line 2: server_crt: unknown key; did you mean server_cert?")
+	t.Setenv("SCISTREAM_CONFIG", config+".typo")
+	_, stderr, code = s2uc(t, "list")
+	checkExit(t, []string{"list"}, "", stderr, code, exitUsage, "SCISTREAM_CONFIG names "+config+".typo, which does not exist: correct it, or unset SCISTREAM_CONFIG")
+	t.Setenv("SCISTREAM_CONFIG", config)
 	write("s2cs: " + g.Addr + "\n")
 	os.Chmod(config, 0o666)
 	_, stderr, code = s2uc(t, "list")
