@@ -132,6 +132,8 @@ func hint(err error) error {
 		return fmt.Errorf("%w; s2uc kept and forwarded nothing of it: check that --s2cs and --server_cert name a SciStream gateway you trust", err)
 	case errors.Is(err, client.ErrCertificate):
 		return fmt.Errorf("%w; pass the gateway's certificate with --server_cert (s2cs prints its path at start)", err)
+	case errors.Is(err, client.ErrWANPort):
+		return fmt.Errorf("%w (give --s2cs the control port, 5000 by default)", err)
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrNotHTTPS):
 		return fmt.Errorf("%w; check --s2cs and that s2cs runs there", err)
 	}

@@ -95,6 +95,8 @@ func classify(err error) (int, api.Code) {
 		return exitFailed, ae.Code
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrNotHTTPS):
 		return exitUnavailable, api.CodeUnavailable
+	case errors.Is(err, client.ErrWANPort): // --s2cs names the wrong port
+		return exitUsage, api.CodeInvalidArgument
 	}
 	return exitFailed, "failed"
 }
