@@ -36,7 +36,7 @@ func TestReleaseForgotten(t *testing.T) {
 		t.Errorf("release again --output json: exit %d, %v (%v), stderr %q", code, j, err, stderr)
 	}
 	stdout, _, code = s2uc(t, "release", uid)
-	if !regexp.MustCompile(`^stream ` + uid + ` already released \(at [-0-9]+ [:0-9]+\)\n$`).MatchString(stdout) || code != 0 {
+	if !regexp.MustCompile(`^stream `+uid+` already released \(at [-0-9]+ [:0-9]+\)\n$`).MatchString(stdout) || code != 0 {
 		t.Errorf("release again: exit %d, stdout %q", code, stdout)
 	}
 }
