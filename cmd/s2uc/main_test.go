@@ -94,6 +94,9 @@ func TestBadCommandLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, `unknown command "frobnicate"; run s2uc --help for the list`},
+		{[]string{"stauts", "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c"}, `unknown command "stauts": did you mean status? (s2uc --help lists the commands)`},
+		{[]string{"outbound_reqest"}, `unknown command "outbound_reqest": did you mean outbound-request? (s2uc --help lists the commands)`},
+		{[]string{"list", "--output", ""}, `--output "": use text or json`},
 		{[]string{"list", "--nope"}, "unknown flag --nope (s2uc list --help lists the flags)"},
 		{[]string{"list", "--servr_cert", "x"}, "unknown flag --servr_cert: did you mean --server_cert? (s2uc list --help lists the flags)"},
 		{[]string{"inbound-request", "--num_conn", "many"}, `invalid value "many" for flag -num_conn`},
