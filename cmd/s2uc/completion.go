@@ -1,20 +1,44 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"io"
+	"runtime"
 	"strings"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/version"
 )
 
-// runVersion prints the version line, as --version does.
+// runVersion prints the version line, as --version does, or with
+// --output json the same as one JSON object (versionJSON).
 func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl := newLocalCmdline("version", "  (the same as s2uc --version)", stdout, stderr)
+	cl := newLocalCmdline("version", "[--output json]   (the same as s2uc --version)", stdout, stderr)
+	output := cl.fs.String("output", "text", `output format: text, or json: {"version", "commit", "commit_time", "modified", "go"}`)
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
 	}
-	return tool().Run(ctx, []string{"--version"}, stdout, stderr)
+	switch *output {
+	case "text":
+		return tool().Run(ctx, []string{"--version"}, stdout, stderr)
+	case "json":
+		b := version.Current()
+		return printJSON(stdout, versionJSON{Version: b.Version, Commit: cmp.Or(b.Revision, "unknown"), CommitTime: b.Time, Modified: b.Modified, Go: runtime.Version()})
+	}
+	return usagef("--output %q: use text or json", *output)
+}
+
+// versionJSON is what version --output json prints: the release, the
+// commit it was built from ("unknown" without VCS information), that
+// commit's time and whether the checkout had changes, and the Go
+// toolchain that built it.
+type versionJSON struct {
+	Version    string `json:"version"`
+	Commit     string `json:"commit"`
+	CommitTime string `json:"commit_time,omitempty"`
+	Modified   bool   `json:"modified"`
+	Go         string `json:"go"`
 }
 
 // runCompletion prints the completion script of a shell, each

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -193,11 +194,30 @@ func TestBinaryCompletionAndVersion(t *testing.T) {
 	if _, stderr, code := s2ucProc(t, nil, "completion", "tcsh"); code != exitUsage || !strings.Contains(stderr, "bash|zsh|fish") {
 		t.Errorf("completion tcsh: exit %d, %s", code, stderr)
 	}
-	for _, args := range [][]string{{"version"}, {"--version"}} {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"version", "--output", "text"}} {
 		out, _, code := s2ucProc(t, nil, args...)
 		if code != 0 || !strings.HasPrefix(out, "s2uc "+version.Version+" (commit ") || strings.Count(out, "\n") != 1 {
 			t.Errorf("%v: exit %d, %q", args, code, out)
 		}
+	}
+	// In JSON, for a workflow engine that checks what it runs: the same
+	// release and commit as the line.
+	line, _, _ := s2ucProc(t, nil, "version")
+	out, stderr, code := s2ucProc(t, nil, "version", "--output", "json")
+	var v struct {
+		Version, Commit, Go string
+		Modified            *bool
+	}
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil {
+		t.Fatalf("version --output json: exit %d, %v, stdout %q, stderr %q", code, err, out, stderr)
+	}
+	short := regexp.MustCompile(`\(commit (\w+)`).FindStringSubmatch(line)
+	if v.Version != version.Version || v.Go != runtime.Version() || v.Modified == nil || short == nil || v.Commit == "" || !strings.HasPrefix(v.Commit, short[1]) {
+		t.Errorf("version --output json: %+v; want version %s, go %s, the commit of %q", v, version.Version, runtime.Version(), line)
+	}
+	_, stderr, code = s2ucProc(t, nil, "version", "--output", "yaml")
+	if code != exitUsage || !strings.Contains(stderr, `--output "yaml": use text or json`) {
+		t.Errorf("version --output yaml: exit %d, %s", code, stderr)
 	}
 }
 
