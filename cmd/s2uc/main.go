@@ -35,7 +35,7 @@ func tool() *subcmd.Tool {
 			{Name: "status", Summary: "show one stream's state, connections, bytes and rates", Run: runStatus},
 			{Name: "watch", Summary: "a live view of one or all of your streams on a gateway, with their rates (q quits)", Run: runWatch},
 			{Name: "info", Summary: "show what a gateway offers (engines, WAN transports, port range)", Run: runInfo},
-			{Name: "hash-token", Summary: "print the token-file line for a token read from stdin", Run: runHashToken},
+			{Name: "hash-token", Summary: "print the token-file line for a token read from stdin (on a terminal: typed, not shown)", Run: runHashToken},
 			{Name: "login", Summary: "log in at the identity provider the gateways trust (device code in a browser)", Run: runLogin},
 			{Name: "logout", Summary: "remove (and revoke) the token s2uc login stored", Run: runLogout},
 			{Name: "version", Summary: "print the version and the commit s2uc was built from (as --version)", Run: runVersion},
