@@ -3,8 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"runtime"
+	"sort"
 	"strings"
 
 	"scistream/internal/cliflag"
@@ -43,17 +45,45 @@ type versionJSON struct {
 
 // runCompletion prints the completion script of a shell, each
 // command's flags read from the usage its --help prints (its flag set
-// is built as it runs).
+// is built as it runs); "completion uids" prints the UIDs the scripts
+// complete.
 func runCompletion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shells := strings.Join(cliflag.Shells, "|")
-	cl := newLocalCmdline("completion", shells+"   (e.g. source <(s2uc completion bash))", stdout, stderr)
+	cl := newLocalCmdline("completion", shells+"   (e.g. source <(s2uc completion bash)); completion uids lists the UIDs the scripts complete", stdout, stderr)
 	pos, err := cl.parse(args, 1, 1, "give the shell: s2uc completion "+shells)
 	if err != nil {
 		return err
+	}
+	if pos[0] == "uids" {
+		return printUIDs(stdout)
 	}
 	if !cliflag.HasShell(pos[0]) {
 		return usagef("no completion for shell %q: give one of %s", pos[0], shells)
 	}
 	c := cliflag.Completion{Program: "s2uc", Flags: []cliflag.CompletionFlag{{Name: "help"}, {Name: "version"}}}
 	return tool().Completion(ctx, c).Write(stdout, pos[0])
+}
+
+// printUIDs prints, one a line, the UIDs of the streams s2uc has a
+// local record of and has not released: what status, release, update,
+// watch and outbound-request take. A record that cannot be read (or
+// that others could have written, trustfile) is left out; only UIDs
+// (api.ValidUID, Sessions.UIDs) are printed, since the shell expands
+// what it completes with.
+func printUIDs(stdout io.Writer) error {
+	ss, err := sessions()
+	if err != nil {
+		return err
+	}
+	uids, err := ss.UIDs()
+	if err != nil {
+		return err
+	}
+	sort.Strings(uids)
+	for _, uid := range uids {
+		if sess, err := ss.Load(uid); err == nil && sess.Released == nil {
+			fmt.Fprintln(stdout, uid)
+		}
+	}
+	return nil
 }

@@ -32,6 +32,10 @@ type Command struct {
 	// Summary is the one line the listing shows.
 	Summary string
 	Run     Func
+	// ArgsFrom, if not empty, are the tool's arguments that print the
+	// words completing the command's first argument
+	// (cliflag.CompletionCommand.ArgsFrom).
+	ArgsFrom []string
 }
 
 // Tool is a program made of subcommands.
@@ -145,7 +149,7 @@ func (t *Tool) Completion(ctx context.Context, c cliflag.Completion) cliflag.Com
 	for _, cmd := range t.Commands {
 		var usage strings.Builder
 		cmd.Run(ctx, []string{"--help"}, &usage, io.Discard)
-		c.Commands = append(c.Commands, cliflag.CompletionCommand{Name: cmd.Name, Summary: cmd.Summary, Flags: cliflag.FlagsOfUsage(usage.String())})
+		c.Commands = append(c.Commands, cliflag.CompletionCommand{Name: cmd.Name, Summary: cmd.Summary, Flags: cliflag.FlagsOfUsage(usage.String()), ArgsFrom: cmd.ArgsFrom})
 	}
 	return c
 }

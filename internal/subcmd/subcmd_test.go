@@ -28,8 +28,8 @@ func newTool(calls *[]string) *subcmd.Tool {
 	return &subcmd.Tool{
 		Name: "tool",
 		Commands: []subcmd.Command{
-			{"inbound-request", "open the inbound side", cmd("inbound-request")},
-			{"list", "list streams", cmd("list")},
+			{Name: "inbound-request", Summary: "open the inbound side", Run: cmd("inbound-request")},
+			{Name: "list", Summary: "list streams", Run: cmd("list")},
 		},
 		Footer: "The token comes from TOKEN.",
 	}
