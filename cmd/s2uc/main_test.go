@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -62,6 +63,16 @@ func TestHelp(t *testing.T) {
 			stdout, stderr, code := s2uc(t, args...)
 			if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: s2uc "+c.Name+" ") {
 				t.Errorf("%v: exit %d, stderr %q, stdout:\n%s", args, code, stderr, stdout)
+			}
+			// Each flag's help says one default, once; --s2cs says
+			// whose control API it names in one phrase.
+			for _, l := range strings.Split(stdout, "\n") {
+				if strings.Count(l, "(default") > 1 {
+					t.Errorf("%v: a flag with two defaults: %q", args, l)
+				}
+				if strings.Contains(l, "HOST:PORT of the ") && !regexp.MustCompile(`HOST:PORT of the (\w+ )?gateway's control API( \(.*\))?$`).MatchString(l) {
+					t.Errorf("%v: --s2cs help %q", args, l)
+				}
 			}
 			local := c.Name == "hash-token" || c.Name == "login" || c.Name == "logout" || c.Name == "version" || c.Name == "completion" // talk to no gateway
 			if !local && !strings.Contains(stdout, "--timeout") {
