@@ -155,7 +155,7 @@ def test_s2uc_on_a_python_stream(where: str, pair: Pair, setup: dict[str, Any], 
         for k, v in env.items():
             if k.startswith("SCISTREAM_") or k == "HOME":
                 m.setenv(k, v)
-        token = {} if where == "configuration file" else {"token": pair.tokens["alice"]}
+        token: dict[str, Any] = {} if where == "configuration file" else {"token": pair.tokens["alice"]}
         s = scistream.stream(inbound=pair.cons.addr, outbound=pair.prod.addr, inbound_server_cert=pair.cons.cert,
                              outbound_server_cert=pair.prod.cert, target=("127.0.0.1", echo.port), **token).open()
         uid = s.uid or ""
