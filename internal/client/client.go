@@ -334,7 +334,7 @@ func (c *Client) asksClientCert(ctx context.Context) bool {
 		asked.Store(true)
 		return nil, errors.New("asked for a client certificate") // ends the handshake: nothing more to learn
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, c.hc.Timeout) // as long as a request may take
 	defer cancel()
 	if conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", c.addr); err == nil {
 		conn.Close()
