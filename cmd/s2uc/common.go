@@ -65,13 +65,14 @@ func (g *gatewayFlags) useDefault() bool {
 // and certificate. The token file is, highest first: flagValue, that of
 // the command line's flagName (--token_file); the record's (the one the
 // stream was wired with: s2uc keeps it, the Python library only when
-// one was given); the configured one of that side (SCISTREAM_TOKEN_FILE,
-// else the configuration file's PREFIX_token_file or token_file); else
-// none, and the token is SCISTREAM_TOKEN or the login (token). A stream
-// made with the token of the configuration file is so reached as it
-// was made, whoever made it.
+// one was given); the configured one of that side, as s2uc stream takes
+// it (client.Defaults.Side: the configuration file's
+// inbound_token_file or outbound_token_file, else SCISTREAM_TOKEN_FILE,
+// else token_file); else none, and the token is SCISTREAM_TOKEN or the
+// login (token). A stream made with the token of the configuration file
+// is so reached as it was made, whoever made it.
 func (c *cmdline) recordSide(uid, side string, e *client.Endpoint, flagName, flagValue string) gatewayFlags {
-	g := gatewayFlags{s2cs: e.S2CS, cert: e.ServerCert, prefix: side + "_"}
+	g := gatewayFlags{s2cs: e.S2CS, cert: e.ServerCert}
 	switch def := c.defaults.Side(side + "_").TokenFile; {
 	case flagValue != "":
 		g.tokenFile, g.tokenFrom = flagValue, "--"+flagName
