@@ -89,7 +89,7 @@ func TestCompletionUIDs(t *testing.T) {
 	master, slave := openPTY(t)
 	defer master.Close()
 	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
-	sh.Env = append(os.Environ(), "SCISTREAM_HOME="+home, "PATH="+filepath.Dir(s2ucBin)+":"+os.Getenv("PATH"), "PS1=$ ", "TERM=dumb")
+	sh.Env = append(os.Environ(), "SCISTREAM_HOME="+home, "PATH="+filepath.Dir(s2ucBin)+":"+os.Getenv("PATH"), "PS1=$ ", "TERM=dumb", "INPUTRC=/dev/null", "HISTFILE=/dev/null")
 	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
 	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := sh.Start(); err != nil {
