@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,22 +49,26 @@ func newLocalCmdline(name, synopsis string, stdout, stderr io.Writer) *cmdline {
 
 // gateway registers the flags that reach one gateway (--s2cs,
 // --server_cert, --token_file, each after prefix); what names the gateway
-// in their help. Once parsed, a flag not given takes its default from
-// the configuration file or the environment (client.LoadDefaults).
-func (c *cmdline) gateway(prefix, what string) *gatewayFlags {
+// in their help, and note, if not empty, follows the help of --s2cs
+// (" (in front of ...)"). Once parsed, a flag not given takes its default
+// from the configuration file or the environment (client.LoadDefaults).
+func (c *cmdline) gateway(prefix, what, note string) *gatewayFlags {
 	g := &gatewayFlags{}
-	g.register(c.fs, prefix, what)
+	g.register(c.fs, prefix, what, note)
 	c.gateways = append(c.gateways, g)
 	return g
 }
 
-// recordGateway registers the flags of a gateway that, when not given,
-// the command takes from its local record of the stream: the defaults
-// are not applied by parse but kept for useDefault, for a stream s2uc
-// has no record of.
-func (c *cmdline) recordGateway(prefix, what string) *gatewayFlags {
+// recordGateway registers the flags of the gateway of a command about
+// one stream (record says which gateways it reaches without --s2cs, in
+// the help), which, without --s2cs, reaches every gateway its local
+// record names (cmdline.recordSide): the defaults are then not applied
+// by parse but kept for useDefault, for a stream s2uc has no record of.
+// With --s2cs, the defaults fill the other two, as for any gateway.
+func (c *cmdline) recordGateway(record string) *gatewayFlags {
 	g := &gatewayFlags{record: true}
-	g.register(c.fs, prefix, what)
+	g.register(c.fs, "", "gateway", " (default: "+record+", from its local record)")
+	c.fs.Lookup("token_file").Usage = "file holding the bearer token (default: the one the stream was wired with, else $SCISTREAM_TOKEN_FILE or the configuration file's; without one: $SCISTREAM_TOKEN, else the login of s2uc login)"
 	c.gateways = append(c.gateways, g)
 	return g
 }
@@ -124,12 +129,12 @@ func (c *cmdline) applyDefaults() error {
 		return usagef("%w", err)
 	}
 	c.defaults = d
-	if !cliflag.Seen(c.fs)["output"] && d.Output != "" {
-		c.output = d.Output
+	if !cliflag.Seen(c.fs)["output"] {
+		c.output = cmp.Or(d.Output, "text")
 	}
 	for _, g := range c.gateways {
 		g.def = d.Side(g.prefix)
-		if !g.record {
+		if !g.record || g.s2cs != "" {
 			g.fill()
 		}
 	}

@@ -22,7 +22,10 @@ import (
 // gatewayFlags are the flags that reach one gateway.
 type gatewayFlags struct {
 	s2cs, cert, tokenFile string
-	prefix                string // of the flags' names: "", "inbound_", "outbound_"
+	// tokenFrom names where tokenFile came from, in its errors: empty
+	// for the flag --PREFIXtoken_file.
+	tokenFrom string
+	prefix    string // of the flags' names: "", "inbound_", "outbound_"
 	// record is set for the gateway of a command that reaches a stream's
 	// gateways from its local record when --s2cs is not given.
 	record bool
@@ -30,6 +33,9 @@ type gatewayFlags struct {
 	// for this side (cmdline.applyDefaults).
 	def client.GatewayDefaults
 }
+
+// configuredToken names a token file of the defaults, in its errors.
+const configuredToken = "token_file (SCISTREAM_TOKEN_FILE or the configuration file)"
 
 // fill gives the fields not set on the command line their defaults.
 func (g *gatewayFlags) fill() {
@@ -39,8 +45,8 @@ func (g *gatewayFlags) fill() {
 	if g.cert == "" {
 		g.cert = g.def.ServerCert
 	}
-	if g.tokenFile == "" {
-		g.tokenFile = g.def.TokenFile
+	if g.tokenFile == "" && g.def.TokenFile != "" {
+		g.tokenFile, g.tokenFrom = g.def.TokenFile, configuredToken
 	}
 }
 
@@ -54,17 +60,35 @@ func (g *gatewayFlags) useDefault() bool {
 	return g.s2cs != ""
 }
 
-// endpointGateway reaches the gateway of one side of a stream as the
-// local record remembers it.
-func endpointGateway(e *client.Endpoint) gatewayFlags {
-	return gatewayFlags{s2cs: e.S2CS, cert: e.ServerCert, tokenFile: e.TokenFile}
+// recordSide reaches the gateway of one side ("inbound" or "outbound")
+// of stream uid as its local record e names it: the record's address
+// and certificate. The token file is, highest first: flagValue, that of
+// the command line's flagName (--token_file); the record's (the one the
+// stream was wired with: s2uc keeps it, the Python library only when
+// one was given); the configured one of that side, as s2uc stream takes
+// it (client.Defaults.Side: the configuration file's
+// inbound_token_file or outbound_token_file, else SCISTREAM_TOKEN_FILE,
+// else token_file); else none, and the token is SCISTREAM_TOKEN or the
+// login (token). A stream made with the token of the configuration file
+// is so reached as it was made, whoever made it.
+func (c *cmdline) recordSide(uid, side string, e *client.Endpoint, flagName, flagValue string) gatewayFlags {
+	g := gatewayFlags{s2cs: e.S2CS, cert: e.ServerCert}
+	switch def := c.defaults.Side(side + "_").TokenFile; {
+	case flagValue != "":
+		g.tokenFile, g.tokenFrom = flagValue, "--"+flagName
+	case e.TokenFile != "":
+		g.tokenFile, g.tokenFrom = e.TokenFile, "token_file of the local record of stream "+uid
+	case def != "":
+		g.tokenFile, g.tokenFrom = def, configuredToken
+	}
+	return g
 }
 
-func (g *gatewayFlags) register(fs *flag.FlagSet, prefix, what string) {
+func (g *gatewayFlags) register(fs *flag.FlagSet, prefix, what, note string) {
 	g.prefix = prefix
-	fs.StringVar(&g.s2cs, prefix+"s2cs", "", "HOST:PORT of the "+what+" control API")
-	fs.StringVar(&g.cert, prefix+"server_cert", "", "PEM certificate of the "+what+" (or its CA)")
-	fs.StringVar(&g.tokenFile, prefix+"token_file", "", "file holding the bearer token for the "+what+" (default: $SCISTREAM_TOKEN)")
+	fs.StringVar(&g.s2cs, prefix+"s2cs", "", "HOST:PORT of the "+what+"'s control API"+note)
+	fs.StringVar(&g.cert, prefix+"server_cert", "", "PEM certificate of the "+what+" (or of its CA)")
+	fs.StringVar(&g.tokenFile, prefix+"token_file", "", "file holding the bearer token for the "+what+" (default: $SCISTREAM_TOKEN_FILE or the configuration file's; without one: $SCISTREAM_TOKEN, else the login of s2uc login)")
 }
 
 // client builds a control client, with the token of --token_file or
@@ -74,7 +98,11 @@ func (g *gatewayFlags) client(timeout time.Duration) (*client.Client, error) {
 	if g.s2cs == "" {
 		return nil, usagef("missing --%ss2cs HOST:PORT of the gateway's control API (or a default: SCISTREAM_S2CS, or s2cs in the configuration file, docs/client.md)", g.prefix)
 	}
-	tok, err := token(g.tokenFile)
+	from := g.tokenFrom
+	if from == "" {
+		from = "--" + g.prefix + "token_file"
+	}
+	tok, err := token(g.tokenFile, from)
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +133,8 @@ func hint(err error) error {
 		return fmt.Errorf("%w; s2uc kept and forwarded nothing of it: check that --s2cs and --server_cert name a SciStream gateway you trust", err)
 	case errors.Is(err, client.ErrCertificate):
 		return fmt.Errorf("%w; pass the gateway's certificate with --server_cert (s2cs prints its path at start)", err)
+	case errors.Is(err, client.ErrWANPort):
+		return fmt.Errorf("%w (give --s2cs the control port, 5000 by default)", err)
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrNotHTTPS):
 		return fmt.Errorf("%w; check --s2cs and that s2cs runs there", err)
 	}
@@ -123,12 +153,13 @@ func operatorsCode(c api.Code) bool {
 	return false
 }
 
-// token returns the bearer token of a request: that of --token_file if
-// given, else $SCISTREAM_TOKEN if set, else the login s2uc login stored
+// token returns the bearer token of a request: that of file if given
+// (from names where it came from, for its errors: "--token_file"...),
+// else $SCISTREAM_TOKEN if set, else the login s2uc login stored
 // (renewed if it is about to expire), else none.
-func token(file string) (string, error) {
+func token(file, from string) (string, error) {
 	if file != "" {
-		return tokenFile(file)
+		return tokenFile(file, from)
 	}
 	if t := strings.TrimSpace(os.Getenv("SCISTREAM_TOKEN")); t != "" {
 		return t, nil
@@ -146,30 +177,31 @@ func token(file string) (string, error) {
 	return t, err
 }
 
-// tokenFile reads --token_file, which only its owner may read or write
-// (as ssh demands of a private key): a token others can read is theirs
-// too. Like every file s2uc trusts (internal/trustfile), it must be the
-// user's (or root's), in directories nobody else may write: whoever
-// can swap it makes s2uc act as them.
-func tokenFile(file string) (string, error) {
+// tokenFile reads a token file (from: the flag or key that named it),
+// which only its owner may read or write (as ssh demands of a private
+// key): a token others can read is theirs too. Like every file s2uc
+// trusts (internal/trustfile), it must be the user's (or root's), in
+// directories nobody else may write: whoever can swap it makes s2uc act
+// as them.
+func tokenFile(file, from string) (string, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return "", usagef("--token_file: %w", err)
+		return "", usagef("%s: %w", from, err)
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
-		return "", usagef("--token_file %s can be read or written by others (mode %04o): chmod 600 %s", file, fi.Mode().Perm(), file)
+		return "", usagef("%s %s can be read or written by others (mode %04o): chmod 600 %s", from, file, fi.Mode().Perm(), file)
 	}
-	if err := trustfile.Verify("--token_file", file, f); err != nil {
+	if err := trustfile.Verify(from, file, f); err != nil {
 		return "", usagef("%w", err)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
-		return "", usagef("--token_file: %w", err)
+		return "", usagef("%s: %w", from, err)
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {
-		return "", usagef("--token_file %s is empty", file)
+		return "", usagef("%s %s is empty", from, file)
 	}
 	return t, nil
 }
@@ -199,7 +231,7 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.output, "output", "text", "output format: text or json (default: $SCISTREAM_OUTPUT, or output in the configuration file)")
+	fs.StringVar(&c.output, "output", "", "output format: text or json (default: $SCISTREAM_OUTPUT, else output in the configuration file, else text)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "timeout of each control request")
 	fs.StringVar(&c.profile, "profile", "", "the profile of the configuration file to take defaults from (default: $SCISTREAM_PROFILE, or its profile key)")
 }

@@ -95,6 +95,8 @@ func classify(err error) (int, api.Code) {
 		return exitFailed, ae.Code
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrNotHTTPS):
 		return exitUnavailable, api.CodeUnavailable
+	case errors.Is(err, client.ErrWANPort): // --s2cs names the wrong port
+		return exitUsage, api.CodeInvalidArgument
 	}
 	return exitFailed, "failed"
 }
@@ -115,20 +117,25 @@ type jsonError struct {
 // "s2uc: message", or, when args ask for --output json (or the
 // defaults do), one JSON object. Nothing for success and help.
 func report(w io.Writer, args []string, err error) {
-	status, code := classify(err)
-	if status == exitOK {
+	if status, _ := classify(err); status == exitOK {
 		return
 	}
 	if !jsonOutput(args) {
 		subcmd.Report(w, "s2uc", err)
 		return
 	}
+	writeJSON(w, jsonErrorOf(err), "")
+}
+
+// jsonErrorOf is err as --output json reports it.
+func jsonErrorOf(err error) jsonError {
+	status, code := classify(err)
 	je := jsonError{Code: code, Message: subcmd.OneLine(err), ExitCode: status}
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		je.RequestID = ae.RequestID
 	}
-	writeJSON(w, je, "")
+	return je
 }
 
 // jsonOutput reports whether the command line args asks for --output

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -53,8 +54,14 @@ type testGateway struct {
 
 func startGateway(t *testing.T) *testGateway {
 	t.Helper()
+	return startGatewayToken(t, localgw.NewToken())
+}
+
+// startGatewayToken is startGateway with alice's token tok (the same on
+// several gateways: one token file serves them all).
+func startGatewayToken(t *testing.T, tok string) *testGateway {
+	t.Helper()
 	dir := t.TempDir()
-	tok := localgw.NewToken()
 	tokens := filepath.Join(dir, "tokens")
 	if err := localgw.WriteTokens(tokens, map[string]string{"alice": tok}); err != nil {
 		t.Fatal(err)
@@ -119,7 +126,7 @@ func TestExitStatuses(t *testing.T) {
 		{"gateway down", g.token, []string{"list", "--s2cs", down, "--server_cert", g.CertFile}, exitUnavailable, "unavailable", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			env := []string{"SCISTREAM_HOME=" + home, "SCISTREAM_TOKEN=" + c.token, "SCISTREAM_CONFIG=" + filepath.Join(home, "none.yaml")}
+			env := []string{"SCISTREAM_HOME=" + home, "SCISTREAM_TOKEN=" + c.token} // no config.yaml there
 			args := c.args
 			stdout, stderr, code := s2ucProc(t, env, args...)
 			if code != c.status || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "s2uc: ") {
@@ -187,11 +194,30 @@ func TestBinaryCompletionAndVersion(t *testing.T) {
 	if _, stderr, code := s2ucProc(t, nil, "completion", "tcsh"); code != exitUsage || !strings.Contains(stderr, "bash|zsh|fish") {
 		t.Errorf("completion tcsh: exit %d, %s", code, stderr)
 	}
-	for _, args := range [][]string{{"version"}, {"--version"}} {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"version", "--output", "text"}} {
 		out, _, code := s2ucProc(t, nil, args...)
 		if code != 0 || !strings.HasPrefix(out, "s2uc "+version.Version+" (commit ") || strings.Count(out, "\n") != 1 {
 			t.Errorf("%v: exit %d, %q", args, code, out)
 		}
+	}
+	// In JSON, for a workflow engine that checks what it runs: the same
+	// release and commit as the line.
+	line, _, _ := s2ucProc(t, nil, "version")
+	out, stderr, code := s2ucProc(t, nil, "version", "--output", "json")
+	var v struct {
+		Version, Commit, Go string
+		Modified            *bool
+	}
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil {
+		t.Fatalf("version --output json: exit %d, %v, stdout %q, stderr %q", code, err, out, stderr)
+	}
+	short := regexp.MustCompile(`\(commit (\w+)`).FindStringSubmatch(line)
+	if v.Version != version.Version || v.Go != runtime.Version() || v.Modified == nil || short == nil || v.Commit == "" || !strings.HasPrefix(v.Commit, short[1]) {
+		t.Errorf("version --output json: %+v; want version %s, go %s, the commit of %q", v, version.Version, runtime.Version(), line)
+	}
+	_, stderr, code = s2ucProc(t, nil, "version", "--output", "yaml")
+	if code != exitUsage || !strings.Contains(stderr, `--output "yaml": use text or json`) {
+		t.Errorf("version --output yaml: exit %d, %s", code, stderr)
 	}
 }
 
@@ -261,6 +287,10 @@ func TestConfigDefaults(t *testing.T) {
 	write("s2cs: " + g.Addr + "\nserver_crt: gw.crt\n")
 	_, stderr, code = s2uc(t, "list")
 	checkExit(t, []string{"list"}, "", stderr, code, exitUsage, "configuration file "+config+": line 2: server_crt: unknown key; did you mean server_cert?")
+	t.Setenv("SCISTREAM_CONFIG", config+".typo")
+	_, stderr, code = s2uc(t, "list")
+	checkExit(t, []string{"list"}, "", stderr, code, exitUsage, "SCISTREAM_CONFIG names "+config+".typo, which does not exist: correct it, or unset SCISTREAM_CONFIG")
+	t.Setenv("SCISTREAM_CONFIG", config)
 	write("s2cs: " + g.Addr + "\n")
 	os.Chmod(config, 0o666)
 	_, stderr, code = s2uc(t, "list")
@@ -382,7 +412,7 @@ func TestWiringChecked(t *testing.T) {
 	if _, stderr, code := s2uc(t, "release", gone); code != 0 {
 		t.Fatalf("release: exit %d, %s", code, stderr)
 	}
-	for _, cmd := range []string{"status", "release", "update", "watch"} {
+	for _, cmd := range []string{"status", "update", "watch"} {
 		args := []string{cmd, gone}
 		if cmd == "update" {
 			args = append(args, "--lease", "1h")
@@ -393,6 +423,33 @@ func TestWiringChecked(t *testing.T) {
 			t.Errorf("%s of a released stream: %q does not say by whom", cmd, stderr)
 		}
 	}
+	// Released again: success, said as such, in text and in JSON.
+	stdout, stderr, code = s2uc(t, "release", gone)
+	if code != 0 || stderr != "" || !regexp.MustCompile(`^stream `+gone+` already released \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d by alice\)\n$`).MatchString(stdout) {
+		t.Errorf("release of a released stream: exit %d, stdout %q, stderr %q; want exit 0, stream %s already released (at T by alice)", code, stdout, stderr, gone)
+	}
+	stdout, stderr, code = s2uc(t, "release", gone, "--output", "json")
+	var again struct {
+		UID             string            `json:"uid"`
+		Released        []json.RawMessage `json:"released"`
+		AlreadyReleased bool              `json:"already_released"`
+		ReleasedAt      time.Time         `json:"released_at"`
+		ReleasedBy      string            `json:"released_by"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &again); code != 0 || err != nil || again.UID != gone || again.Released == nil || len(again.Released) != 0 ||
+		!again.AlreadyReleased || again.ReleasedBy != "alice" || time.Since(again.ReleasedAt) > time.Hour || time.Since(again.ReleasedAt) < 0 {
+		t.Errorf("release --output json of a released stream: exit %d, %+v (%v), stdout %s, stderr %q", code, again, err, stdout, stderr)
+	}
+	// With --s2cs, the gateway still holds the ended stream: already
+	// released, said by the gateway.
+	stdout, stderr, code = s2uc(t, "release", gone, "--s2cs", in.Addr, "--server_cert", in.CertFile, "--token_file", inTok)
+	if code != 0 || !strings.HasPrefix(stdout, "stream "+gone+" already released (at ") || !strings.HasSuffix(stdout, " by alice)\n") {
+		t.Errorf("release --s2cs of a released stream: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	// A UID that was never the caller's stays not found.
+	never := "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c"
+	_, stderr, code = s2uc(t, "release", never, "--s2cs", in.Addr, "--server_cert", in.CertFile, "--token_file", inTok)
+	checkExit(t, []string{"release", never, "--s2cs"}, "", stderr, code, exitNotFound, "no stream "+never)
 	_, stderr, code = s2uc(t, "outbound-request", "--s2cs", out.Addr, "--server_cert", out.CertFile, gone, listeners[0])
 	checkExit(t, []string{"outbound-request", gone}, "", stderr, code, exitNotFound, "stream "+gone+" was released at ")
 
@@ -402,6 +459,26 @@ func TestWiringChecked(t *testing.T) {
 	if code != exitUnavailable || !strings.Contains(stdout, uid+" on "+in.Addr+": inbound ") || strings.Contains(stdout, out.Addr) ||
 		!strings.HasPrefix(stderr, "s2uc: status on "+out.Addr+": ") || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("status with the outbound gateway down: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
+	}
+	// In JSON, the side that did not answer says why, beside the other.
+	stdout, stderr, code = s2uc(t, "status", uid, "--output", "json")
+	var st struct {
+		UID      string `json:"uid"`
+		Gateways []struct {
+			UID  string `json:"uid"`
+			Role string `json:"role"`
+		} `json:"gateways"`
+		Inbound, Outbound struct {
+			Gateway string     `json:"gateway"`
+			Error   *jsonError `json:"error"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil || code != exitUnavailable || st.UID != uid ||
+		len(st.Gateways) != 1 || st.Gateways[0].Role != "inbound" ||
+		st.Inbound.Gateway != in.Addr || st.Inbound.Error != nil || st.Outbound.Gateway != out.Addr || st.Outbound.Error == nil ||
+		st.Outbound.Error.Code != "unavailable" || st.Outbound.Error.ExitCode != exitUnavailable ||
+		!strings.HasPrefix(st.Outbound.Error.Message, "status on "+out.Addr+": ") || !strings.Contains(stderr, `"exit_code":5`) {
+		t.Errorf("status --output json with the outbound gateway down: exit %d, %+v (%v)\nstdout:\n%s\nstderr: %s", code, st, err, stdout, stderr)
 	}
 	waitfor.Must(t, 30*time.Second, "the inbound side to see its peer go", func() bool {
 		stdout, _, _ = s2uc(t, "status", uid)

@@ -12,7 +12,7 @@ import (
 
 func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("inbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip IP --receiver_ports P[,P...] --num_conn N", stdout, stderr)
-	gw := cl.gateway("", "inbound gateway")
+	gw := cl.gateway("", "inbound gateway", " (in front of the listening application)")
 	remoteIP := cl.fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
 	recvPorts := cl.fs.String("receiver_ports", "", "port(s) of the listening application; channel i leads to port i (round-robin)")
 	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners)")

@@ -11,7 +11,7 @@ import (
 
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("info", "--s2cs HOST:PORT --server_cert FILE", stdout, stderr)
-	gw := cl.gateway("", "gateway")
+	gw := cl.gateway("", "gateway", "")
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
 	}

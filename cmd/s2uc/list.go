@@ -12,7 +12,7 @@ import (
 
 func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("list", "--s2cs HOST:PORT --server_cert FILE [--all] [--owner ID | --all_owners]", stdout, stderr)
-	gw := cl.gateway("", "gateway")
+	gw := cl.gateway("", "gateway", "")
 	all := cl.fs.Bool("all", false, "include ended streams")
 	owner := cl.fs.String("owner", "", "list the streams of this identity instead of yours (the gateway's operators only)")
 	allOwners := cl.fs.Bool("all_owners", false, "list the streams of every identity, with their owners (the gateway's operators only)")

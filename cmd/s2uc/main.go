@@ -21,21 +21,25 @@ func main() {
 	os.Exit(exitCode(err))
 }
 
+// uidArgs are the arguments with which s2uc prints the UIDs the shell
+// completes for the commands about one stream (runCompletion).
+var uidArgs = []string{"completion", "uids"}
+
 // tool is s2uc's command table, in the order of a stream's life.
 func tool() *subcmd.Tool {
 	return &subcmd.Tool{
 		Name: "s2uc",
 		Commands: []subcmd.Command{
 			{Name: "inbound-request", Summary: "open the inbound side (gateway in front of the listening application)", Run: runInbound},
-			{Name: "outbound-request", Summary: "open the outbound side and connect it to the inbound side", Run: runOutbound},
+			{Name: "outbound-request", Summary: "open the outbound side and connect it to the inbound side", Run: runOutbound, ArgsFrom: uidArgs},
 			{Name: "stream", Summary: "open both sides in one go (for a third party reaching both gateways)", Run: runStream},
-			{Name: "update", Summary: "change a running stream's rate, allow-list or lease without dropping its connections", Run: runUpdate},
-			{Name: "release", Summary: "release a stream on its gateway(s)", Run: runRelease},
+			{Name: "update", Summary: "change a running stream's rate, allow-list or lease without dropping its connections", Run: runUpdate, ArgsFrom: uidArgs},
+			{Name: "release", Summary: "release a stream on its gateway(s)", Run: runRelease, ArgsFrom: uidArgs},
 			{Name: "list", Summary: "list your streams on a gateway", Run: runList},
-			{Name: "status", Summary: "show one stream's state, connections, bytes and rates", Run: runStatus},
-			{Name: "watch", Summary: "a live view of one or all of your streams on a gateway, with their rates (q quits)", Run: runWatch},
+			{Name: "status", Summary: "show one stream's state, connections, bytes and rates", Run: runStatus, ArgsFrom: uidArgs},
+			{Name: "watch", Summary: "a live view of one or all of your streams on a gateway, with their rates (q quits)", Run: runWatch, ArgsFrom: uidArgs},
 			{Name: "info", Summary: "show what a gateway offers (engines, WAN transports, port range)", Run: runInfo},
-			{Name: "hash-token", Summary: "print the token-file line for a token read from stdin", Run: runHashToken},
+			{Name: "hash-token", Summary: "print the token-file line for a token read from stdin (on a terminal: typed, not shown)", Run: runHashToken},
 			{Name: "login", Summary: "log in at the identity provider the gateways trust (device code in a browser)", Run: runLogin},
 			{Name: "logout", Summary: "remove (and revoke) the token s2uc login stored", Run: runLogout},
 			{Name: "version", Summary: "print the version and the commit s2uc was built from (as --version)", Run: runVersion},

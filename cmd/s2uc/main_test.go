@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -63,6 +64,16 @@ func TestHelp(t *testing.T) {
 			if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: s2uc "+c.Name+" ") {
 				t.Errorf("%v: exit %d, stderr %q, stdout:\n%s", args, code, stderr, stdout)
 			}
+			// Each flag's help says one default, once; --s2cs says
+			// whose control API it names in one phrase.
+			for _, l := range strings.Split(stdout, "\n") {
+				if strings.Count(l, "(default") > 1 {
+					t.Errorf("%v: a flag with two defaults: %q", args, l)
+				}
+				if strings.Contains(l, "HOST:PORT of the ") && !regexp.MustCompile(`HOST:PORT of the (\w+ )?gateway's control API( \(.*\))?$`).MatchString(l) {
+					t.Errorf("%v: --s2cs help %q", args, l)
+				}
+			}
 			local := c.Name == "hash-token" || c.Name == "login" || c.Name == "logout" || c.Name == "version" || c.Name == "completion" // talk to no gateway
 			if !local && !strings.Contains(stdout, "--timeout") {
 				t.Errorf("%v: the usage lacks the common flags:\n%s", args, stdout)
@@ -94,6 +105,9 @@ func TestBadCommandLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"frobnicate"}, `unknown command "frobnicate"; run s2uc --help for the list`},
+		{[]string{"stauts", "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c"}, `unknown command "stauts": did you mean status? (s2uc --help lists the commands)`},
+		{[]string{"outbound_reqest"}, `unknown command "outbound_reqest": did you mean outbound-request? (s2uc --help lists the commands)`},
+		{[]string{"list", "--output", ""}, `--output "": use text or json`},
 		{[]string{"list", "--nope"}, "unknown flag --nope (s2uc list --help lists the flags)"},
 		{[]string{"list", "--servr_cert", "x"}, "unknown flag --servr_cert: did you mean --server_cert? (s2uc list --help lists the flags)"},
 		{[]string{"inbound-request", "--num_conn", "many"}, `invalid value "many" for flag -num_conn`},

@@ -13,7 +13,7 @@ import (
 
 func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("outbound-request", "--s2cs HOST:PORT --server_cert FILE --remote_ip PEER_IP --receiver_ports PROXY_C[,...] --num_conn N UID [PEER_IP:PROXY_C[,...]]", stdout, stderr)
-	gw := cl.gateway("", "outbound gateway")
+	gw := cl.gateway("", "outbound gateway", " (in front of the connecting application)")
 	remoteIP := cl.fs.String("remote_ip", "", "address of the inbound gateway, as the outbound gateway reaches it")
 	recvPorts := cl.fs.String("receiver_ports", "", "the inbound gateway's listener port(s) (PROXY_C)")
 	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners)")
@@ -21,7 +21,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	engine := cl.fs.String("engine", "", "data-plane engine (default: the gateway's)")
 	wanPool := cl.fs.Int("wan_pool", 0, "pooled WAN legs: keep this many idle legs per channel dialed ahead of need, so a connection starts without a handshake and a cleanly ended one leaves its leg for the next (tls only; default 0: a leg per connection)")
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
-	inTokenFile := cl.fs.String("inbound_token_file", "", "token file for the inbound gateway, if it differs from the one used at inbound-request")
+	inTokenFile := cl.fs.String("inbound_token_file", "", "file holding the bearer token for the inbound gateway (default: the one inbound-request used, else $SCISTREAM_TOKEN_FILE or the configuration file's; without one: $SCISTREAM_TOKEN, else the login of s2uc login)")
 	tf := cl.terms()
 	pos, err := cl.parse(args, 1, 2, "missing UID: give the stream UID printed by inbound-request")
 	if err != nil {
@@ -81,10 +81,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer out.Close()
-	ig := endpointGateway(sess.Inbound)
-	if *inTokenFile != "" {
-		ig.tokenFile = *inTokenFile
-	}
+	ig := cl.recordSide(uid, "inbound", sess.Inbound, "inbound_token_file", *inTokenFile)
 	in, err := ig.client(cl.timeout)
 	if err != nil {
 		return fmt.Errorf("inbound gateway %s: %w", sess.Inbound.S2CS, err)

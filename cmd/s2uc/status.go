@@ -14,7 +14,7 @@ import (
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("status", "UID [--s2cs HOST:PORT --server_cert FILE] [--watch 1s]", stdout, stderr)
-	gw := cl.recordGateway("", "gateway (default: every gateway s2uc wired for UID)")
+	gw := cl.recordGateway("every gateway s2uc wired for UID")
 	watch := cl.fs.Duration("watch", 0, "repeat every interval until interrupted (e.g. 1s)")
 	count := cl.fs.Int("count", 0, "with --watch, stop after this many reports (0: until interrupted)")
 	owner := cl.fs.String("owner", "", ownerUsage)
@@ -29,7 +29,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("--watch must be at least 100ms")
 	}
 	uid := pos[0]
-	gws := []gatewayFlags{*gw}
+	sides := []statusSide{{gw: *gw}}
 	if gw.s2cs == "" {
 		ss, err := sessions()
 		if err != nil {
@@ -39,16 +39,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		var nf *classified
 		switch {
 		case errors.As(err, &nf) && nf.status == exitNotFound && !errors.Is(err, errReleased) && gw.useDefault():
-			gws = []gatewayFlags{*gw} // no record: ask the default gateway
+			sides = []statusSide{{gw: *gw}} // no record: ask the default gateway
 		case err != nil:
 			return err
 		default:
-			gws = nil
+			sides = nil
 			if e := sess.Inbound; e != nil {
-				gws = append(gws, endpointGateway(e))
+				sides = append(sides, statusSide{"inbound", cl.recordSide(uid, "inbound", e, "token_file", gw.tokenFile)})
 			}
 			if e := sess.Outbound; e != nil {
-				gws = append(gws, endpointGateway(e))
+				sides = append(sides, statusSide{"outbound", cl.recordSide(uid, "outbound", e, "token_file", gw.tokenFile)})
 			}
 		}
 	}
@@ -56,30 +56,41 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// Every side that answers is shown; the error of each that
 		// does not is returned (and said on stderr each round with
 		// --watch), so that one gateway down hides nothing of the other.
+		// With --output json the error of each side is in the JSON too.
 		var views []*api.Stream
 		var addrs []string
 		var errs []error
-		for _, g := range gws {
-			c, err := g.client(cl.timeout)
+		out := map[string]any{"uid": uid}
+		for _, sd := range sides {
+			c, err := sd.gw.client(cl.timeout)
 			if err != nil {
 				return err
 			}
 			s, err := c.GetOf(ctx, *owner, uid)
 			c.Close()
+			if sd.side != "" {
+				out[sd.side] = sideStatus{Gateway: sd.gw.s2cs}
+			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("status on %s: %w", g.s2cs, err))
+				err = fmt.Errorf("status on %s: %w", sd.gw.s2cs, err)
+				errs = append(errs, err)
+				if sd.side != "" {
+					je := jsonErrorOf(printableError{hint(err)})
+					out[sd.side] = sideStatus{Gateway: sd.gw.s2cs, Error: &je}
+				}
 				continue
 			}
 			views = append(views, public(s))
-			addrs = append(addrs, g.s2cs)
+			addrs = append(addrs, sd.gw.s2cs)
 		}
 		if cl.output == "json" {
 			var err error
 			switch {
-			case len(gws) == 1 && len(views) == 1:
+			case len(sides) == 1 && len(views) == 1:
 				err = printJSON(stdout, views[0])
-			case len(views) > 0:
-				err = printJSON(stdout, map[string]any{"uid": uid, "gateways": views})
+			case len(sides) > 1:
+				out["gateways"] = views
+				err = printJSON(stdout, out)
 			}
 			if err != nil {
 				return err
@@ -102,6 +113,22 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		case <-time.After(*watch):
 		}
 	}
+}
+
+// statusSide is a gateway status asks: side is "inbound" or "outbound"
+// for one its local record names, "" for the one the command line or
+// the defaults name.
+type statusSide struct {
+	side string
+	gw   gatewayFlags
+}
+
+// sideStatus is one side of a stream of two in status --output json:
+// its gateway and, if it did not answer, the error (as a JSON error of
+// s2uc's: code, message, request_id, exit_code).
+type sideStatus struct {
+	Gateway string     `json:"gateway"`
+	Error   *jsonError `json:"error,omitempty"`
 }
 
 func printStatus(w io.Writer, addr string, s *api.Stream) {

@@ -13,9 +13,9 @@ import (
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("stream", "--inbound_s2cs HOST:PORT --inbound_server_cert FILE --outbound_s2cs HOST:PORT --outbound_server_cert FILE --remote_ip IP --receiver_ports P[,...] [--num_conn N]", stdout, stderr)
-	ig := cl.gateway("inbound_", "inbound gateway (in front of the listening application)")
-	og := cl.gateway("outbound_", "outbound gateway (in front of the connecting application)")
-	tokenFile := cl.fs.String("token_file", "", "token file for both gateways (default: $SCISTREAM_TOKEN)")
+	ig := cl.gateway("inbound_", "inbound gateway", " (in front of the listening application)")
+	og := cl.gateway("outbound_", "outbound gateway", " (in front of the connecting application)")
+	tokenFile := cl.fs.String("token_file", "", "file holding the bearer token for both gateways, unless --inbound_token_file or --outbound_token_file names one's (default: $SCISTREAM_TOKEN_FILE or the configuration file's; without one: $SCISTREAM_TOKEN, else the login of s2uc login)")
 	remoteIP := cl.fs.String("remote_ip", "", "address of the listening application, as the inbound gateway reaches it")
 	recvPorts := cl.fs.String("receiver_ports", "", "port(s) of the listening application")
 	numConn := cl.fs.Int("num_conn", 1, "number of channels (listeners) on each gateway")
@@ -57,7 +57,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// --token_file on the command line wins over a side's default
 		// (configuration file), not over --inbound_token_file.
 		if *tokenFile != "" && !seen[g.prefix+"token_file"] {
-			g.tokenFile = *tokenFile
+			g.tokenFile, g.tokenFrom = *tokenFile, "--token_file"
 		}
 	}
 	if ig.s2cs == "" || og.s2cs == "" {

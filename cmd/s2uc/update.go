@@ -19,7 +19,7 @@ import (
 // rate, the sides already raised are set back.
 func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("update", "UID [--rate R] [--allow LIST] [--lease D] [--s2cs HOST:PORT --server_cert FILE] [--owner ID]   (without --s2cs: every gateway s2uc wired for UID)", stdout, stderr)
-	gw := cl.recordGateway("", "gateway")
+	gw := cl.recordGateway("every gateway s2uc wired for UID")
 	owner := cl.fs.String("owner", "", ownerUsage)
 	rateF := cl.fs.String("rate", "", "new reserved rate in bits per second (e.g. 800M, 10Gbit/s, 100MB/s), 0 for best effort; a higher rate is admitted by each gateway or refused")
 	allowF := cl.fs.String("allow", "", "new allow-list of the outbound side: comma-separated addresses or CIDR prefixes; connections open now stay")
@@ -75,10 +75,10 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return releasedError(uid, sess.Released)
 	case sess != nil:
 		if e := sess.Inbound; e != nil {
-			sides = append(sides, side{api.RoleInbound, endpointGateway(e)})
+			sides = append(sides, side{api.RoleInbound, cl.recordSide(uid, "inbound", e, "token_file", gw.tokenFile)})
 		}
 		if e := sess.Outbound; e != nil {
-			sides = append(sides, side{api.RoleOutbound, endpointGateway(e)})
+			sides = append(sides, side{api.RoleOutbound, cl.recordSide(uid, "outbound", e, "token_file", gw.tokenFile)})
 		}
 	case gw.useDefault():
 		sides = append(sides, side{"", *gw})
@@ -92,9 +92,6 @@ func runUpdate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var raised []done
 	var updated []*api.Stream
 	for _, sd := range sides {
-		if gw.tokenFile != "" {
-			sd.gw.tokenFile = gw.tokenFile
-		}
 		c, err := sd.gw.client(cl.timeout)
 		if err != nil {
 			return err

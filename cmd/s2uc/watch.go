@@ -34,7 +34,7 @@ const watchHistory = 60 // sparkline samples kept per stream and direction
 
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl := newCmdline("watch", "[UID] [--s2cs HOST:PORT --server_cert FILE] [--interval 1s] [--count N]", stdout, stderr)
-	gw := cl.recordGateway("", "gateway (default with a UID: both gateways s2uc wired for it)")
+	gw := cl.recordGateway("with a UID, every gateway s2uc wired for it")
 	interval := cl.fs.Duration("interval", time.Second, "time between refreshes, at least 100ms")
 	count := cl.fs.Int("count", 0, "stop after this many refreshes (0: until q or Ctrl-C)")
 	pos, err := cl.parse(args, 0, 1, "")
@@ -58,7 +58,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return usagef("missing --s2cs HOST:PORT of the gateway to watch (or give a stream UID that s2uc wired, or a default gateway: docs/client.md)")
 			}
 			gws = []gatewayFlags{*gw}
-		} else if gws, err = sessionGateways(w.uid); err != nil {
+		} else if gws, err = sessionGateways(cl, w.uid, gw.tokenFile); err != nil {
 			var nf *classified
 			if !errors.As(err, &nf) || nf.status != exitNotFound || errors.Is(err, errReleased) || !gw.useDefault() {
 				return err
@@ -80,8 +80,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return w.lines(ctx, *interval, *count)
 }
 
-// sessionGateways returns the gateways of the local record of stream uid.
-func sessionGateways(uid string) ([]gatewayFlags, error) {
+// sessionGateways returns the gateways of the local record of stream
+// uid, with the token file of --token_file if given (cmdline.recordSide).
+func sessionGateways(cl *cmdline, uid, tokenFile string) ([]gatewayFlags, error) {
 	ss, err := sessions()
 	if err != nil {
 		return nil, err
@@ -91,10 +92,11 @@ func sessionGateways(uid string) ([]gatewayFlags, error) {
 		return nil, err
 	}
 	var gws []gatewayFlags
-	for _, e := range []*client.Endpoint{sess.Inbound, sess.Outbound} {
-		if e != nil {
-			gws = append(gws, endpointGateway(e))
-		}
+	if e := sess.Inbound; e != nil {
+		gws = append(gws, cl.recordSide(uid, "inbound", e, "token_file", tokenFile))
+	}
+	if e := sess.Outbound; e != nil {
+		gws = append(gws, cl.recordSide(uid, "outbound", e, "token_file", tokenFile))
 	}
 	return gws, nil
 }

@@ -6,7 +6,7 @@
 //
 // Errors say what the library knows and leave the remedy to the caller,
 // which knows how the user configured it: a request that fails before
-// the gateway answers wraps ErrUnreachable, ErrCertificate or ErrNotHTTPS
+// the gateway answers wraps ErrUnreachable, ErrCertificate, ErrNotHTTPS or ErrWANPort
 // (test with errors.Is); a gateway's refusal is an *api.Error; an answer
 // the client will not act on wraps ErrBadAnswer (answer.go); a Config
 // that New cannot use is a *ConfigError.
@@ -31,6 +31,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +52,11 @@ var (
 	// ErrNotHTTPS: something answered in plain HTTP; the control API is
 	// HTTPS only.
 	ErrNotHTTPS = errors.New("answered plain HTTP; the control API is HTTPS only")
+	// ErrWANPort: the address asked for a client certificate and, given
+	// none, ended the handshake with an alert: that is what a gateway's
+	// WAN data port does (the gateways authenticate each other by
+	// certificate there); its control API never asks for one.
+	ErrWANPort = errors.New("asks for a client certificate: it is a gateway's WAN data port, not its control port")
 )
 
 // A ConfigError is a Config field New cannot use. Field is the field's
@@ -77,6 +83,9 @@ type Client struct {
 	token  string
 	pinned bool // Config.ServerCert was given
 	hc     *http.Client
+	// certAsked is set once a handshake asked for a client certificate
+	// (ErrWANPort).
+	certAsked atomic.Bool
 }
 
 // Config configures a Client.
@@ -117,6 +126,14 @@ func New(cfg Config) (*Client, error) {
 		tc.InsecureSkipVerify = true
 		tc.VerifyConnection = verify
 	}
+	c := &Client{addr: cfg.Addr, token: cfg.Token, pinned: cfg.ServerCert != ""}
+	tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		// A control API never asks: noted, to say what the address
+		// is when the handshake then fails (transportError). None is
+		// sent, as without this function.
+		c.certAsked.Store(true)
+		return &tls.Certificate{}, nil
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
@@ -136,7 +153,8 @@ func New(cfg Config) (*Client, error) {
 		// answered as the error it is (HTTP 3xx).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Client{addr: cfg.Addr, token: cfg.Token, pinned: cfg.ServerCert != "", hc: hc}, nil
+	c.hc = hc
+	return c, nil
 }
 
 // Addr returns the gateway's control address.
@@ -192,7 +210,7 @@ func pinOrChain(pemBytes []byte, host string) (func(tls.ConnectionState) error, 
 
 // Do sends a request and decodes a JSON answer into out (if non-nil). API
 // errors come back as *api.Error; a request the gateway's API did not
-// answer wraps ErrUnreachable, ErrCertificate or ErrNotHTTPS when it is
+// answer wraps ErrUnreachable, ErrCertificate, ErrNotHTTPS or ErrWANPort when it is
 // one of those.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
@@ -218,7 +236,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	req.Header.Set(api.RequestIDHeader, rand.Text())
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return c.transportError(err)
+		return c.transportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -245,7 +263,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 // transportError classifies a failed round trip by the errors' types,
 // never their text, and says what failed without naming how the caller
 // configured it.
-func (c *Client) transportError(err error) error {
+func (c *Client) transportError(ctx context.Context, err error) error {
 	var (
 		op            *net.OpError
 		recordErr     tls.RecordHeaderError
@@ -266,6 +284,17 @@ func (c *Client) transportError(err error) error {
 		return fmt.Errorf("s2cs %s: %w (%w): %s", c.addr, ErrCertificate, inner, what)
 	case errors.Is(err, http.ErrSchemeMismatch), looksLikeHTTP:
 		return fmt.Errorf("s2cs %s: %w", c.addr, ErrNotHTTPS)
+	case c.certAsked.Load():
+		// The address asked for a client certificate (and then ended
+		// the handshake: certificate_required, however the HTTP
+		// transport words it). A control API never asks.
+		return &wanPortError{c.addr, inner}
+	case errors.As(err, &op) && op.Op == "remote error" && c.asksClientCert(ctx):
+		// A TLS alert before any certificate was asked for, from an
+		// address that asks for one when offered no application
+		// protocol: a WAN data port refuses those the client offers
+		// (h2, http/1.1) before it asks (no_application_protocol).
+		return &wanPortError{c.addr, op.Err}
 	case errors.As(err, &op) && op.Op == "dial", errors.Is(err, syscall.ECONNREFUSED):
 		cause := inner
 		if op != nil && op.Err != nil {
@@ -274,6 +303,43 @@ func (c *Client) transportError(err error) error {
 		return fmt.Errorf("s2cs %s: %w: %w", c.addr, ErrUnreachable, cause)
 	}
 	return fmt.Errorf("s2cs %s: %w", c.addr, inner)
+}
+
+// wanPortError is ErrWANPort of addr: "ADDR asks for a client
+// certificate: ...", the alert kept for errors.As, not said.
+type wanPortError struct {
+	addr  string
+	alert error
+}
+
+func (e *wanPortError) Error() string   { return e.addr + " " + ErrWANPort.Error() }
+func (e *wanPortError) Unwrap() []error { return []error{ErrWANPort, e.alert} }
+
+// asksClientCert reports whether c's address asks for a client
+// certificate in a handshake that offers no application protocol, as
+// only a gateway's WAN data port does. It is asked after a handshake
+// ended with an alert, on a connection of its own that carries nothing
+// but the handshake (no request, no token: its certificate need not be
+// the one pinned), closed at once.
+func (c *Client) asksClientCert(ctx context.Context) bool {
+	tr, ok := c.hc.Transport.(*http.Transport)
+	if !ok || ctx.Err() != nil {
+		return false
+	}
+	var asked atomic.Bool
+	cfg := tr.TLSClientConfig.Clone()
+	cfg.NextProtos = nil
+	cfg.InsecureSkipVerify, cfg.VerifyConnection = true, nil
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		asked.Store(true)
+		return nil, errors.New("asked for a client certificate") // ends the handshake: nothing more to learn
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.hc.Timeout) // as long as a request may take
+	defer cancel()
+	if conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", c.addr); err == nil {
+		conn.Close()
+	}
+	return asked.Load()
 }
 
 func unwrapURL(err error) error {

@@ -202,3 +202,63 @@ func TestConfigError(t *testing.T) {
 		t.Errorf("a missing certificate file: %v does not match os.ErrNotExist", err)
 	}
 }
+
+// TestWANPortNamed: an address that asks for a client certificate, as
+// a gateway's WAN data port does, is said to be one (ErrWANPort), not
+// left as the TLS alert it ends with: certificate_required when the
+// handshake gets that far, or no_application_protocol when the port
+// refuses the protocols the client offers before it asks (the WAN port
+// takes only its own); then a handshake of its own, offering none,
+// finds it asking. A server that asks nothing and ends the handshake
+// with an alert is not named so.
+func TestWANPortNamed(t *testing.T) {
+	id := newIdentity(t)
+	for _, c := range []struct {
+		name   string
+		cfg    *tls.Config
+		wanted bool
+	}{
+		{"no_application_protocol", &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAnyClientCert, NextProtos: []string{"scistream-wan/2"}}, true},
+		{"certificate_required over h2", &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAnyClientCert, NextProtos: []string{"h2"}}, true},
+		{"certificate_required over http/1.1", &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAnyClientCert, NextProtos: []string{"http/1.1"}}, true},
+		{"certificate_required, no ALPN", &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAnyClientCert}, true},
+		{"an alert without asking", &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"other/1"}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			cfg := c.cfg.Clone()
+			cfg.Certificates = []tls.Certificate{id.cert}
+			done := make(chan struct{})
+			go func() { // a WAN port: handshakes, and nothing else
+				defer close(done)
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					tc := tls.Server(conn, cfg)
+					tc.SetDeadline(time.Now().Add(10 * time.Second))
+					tc.Handshake()
+					tc.Close()
+				}
+			}()
+			defer func() { ln.Close(); <-done }()
+			addr := ln.Addr().String()
+			cl := newClient(t, client.Config{Addr: addr, ServerCert: id.file, Timeout: 10 * time.Second})
+			_, err = cl.Info(context.Background())
+			want := addr + " asks for a client certificate: it is a gateway's WAN data port, not its control port"
+			switch {
+			case err == nil:
+				t.Fatal("an answer from a port that answers none")
+			case c.wanted && (!errors.Is(err, client.ErrWANPort) || err.Error() != want):
+				t.Errorf("%v, want %q (ErrWANPort)", err, want)
+			case !c.wanted && errors.Is(err, client.ErrWANPort):
+				t.Errorf("%v: ErrWANPort of a server that asks no certificate", err)
+			}
+		})
+	}
+}

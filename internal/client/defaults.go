@@ -111,8 +111,8 @@ func fileKeys() []string {
 // LoadDefaults reads the configuration file (ConfigFile) and the
 // environment (getenv, os.Getenv in s2uc) and resolves them for
 // profile: the one --profile names, else $SCISTREAM_PROFILE, else the
-// file's profile key, else none. A missing file is no error; a file
-// others can write, a key that is not one, a value that is not a
+// file's profile key, else none. A missing file is no error, unless
+// $SCISTREAM_CONFIG names it; a file others can write, a key that is not one, a value that is not a
 // string, an unknown profile or output are, naming the file and the fix;
 // so is one owned by another user, or in a directory others can write.
 func LoadDefaults(profile string, getenv func(string) string) (Defaults, error) {
@@ -124,6 +124,10 @@ func LoadDefaults(profile string, getenv func(string) string) (Defaults, error) 
 		// (internal/trustfile), naming the fix.
 		f, err := trustfile.Open("configuration file", path)
 		switch {
+		case errors.Is(err, fs.ErrNotExist) && getenv("SCISTREAM_CONFIG") != "":
+			// Named on purpose: a mistyped name must not pass for no
+			// file, and its defaults go unnoticed.
+			return Defaults{}, fmt.Errorf("SCISTREAM_CONFIG names %s, which does not exist: correct it, or unset SCISTREAM_CONFIG for the file in its usual place (docs/client.md)", path)
 		case errors.Is(err, fs.ErrNotExist):
 			path = ""
 		case trustfile.IsRefusal(err):

@@ -116,6 +116,13 @@ func TestConfigFilePlace(t *testing.T) {
 	if err != nil || d.Gateway.S2CS != "h:1" || d.Outbound.S2CS != "h:1" {
 		t.Errorf("no file, SCISTREAM_S2CS: %+v, %v", d, err)
 	}
+	// A file named by SCISTREAM_CONFIG that is not there is a mistake,
+	// not "no defaults": the error names the variable, the path and the fix.
+	typo := filepath.Join(writeConfig(t, "s2cs: h:1\n"), "config.yml")
+	_, err = client.LoadDefaults("", env("SCISTREAM_CONFIG="+typo))
+	if want := "SCISTREAM_CONFIG names " + typo + ", which does not exist: correct it, or unset SCISTREAM_CONFIG"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("SCISTREAM_CONFIG naming no file: %v, want %q...", err, want)
+	}
 }
 
 // TestDefaultsRefused: every fault names the file and the fix.

@@ -35,6 +35,13 @@ type CompletionCommand struct {
 	Summary string
 	// Flags are its flags.
 	Flags []CompletionFlag
+	// ArgsFrom, if not empty, are the arguments the program is run
+	// with, at completion time, to print (one a line) the words that
+	// complete the command's first argument that is no flag: s2uc's
+	// "completion uids" lists the UIDs of its records for "status UID".
+	// Each must be a plain word (letters, digits, - and _). Empty: that
+	// argument completes as a file name.
+	ArgsFrom []string
 }
 
 // CompletionFlag is one flag, by canonical name.
@@ -152,20 +159,47 @@ func (c Completion) bash(w io.Writer, zsh bool) error {
 		b.WriteString("  if [[ $COMP_CWORD -gt 1 ]]; then cmd=${COMP_WORDS[1]}; fi\n")
 	}
 	b.WriteString("  case $cmd in\n")
-	writeCase := func(pattern string, flags []CompletionFlag, extra []string) {
+	writeCase := func(pattern string, flags []CompletionFlag, extra, argsFrom []string) {
 		fmt.Fprintf(b, "  %s)\n", pattern)
-		if v := valueFlags(flags); v != "" {
+		v := valueFlags(flags)
+		if v != "" {
 			// After a flag that takes a value, the shell's own
 			// completion (file names) answers: -o default.
 			fmt.Fprintf(b, "    case $prev in %s) return 0 ;; esac\n", v)
 		}
-		fmt.Fprintf(b, "    words=%q ;;\n", strings.Join(append(words(flags), extra...), " "))
+		fmt.Fprintf(b, "    words=%q", strings.Join(append(words(flags), extra...), " "))
+		if len(argsFrom) == 0 || !plainWords(argsFrom) {
+			b.WriteString(" ;;\n")
+			return
+		}
+		// The first argument that is no flag: the words the program
+		// prints. A flag's value is skipped, and so is what bash split
+		// off a word at COMP_WORDBREAKS (a run of them is a word of its
+		// own, and so is the part after it): "--s2cs h:5000" comes as
+		// "--s2cs" "h" ":" "5000", "--count=3" as "--count" "=" "3",
+		// "[::1]:5000" as "[" "::" "1]" ":" "5000".
+		if v == "" {
+			v = "--"
+		}
+		b.WriteString("\n    if [[ $cur != -* ]]; then\n")
+		b.WriteString("      local n=0 skip= i w\n")
+		b.WriteString("      for ((i=2; i<COMP_CWORD; i++)); do\n")
+		b.WriteString("        w=${COMP_WORDS[i]}\n")
+		b.WriteString("        if [[ -n $w && -z ${w//[:=]/} ]]; then\n")
+		b.WriteString("          w=${COMP_WORDS[i+1]}; [[ -n $w && -z ${w//[:=]/} ]] || i=$((i+1)); continue\n")
+		b.WriteString("        fi\n")
+		b.WriteString("        if [[ -n $skip ]]; then skip=; continue; fi\n")
+		b.WriteString("        if [[ ${COMP_WORDS[i+1]} == = ]]; then continue; fi\n")
+		fmt.Fprintf(b, "        case $w in %s) skip=1 ;; -*) ;; *) n=$((n+1)) ;; esac\n", v)
+		b.WriteString("      done\n")
+		fmt.Fprintf(b, "      if [[ $n -eq 0 ]]; then COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" %s 2>/dev/null)\" -- \"$cur\")); fi\n", strings.Join(argsFrom, " "))
+		b.WriteString("      return 0\n    fi ;;\n")
 	}
 	var topNames []string
 	for _, cmd := range c.Commands {
 		topNames = append(topNames, cmd.Name)
 	}
-	writeCase(`""`, c.Flags, topNames)
+	writeCase(`""`, c.Flags, topNames, nil)
 	for _, cmd := range c.Commands {
 		pattern := cmd.Name
 		if snake := strings.ReplaceAll(cmd.Name, "-", "_"); snake != cmd.Name {
@@ -175,7 +209,7 @@ func (c Completion) bash(w io.Writer, zsh bool) error {
 		if cmd.Name == "completion" {
 			extra = Shells
 		}
-		writeCase(pattern, cmd.Flags, extra)
+		writeCase(pattern, cmd.Flags, extra, cmd.ArgsFrom)
 	}
 	b.WriteString("  *) return 0 ;;\n  esac\n")
 	// After a command, a word that is no flag is an argument: file
@@ -226,9 +260,26 @@ func (c Completion) fish(w io.Writer) error {
 		if cmd.Name == "completion" {
 			fmt.Fprintf(b, "complete -c %s%s -a '%s'\n", c.Program, cond, strings.Join(Shells, " "))
 		}
+		if len(cmd.ArgsFrom) > 0 && plainWords(cmd.ArgsFrom) {
+			// Offered for any argument (fish has no count of them).
+			fmt.Fprintf(b, "complete -c %s%s -a '(command %s %s 2>/dev/null)'\n", c.Program, cond, c.Program, strings.Join(cmd.ArgsFrom, " "))
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// plainWords reports whether each of words is a plain word, safe in a
+// script unquoted: letters, digits, - and _.
+func plainWords(words []string) bool {
+	for _, w := range words {
+		if w == "" || strings.TrimFunc(w, func(r rune) bool {
+			return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+		}) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // fishQuote quotes s for fish, in single quotes.

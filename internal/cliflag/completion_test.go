@@ -23,6 +23,7 @@ func testCompletion() cliflag.Completion {
 			{Name: "inbound-request", Summary: "open the inbound side", Flags: []cliflag.CompletionFlag{{Name: "s2cs", Value: true}}},
 			{Name: "list", Summary: "list your streams", Flags: cliflag.FlagsOf(fs)},
 			{Name: "completion", Summary: "print the completion script"},
+			{Name: "status", Summary: "one stream", ArgsFrom: []string{"completion", "uids"}},
 		},
 	}
 }
@@ -57,6 +58,54 @@ func TestBashCompletion(t *testing.T) {
 		got := strings.Join(cliflagtest.Complete(t, b.String(), "_tool", c.words...), " ")
 		if got != c.want {
 			t.Errorf("%q: completed %q, want %q", c.words, got, c.want)
+		}
+	}
+}
+
+// TestBashCompletionArgs: a command with ArgsFrom completes its first
+// argument that is no flag with what the program, run with those
+// arguments, prints (the program is COMP_WORDS[0], as typed: here echo,
+// which prints its arguments); not a later argument, nor a flag's value
+// (a file), wherever flags and values stand, HOST:PORT values (which
+// bash splits at the colon) too. An ArgsFrom that is not plain words is
+// not put in the script.
+func TestBashCompletionArgs(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	c := cliflag.Completion{Program: "tool", Commands: []cliflag.CompletionCommand{
+		{Name: "status", Flags: []cliflag.CompletionFlag{{Name: "s2cs", Value: true}, {Name: "all"}}, ArgsFrom: []string{"0f8e-a", "0f9d-b", "77aa-c"}},
+		{Name: "bad", ArgsFrom: []string{"$(touch /tmp/x)"}},
+	}}
+	var b bytes.Buffer
+	if err := c.Write(&b, "bash"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "touch") {
+		t.Errorf("the script holds an ArgsFrom that is not plain words:\n%s", b.String())
+	}
+	for _, c := range []struct {
+		line  string   // as typed
+		words []string // as bash splits it (COMP_WORDBREAKS), as an interactive bash was seen to
+		want  string
+	}{
+		{"echo status ", []string{"echo", "status", ""}, "0f8e-a 0f9d-b 77aa-c"},
+		{"echo status 0f", []string{"echo", "status", "0f"}, "0f8e-a 0f9d-b"},
+		{"echo status --all 0f9", []string{"echo", "status", "--all", "0f9"}, "0f9d-b"},
+		{"echo status --s2cs h:5000 7", []string{"echo", "status", "--s2cs", "h", ":", "5000", "7"}, "77aa-c"},
+		{"echo status --s2cs=h:5000 7", []string{"echo", "status", "--s2cs", "=", "h", ":", "5000", "7"}, "77aa-c"},
+		{"echo status 0f8e-a ", []string{"echo", "status", "0f8e-a", ""}, ""}, // the second argument
+		{"echo status --s2cs ", []string{"echo", "status", "--s2cs", ""}, ""}, // a flag's value: files
+		{"echo status --a", []string{"echo", "status", "--a"}, "--all"},       // flags still
+		{"echo bad ", []string{"echo", "bad", ""}, ""},
+		{"echo status --s2cs [::1]:5000 0f8", []string{"echo", "status", "--s2cs", "[", "::", "1]", ":", "5000", "0f8"}, "0f8e-a"},
+		{"echo status --s2cs=[::1]:5000 0f8", []string{"echo", "status", "--s2cs", "=", "[", "::", "1]", ":", "5000", "0f8"}, "0f8e-a"},
+		{"echo status --s2cs [::1]:5000 x ", []string{"echo", "status", "--s2cs", "[", "::", "1]", ":", "5000", "x", ""}, ""},
+		{"echo status --s2cs=h:5000 x ", []string{"echo", "status", "--s2cs", "=", "h", ":", "5000", "x", ""}, ""},
+	} {
+		got := strings.Join(cliflagtest.Complete(t, b.String(), "_tool", c.words...), " ")
+		if got != c.want {
+			t.Errorf("%q: completed %q, want %q", c.line, got, c.want)
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -186,6 +187,51 @@ func OfRelay(err error) string {
 		return api.EndWANLost
 	}
 	return api.EndGatewayFault
+}
+
+// Describe returns err as users read it, in a status's last errors and
+// in the logs: the connections of a *relay.Error named as OfRelay takes
+// them, relay.A the application's and relay.B the peer gateway's WAN
+// leg, not "a" and "b" ("read from the application: ...: connection
+// reset by peer" for "read a: ..."), wherever it is wrapped. errors.As
+// still finds the *relay.Error, its fields (Conn, Op, Err) kept. Any
+// other error (nil too) is returned as it is.
+func Describe(err error) error {
+	var re *relay.Error
+	if !errors.As(err, &re) {
+		return err
+	}
+	return &described{err: err, re: re}
+}
+
+// described is an error holding a *relay.Error, said in words.
+type described struct {
+	err error        // as it came
+	re  *relay.Error // in it
+}
+
+func (d *described) Unwrap() error { return d.err }
+
+func (d *described) Error() string {
+	conn := "the application or the peer gateway's WAN leg"
+	switch d.re.Conn {
+	case relay.A:
+		conn = "the application"
+	case relay.B:
+		conn = "the peer gateway's WAN leg"
+	}
+	var words string
+	switch d.re.Op {
+	case "read":
+		words = "read from " + conn
+	case "write":
+		words = "write to " + conn
+	default:
+		words = "relay between the application and the peer gateway's WAN leg"
+	}
+	words += ": " + Describe(d.re.Err).Error()
+	// The relay error's own text, wherever the wrapping put it.
+	return strings.Replace(d.err.Error(), d.re.Error(), words, 1)
 }
 
 // OfDial says what kind of abort a failed dial (of the application or of

@@ -64,6 +64,11 @@ func TestRelayEnd(t *testing.T) {
 			t.Errorf("OfRelay(%v) = %s, want %s", c.err, got, c.kind)
 		}
 	}
+	for _, c := range []struct{ err error }{{op(relay.A, syscall.ECONNRESET)}, {op(relay.B, wan.ErrTruncated)}, {op(relay.B, os.ErrDeadlineExceeded)}} {
+		if OfRelay(Describe(c.err)) != OfRelay(c.err) {
+			t.Errorf("OfRelay(Describe(%v)) = %s, want %s", c.err, OfRelay(Describe(c.err)), OfRelay(c.err))
+		}
+	}
 	for _, k := range []string{api.EndAppReset, api.EndPeerReset} {
 		if api.IsErrorKind(k) {
 			t.Errorf("%s counts as an error", k)
@@ -73,6 +78,41 @@ func TestRelayEnd(t *testing.T) {
 		if !api.IsErrorKind(k) {
 			t.Errorf("%s does not count as an error", k)
 		}
+	}
+}
+
+// TestDescribe: what users read of a relayed connection's failure (a
+// status's last error, a log line) names the application's connection
+// and the peer gateway's WAN leg, not relay's "a" and "b", however the
+// error was wrapped; the *relay.Error is still in it with its fields;
+// any other error is left as it is.
+func TestDescribe(t *testing.T) {
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&relay.Error{Conn: relay.A, Op: "read", Err: reset}, "read from the application: read tcp: read: connection reset by peer"},
+		{&relay.Error{Conn: relay.A, Op: "write", Err: syscall.EPIPE}, "write to the application: broken pipe"},
+		{&relay.Error{Conn: relay.B, Op: "read", Err: wan.ErrTruncated}, "read from the peer gateway's WAN leg: " + wan.ErrTruncated.Error()},
+		{&relay.Error{Conn: relay.B, Op: "write", Err: fmt.Errorf("forward end of stream: %w", syscall.ENOTCONN)}, "write to the peer gateway's WAN leg: forward end of stream: transport endpoint is not connected"},
+		{&relay.Error{Conn: relay.Unknown, Op: "copy", Err: syscall.EIO}, "relay between the application and the peer gateway's WAN leg: input/output error"},
+		{fmt.Errorf("answer the peer: %w", &relay.Error{Conn: relay.B, Op: "write", Err: syscall.EPIPE}), "answer the peer: write to the peer gateway's WAN leg: broken pipe"},
+		{&relay.Error{Conn: relay.B, Op: "read", Err: &relay.Error{Conn: relay.A, Op: "write", Err: syscall.EPIPE}}, "read from the peer gateway's WAN leg: write to the application: broken pipe"},
+	} {
+		d := Describe(c.err)
+		if d.Error() != c.want {
+			t.Errorf("Describe(%q) = %q, want %q", c.err, d, c.want)
+		}
+		var re, orig *relay.Error
+		errors.As(c.err, &orig)
+		if !errors.As(d, &re) || re != orig || !errors.Is(d, orig.Err) {
+			t.Errorf("Describe(%q) lost its *relay.Error: %#v", c.err, re)
+		}
+	}
+	plain := errors.New("dial tcp 127.0.0.1:9: connect: connection refused")
+	if Describe(plain) != plain || Describe(nil) != nil {
+		t.Errorf("Describe changed an error that is no relay error")
 	}
 }
 

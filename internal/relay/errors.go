@@ -31,7 +31,10 @@ func (s Side) String() string {
 }
 
 // Error is the failure that made Relay abort a connection pair: the first
-// one, on which connection, reading from it or writing to it.
+// one, on which connection, reading from it or writing to it. Its text
+// names the connections as Relay knows them, a and b; what users read
+// (a stream's last errors, its log) names them as the stream sees them,
+// the application and the WAN leg (ends.Describe).
 type Error struct {
 	// Conn is the connection that failed.
 	Conn Side

@@ -42,6 +42,7 @@ func (st *Stream) ended(log *slog.Logger, err error) {
 	if st.ctx.Err() != nil {
 		return // released or shut down: not the connection's doing
 	}
+	err = ends.Describe(err) // its last error and log lines name the application and the WAN leg
 	kind := ends.OfRelay(err)
 	if st.watch.Lost() && errors.Is(err, net.ErrClosed) {
 		kind = api.EndWANLost // aborted because the watch leg was lost

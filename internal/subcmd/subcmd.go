@@ -32,6 +32,10 @@ type Command struct {
 	// Summary is the one line the listing shows.
 	Summary string
 	Run     Func
+	// ArgsFrom, if not empty, are the tool's arguments that print the
+	// words completing the command's first argument
+	// (cliflag.CompletionCommand.ArgsFrom).
+	ArgsFrom []string
 }
 
 // Tool is a program made of subcommands.
@@ -63,7 +67,9 @@ func (e usageError) Is(target error) bool { return target == ErrUsage }
 //	--version, -version    the version line on stdout, nil
 //	COMMAND [ARGS]         COMMAND's Run with ARGS
 //
-// Anything else is an ErrUsage error naming the command.
+// Anything else is an ErrUsage error naming the command, and the
+// nearest command when one is close enough to be what was meant
+// ("stauts": did you mean status?), as cliflag.ParseError does for flags.
 func (t *Tool) Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		t.Usage(stderr)
@@ -82,6 +88,13 @@ func (t *Tool) Run(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	c, ok := t.lookup(args[0])
 	if !ok {
+		var names []string
+		for _, c := range t.Commands {
+			names = append(names, c.Name)
+		}
+		if near := cliflag.Nearest(strings.ReplaceAll(args[0], "_", "-"), names); near != "" {
+			return usageError(fmt.Sprintf("unknown command %q: did you mean %s? (%s --help lists the commands)", args[0], near, t.Name))
+		}
 		return usageError(fmt.Sprintf("unknown command %q; run %s --help for the list", args[0], t.Name))
 	}
 	return c.Run(ctx, args[1:], stdout, stderr)
@@ -136,7 +149,7 @@ func (t *Tool) Completion(ctx context.Context, c cliflag.Completion) cliflag.Com
 	for _, cmd := range t.Commands {
 		var usage strings.Builder
 		cmd.Run(ctx, []string{"--help"}, &usage, io.Discard)
-		c.Commands = append(c.Commands, cliflag.CompletionCommand{Name: cmd.Name, Summary: cmd.Summary, Flags: cliflag.FlagsOfUsage(usage.String())})
+		c.Commands = append(c.Commands, cliflag.CompletionCommand{Name: cmd.Name, Summary: cmd.Summary, Flags: cliflag.FlagsOfUsage(usage.String()), ArgsFrom: cmd.ArgsFrom})
 	}
 	return c
 }

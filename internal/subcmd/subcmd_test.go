@@ -28,8 +28,8 @@ func newTool(calls *[]string) *subcmd.Tool {
 	return &subcmd.Tool{
 		Name: "tool",
 		Commands: []subcmd.Command{
-			{"inbound-request", "open the inbound side", cmd("inbound-request")},
-			{"list", "list streams", cmd("list")},
+			{Name: "inbound-request", Summary: "open the inbound side", Run: cmd("inbound-request")},
+			{Name: "list", Summary: "list streams", Run: cmd("list")},
 		},
 		Footer: "The token comes from TOKEN.",
 	}
@@ -49,7 +49,10 @@ func TestRun(t *testing.T) {
 		{name: "unknown", args: []string{"frobnicate"}, err: `unknown command "frobnicate"; run tool --help for the list`, usage: true},
 		{name: "dispatch", args: []string{"list", "-x"}, call: "list -x", err: "flag provided but not defined", stderr: "usage: tool list"},
 		{name: "snake_case alias", args: []string{"inbound_request"}, call: "inbound-request "},
-		{name: "kebab only", args: []string{"in-bound-request"}, err: "unknown command", usage: true},
+		{name: "kebab only", args: []string{"in-bound-request"}, err: `unknown command "in-bound-request": did you mean inbound-request? (tool --help lists the commands)`, usage: true},
+		{name: "mistyped", args: []string{"lsit"}, err: `unknown command "lsit": did you mean list? (tool --help lists the commands)`, usage: true},
+		{name: "mistyped snake_case", args: []string{"inbound_requst"}, err: `did you mean inbound-request?`, usage: true},
+		{name: "nothing near", args: []string{"frobnicate"}, err: `unknown command "frobnicate"; run tool --help for the list`, usage: true},
 		{name: "--help", args: []string{"--help"}, stdout: "  inbound-request  open the inbound side\n  list             list streams\n\nThe token comes from TOKEN.\n"},
 		{name: "-h", args: []string{"-h"}, stdout: "usage: tool COMMAND [flags]"},
 		{name: "help", args: []string{"help"}, stdout: "usage: tool COMMAND [flags]"},

@@ -118,6 +118,65 @@ def test_both_refuse(name: str, pair: Pair, setup: dict[str, Any], monkeypatch: 
     assert str(setup["cfg"]) in str(ei.value) or name == "unknown profile"
 
 
+def test_both_refuse_a_missing_file_scistream_config_names(pair: Pair, setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file SCISTREAM_CONFIG names that is not there (a typo) is refused
+    by both, naming the variable, not taken for no file."""
+    env = {**setup["env"], "SCISTREAM_CONFIG": str(setup["cfg"]) + ".typo"}
+    out = run_s2uc(pair, ["info"], env)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    want = f"SCISTREAM_CONFIG names {setup['cfg']}.typo, which does not exist"
+    assert out.stderr.startswith("s2uc: " + want), out.stderr
+    with pytest.raises(scistream.ConfigError) as ei:
+        python_info({k: v for k, v in env.items() if k.startswith("SCISTREAM_")}, None, monkeypatch)
+    assert str(ei.value).startswith(want), ei.value
+
+
+@pytest.mark.parametrize("where", ["--token_file", "SCISTREAM_TOKEN_FILE", "configuration file"])
+def test_s2uc_on_a_python_stream(where: str, pair: Pair, setup: dict[str, Any], echo: Echo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream made in Python, whose local record names no token file (the
+    token came from token= or the configuration file), is shown and
+    released by s2uc with the token only in --token_file, only in
+    SCISTREAM_TOKEN_FILE, or only in the configuration file (each side's
+    key, as Python took it: here bob's on the inbound side, alice's on the
+    outbound); released again, it is success, said as such."""
+    toks = setup["toks"]
+    cfg, args, extra, owners = "", [], {}, {"inbound": "alice", "outbound": "alice"}
+    if where == "--token_file":
+        args = ["--token_file", toks["alice"]]
+    elif where == "SCISTREAM_TOKEN_FILE":
+        extra = {"SCISTREAM_TOKEN_FILE": toks["alice"]}
+    else:
+        cfg = f"token_file: {toks['alice']}\ninbound_token_file: {toks['bob']}\n"
+        owners["inbound"] = "bob"
+    setup["cfg"].write_text(cfg)
+    setup["cfg"].chmod(0o600)
+    env = {**setup["env"], **extra}
+    with monkeypatch.context() as m:
+        for k, v in env.items():
+            if k.startswith("SCISTREAM_") or k == "HOME":
+                m.setenv(k, v)
+        token: dict[str, Any] = {} if where == "configuration file" else {"token": pair.tokens["alice"]}
+        s = scistream.stream(inbound=pair.cons.addr, outbound=pair.prod.addr, inbound_server_cert=pair.cons.cert,
+                             outbound_server_cert=pair.prod.cert, target=("127.0.0.1", echo.port), **token).open()
+        uid = s.uid or ""
+        s.inbound_client.close()  # left to s2uc, as a notebook that ended leaves it
+        s.outbound_client.close()
+    record = json.loads((Path(env["SCISTREAM_HOME"]) / "streams" / f"{uid}.json").read_text())
+    assert "token_file" not in record["inbound"] and "token_file" not in record["outbound"], record
+    st = run_s2uc(pair, ["status", uid, "--output", "json", *args], env)
+    assert st.returncode == 0, st.stderr
+    views = json.loads(st.stdout)["gateways"]
+    assert {v["role"]: v["owner"] for v in views} == owners, views
+    rel = run_s2uc(pair, ["release", uid, *args], env)
+    assert rel.returncode == 0, rel.stderr
+    assert f"released {uid} on {pair.prod.addr} (outbound)" in rel.stdout and f"released {uid} on {pair.cons.addr} (inbound)" in rel.stdout
+    again = run_s2uc(pair, ["release", uid, *args], env)
+    assert again.returncode == 0 and again.stdout.startswith(f"stream {uid} already released (at "), (again.stdout, again.stderr)
+    assert again.stdout.endswith(" by alice)\n"), again.stdout  # the outbound side goes first
+    again = run_s2uc(pair, ["release", uid, "--output", "json", *args], env)
+    assert again.returncode == 0 and json.loads(again.stdout)["already_released"] is True, again
+
+
 def test_sides_of_a_stream(pair: Pair, setup: dict[str, Any], echo: Echo, monkeypatch: pytest.MonkeyPatch) -> None:
     """s2uc stream and scistream.stream take the same side keys: each side's
     gateway and token, a side key of the file beating SCISTREAM_S2CS."""

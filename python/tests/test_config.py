@@ -32,6 +32,22 @@ def test_config_path(tmp_path: Path) -> None:
 
 def test_missing_file_is_no_error(tmp_path: Path) -> None:
     assert Config.load(tmp_path / "none.yaml").settings().s2cs is None
+    assert Config.load(env={"SCISTREAM_HOME": str(tmp_path)}).path is None
+
+
+def test_scistream_config_naming_no_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SCISTREAM_CONFIG names a file on purpose: a mistyped name is a
+    ConfigError naming the variable and the path, as in s2uc, not a
+    silent "no configuration"."""
+    (tmp_path / "config.yaml").write_text("s2cs: 10.0.0.5:5000\n")
+    typo = tmp_path / "config.yml"
+    want = f"SCISTREAM_CONFIG names {typo}, which does not exist: correct it, or unset SCISTREAM_CONFIG"
+    with pytest.raises(scistream.ConfigError) as e:
+        Config.load(env={"SCISTREAM_CONFIG": str(typo)})
+    assert str(e.value).startswith(want), e.value
+    monkeypatch.setenv("SCISTREAM_CONFIG", str(typo))
+    with pytest.raises(scistream.ConfigError, match="^SCISTREAM_CONFIG names "):
+        scistream.Client(token="t")
 
 
 def test_refusals(tmp_path: Path) -> None:
@@ -138,7 +154,7 @@ def test_stream_without_gateways_names_what_it_takes(tmp_path: Path, monkeypatch
     """No configuration file and no gateway given: the error names
     stream()'s own arguments (inbound=, outbound=) and the keys and file
     that would give them, not Client's s2cs=."""
-    monkeypatch.setenv("SCISTREAM_CONFIG", str(tmp_path / "config.yaml"))
+    monkeypatch.setenv("SCISTREAM_HOME", str(tmp_path))  # its config.yaml: none yet
     with pytest.raises(scistream.ConfigError) as e:
         scistream.stream(target=("127.0.0.1", 9))
     msg = str(e.value)

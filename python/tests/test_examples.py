@@ -112,7 +112,7 @@ def test_notebook_without_a_configuration_names_stream_s_arguments(tmp_path: Pat
     """No configuration file, no gateway given: the notebook stops at
     stream() with the error naming what stream() takes (inbound=,
     outbound=) and the file it looked for, not Client's s2cs=."""
-    monkeypatch.setenv("SCISTREAM_CONFIG", str(tmp_path / "none.yaml"))
+    monkeypatch.setenv("SCISTREAM_HOME", str(tmp_path))  # no config.yaml there
     for k in ("TARGET", "INBOUND", "OUTBOUND"):
         monkeypatch.delenv(k, raising=False)
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -121,7 +121,7 @@ def test_notebook_without_a_configuration_names_stream_s_arguments(tmp_path: Pat
     assert e.value.ename == "ConfigError", e.value
     assert e.value.evalue.startswith("no inbound gateway and no outbound gateway: give stream(inbound='HOST:PORT', "
                                      "outbound='HOST:PORT', ...)"), e.value.evalue
-    assert str(tmp_path / "none.yaml") in e.value.evalue and "s2cs=" not in e.value.evalue
+    assert str(tmp_path / "config.yaml") in e.value.evalue and "s2cs=" not in e.value.evalue
 
 
 def free_port() -> int:

@@ -4,7 +4,8 @@ both on the same files).
 
 File: ``$SCISTREAM_CONFIG`` if set; else ``$SCISTREAM_HOME/config.yaml`` if
 SCISTREAM_HOME is set; else ``$XDG_CONFIG_HOME/scistream/config.yaml``
-(XDG_CONFIG_HOME defaulting to ~/.config). A missing file is no error; a file
+(XDG_CONFIG_HOME defaulting to ~/.config). A missing file is no error (but
+one SCISTREAM_CONFIG names is: a mistyped name must not pass for none); a file
 that group or others can write or another user owns, or in a directory they
 can write (scistream._files: the chmod or chown to run is said), an unknown
 key (the nearest known one suggested), a key given twice or a value that is
@@ -161,8 +162,11 @@ class Config:
     @classmethod
     def load(cls, path: Optional[os.PathLike[str] | str] = None, env: Optional[Mapping[str, str]] = None) -> "Config":
         """Reads the configuration file (path, or config_path(env)). A
-        missing file gives an empty configuration."""
+        missing file gives an empty configuration, unless SCISTREAM_CONFIG
+        names it (and path is not given): that is a ConfigError naming the
+        variable, as s2uc's."""
         p = Path(path) if path is not None else config_path(env)
+        named = path is None and bool(_env(env).get("SCISTREAM_CONFIG"))
         try:
             with open(p, "rb") as f:
                 # It names the gateways the token goes to: no one else may
@@ -170,6 +174,9 @@ class Config:
                 _files.check_open(f.fileno(), str(p), "configuration file")
                 text = f.read().decode("utf-8", "replace")
         except FileNotFoundError:
+            if named:
+                raise ConfigError(f"SCISTREAM_CONFIG names {p}, which does not exist: correct it, or unset SCISTREAM_CONFIG "
+                                  "for the file in its usual place (docs/client.md)") from None
             return cls(None, {}, {}, env)
         except OSError as e:
             raise ConfigError(f"configuration file: {p}: {e.strerror}") from None
