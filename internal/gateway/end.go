@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -105,7 +106,10 @@ func (s *Server) sweep(now, lastPrune time.Time) time.Time {
 	if s.strange.Summarize(now) {
 		// A flood of strangers ended: give its memory (goroutine
 		// stacks, TLS state) back to the system now rather than in
-		// minutes.
+		// minutes. One collection first: buffers in sync.Pools (a
+		// leg's, a framed connection's) survive the first collection
+		// in the pools' victim caches, and only the second frees them.
+		runtime.GC()
 		debug.FreeOSMemory()
 	}
 	s.cport.Summarize(now)
