@@ -402,6 +402,24 @@ type Stats struct {
 	// answers and fails by turns (a starved or overloaded path) is one
 	// outage in the log, and these are its turns.
 	PeerFlaps int64 `json:"peer_flaps,omitempty"`
+	// Resume says whether this side's application connections outlive
+	// a lost WAN leg (ResumeOn: the gateways negotiated positioned
+	// frames), or why not; empty until a leg said.
+	Resume string `json:"resume,omitempty"`
+	// ParkedConns counts the application connections waiting, parked,
+	// for a new WAN leg now (their applications see a pause); while
+	// any is, the stream is resuming.
+	ParkedConns int64 `json:"parked_conns,omitempty"`
+	// ResumedLegs counts the WAN legs that replaced a lost one under a
+	// connection, ResentBytes the bytes sent again on them, and
+	// ParkedSeconds the time connections spent waiting for them.
+	ResumedLegs   int64   `json:"resumed_legs,omitempty"`
+	ResentBytes   int64   `json:"resent_bytes,omitempty"`
+	ParkedSeconds float64 `json:"parked_seconds,omitempty"`
+	// ResumeExpired counts the connections reset because no new leg
+	// came within the resume window (also among AbortedByKind's
+	// wan_lost).
+	ResumeExpired int64 `json:"resume_expired,omitempty"`
 	// Peer is what this gateway knows of its peer gateway, from the
 	// stream's watch leg: PeerUp, PeerDown, PeerReleased, PeerStopping,
 	// or empty when it does not know (no data leg has worked yet, or a
@@ -443,6 +461,24 @@ const (
 	// EndGatewayFault: anything else, a fault of this gateway; its log
 	// says more.
 	EndGatewayFault = "gateway_fault"
+)
+
+// Whether a stream's connections outlive a lost WAN leg (Stats.Resume).
+const (
+	// ResumeOn: the legs carry positioned frames; a lost one is
+	// replaced within the resume window.
+	ResumeOn = "on"
+	// ResumeOff: the stream asked for no resume window (0).
+	ResumeOff = "off"
+	// ResumePeer: the peer gateway does not offer it (an older
+	// release): a lost leg resets the connection.
+	ResumePeer = "peer_without"
+	// ResumePlain: plaintext TCP legs, which the splice engine keeps
+	// raw: a lost leg resets the connection.
+	ResumePlain = "plaintext"
+	// ResumePooled: pooled legs (wan_pool), whose sessions carry no
+	// positions yet.
+	ResumePooled = "pooled"
 )
 
 // What a gateway knows of its peer (Stats.Peer).

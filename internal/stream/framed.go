@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"scistream/internal/api"
 	"scistream/internal/carry"
 	"scistream/internal/framed"
 	"scistream/internal/relay"
@@ -29,6 +30,38 @@ type resumeStats struct {
 	resent    atomic.Int64 // bytes sent again on them
 	parkedFor atomic.Int64 // nanoseconds connections spent waiting
 	expired   atomic.Int64 // connections reset after the window
+	// mode is what the last leg said of resuming (api.Resume*).
+	mode atomic.Pointer[string]
+}
+
+// noteResume notes what a leg w of st says of resuming.
+func (st *Stream) noteResume(w net.Conn, pooled bool) {
+	m := api.ResumeOn
+	switch {
+	case pooled:
+		m = api.ResumePooled
+	case st.wanT == api.WANTCP:
+		m = api.ResumePlain
+	case !wan.Framed(w):
+		m = api.ResumePeer
+	case st.env.ResumeWindowFor(st.Record()) == 0:
+		m = api.ResumeOff
+	}
+	if cur := st.resume.mode.Load(); cur == nil || *cur != m {
+		st.resume.mode.Store(&m)
+	}
+}
+
+// fillResume puts st's resume counts in s.
+func (st *Stream) fillResume(s *api.Stats) {
+	if m := st.resume.mode.Load(); m != nil {
+		s.Resume = *m
+	}
+	s.ParkedConns = st.resume.parked.Load()
+	s.ResumedLegs = st.resume.resumed.Load()
+	s.ResentBytes = st.resume.resent.Load()
+	s.ParkedSeconds = time.Duration(st.resume.parkedFor.Load()).Seconds()
+	s.ResumeExpired = st.resume.expired.Load()
 }
 
 // ResumeWindowFor returns how long a framed connection of rec waits for
@@ -101,6 +134,10 @@ func (st *Stream) relayFramedOut(log *slog.Logger, app, w net.Conn, ch int, leg 
 	defer st.Active.Add(-1)
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
+	cfg := st.framedConfig(rec, log)
+	if cfg.ResumeWindow > 0 {
+		st.spareOnLoss(app, w)
+	}
 	var parked atomic.Bool
 	dial := func(ctx context.Context) (net.Conn, error) {
 		target := rec.Targets[ch%len(rec.Targets)]
@@ -109,7 +146,7 @@ func (st *Stream) relayFramedOut(log *slog.Logger, app, w net.Conn, ch int, leg 
 		}
 		return st.dialWAN(ctx, target, leg)
 	}
-	err := framed.Out(ctx, st.framedConfig(rec, log), app, w, rec.Secret, dial, st.framedHooks(ctx, log, &parked))
+	err := framed.Out(ctx, cfg, app, w, rec.Secret, dial, st.framedHooks(ctx, log, &parked))
 	st.framedEnded(log, err, &parked)
 }
 
@@ -166,9 +203,13 @@ func (st *Stream) serveFramedIn(log *slog.Logger, from net.Addr, ch int, w net.C
 	defer st.Active.Add(-1)
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
+	cfg := st.framedConfig(rec, log)
+	if cfg.ResumeWindow > 0 {
+		st.spareOnLoss(app, w)
+	}
 	var parked atomic.Bool
 	hooks := st.framedHooks(ctx, log, &parked)
 	hooks.Accepted = nil // this side accepts
-	err = st.framed.Open(ctx, st.framedConfig(rec, log), w, app, o, rec.Secret, hooks)
+	err = st.framed.Open(ctx, cfg, w, app, o, rec.Secret, hooks)
 	st.framedEnded(log, err, &parked)
 }

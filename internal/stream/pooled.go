@@ -79,6 +79,7 @@ func (st *Stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target str
 		}
 	}
 	st.wanUp(log)
+	st.noteResume(s, true)
 	answer := st.answer(log, s)
 	st.startWatch(log)
 	if !st.track(s) {

@@ -124,6 +124,7 @@ func (st *Stream) ServeInboundQUIC(ch int, w net.Conn) {
 	defer st.ReleaseConn()
 	defer st.untrack(w)
 	log := st.env.Log.With("uid", st.UID, "channel", ch, "peer", w.RemoteAddr().String())
+	st.noteResume(w, false)
 	if wan.Framed(w) {
 		st.serveFramedIn(log, w.RemoteAddr(), ch, w, false)
 		return

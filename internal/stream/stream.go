@@ -186,6 +186,10 @@ type Stream struct {
 	listeners []*net.TCPListener
 	slots     []strangers.Listener // per listener: connections in their handshake
 	conns     map[net.Conn]int     // every connection, by the channel it arrived on (-1: another leg of one)
+	// resumable holds the connections of framed connections that wait
+	// for a new leg when theirs is lost (framed.go): the loss of the
+	// watch leg does not reset them.
+	resumable map[net.Conn]struct{}
 	stopped   bool
 	quic      quicLegs // WAN legs over QUIC (quic.go)
 
@@ -412,7 +416,23 @@ func (st *Stream) ServeRouted(raw net.Conn, from net.Addr, r *wan.Routed) {
 func (st *Stream) untrack(c net.Conn) {
 	st.mu.Lock()
 	delete(st.conns, c)
+	delete(st.resumable, c)
 	st.mu.Unlock()
+}
+
+// spareOnLoss marks tracked connections of a framed connection that
+// resumes: the watch leg's loss leaves them be.
+func (st *Stream) spareOnLoss(cs ...net.Conn) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.resumable == nil {
+		st.resumable = map[net.Conn]struct{}{}
+	}
+	for _, c := range cs {
+		if _, ok := st.conns[c]; ok {
+			st.resumable[c] = struct{}{}
+		}
+	}
 }
 
 func (st *Stream) acceptLoop(ch int, ln *net.TCPListener) {
@@ -554,6 +574,7 @@ func (st *Stream) serveOutbound(ch int, app *net.TCPConn) {
 		relay.ResetOnClose(w)
 	}
 	st.wanUp(log)
+	st.noteResume(w, false)
 	if wan.Framed(w) {
 		st.startWatch(log)
 		if !st.track(w) {
@@ -621,6 +642,7 @@ func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 		return
 	}
 	st.wanUp(log)
+	st.noteResume(r.Conn, r.Pooled)
 	if !r.Pooled && wan.Framed(r.Conn) {
 		st.serveFramedIn(log, from, r.Channel, r.Conn, true)
 		return
@@ -856,6 +878,7 @@ func (st *Stream) Stats() *api.Stats {
 		Rates:         st.Rates.View(false),
 	}
 	st.ends.Fill(s)
+	st.fillResume(s)
 	s.Peer = st.watch.Peer()
 	s.LegsCreated, s.LegsReused, s.LegsTornDown = st.legsCreated.Load(), st.legsReused.Load(), st.legsTornDown.Load()
 	if st.Role == api.RoleOutbound {

@@ -72,13 +72,14 @@ func (o watchOf) PeerUp() { o.st.wanUp(o.st.env.Log.With("uid", o.st.UID)) }
 func (o watchOf) PeerDown(log *slog.Logger, msg string, err error) { o.st.wanDown(log, msg, err) }
 
 // AbortRelays resets every connection the stream relays now but the
-// watch leg's (spare): they lead through a peer or a path that is gone.
+// watch leg's (spare) and those of framed connections that wait for a
+// new leg (resumable): they lead through a peer or a path that is gone.
 func (o watchOf) AbortRelays(spare func(net.Conn) bool) {
 	st := o.st
 	st.mu.Lock()
 	conns := make([]net.Conn, 0, len(st.conns))
 	for c := range st.conns {
-		if !spare(c) {
+		if _, ok := st.resumable[c]; !ok && !spare(c) {
 			conns = append(conns, c)
 		}
 	}

@@ -204,6 +204,12 @@ class Stats:
     legs_idle: Optional[int] = None
     wan_redials: Optional[int] = None
     peer_flaps: Optional[int] = None
+    resume: Optional[str] = None
+    parked_conns: Optional[int] = None
+    resumed_legs: Optional[int] = None
+    resent_bytes: Optional[int] = None
+    parked_seconds: Optional[float] = None
+    resume_expired: Optional[int] = None
     peer: Optional[str] = None
     last_errors: Optional[dict[str, LastError]] = None
     rates: Optional[Rates] = None
