@@ -40,6 +40,9 @@ command -v nc >/dev/null 2>&1 || need_apt+=(netcat-openbsd)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 # ip and tc build the namespace testbed (s2bench testbed, internal/netbed).
 { command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
+# iptables breaks a WAN leg, in a network namespace of the test's own,
+# the way a firewall that lost its state does (e2e/resume_test.go).
+command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 # The deployment tests (deploy/): systemd-analyze and systemd-sysusers
 # check the units (offline: no running systemd needed); podman builds
 # the image (scripts/image.sh, with the CA bundle in it) and runs it,

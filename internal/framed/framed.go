@@ -17,11 +17,12 @@ package framed
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -76,7 +77,7 @@ func (c Config) carry(dialer bool, h Hooks) carry.Config {
 // (*relay.Error), nil for an orderly end.
 func Out(ctx context.Context, cfg Config, app, w net.Conn, secret []byte, dial func(ctx context.Context) (net.Conn, error), h Hooks) error {
 	var id carry.ID
-	rand.Read(id[:])
+	crand.Read(id[:])
 	key := wan.ResumeKey(secret, wan.BindingOf(w), id)
 	cc := cfg.carry(true, h)
 	var c *carry.Conn
@@ -100,13 +101,24 @@ func Out(ctx context.Context, cfg Config, app, w net.Conn, secret []byte, dial f
 // stream stops (released, or the gateway stops).
 const stopped = "the stream was released or its gateway stopped"
 
-// Backoff between the dials of a parked connection's new leg: short,
-// for a path that refuses at once (a reset, a down link) and is back in
-// a moment; a dial that gets no answer takes its own time.
+// Backoff between the dials of a parked connection's new leg: short at
+// first, for a path that refuses at once (a reset, a down link) and is
+// back in a moment, so that the application's pause ends within tens of
+// milliseconds of the path's return; longer as the outage lasts (a
+// tenth of it, up to a second), so that many parked connections do not
+// flood a peer that stays away. Each wait is jittered by up to half. A
+// dial that gets no answer takes its own time.
 const (
 	firstBackoff = 10 * time.Millisecond
-	maxBackoff   = 100 * time.Millisecond
+	shortBackoff = 25 * time.Millisecond
+	maxBackoff   = time.Second
 )
+
+// backoffAfter is the longest wait between dials once a connection has
+// been parked for parked.
+func backoffAfter(parked time.Duration) time.Duration {
+	return min(max(shortBackoff, parked/10), maxBackoff)
+}
 
 // rejoin dials new legs for the parked connection c and joins it, until
 // one joins, the peer refuses, or c ends.
@@ -121,6 +133,7 @@ func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx 
 		}
 	}()
 	backoff := firstBackoff
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return
@@ -140,14 +153,14 @@ func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx 
 		if cfg.Log != nil && attempt == 1 {
 			cfg.Log.Debug("a new leg for a parked connection failed: trying again", "err", err)
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return
 		}
-		backoff = min(2*backoff, maxBackoff)
+		backoff = min(2*backoff, backoffAfter(time.Since(start)))
 	}
 }
 

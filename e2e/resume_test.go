@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+	"scistream/internal/localgw"
+)
+
+// Streams that outlive their WAN connection (issue 37): two gateways,
+// each in a network namespace of the lab (legacy12_cmdline_test.go's),
+// the applications in the test's; the WAN leg between the gateways is
+// broken the way a facility sees it break, and the applications must
+// see a pause, not a reset, and every byte once, in order.
+
+// resumePair is two gateways in namespaces of a lab, and the stream
+// between them.
+type resumePair struct {
+	l          *lab
+	prod, cons *localgw.Gateway
+	consNS     string
+	in, out    *client.Client
+	token      string
+}
+
+func newResumePair(t *testing.T, args ...string) *resumePair {
+	t.Helper()
+	if _, err := exec.LookPath("iptables"); err != nil {
+		missing(t, "no iptables (the Debian package iptables)")
+	}
+	l := newLab(t)
+	p := &resumePair{l: l, token: localgw.NewToken()}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := localgw.WriteTokens(tokens, map[string]string{"alice": p.token}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(name string) (*localgw.Gateway, string) {
+		ns, ip := l.host(name)
+		g, err := localgw.Start(context.Background(), localgw.Options{
+			S2CS: bins.s2cs, ListenerIP: ip, StateDir: filepath.Join(t.TempDir(), name), TokensFile: tokens,
+			Prefix: []string{"ip", "netns", "exec", ns}, ReadyTimeout: 30 * time.Second,
+			Args: append([]string{"--allow_targets", l.hostIP + "/32", "--allow_peers", l.net + ".0/24"}, args...),
+		})
+		if err != nil {
+			t.Fatalf("start the %s gateway: %v", name, err)
+		}
+		t.Cleanup(func() {
+			g.Stop()
+			if t.Failed() {
+				t.Logf("%s gateway log:\n%s", name, lastLines(g.Log(), 80))
+			}
+		})
+		return g, ns
+	}
+	p.prod, _ = start("prod")
+	p.cons, p.consNS = start("cons")
+	var err error
+	if p.in, err = p.cons.Client(p.token); err != nil {
+		t.Fatal(err)
+	}
+	if p.out, err = p.prod.Client(p.token); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.in.Close(); p.out.Close() })
+	return p
+}
+
+// wire makes a stream to the consumer at port on the test's lab
+// address, paced at rate bits per second (0: best effort).
+func (p *resumePair) wire(t *testing.T, port int, rate int64) (in, out *api.Stream) {
+	t.Helper()
+	in, out, err := client.Wire(context.Background(), p.in, p.out,
+		&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{port}, NumConn: 1, Rate: rate},
+		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, out
+}
+
+// reject resets every TCP segment to the consumer gateway's port for d,
+// as a stateful firewall that lost its state does (iptables REJECT
+// --reject-with tcp-reset, in the gateway's namespace only).
+func (p *resumePair) reject(t *testing.T, port int, d time.Duration) {
+	t.Helper()
+	rule := []string{"-p", "tcp", "--dport", strconv.Itoa(port), "-j", "REJECT", "--reject-with", "tcp-reset"}
+	ipt := func(op string) {
+		t.Helper()
+		cmd := exec.Command("ip", append([]string{"netns", "exec", p.consNS, "iptables", op, "INPUT"}, rule...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("iptables %s: %v\n%s", op, err, out)
+		}
+	}
+	ipt("-I")
+	time.Sleep(d) // the outage's length is the fault itself, not a wait for something
+	ipt("-D")
+}
+
+// timedSink is a consumer: it reads one connection to its end, with the
+// digest and the largest gap between two reads.
+type timedSink struct {
+	ln   net.Listener
+	done chan timedResult
+	n    atomic.Int64
+}
+
+type timedResult struct {
+	n      int64
+	sum    [32]byte
+	maxGap time.Duration
+	err    error
+}
+
+func newTimedSink(t *testing.T, ip string) *timedSink {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &timedSink{ln: ln, done: make(chan timedResult, 1)}
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			s.done <- timedResult{err: err}
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		buf := make([]byte, 256<<10)
+		var r timedResult
+		last := time.Now()
+		for {
+			c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			k, err := c.Read(buf)
+			now := time.Now()
+			if k > 0 {
+				if r.n > 0 {
+					r.maxGap = max(r.maxGap, now.Sub(last))
+				}
+				last = now
+				h.Write(buf[:k])
+				r.n += int64(k)
+				s.n.Store(r.n)
+			}
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					r.err = err
+				}
+				break
+			}
+		}
+		copy(r.sum[:], h.Sum(nil))
+		s.done <- r
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return s
+}
+
+func (s *timedSink) port() int { return s.ln.Addr().(*net.TCPAddr).Port }
+
+// TestResumeAfterWANReset: a paced 200 MB transfer whose WAN leg a
+// firewall resets for a second, twice: the transfer completes byte-exact,
+// neither application sees a reset, and the gateways count the legs
+// they resumed. (Before framed legs, both applications were reset: the
+// producer at once, at 70 MB of 200, the consumer seconds later.)
+func TestResumeAfterWANReset(t *testing.T) {
+	p := newResumePair(t)
+	app := newTimedSink(t, p.l.hostIP)
+	in, out := p.wire(t, app.port(), 400e6) // 50 MB/s: 4 s for 200 MB
+	_, portS, _ := net.SplitHostPort(in.Listeners[0])
+	port, _ := strconv.Atoi(portS)
+	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const total = 200 << 20
+	var sum [32]byte
+	var sendErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		h := sha256.New()
+		sendErr = writeRandom(io.MultiWriter(h, conn), total, 37)
+		copy(sum[:], h.Sum(nil))
+		if sendErr == nil {
+			sendErr = conn.CloseWrite()
+		}
+	}()
+	for _, at := range []int64{total / 5, total / 2} {
+		eventually(t, time.Minute, fmt.Sprintf("the consumer to have %d MB", at>>20), func() bool { return app.n.Load() >= at })
+		p.reject(t, port, time.Second)
+	}
+	wg.Wait()
+	r := <-app.done
+	if sendErr != nil {
+		t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", sendErr, r.n)
+	}
+	if r.err != nil || r.n != total || r.sum != sum {
+		t.Fatalf("the consumer got %d bytes of %d (%v), digest match %v", r.n, total, r.err, r.sum == sum)
+	}
+	t.Logf("the consumer's largest pause: %v", r.maxGap.Round(time.Millisecond))
+	st, err := p.out.Get(context.Background(), out.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Stats; s.Resume != api.ResumeOn || s.ResumedLegs < 2 || s.AbortedConns != 0 {
+		t.Errorf("the outbound side: resume %q, %d legs resumed, %d connections aborted; want on, at least 2, none", s.Resume, s.ResumedLegs, s.AbortedConns)
+	}
+	if s, err := p.in.Get(context.Background(), in.UID); err != nil || s.Stats.AbortedConns != 0 {
+		t.Errorf("the inbound side aborted connections: %+v %v", s.Stats, err)
+	}
+}
