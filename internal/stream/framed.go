@@ -144,7 +144,7 @@ func (st *Stream) relayFramedOut(log *slog.Logger, app, w net.Conn, ch int, leg 
 		if p := st.peerAt[ch].Load(); p != nil {
 			target = *p
 		}
-		return st.dialWAN(ctx, target, leg)
+		return st.dialWANOnce(ctx, target, leg)
 	}
 	err := framed.Out(ctx, cfg, app, w, rec.Secret, dial, st.framedHooks(ctx, log, &parked))
 	st.framedEnded(log, err, &parked)

@@ -145,8 +145,24 @@ func (st *Stream) dialWAN(ctx context.Context, target string, leg *wan.Leg) (net
 		return d.Dial(ctx, target, leg)
 	}
 	return peerdial.Redial(ctx, peerdial.RedialWindow, func(ctx context.Context) (net.Conn, error) {
-		return peerdial.Handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (net.Conn, error) { return wan.Dial(ctx, target, leg) })
+		return st.dialWANOnce(ctx, target, leg)
 	}, st.redialed(target))
+}
+
+// dialWANOnce is dialWAN without its dials again of a leg the peer reset
+// before it answered: for a parked connection, whose own dials of a new
+// leg go on until one joins (internal/framed).
+func (st *Stream) dialWANOnce(ctx context.Context, target string, leg *wan.Leg) (net.Conn, error) {
+	if leg.Transport == api.WANQUIC {
+		st.mu.Lock()
+		d := st.quic.dialer
+		st.mu.Unlock()
+		if d == nil {
+			return nil, net.ErrClosed
+		}
+		return d.Dial(ctx, target, leg)
+	}
+	return peerdial.Handshake(ctx, st.env.Handshakes, target, func(ctx context.Context) (net.Conn, error) { return wan.Dial(ctx, target, leg) })
 }
 
 // redialed returns what peerdial.Redial tells of a leg to target it dials again:
