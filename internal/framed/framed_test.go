@@ -83,7 +83,9 @@ func open(t *testing.T, l *legs, cfg Config) *conn {
 		t.Fatalf("first frame %q: %v", h.Type, err)
 	}
 	c.legs = append(c.legs, a.Conn)
-	go func() { c.inErr <- c.table.Open(context.Background(), cfg, a.Conn, consGW, o, l.accept.Secret, Hooks{}) }()
+	go func() {
+		c.inErr <- c.table.Open(context.Background(), cfg, a.Conn, consGW, o, l.accept.Secret, Hooks{})
+	}()
 	return c
 }
 
