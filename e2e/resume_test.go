@@ -226,3 +226,59 @@ func TestResumeAfterWANReset(t *testing.T) {
 		t.Errorf("the inbound side aborted connections: %+v %v", s.Stats, err)
 	}
 }
+
+// TestResumeWindowRunsOut: a WAN leg lost for longer than the resume
+// window: both applications are reset (never a clean end, never
+// silence), and both gateways count the connection among those the
+// window ran out on.
+func TestResumeWindowRunsOut(t *testing.T) {
+	p := newResumePair(t, "--resume_window=2s")
+	app := newTimedSink(t, p.l.hostIP)
+	in, out := p.wire(t, app.port(), 80e6) // 10 MB/s: it is still sending when the path breaks
+	_, portS, _ := net.SplitHostPort(in.Listeners[0])
+	port, _ := strconv.Atoi(portS)
+	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	werr := make(chan error, 1)
+	go func() {
+		conn.SetWriteDeadline(time.Now().Add(time.Minute))
+		werr <- writeRandom(conn, 1<<30, 38)
+	}()
+	eventually(t, time.Minute, "the consumer to have 4 MB", func() bool { return app.n.Load() >= 4<<20 })
+	start := time.Now()
+	p.reject(t, port, 5*time.Second)
+	r := <-app.done
+	if r.err == nil {
+		t.Fatalf("the consumer read a clean end after %d bytes; want a reset", r.n)
+	}
+	select {
+	case err := <-werr:
+		if err == nil {
+			t.Fatal("the producer's writes all succeeded")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the producer's writes never failed")
+	}
+	t.Logf("both applications reset %v after the path broke (window 2s)", time.Since(start).Round(100*time.Millisecond))
+	for _, side := range []struct {
+		c   *client.Client
+		uid string
+	}{{p.out, out.UID}, {p.in, in.UID}} {
+		var st *api.Stream
+		eventually(t, 30*time.Second, "the side to count the connection", func() bool {
+			st, err = side.c.Get(context.Background(), side.uid)
+			return err == nil && st.Stats.AbortedConns == 1
+		})
+		if st.Stats.AbortedByKind[api.EndWANLost] != 1 {
+			t.Errorf("%s: aborted by kind %v; want one wan_lost", side.c.Addr(), st.Stats.AbortedByKind)
+		}
+	}
+	ost, err1 := p.out.Get(context.Background(), out.UID)
+	ist, err2 := p.in.Get(context.Background(), in.UID)
+	if err1 != nil || err2 != nil || ost.Stats.ResumeExpired != 1 || ist.Stats.ResumeExpired != 1 {
+		t.Errorf("connections the window ran out on: outbound %d, inbound %d (%v %v); want one each", ost.Stats.ResumeExpired, ist.Stats.ResumeExpired, err1, err2)
+	}
+}
