@@ -203,7 +203,21 @@ func TestMetricsKnownTransfer(t *testing.T) {
 		{in, "scistream_stream_connections_total", il, 1},
 		{out, "scistream_stream_connections", with(ol, "state", "active"), 0},
 		{out, "scistream_stream_connections_aborted_total", with(ol, "kind", api.EndAppReset), 0},
-		{out, "scistream_stream_info", with(ol, "state", "connected", "wan", "tls", "engine", "splice"), 1},
+		{out, "scistream_stream_info", with(ol, "state", "connected", "wan", "tls", "engine", "splice", "resume", api.ResumeOn), 1},
+		{in, "scistream_stream_info", with(il, "resume", api.ResumeOn), 1},
+		// The connection ended in order, its legs never lost: no
+		// resume, and nothing held.
+		{out, "scistream_stream_parked_conns", ol, 0},
+		{in, "scistream_stream_parked_conns", il, 0},
+		{out, "scistream_stream_resumed_legs_total", ol, 0},
+		{in, "scistream_stream_resent_bytes_total", il, 0},
+		{out, "scistream_stream_parked_seconds_total", ol, 0},
+		{in, "scistream_stream_resume_expired_total", il, 0},
+		{out, "scistream_parked_conns", nil, 0},
+		{in, "scistream_resume_buffer_capacity_bytes", nil, 1 << 30},
+		// The stream whose one connection was refused never had a leg:
+		// what its connections do is not known yet.
+		{out, "scistream_stream_info", metricstest.Labels{"uid": deny.UID, "resume": "unknown"}, 1},
 		{out, "scistream_stream_connections_refused_total", metricstest.Labels{"uid": deny.UID, "reason": "allow_list"}, 1},
 		{out, "scistream_stream_connections_refused_total", metricstest.Labels{"uid": deny.UID, "reason": "over_cap"}, 0},
 		{in, "scistream_stream_wan_handshake_failures_total", il, 1},
@@ -227,6 +241,13 @@ func TestMetricsKnownTransfer(t *testing.T) {
 	} {
 		if got := c.ms.Value(t, c.name, c.l); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.l, got, c.want)
+		}
+	}
+	// The transfer's bytes went through the resume buffers of both
+	// gateways (framed legs), given back since.
+	for name, ms := range map[string]metricstest.Metrics{"producer": out, "consumer": in} {
+		if peak := ms.Value(t, "scistream_resume_buffer_peak_bytes", nil); peak <= 0 || peak > 1<<30 {
+			t.Errorf("the %s's gateway's scistream_resume_buffer_peak_bytes %g, want some of its 1GiB", name, peak)
 		}
 	}
 	// The rates came from the same counters: every sample the producer's
