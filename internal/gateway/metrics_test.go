@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -431,3 +432,32 @@ func TestMetricsListenerLifecycle(t *testing.T) {
 type wideListener struct{ net.Listener }
 
 func (wideListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4zero, Port: 9100} }
+
+// TestMetricsDocumented: every metric the gateway's collector describes
+// is in docs/operations.md, by name, so that one added without its
+// meaning fails here.
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServer(t, nil)
+	ch := make(chan *prometheus.Desc, 128)
+	s.obs.Collector().Describe(ch)
+	close(ch)
+	name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	n := 0
+	for d := range ch {
+		m := name.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		n++
+		if !bytes.Contains(doc, []byte("`"+m[1]+"`")) {
+			t.Errorf("metric %s is not in docs/operations.md", m[1])
+		}
+	}
+	if n < 40 {
+		t.Fatalf("only %d metrics described", n)
+	}
+}

@@ -173,7 +173,7 @@
 
   // resumeText says whether a stream's connections outlive a lost WAN
   // leg (stats.resume), as s2uc status says it; before a leg said, what
-  // the stream's settings tell.
+  // the stream's settings tell, or "" when they do not.
   function resumeText(v, x) {
     var w = v.resume_window_s || 0, win = w < 60 ? w + " s" : duration(w);
     switch (x.resume || "") {
@@ -186,7 +186,7 @@
     if (v.wan === "tcp") { return "no resume: plaintext tcp legs"; }
     if (v.wan_pool) { return "no resume: pooled legs"; }
     if (!w) { return "resume off (the stream's resume window is 0)"; }
-    return "resume up to " + win + " if the peer gateway resumes (no WAN leg yet)";
+    return "";
   }
 
   // resumeCounts says what the stream's connections did when their legs
@@ -242,9 +242,12 @@
       if (v.state === "wired") { wired(state, x.last_errors); }
     }
     if (x.peer) { state.appendChild(el("div", "peer gateway " + x.peer, x.peer === "up" ? "sub" : "sub bad")); }
-    var rs = el("div", resumeText(v, x), "sub resume");
-    rs.dataset.resume = x.resume || "";
-    state.appendChild(rs);
+    var said = resumeText(v, x);
+    if (said) {
+      var rs = el("div", said, "sub resume");
+      rs.dataset.resume = x.resume || "";
+      state.appendChild(rs);
+    }
     var peers = cell(tr, (v.listeners || []).join(", "));
     peers.appendChild(el("div", "→ " + (v.targets || []).join(", "), "sub"));
     var conns = cell(tr, (x.active_conns || 0) + " active");
