@@ -56,7 +56,7 @@ func TestResumeWindowRequest(t *testing.T) {
 			path, b := body(window)
 			callOK(t, s, "POST", path, aliceToken, b, 201, &v)
 			if v.ResumeWindowS == nil || *v.ResumeWindowS != want {
-				t.Errorf("%s, resume_window_s %q: the stream's view says %v, want %d", side, window, v.ResumeWindowS, want)
+				t.Errorf("%s, resume_window_s %q: the stream's view says %v, want %d", side, window, deref(v.ResumeWindowS), want)
 			}
 			// Stored as asked, so a restart keeps it; absent stays
 			// absent.
