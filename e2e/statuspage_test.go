@@ -129,6 +129,58 @@ func TestStatusPageReadable(t *testing.T) {
 	}
 }
 
+// TestStatusPageResuming: in headless Chromium, a stream whose
+// connection lost its WAN leg says so while the connection waits: the
+// consumer's gateway is killed (SIGKILL) under a moving transfer, and the
+// producer's gateway's page shows the stream resuming, how many
+// connections wait, and the gateway's parked connections and resume
+// buffer; once the stream's resume window (10s, asked with s2uc stream
+// --resume_window) runs out, the connection is reset and counted, and
+// the stream no longer says resuming. Before, it says it resumes, and up
+// to when.
+func TestStatusPageResuming(t *testing.T) {
+	p := newPair(t, pairOpts{args: []string{"--rate_interval", "200ms"}})
+	x := newConsumer(t)
+	moving := p.wire("alice", x.host(), x.port(), 1, "--resume_window", "10s")
+	x.start(t, moving.Listeners[0], 2e6, 0)
+	defer x.end()
+
+	page := &statusPage{gw: p.prod, token: p.tokens["alice"], uid: moving.UID}
+	page.open(t, t)
+	page.login(t, page.token)
+	page.waitFor(t, "the moving stream, resumable", page.row(`Number(r.querySelector("td.rate").dataset.rateToWan) > 0 && (r.querySelector(".resume") || {}).dataset.resume == "on"`))
+	if got := page.eval(t, page.rowExpr(`r.querySelector(".resume").textContent`)); got != "resume on (up to 10 s)" {
+		t.Errorf("the stream's resume line reads %q, want \"resume on (up to 10 s)\"", got)
+	}
+
+	p.cons.Kill()
+	page.waitFor(t, "the stream resuming", page.row(`(c => !!c && c.dataset.parked == "1")(r.querySelector("td.resuming"))`))
+	state := page.eval(t, page.rowExpr(`(c => [c.firstChild.textContent, c.querySelector(".sub").textContent, c.title].join("|"))(r.querySelector("td.resuming"))`))
+	if f := strings.Split(state, "|"); len(f) != 3 || f[0] != "resuming" || f[1] != "1 connection waits for a new WAN leg" ||
+		!strings.HasPrefix(f[2], "Resuming: 1 connection lost its WAN leg and waits, parked, for a new one within the resume window (10 s)") {
+		t.Errorf("the resuming stream's state cell (text|line below|title): %q", state)
+	}
+	health := page.eval(t, `document.getElementById("health").innerText`)
+	if !strings.Contains(health, "1 waiting, parked, for a new WAN leg") || !regexp.MustCompile(`[0-9.]+ [KMG]i?B held of 1\.0 GiB \(peak [0-9.]+ [KMG]i?B\)`).MatchString(health) {
+		t.Errorf("the health while a connection is parked, want 1 waiting and a resume buffer held of 1.0 GiB:\n%s", health)
+	}
+	page.screenshot(t, "status-page-resuming.png")
+
+	// Past the window: reset at the producer, counted, no longer
+	// resuming.
+	expired := page.row(`!r.querySelector("td.resuming") && (r.querySelector(".resumes") || {}).textContent == "1 reset after the window"`)
+	if !waitfor.Cond(time.Minute, func() bool { return page.poll(expired) == nil }) {
+		t.Fatalf("the stream never said its connection was reset after the window:\n%s", page.eval(t, "document.body.innerText"))
+	}
+	if got := page.eval(t, `document.getElementById("health").innerText`); !strings.Contains(got, "0 waiting, parked, for a new WAN leg") {
+		t.Errorf("the health once the window ran out, want none waiting:\n%s", got)
+	}
+	x.end()
+	if x.sendErr == nil {
+		t.Errorf("the producer's writes never failed, though its connection was reset after the window")
+	}
+}
+
 // TestStatusPagePlainUser: with no roles file, a plain user's token opens
 // the status page on that user's own streams, in headless Chromium: bob
 // sees his stream and not alice's, and the page says whose streams it

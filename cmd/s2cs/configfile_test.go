@@ -146,6 +146,8 @@ type: buffer
 buffer_size: 10MB
 quota_streams: 3
 app_wait_default: 0s
+resume_window: 0s
+resume_conn_buffer: 4MiB
 wan_port: 8443
 wan_domain: wan.gw1.example.org
 wan_advertise: gw1.example.org:443
@@ -167,7 +169,8 @@ log_level: warn
 	}
 	first := print(args...)
 	for _, want := range []string{"\nport: 7001\n", "\ntype: buffer\n", "\nbuffer_size: 10MB\n", "\npending_timeout: 1m30s\n",
-		"\ninsecure_tcp_wan: true\n", "\napp_wait_default: 0s\n", "\nquota_ports: 256\n", "\ntokens: " + tokens + "\n", "\nlog_level: warn\n"} {
+		"\ninsecure_tcp_wan: true\n", "\napp_wait_default: 0s\n", "\nquota_ports: 256\n",
+		"\nresume_window: 0s\n", "\nresume_window_max: 10m0s\n", "\nresume_conn_buffer: 4MiB\n", "\nresume_buffer: 1GiB\n", "\ntokens: " + tokens + "\n", "\nlog_level: warn\n"} {
 		if !strings.Contains(first, want) {
 			t.Errorf("--print_config lacks %q:\n%s", strings.TrimSpace(want), first)
 		}

@@ -50,6 +50,7 @@ type options struct {
 	wanProxy           bool
 	wanProxyFrom       string
 	pool               legpool.Config
+	resume             resumeOptions
 	certFile, keyFile  string
 	tokensFile         string
 	id                 idOptions // identity.go
@@ -115,6 +116,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.StringVar(&o.pool.Policy, "pool_policy", legpool.PolicyLRUM, "which idle pooled WAN leg is torn down at --pool_max_per_peer: lru (least recently used) or lrum (LRU-M: spare the flows whose legs were torn down most)")
 	fs.IntVar(&o.pool.MaxWarm, "pool_max_warm", 16, "largest wan_pool (idle pooled legs per channel) a stream may ask for")
 	fs.DurationVar(&o.pool.IdleTimeout, "pool_idle_timeout", legpool.DefaultIdleTimeout, "how long a pooled WAN leg beyond a channel's wan_pool may stay idle (after a burst dialed more) before it is torn down")
+	o.resume.register(fs)
 	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
@@ -174,6 +176,8 @@ func flagGroups() []cliflag.Group {
 		{Title: "WAN legs (plaintext TCP, the shared WAN port, pooled legs)", Flags: []string{
 			"insecure_tcp_wan", "wan_port", "wan_domain", "wan_advertise", "wan_proxy_protocol", "wan_proxy_from",
 			"pool_max_per_peer", "pool_policy", "pool_max_warm", "pool_idle_timeout"}},
+		{Title: "Resuming connections over a lost WAN leg (framed legs)", Flags: []string{
+			"resume_window", "resume_window_max", "resume_conn_buffer", "resume_buffer"}},
 		{Title: "What streams may make this gateway dial", Flags: []string{
 			"allow_targets", "allow_peers"}},
 		{Title: "Identity and access (tokens, identity providers, roles)", Flags: []string{
@@ -243,6 +247,10 @@ func (o *options) config() (gateway.Config, error) {
 	if err := o.id.check(); err != nil {
 		return gateway.Config{}, err
 	}
+	resume, err := o.resume.config()
+	if err != nil {
+		return gateway.Config{}, err
+	}
 	if err := o.legacy.check(o.node); err != nil {
 		return gateway.Config{}, err
 	}
@@ -260,6 +268,7 @@ func (o *options) config() (gateway.Config, error) {
 		Quota:          o.quota,
 		WAN:            wanport.Config{Port: o.wanPort, Domain: o.wanDomain, Advertise: o.wanAdvertise, ProxyProtocol: o.wanProxy},
 		Pool:           o.pool,
+		Resume:         resume,
 		Bounds:         intake.Bounds{AppWaitDefault: noWait(o.appWait), AppWaitMax: noWait(o.appMax), LeaseDefault: o.lease, LeaseMax: o.leaseMax},
 		MaxActiveConns: o.maxActive,
 		Control:        controlport.Limits{Total: o.controlConns},
@@ -267,7 +276,6 @@ func (o *options) config() (gateway.Config, error) {
 		Node:           o.node,
 		Takeover:       o.takeover,
 	}
-	var err error
 	for _, l := range []struct {
 		flag, v string
 		to      *[]netip.Prefix
@@ -343,35 +351,39 @@ func flagError(err error) error {
 		return err
 	}
 	name := map[string]string{
-		"ListenerIP":       "--listener_ip",
-		"BindIP":           "--bind",
-		"PortRange":        "--port_range",
-		"Engine":           "--type",
-		"BufferSize":       "--buffer_size",
-		"PendingTimeout":   "--pending_timeout",
-		"AppWaitDefault":   "--app_wait_default",
-		"AppWaitMax":       "--app_wait_max",
-		"Quota.Streams":    "--quota_streams",
-		"Quota.Ports":      "--quota_ports",
-		"Quota.Pending":    "--quota_pending",
-		"WAN.Port":         "--wan_port",
-		"Node":             "--node",
-		"Takeover":         "--takeover",
-		"WAN.Domain":       "--wan_domain",
-		"WAN.Advertise":    "--wan_advertise",
-		"WAN.ProxyFrom":    "--wan_proxy_from",
-		"Pool.MaxPerPeer":  "--pool_max_per_peer",
-		"Pool.Policy":      "--pool_policy",
-		"Pool.MaxWarm":     "--pool_max_warm",
-		"Pool.IdleTimeout": "--pool_idle_timeout",
-		"MaxActiveConns":   "--max_active_conns",
-		"Control":          "--control_conns",
-		"Quota.Rate":       "--quota_rate",
-		"Capacity.Rate":    "--capacity_rate",
-		"Capacity.Streams": "--capacity_streams",
-		"Capacity.Conns":   "--capacity_conns",
-		"LeaseDefault":     "--lease_default",
-		"LeaseMax":         "--lease_max",
+		"ListenerIP":        "--listener_ip",
+		"BindIP":            "--bind",
+		"PortRange":         "--port_range",
+		"Engine":            "--type",
+		"BufferSize":        "--buffer_size",
+		"PendingTimeout":    "--pending_timeout",
+		"AppWaitDefault":    "--app_wait_default",
+		"AppWaitMax":        "--app_wait_max",
+		"Quota.Streams":     "--quota_streams",
+		"Quota.Ports":       "--quota_ports",
+		"Quota.Pending":     "--quota_pending",
+		"WAN.Port":          "--wan_port",
+		"Node":              "--node",
+		"Takeover":          "--takeover",
+		"WAN.Domain":        "--wan_domain",
+		"WAN.Advertise":     "--wan_advertise",
+		"WAN.ProxyFrom":     "--wan_proxy_from",
+		"Pool.MaxPerPeer":   "--pool_max_per_peer",
+		"Pool.Policy":       "--pool_policy",
+		"Pool.MaxWarm":      "--pool_max_warm",
+		"Pool.IdleTimeout":  "--pool_idle_timeout",
+		"MaxActiveConns":    "--max_active_conns",
+		"Control":           "--control_conns",
+		"Quota.Rate":        "--quota_rate",
+		"Capacity.Rate":     "--capacity_rate",
+		"Capacity.Streams":  "--capacity_streams",
+		"Capacity.Conns":    "--capacity_conns",
+		"LeaseDefault":      "--lease_default",
+		"LeaseMax":          "--lease_max",
+		"Resume.Window":     "--resume_window",
+		"Resume.WindowMax":  "--resume_window_max",
+		"Resume.ConnBuffer": "--resume_conn_buffer",
+		"Resume.Buffer":     "--resume_buffer",
 	}[ce.Field]
 	if name == "" {
 		return err

@@ -172,8 +172,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	// Each start-up fact is said once: the line above on stdout says
 	// where the API is, the addresses and the engine; the log says the
 	// rest.
+	resume := cfg.Resume.WithDefaults()
 	log.Info("serving", "version", version.Current().String(), "bind", cfg.BindIP, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
-		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax)
+		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax,
+		"resume_window", resume.Window, "resume_window_max", resume.WindowMax,
+		"resume_conn_buffer", bytesize.Format(int64(resume.ConnBuffer)), "resume_buffer", bytesize.Format(resume.Buffer))
 	log.Info("what streams may make this gateway dial", "applications", describeAllow(cfg.AllowTargets), "peers", describeAllow(cfg.AllowPeers),
 		"never", "this gateway's own control port, metrics listener, data ports and shared WAN port")
 	if cfg.Capacity.Rate == 0 {

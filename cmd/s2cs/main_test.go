@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"scistream/internal/cliflag"
+	"scistream/internal/gateway"
 	"scistream/internal/intake"
 	"scistream/internal/localgw"
 	"scistream/internal/version"
@@ -51,6 +52,20 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_max", "48h"}, "--app_wait_max 48h0m0s is longer than a day"},
 		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_default", "1h"}, "--app_wait_default 1h0m0s exceeds the longest wait a stream may have (10m0s)"},
 		{[]string{"--listener_ip", "127.0.0.1", "--app_wait_max", "0s"}, "--app_wait_default 30s exceeds the longest wait a stream may have (0s)"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_window", "-5s"}, "--resume_window -5s is negative: give a duration such as 30s, or 0s for connections not to wait"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_window_max", "-1s"}, "--resume_window_max -1s is negative"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_window", "2500ms"}, "--resume_window 2.5s is not a whole number of seconds: give e.g. 30s"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_window_max", "90500ms"}, "--resume_window_max 1m30.5s is not a whole number of seconds"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_window_max", "25h"}, "--resume_window_max 25h0m0s is longer than a day: give at most 24h"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_window", "11m"}, "--resume_window 11m0s exceeds --resume_window_max 10m0s, the longest window a stream may have: lower it, or raise --resume_window_max"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_window_max", "0s"}, "--resume_window 30s exceeds --resume_window_max 0s"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_conn_buffer", "1KiB"}, "--resume_conn_buffer 1024 bytes is out of range: give 64KiB to 1GiB (the default is 16MiB)"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_conn_buffer", "2GiB"}, "--resume_conn_buffer 2147483648 bytes is out of range"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_conn_buffer", "0"}, "--resume_conn_buffer 0: give at least 64KiB (the default is 16MiB)"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_conn_buffer", "lots"}, `--resume_conn_buffer "lots"`},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_buffer", "0B"}, "--resume_buffer 0: give at least --resume_conn_buffer (the default is 1GiB)"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_buffer", "8MiB"}, "--resume_buffer 8MiB is less than --resume_conn_buffer 16MiB, one connection's: raise it, or lower --resume_conn_buffer"},
+		{[]string{"--listener_ip", "127.0.0.1", "--resume_buffer", "-1GiB"}, `--resume_buffer "-1GiB"`},
 		{[]string{"--listener_ip", "127.0.0.1", "--quota_ports", "0"}, "--quota_ports 0: give at least 1"},
 		{[]string{"--listener_ip", "127.0.0.1", "--quota_streams", "-3"}, "--quota_streams -3: give at least 1"},
 		{[]string{"--listener_ip", "127.0.0.1", "--port", "5150"}, "--port 5150 lies inside --port_range"},
@@ -126,6 +141,32 @@ func TestAppWaitFlags(t *testing.T) {
 		cfg, err := o.config()
 		if err != nil || cfg.AppWaitDefault != c.def || cfg.AppWaitMax != c.most {
 			t.Errorf("%v: AppWaitDefault %s, AppWaitMax %s, %v; want %s, %s", c.args, cfg.AppWaitDefault, cfg.AppWaitMax, err, c.def, c.most)
+		}
+	}
+}
+
+// TestResumeFlags: the resume flags reach gateway.Config.Resume; on the
+// command line 0s means "do not wait", which the gateway's Config spells
+// negative (its zero is the default), and the byte sizes read as
+// --buffer_size's do.
+func TestResumeFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want gateway.Resume
+	}{
+		{nil, gateway.Resume{Window: 30 * time.Second, WindowMax: 10 * time.Minute, ConnBuffer: 16 << 20, Buffer: 1 << 30}},
+		{[]string{"--resume_window", "0s"}, gateway.Resume{Window: -1, WindowMax: 10 * time.Minute, ConnBuffer: 16 << 20, Buffer: 1 << 30}},
+		{[]string{"--resume-window", "0", "--resume_window_max", "0s"}, gateway.Resume{Window: -1, WindowMax: -1, ConnBuffer: 16 << 20, Buffer: 1 << 30}},
+		{[]string{"--resume_window", "2m", "--resume_window_max", "1h", "--resume_conn_buffer", "64KiB", "--resume_buffer", "10 MB"},
+			gateway.Resume{Window: 2 * time.Minute, WindowMax: time.Hour, ConnBuffer: 64 << 10, Buffer: 10e6}},
+	} {
+		o, err := parseFlags(append([]string{"--listener_ip", "127.0.0.1"}, c.args...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config()
+		if err != nil || cfg.Resume != c.want {
+			t.Errorf("%v: Resume %+v, %v; want %+v", c.args, cfg.Resume, err, c.want)
 		}
 	}
 }

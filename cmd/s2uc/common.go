@@ -295,6 +295,30 @@ func parseAppWait(s string) (*int, error) {
 	return &n, nil
 }
 
+// resumeWindowUsage is the help of --resume_window, on the commands that
+// create a stream.
+const resumeWindowUsage = "how long a connection over framed WAN legs (both gateways of this release, tls or quic) waits, parked, for a new leg when its leg is lost, its applications seeing a pause, before both are reset, e.g. 30s or 5m; 0 not to wait (default: the gateway's, see s2uc info)"
+
+// parseResumeWindow reads --resume_window: empty means the gateway's
+// default (nil), otherwise whole seconds as the request's
+// resume_window_s.
+func parseResumeWindow(s string) (*int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return nil, usagef("--resume_window %q: give a duration such as 30s or 5m, or 0 not to wait", s)
+	case d < 0 || d%time.Second != 0:
+		return nil, usagef("--resume_window %s: give a whole number of seconds, 0 or more, e.g. 30s", d)
+	case d > api.MaxResumeWindowS*time.Second:
+		return nil, usagef("--resume_window %s is longer than any gateway allows (24h); see s2uc info for the gateway's maximum", d)
+	}
+	n := int(d / time.Second)
+	return &n, nil
+}
+
 func checkNumConn(n int) error {
 	if n < 1 || n > api.MaxChannels {
 		return usagef("--num_conn %d out of range: give 1 to %d", n, api.MaxChannels)

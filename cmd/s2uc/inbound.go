@@ -22,6 +22,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	uid := cl.fs.String("uid", "", "fix the stream UID (default: the gateway chooses)")
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
+	resumeWindow := cl.fs.String("resume_window", "", resumeWindowUsage)
 	tf := cl.terms()
 	if _, err := cl.parse(args, 0, 0, ""); err != nil {
 		return err
@@ -44,6 +45,10 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	resume, err := parseResumeWindow(*resumeWindow)
+	if err != nil {
+		return err
+	}
 	if err := checkMaxActive(*maxActive); err != nil {
 		return err
 	}
@@ -60,7 +65,7 @@ func runInbound(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	s, err := c.Inbound(ctx, &api.InboundRequest{
-		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive,
+		UID: *uid, RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, ResumeWindowS: resume, MaxActiveConns: *maxActive,
 		Rate: rate, MinRate: least, LeaseS: lease,
 	})
 	if err != nil {

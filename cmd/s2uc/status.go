@@ -161,6 +161,9 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	}
 	fmt.Fprintf(w, "\n  connections %d active%s%s, %d total, %d refused%s, %d aborted%s, %d errors\n",
 		st.ActiveConns, limit, waiting, st.TotalConns, st.RejectedConns, over, st.AbortedConns, byKind(st), st.Errors)
+	if !s.State.Terminal() {
+		fmt.Fprintf(w, "  %s%s\n", resumeText(s), resumeCounts(st))
+	}
 	if st.PeerFlaps > 0 {
 		fmt.Fprintf(w, "  the peer gateway failed again %d times within seconds of answering (one outage in the log)\n", st.PeerFlaps)
 	}
@@ -203,8 +206,15 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 // stateText says s's state. A wired stream is said with what it means,
 // that no data has passed on that gateway yet, and, with lastErr, the
 // latest failure of a connection there, the likely reason (a wrong peer
-// listener: "dial tcp ...: connection refused").
+// listener: "dial tcp ...: connection refused"). A stream whose
+// connections wait for a new WAN leg is resuming, whatever its state.
 func stateText(s *api.Stream, lastErr bool) string {
+	if n := statsOf(s).ParkedConns; n > 0 {
+		if n == 1 {
+			return "resuming (1 connection waits for a new WAN leg)"
+		}
+		return fmt.Sprintf("resuming (%d connections wait for a new WAN leg)", n)
+	}
 	text := printable(string(s.State))
 	if s.State != api.StateWired {
 		return text
@@ -214,6 +224,74 @@ func stateText(s *api.Stream, lastErr bool) string {
 		why += fmt.Sprintf("; last %s %s: %s", endName(kind), l.Time.Local().Format("2006-01-02 15:04:05"), printable(l.Reason))
 	}
 	return text + " (" + why + ")"
+}
+
+// resumeText says whether s's connections outlive a lost WAN leg, as
+// its gateway says (Stats.Resume), or, before a leg said, what the
+// stream's settings tell.
+func resumeText(s *api.Stream) string {
+	var window time.Duration
+	if s.ResumeWindowS != nil {
+		window = time.Duration(*s.ResumeWindowS) * time.Second
+	}
+	mode := statsOf(s).Resume
+	if mode == "" {
+		switch {
+		case s.WAN == api.WANTCP:
+			mode = api.ResumePlain
+		case s.WANPool > 0:
+			mode = api.ResumePooled
+		case s.ResumeWindowS != nil && window == 0:
+			mode = api.ResumeOff
+		case s.ResumeWindowS == nil:
+			return "resume not known (a gateway of an older release)"
+		default:
+			return fmt.Sprintf("resume up to %s if the peer gateway resumes (no WAN leg yet)", window)
+		}
+	}
+	switch mode {
+	case api.ResumeOn:
+		return fmt.Sprintf("resume on (up to %s)", window)
+	case api.ResumeOff:
+		return "resume off (the stream's resume window is 0)"
+	case api.ResumePeer:
+		return "no resume: the peer gateway's release does not resume"
+	case api.ResumePlain:
+		return "no resume: plaintext tcp legs"
+	case api.ResumePooled:
+		return "no resume: pooled legs"
+	}
+	return "resume " + printable(mode)
+}
+
+// resumeCounts writes what st's connections did when their WAN legs
+// were lost, ": 2 legs resumed, 1.0 MiB resent, 4.2s parked, 1 reset
+// after the window", or nothing if none was.
+func resumeCounts(st *api.Stats) string {
+	var parts []string
+	if st.ResumedLegs > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s resumed", st.ResumedLegs, plural(st.ResumedLegs, "leg", "legs")))
+	}
+	if st.ResentBytes > 0 {
+		parts = append(parts, bytesize.Human(st.ResentBytes)+" resent")
+	}
+	if st.ParkedSeconds > 0 {
+		parts = append(parts, time.Duration(st.ParkedSeconds*float64(time.Second)).Round(100*time.Millisecond).String()+" parked")
+	}
+	if st.ResumeExpired > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s reset after the window", st.ResumeExpired, plural(st.ResumeExpired, "connection", "connections")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // latestError returns the latest of st's last errors and its kind.

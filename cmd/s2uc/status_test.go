@@ -116,3 +116,93 @@ func TestPrintStatusPooled(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintStatusResume: status says per side whether its connections
+// outlive a lost WAN leg, and why not, and what they did; while a
+// connection waits for a new leg, the state line says resuming instead
+// of connected. watch's live view says resuming too, and its lines carry
+// the counts.
+func TestPrintStatusResume(t *testing.T) {
+	window := func(s int) *int { return &s }
+	const uid = "0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c"
+	for _, c := range []struct {
+		name  string
+		s     api.Stream
+		state string // the end of the first line
+		says  string // the resume line
+	}{
+		{"on", api.Stream{WAN: "tls", ResumeWindowS: window(30), Stats: &api.Stats{Resume: api.ResumeOn}},
+			": inbound connected\n", "  resume on (up to 30s)\n"},
+		{"on, longer", api.Stream{WAN: "quic", ResumeWindowS: window(600), Stats: &api.Stats{Resume: api.ResumeOn}},
+			": inbound connected\n", "  resume on (up to 10m0s)\n"},
+		{"off", api.Stream{WAN: "tls", ResumeWindowS: window(0), Stats: &api.Stats{Resume: api.ResumeOff}},
+			": inbound connected\n", "  resume off (the stream's resume window is 0)\n"},
+		{"an older peer", api.Stream{WAN: "tls", ResumeWindowS: window(30), Stats: &api.Stats{Resume: api.ResumePeer}},
+			": inbound connected\n", "  no resume: the peer gateway's release does not resume\n"},
+		{"tcp", api.Stream{WAN: "tcp", ResumeWindowS: window(30), Stats: &api.Stats{Resume: api.ResumePlain}},
+			": inbound connected\n", "  no resume: plaintext tcp legs\n"},
+		{"pooled", api.Stream{Role: api.RoleOutbound, WAN: "tls", WANPool: 2, ResumeWindowS: window(30), Stats: &api.Stats{Resume: api.ResumePooled}},
+			": outbound connected\n", "  no resume: pooled legs\n"},
+		// Before a leg said: what the settings tell.
+		{"tcp, no leg yet", api.Stream{WAN: "tcp", State: api.StateListening, ResumeWindowS: window(30)},
+			": inbound listening\n", "  no resume: plaintext tcp legs\n"},
+		{"pooled, no leg yet", api.Stream{Role: api.RoleOutbound, WAN: "tls", WANPool: 1, State: api.StateWired, ResumeWindowS: window(30)},
+			": outbound wired (no data has passed yet)\n", "  no resume: pooled legs\n"},
+		{"asked none, no leg yet", api.Stream{WAN: "tls", State: api.StateListening, ResumeWindowS: window(0)},
+			": inbound listening\n", "  resume off (the stream's resume window is 0)\n"},
+		{"no leg yet", api.Stream{WAN: "tls", State: api.StateListening, ResumeWindowS: window(45)},
+			": inbound listening\n", "  resume up to 45s if the peer gateway resumes (no WAN leg yet)\n"},
+		{"an older gateway", api.Stream{WAN: "tls", State: api.StateListening},
+			": inbound listening\n", "  resume not known (a gateway of an older release)\n"},
+		// Parked: resuming, with the counts so far.
+		{"one parked", api.Stream{WAN: "tls", ResumeWindowS: window(30), Stats: &api.Stats{Resume: api.ResumeOn, ActiveConns: 1, ParkedConns: 1}},
+			": inbound resuming (1 connection waits for a new WAN leg)\n", "  resume on (up to 30s)\n"},
+		{"three parked", api.Stream{Role: api.RoleOutbound, WAN: "tls", ResumeWindowS: window(30), Stats: &api.Stats{Resume: api.ResumeOn, ActiveConns: 3, ParkedConns: 3,
+			ResumedLegs: 4, ResentBytes: 3 << 19, ParkedSeconds: 12.34, ResumeExpired: 1}},
+			": outbound resuming (3 connections wait for a new WAN leg)\n", "  resume on (up to 30s): 4 legs resumed, 1.5 MiB resent, 12.3s parked, 1 connection reset after the window\n"},
+		{"resumed once", api.Stream{WAN: "tls", ResumeWindowS: window(30), Stats: &api.Stats{Resume: api.ResumeOn, ResumedLegs: 1, ParkedSeconds: 0.5}},
+			": inbound connected\n", "  resume on (up to 30s): 1 leg resumed, 500ms parked\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := c.s
+			s.UID = uid
+			if s.Role == "" {
+				s.Role = api.RoleInbound
+			}
+			if s.State == "" {
+				s.State = api.StateConnected
+			}
+			var b bytes.Buffer
+			printStatus(&b, "gw:5000", &s)
+			out := b.String()
+			if first, _, _ := strings.Cut(out, "\n"); !strings.HasSuffix(first+"\n", c.state) {
+				t.Errorf("first line %q; want it to end %q", first, c.state)
+			}
+			if !strings.Contains(out, "\n"+c.says) {
+				t.Errorf("status lacks %q:\n%s", c.says, out)
+			}
+			watchLine := streamLines(&s, &sparks{})[0]
+			if parked := s.Stats != nil && s.Stats.ParkedConns > 0; parked != strings.Contains(watchLine, " resuming (") {
+				t.Errorf("watch's line %q: says resuming %v, want %v", watchLine, !parked, parked)
+			}
+		})
+	}
+	// An ended stream says nothing of resuming.
+	var b bytes.Buffer
+	printStatus(&b, "gw", &api.Stream{UID: uid, Role: api.RoleInbound, State: api.StateReleased, WAN: "tls", ResumeWindowS: window(30)})
+	if strings.Contains(b.String(), "resum") {
+		t.Errorf("a released stream's status speaks of resuming:\n%s", b.String())
+	}
+	// watch on a pipe: the mode and the counts, keyed.
+	s := watchedStream()
+	s.Stats.Resume, s.Stats.ParkedConns, s.Stats.ResumedLegs, s.Stats.ResumeExpired = api.ResumeOn, 2, 5, 1
+	l := (&view{at: time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC), gws: []gatewayView{{Gateway: "gw:5000", Streams: []api.Stream{s}}}}).lines()
+	if len(l) != 1 || !strings.Contains(l[0], " resume=on parked=2 resumed_legs=5 resume_expired=1 ") {
+		t.Errorf("watch's line of a resuming stream: %q", l)
+	}
+	s.Stats = &api.Stats{}
+	l = (&view{at: time.Now(), gws: []gatewayView{{Gateway: "gw:5000", Streams: []api.Stream{s}}}}).lines()
+	if len(l) != 1 || !strings.Contains(l[0], " resume=unknown parked=0 ") {
+		t.Errorf("watch's line of a stream no leg said of: %q", l)
+	}
+}

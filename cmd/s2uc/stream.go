@@ -25,6 +25,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wanPool := cl.fs.Int("wan_pool", 0, "pooled WAN legs: keep this many idle legs per channel dialed ahead of need, so a connection starts without a handshake and a cleanly ended one leaves its leg for the next (tls only; default 0: a leg per connection)")
 	wanListener := cl.fs.String("wan_listener", "", "where the inbound gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
+	resumeWindow := cl.fs.String("resume_window", "", resumeWindowUsage)
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections the stream relays at once on each gateway; one more is reset (0: each gateway's cap)")
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
 	tf := cl.terms()
@@ -46,6 +47,10 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	wait, err := parseAppWait(*appWait)
+	if err != nil {
+		return err
+	}
+	resume, err := parseResumeWindow(*resumeWindow)
 	if err != nil {
 		return err
 	}
@@ -81,9 +86,9 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	inS, outS, err := client.Wire(ctx, in, out,
-		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, MaxActiveConns: *maxActive,
+		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, ResumeWindowS: resume, MaxActiveConns: *maxActive,
 			Rate: rate, MinRate: least, LeaseS: lease},
-		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive},
+		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume},
 		splitList(*peers))
 	if err != nil {
 		return err

@@ -237,10 +237,16 @@ func (v *view) lines() []string {
 			if st.Rates != nil {
 				r = *st.Rates
 			}
+			resume := st.Resume
+			if resume == "" {
+				resume = "unknown"
+			}
 			out = append(out, fmt.Sprintf("time=%s gateway=%s uid=%s role=%s state=%s active=%d total=%d waiting=%d refused=%d aborted=%d"+
+				" resume=%s parked=%d resumed_legs=%d resume_expired=%d"+
 				" bytes_to_wan=%d bytes_from_wan=%d rate_to_wan=%.1fMB/s rate_from_wan=%.1fMB/s"+
 				" window_to_wan=%sMB/s window_from_wan=%sMB/s steady_to_wan=%sMB/s steady_from_wan=%sMB/s",
 				at, g.Gateway, s.UID, printable(string(s.Role)), printable(string(s.State)), st.ActiveConns, st.TotalConns, st.WaitingConns, st.RejectedConns, st.AbortedConns,
+				printable(resume), st.ParkedConns, st.ResumedLegs, st.ResumeExpired,
 				st.BytesToWAN, st.BytesFromWAN, st.RateToWAN/1e6, st.RateFromWAN/1e6,
 				fmtMeanSD(r.ToWAN.Window), fmtMeanSD(r.FromWAN.Window), fmtMeanSD(r.ToWAN.Steady), fmtMeanSD(r.FromWAN.Steady)))
 		}

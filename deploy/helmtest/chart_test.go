@@ -529,6 +529,10 @@ config:
   insecure_tcp_wan: true
   pending_timeout: 10m
   quota_streams: 8
+  resume_window: 2m
+  resume_window_max: 1h
+  resume_conn_buffer: 64MiB
+  resume_buffer: 4GiB
 `, []string{"ConfigMap", "Service", "StatefulSet"}},
 		{"no data ports, no auth", "config: {insecure_no_auth: true, port_range: 7000-7999}\nservice: {dataPorts: false}\n",
 			[]string{"ConfigMap", "Service", "StatefulSet"}},
@@ -638,6 +642,8 @@ func TestChartConfigChecked(t *testing.T) {
 		{"{pending_timeout: 300}", `pending_timeout: "300": want a duration with its unit`},
 		{"{type: zerocopy}", `--type "zerocopy" is not an engine`},
 		{"{wan_port: 8443, wan_domain: Not_A_Domain}", "--wan_domain"},
+		{"{resume_window: 30}", `resume_window: "30": want a duration with its unit`},
+		{"{resume_buffer: 1MiB}", "--resume_buffer 1MiB is less than --resume_conn_buffer 16MiB"},
 	} {
 		t.Run(c.config, func(t *testing.T) {
 			files, err := render(t, values(t, lines+"config: "+c.config+"\n"))

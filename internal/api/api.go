@@ -157,6 +157,15 @@ type InboundRequest struct {
 	// 0 means do not wait: one dial, and a failure resets the connection
 	// at once. At most the gateway's maximum, Info.AppWaitMaxS.
 	AppWaitS *int `json:"app_wait_s,omitempty"`
+	// ResumeWindowS is how long, in whole seconds, an application
+	// connection over framed WAN legs (both gateways of this release,
+	// tls or quic) waits, parked, for a new leg when its leg is lost,
+	// its applications seeing a pause, before both are reset. nil
+	// (absent) means the gateway's default (Info.ResumeWindowDefaultS);
+	// 0 means do not wait: a lost leg resets the connection at once. At
+	// most the gateway's maximum, Info.ResumeWindowMaxS. Each side
+	// waits as its own request said; s2uc gives both the same.
+	ResumeWindowS *int `json:"resume_window_s,omitempty"`
 	// MaxActiveConns caps the application connections this side of the
 	// stream relays at once; one more is reset at once and counted
 	// (Stats.OverCapConns). 0 (or omitted) means the gateway's own cap
@@ -222,6 +231,15 @@ type OutboundRequest struct {
 	WAN string `json:"wan,omitempty"`
 	// Engine selects the data-plane engine; empty means the gateway's default.
 	Engine string `json:"engine,omitempty"`
+	// ResumeWindowS is how long, in whole seconds, an application
+	// connection over framed WAN legs (both gateways of this release,
+	// tls or quic) waits, parked, for a new leg when its leg is lost,
+	// its applications seeing a pause, before both are reset. nil
+	// (absent) means the gateway's default (Info.ResumeWindowDefaultS);
+	// 0 means do not wait: a lost leg resets the connection at once. At
+	// most the gateway's maximum, Info.ResumeWindowMaxS. Each side
+	// waits as its own request said; s2uc gives both the same.
+	ResumeWindowS *int `json:"resume_window_s,omitempty"`
 	// MaxActiveConns caps the application connections this side of the
 	// stream relays at once; one more is reset at once and counted
 	// (Stats.OverCapConns). 0 (or omitted) means the gateway's own cap
@@ -321,6 +339,12 @@ type Stream struct {
 	// connection whose application cannot be reached (InboundRequest),
 	// as it applies now; absent on an outbound stream.
 	AppWaitS *int `json:"app_wait_s,omitempty"`
+	// ResumeWindowS is how long, in seconds, a connection of this side
+	// waits for a new WAN leg when its leg is lost: the request's
+	// resume_window_s, or the gateway's default, capped by the gateway's
+	// current maximum. Whether the connections resume at all is
+	// Stats.Resume.
+	ResumeWindowS *int `json:"resume_window_s,omitempty"`
 	// Nodes are the hosts of the gateway's facility nodes, when it is
 	// one of several (s2cs --node): an outbound request passes them on
 	// as peer_nodes. Absent for a gateway of one node.
@@ -535,6 +559,11 @@ type Info struct {
 	// none, and AppWaitMaxS the most one may give, in seconds.
 	AppWaitDefaultS int `json:"app_wait_default_s"`
 	AppWaitMaxS     int `json:"app_wait_max_s"`
+	// ResumeWindowDefaultS is the resume_window_s of a request that
+	// gives none, and ResumeWindowMaxS the most one may give, in seconds
+	// (s2cs --resume_window, --resume_window_max).
+	ResumeWindowDefaultS int `json:"resume_window_default_s"`
+	ResumeWindowMaxS     int `json:"resume_window_max_s"`
 	// CapacityRate is the rate the gateway reserves for streams in all,
 	// per direction, in bits per second (0: undeclared: every rate asked
 	// is granted and kept to, and best effort is not paced);
@@ -577,6 +606,9 @@ const (
 	// MaxAppWaitS bounds a gateway's maximum app_wait_s (one day): a
 	// connection held longer is better reset and dialed again.
 	MaxAppWaitS = 24 * 60 * 60
+	// MaxResumeWindowS bounds a gateway's maximum resume_window_s (one
+	// day): a connection parked longer holds its buffers for nothing.
+	MaxResumeWindowS = 24 * 60 * 60
 )
 
 // Code is a stable, machine-readable error code.

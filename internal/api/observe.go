@@ -142,6 +142,17 @@ type GatewayHealth struct {
 	// outside a stream's allow-list or over a cap (docs/operations.md
 	// lists the reasons).
 	Refused map[string]int64 `json:"refused"`
+	// ParkedConns counts the application connections of every live
+	// stream that wait, parked, for a new WAN leg now (Stats.ParkedConns).
+	ParkedConns int64 `json:"parked_conns"`
+	// ResumeBufferBytes is what framed connections hold now of the
+	// gateway's budget of ResumeBufferCapacity (s2cs --resume_buffer):
+	// bytes sent and not yet acknowledged by the peer, or received and
+	// not yet taken by the application; ResumeBufferPeak the most held at
+	// once since the gateway started.
+	ResumeBufferBytes    int64 `json:"resume_buffer_bytes"`
+	ResumeBufferPeak     int64 `json:"resume_buffer_peak_bytes"`
+	ResumeBufferCapacity int64 `json:"resume_buffer_capacity_bytes"`
 }
 
 // Codes lists the error codes, in the order of their declaration.

@@ -336,6 +336,9 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{[]string{"OutboundRequest", "properties", "peer_listeners", "minItems"}, 1},
 		{[]string{"OutboundRequest", "properties", "peer_listeners", "maxItems"}, api.MaxReceiverPorts},
 		{[]string{"OutboundRequest", "properties", "allow", "maxItems"}, api.MaxAllow},
+		{[]string{"InboundRequest", "properties", "resume_window_s", "maximum"}, api.MaxResumeWindowS},
+		{[]string{"OutboundRequest", "properties", "resume_window_s", "maximum"}, api.MaxResumeWindowS},
+		{[]string{"Info", "properties", "resume_window_max_s", "maximum"}, api.MaxResumeWindowS},
 	}
 	for _, l := range limits {
 		got := dig(doc, append([]string{"components", "schemas"}, l.path...)...)

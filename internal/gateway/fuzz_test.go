@@ -30,6 +30,11 @@ func FuzzRequest(f *testing.F) {
 		`{"peer_cert":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}`,
 		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"app_wait_s":0}`,
 		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"app_wait_s":-9223372036854775808}`,
+		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"resume_window_s":0}`,
+		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"resume_window_s":600}`,
+		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"resume_window_s":601}`,
+		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1,"resume_window_s":-1}`,
+		`{"uid":"0f8e3c5a-4b1d-4c2e-9a7f-1d2e3f4a5b6c","peer_listeners":["127.0.0.1:5100"],"num_conn":1,"secret":"` + strings.Repeat("A", 43) + `=","wan":"tcp","resume_window_s":9223372036854775807}`,
 		`{"remote_ip":"127.0.0.1","receiver_ports":[80],"num_conn":1} {}`,
 		`{"num_conn":1e400}`, `{"receiver_ports":"80"}`, `null`, `[]`, ``, "\x00", `{"uid":"\u0000"}`,
 	} {
@@ -103,6 +108,9 @@ func checkRecord(t *testing.T, s *Server, rec *store.Record) {
 	if (rec.Role == api.RoleInbound) != (rec.AppWaitS != nil) ||
 		rec.AppWaitS != nil && (*rec.AppWaitS < 0 || time.Duration(*rec.AppWaitS)*time.Second > s.cfg.AppWaitMax) {
 		t.Fatalf("%s record with app_wait_s %v (maximum %s)", rec.Role, rec.AppWaitS, s.cfg.AppWaitMax)
+	}
+	if w := rec.ResumeWindowS; w != nil && (*w < 0 || time.Duration(*w)*time.Second > s.cfg.Resume.WindowMax) {
+		t.Fatalf("%s record with resume_window_s %d (maximum %s)", rec.Role, *w, s.cfg.Resume.WindowMax)
 	}
 	wantPin := rec.Role == api.RoleOutbound && api.WANPinned(rec.WAN)
 	if wantPin != (rec.PeerCertSHA256 != "") {

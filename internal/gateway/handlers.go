@@ -37,29 +37,31 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		wans = append(wans, api.WANTCP)
 	}
 	info := api.Info{
-		Version:         version.Version,
-		ListenerIP:      s.cfg.ListenerIP,
-		PortRange:       s.cfg.PortRange.String(),
-		Engines:         s.engines.Names(),
-		DefaultEngine:   s.cfg.Engine,
-		WAN:             wans,
-		WANCertSHA256:   s.cfg.Identity.SHA256,
-		WANPort:         s.cfg.WAN.Advertise,
-		WANDomain:       s.cfg.WAN.Domain,
-		PoolPolicy:      s.cfg.Pool.Policy,
-		PoolMaxPerPeer:  s.cfg.Pool.MaxPerPeer,
-		PoolMaxWarm:     s.cfg.Pool.MaxWarm,
-		Identity:        access.Identity(r),
-		Roles:           access.RoleNames(access.Principal(r)),
-		AppWaitDefaultS: int(s.cfg.AppWaitDefault / time.Second),
-		AppWaitMaxS:     int(s.cfg.AppWaitMax / time.Second),
-		CapacityRate:    int64(s.cfg.Capacity.Rate),
-		ReservedRate:    int64(s.env.BestEffort.Reserved()),
-		CapacityStreams: s.cfg.Capacity.Streams,
-		CapacityConns:   s.cfg.Capacity.Conns,
-		QuotaRate:       int64(s.cfg.Quota.Rate),
-		LeaseDefaultS:   int(s.cfg.LeaseDefault / time.Second),
-		LeaseMaxS:       int(s.cfg.LeaseMax / time.Second),
+		Version:              version.Version,
+		ListenerIP:           s.cfg.ListenerIP,
+		PortRange:            s.cfg.PortRange.String(),
+		Engines:              s.engines.Names(),
+		DefaultEngine:        s.cfg.Engine,
+		WAN:                  wans,
+		WANCertSHA256:        s.cfg.Identity.SHA256,
+		WANPort:              s.cfg.WAN.Advertise,
+		WANDomain:            s.cfg.WAN.Domain,
+		PoolPolicy:           s.cfg.Pool.Policy,
+		PoolMaxPerPeer:       s.cfg.Pool.MaxPerPeer,
+		PoolMaxWarm:          s.cfg.Pool.MaxWarm,
+		Identity:             access.Identity(r),
+		Roles:                access.RoleNames(access.Principal(r)),
+		AppWaitDefaultS:      int(s.cfg.AppWaitDefault / time.Second),
+		AppWaitMaxS:          int(s.cfg.AppWaitMax / time.Second),
+		ResumeWindowDefaultS: int(s.cfg.Resume.Window / time.Second),
+		ResumeWindowMaxS:     int(s.cfg.Resume.WindowMax / time.Second),
+		CapacityRate:         int64(s.cfg.Capacity.Rate),
+		ReservedRate:         int64(s.env.BestEffort.Reserved()),
+		CapacityStreams:      s.cfg.Capacity.Streams,
+		CapacityConns:        s.cfg.Capacity.Conns,
+		QuotaRate:            int64(s.cfg.Quota.Rate),
+		LeaseDefaultS:        int(s.cfg.LeaseDefault / time.Second),
+		LeaseMaxS:            int(s.cfg.LeaseMax / time.Second),
 	}
 	if s.fac != nil {
 		s.fac.Info(&info)
@@ -218,6 +220,8 @@ func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 		w := int(s.env.AppWaitFor(rec) / time.Second)
 		v.AppWaitS = &w
 	}
+	resume := int(s.env.ResumeWindowFor(rec) / time.Second)
+	v.ResumeWindowS = &resume
 	for _, p := range rec.Ports {
 		v.Listeners = append(v.Listeners, net.JoinHostPort(s.cfg.ListenerIP, strconv.Itoa(p)))
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -203,7 +204,21 @@ func TestMetricsKnownTransfer(t *testing.T) {
 		{in, "scistream_stream_connections_total", il, 1},
 		{out, "scistream_stream_connections", with(ol, "state", "active"), 0},
 		{out, "scistream_stream_connections_aborted_total", with(ol, "kind", api.EndAppReset), 0},
-		{out, "scistream_stream_info", with(ol, "state", "connected", "wan", "tls", "engine", "splice"), 1},
+		{out, "scistream_stream_info", with(ol, "state", "connected", "wan", "tls", "engine", "splice", "resume", api.ResumeOn), 1},
+		{in, "scistream_stream_info", with(il, "resume", api.ResumeOn), 1},
+		// The connection ended in order, its legs never lost: no
+		// resume, and nothing held.
+		{out, "scistream_stream_parked_conns", ol, 0},
+		{in, "scistream_stream_parked_conns", il, 0},
+		{out, "scistream_stream_resumed_legs_total", ol, 0},
+		{in, "scistream_stream_resent_bytes_total", il, 0},
+		{out, "scistream_stream_parked_seconds_total", ol, 0},
+		{in, "scistream_stream_resume_expired_total", il, 0},
+		{out, "scistream_parked_conns", nil, 0},
+		{in, "scistream_resume_buffer_capacity_bytes", nil, 1 << 30},
+		// The stream whose one connection was refused never had a leg:
+		// what its connections do is not known yet.
+		{out, "scistream_stream_info", metricstest.Labels{"uid": deny.UID, "resume": "unknown"}, 1},
 		{out, "scistream_stream_connections_refused_total", metricstest.Labels{"uid": deny.UID, "reason": "allow_list"}, 1},
 		{out, "scistream_stream_connections_refused_total", metricstest.Labels{"uid": deny.UID, "reason": "over_cap"}, 0},
 		{in, "scistream_stream_wan_handshake_failures_total", il, 1},
@@ -227,6 +242,13 @@ func TestMetricsKnownTransfer(t *testing.T) {
 	} {
 		if got := c.ms.Value(t, c.name, c.l); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.l, got, c.want)
+		}
+	}
+	// The transfer's bytes went through the resume buffers of both
+	// gateways (framed legs), given back since.
+	for name, ms := range map[string]metricstest.Metrics{"producer": out, "consumer": in} {
+		if peak := ms.Value(t, "scistream_resume_buffer_peak_bytes", nil); peak <= 0 || peak > 1<<30 {
+			t.Errorf("the %s's gateway's scistream_resume_buffer_peak_bytes %g, want some of its 1GiB", name, peak)
 		}
 	}
 	// The rates came from the same counters: every sample the producer's
@@ -410,3 +432,32 @@ func TestMetricsListenerLifecycle(t *testing.T) {
 type wideListener struct{ net.Listener }
 
 func (wideListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4zero, Port: 9100} }
+
+// TestMetricsDocumented: every metric the gateway's collector describes
+// is in docs/operations.md, by name, so that one added without its
+// meaning fails here.
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServer(t, nil)
+	ch := make(chan *prometheus.Desc, 128)
+	s.obs.Collector().Describe(ch)
+	close(ch)
+	name := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	n := 0
+	for d := range ch {
+		m := name.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		n++
+		if !bytes.Contains(doc, []byte("`"+m[1]+"`")) {
+			t.Errorf("metric %s is not in docs/operations.md", m[1])
+		}
+	}
+	if n < 40 {
+		t.Fatalf("only %d metrics described", n)
+	}
+}

@@ -27,6 +27,7 @@ func (o observed) Gauges() observe.Gauges {
 	s.mu.Unlock()
 	idle, open := s.env.Legs.Counts()
 	ctrusted, cstrangers := s.cport.Conns()
+	held, peak := s.env.Resume.Budget.Held()
 	return observe.Gauges{
 		ControlTrusted:   ctrusted,
 		ControlStrangers: cstrangers,
@@ -43,6 +44,9 @@ func (o observed) Gauges() observe.Gauges {
 		OpenLegs:         open,
 		CapacityRate:     s.cfg.Capacity.Rate,
 		Reserved:         s.env.BestEffort.Reserved(),
+		ResumeHeld:       held,
+		ResumePeak:       peak,
+		ResumeCapacity:   s.cfg.Resume.Buffer,
 	}
 }
 

@@ -198,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
 		WANPort: cfg.WAN.Port, WANDomain: cfg.WAN.Domain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
 		Engines: engines, Engine: cfg.Engine, ConnFiles: fileplan.PerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
-		Bounds:     cfg.Bounds,
+		Bounds: cfg.Bounds, ResumeWindowMax: cfg.Resume.WindowMax,
 		LookupHost: cfg.LookupHost, Targets: s.env.Targets, Peers: s.env.Peers,
 	})
 	if cfg.Node != "" {

@@ -6,6 +6,10 @@ import "scistream/internal/gateway/config"
 // every field, checks them (Validate) and fills in the defaults.
 type Config = config.Config
 
+// Resume is how connections over framed WAN legs outlive a lost leg
+// (Config.Resume).
+type Resume = config.Resume
+
 // ConfigError names the Config field that Validate refused.
 type ConfigError = config.Error
 
@@ -13,4 +17,9 @@ type ConfigError = config.Error
 const (
 	DefaultPendingTimeout = config.DefaultPendingTimeout
 	DefaultTakeover       = config.DefaultTakeover
+
+	DefaultResumeWindow     = config.DefaultResumeWindow
+	DefaultResumeWindowMax  = config.DefaultResumeWindowMax
+	DefaultResumeConnBuffer = config.DefaultResumeConnBuffer
+	DefaultResumeBuffer     = config.DefaultResumeBuffer
 )

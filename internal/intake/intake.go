@@ -64,6 +64,10 @@ type Config struct {
 	// Bounds bound an inbound stream's wait for its application and a
 	// stream's lease; Resolve has been applied.
 	Bounds
+	// ResumeWindowMax is the longest resume_window_s a request may ask
+	// for (the gateway's Resume.WindowMax, defaults applied); zero: a
+	// request may ask for 0 only.
+	ResumeWindowMax time.Duration
 	// LookupHost resolves the host names of a request.
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Targets is what applications a stream may make the gateway dial,
@@ -122,6 +126,10 @@ func (s *Checker) Inbound(ctx context.Context, req *api.InboundRequest, owner st
 	if err != nil {
 		return nil, err
 	}
+	resume, err := s.resumeWindowS(req.ResumeWindowS)
+	if err != nil {
+		return nil, err
+	}
 	t, err := s.checkTerms(req.Rate, req.MinRate, req.LeaseS)
 	if err != nil {
 		return nil, err
@@ -137,6 +145,8 @@ func (s *Checker) Inbound(ctx context.Context, req *api.InboundRequest, owner st
 		Engine:   req.Engine,
 		AppWaitS: &wait,
 		Secret:   wan.NewSecret(),
+
+		ResumeWindowS: resume,
 
 		MaxActiveConns: req.MaxActiveConns,
 	}
@@ -182,6 +192,23 @@ func (s *Checker) appWaitS(req *int) (int, error) {
 		return 0, api.Errorf(api.CodeInvalidArgument, "app_wait_s %d exceeds this gateway's maximum of %d seconds: give 0 to %d, or ask the operator to raise s2cs --app_wait_max", *req, most, most)
 	}
 	return *req, nil
+}
+
+// resumeWindowS checks a request's resume_window_s (nil: absent, the
+// gateway's default, which the record keeps as nil so that a change of
+// the default applies) and returns the record's.
+func (s *Checker) resumeWindowS(req *int) (*int, error) {
+	most := int(s.cfg.ResumeWindowMax / time.Second)
+	switch {
+	case req == nil:
+		return nil, nil
+	case *req < 0:
+		return nil, api.Errorf(api.CodeInvalidArgument, "resume_window_s %d is negative: give the seconds a connection waits for a new WAN leg, 0 to %d (0: do not wait)", *req, most)
+	case *req > most:
+		return nil, api.Errorf(api.CodeInvalidArgument, "resume_window_s %d exceeds this gateway's maximum of %d seconds: give 0 to %d, or ask the operator to raise s2cs --resume_window_max", *req, most, most)
+	}
+	w := *req
+	return &w, nil
 }
 
 // Outbound checks an outbound request and returns the record of the new
@@ -246,6 +273,10 @@ func (s *Checker) Outbound(ctx context.Context, req *api.OutboundRequest, owner 
 	if err != nil {
 		return nil, err
 	}
+	resume, err := s.resumeWindowS(req.ResumeWindowS)
+	if err != nil {
+		return nil, err
+	}
 	t, err := s.checkTerms(req.Rate, req.MinRate, req.LeaseS)
 	if err != nil {
 		return nil, err
@@ -266,6 +297,7 @@ func (s *Checker) Outbound(ctx context.Context, req *api.OutboundRequest, owner 
 		WANPool:        req.WANPool,
 		MaxActiveConns: req.MaxActiveConns,
 		PeerNodes:      slices.Clone(req.PeerNodes),
+		ResumeWindowS:  resume,
 	}
 	t.apply(rec)
 	return rec, nil

@@ -53,10 +53,12 @@ type collector struct {
 
 	buildInfo, ready, streams, streamsEnded, portsInUse, portsCap,
 	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused,
-	controlConns, controlRefused, capacityRate, reservedRate *prometheus.Desc
+	controlConns, controlRefused, capacityRate, reservedRate,
+	parked, resumeHeld, resumePeak, resumeCap *prometheus.Desc
 
 	info, bytes, conns, connsTotal, connsRefused, handshakeFails, redials, aborted,
-	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle, rateGranted, leaseExpiry *prometheus.Desc
+	rate, rateMean, rateStddev, ratePeak, legsTotal, legsIdle, rateGranted, leaseExpiry,
+	parkedConns, resumedLegs, resentBytes, parkedSeconds, resumeExpired *prometheus.Desc
 }
 
 func newCollector(o *Observer) *collector {
@@ -86,8 +88,12 @@ func newCollector(o *Observer) *collector {
 		controlRefused: g("control_refused_total", "Control port connections reset at arrival or closed by a deadline, by reason: per_source, total (over a cap of --control_conns), first_request (no request in time), stranger_idle (idle with no authenticated request), h2_resets (HTTP/2 streams reset too fast).", "reason"),
 		capacityRate:   g("capacity_rate_bytes_per_second", "The rate the gateway reserves for streams in all, per direction (s2cs --capacity_rate, given in bits per second); 0 when undeclared."),
 		reservedRate:   g("reserved_rate_bytes_per_second", "What live streams have reserved of the capacity now."),
+		parked:         g("parked_conns", "Application connections of every live stream waiting, parked, for a new WAN leg now (their applications see a pause)."),
+		resumeHeld:     g("resume_buffer_bytes", "What framed connections hold now of the gateway's resume buffer: bytes sent and not yet acknowledged by the peer, or received and not yet taken by the application."),
+		resumePeak:     g("resume_buffer_peak_bytes", "The most framed connections held of the resume buffer at once since the gateway started."),
+		resumeCap:      g("resume_buffer_capacity_bytes", "The gateway's resume buffer (s2cs --resume_buffer): a connection past it is not read until others give bytes back."),
 
-		info:           st("info", "A live stream, always 1; its state, WAN transport, engine and what the watch leg says of the peer gateway.", "state", "wan", "engine", "peer"),
+		info:           st("info", "A live stream, always 1; its state, WAN transport, engine, what the watch leg says of the peer gateway, and whether its connections outlive a lost WAN leg (resume: on, off, peer_without, plaintext, pooled, unknown until a leg said).", "state", "wan", "engine", "peer", "resume"),
 		bytes:          st("bytes_total", "Bytes relayed, by direction: to_wan (from this gateway's application to the peer gateway) and from_wan.", "direction"),
 		conns:          st("connections", "Application connections by state: active (relayed now), waiting (a WAN leg held while the application does not answer).", "state"),
 		connsTotal:     st("connections_total", "Application connections relayed (both legs up)."),
@@ -103,14 +109,21 @@ func newCollector(o *Observer) *collector {
 		legsIdle:       st("pooled_legs_idle", "An outbound stream's pooled WAN legs idle now."),
 		rateGranted:    st("rate_granted_bytes_per_second", "The rate reserved for the stream and kept to in each direction (s2uc --rate, given in bits per second); 0 for best effort."),
 		leaseExpiry:    st("lease_expiry_timestamp_seconds", "When the stream's lease runs out (Unix time): the gateway then releases it unless it is renewed."),
+		parkedConns:    st("parked_conns", "Application connections waiting, parked, for a new WAN leg now: the stream is resuming while any is."),
+		resumedLegs:    st("resumed_legs_total", "WAN legs that replaced a lost one under a connection (the connection resumed)."),
+		resentBytes:    st("resent_bytes_total", "Bytes sent again on the WAN legs that replaced a lost one (what the peer had not received)."),
+		parkedSeconds:  st("parked_seconds_total", "Time connections spent waiting, parked, for a new WAN leg, in all, counted when a leg came back."),
+		resumeExpired:  st("resume_expired_total", "Connections reset at both applications because no new WAN leg came within the resume window (also among connections_aborted_total's wan_lost)."),
 	}
 }
 
 func (c *collector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.buildInfo, c.ready, c.streams, c.streamsEnded, c.portsInUse, c.portsCap,
 		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused, c.controlConns, c.controlRefused, c.capacityRate, c.reservedRate,
+		c.parked, c.resumeHeld, c.resumePeak, c.resumeCap,
 		c.info, c.bytes, c.conns, c.connsTotal, c.connsRefused, c.handshakeFails, c.redials, c.aborted,
-		c.rate, c.rateMean, c.rateStddev, c.ratePeak, c.legsTotal, c.legsIdle, c.rateGranted, c.leaseExpiry}
+		c.rate, c.rateMean, c.rateStddev, c.ratePeak, c.legsTotal, c.legsIdle, c.rateGranted, c.leaseExpiry,
+		c.parkedConns, c.resumedLegs, c.resentBytes, c.parkedSeconds, c.resumeExpired}
 }
 
 // Describe implements prometheus.Collector.
@@ -161,6 +174,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.capacityRate, g.CapacityRate.BytesPerSecond())
 	gauge(c.reservedRate, g.Reserved.BytesPerSecond())
+	gauge(c.parked, float64(h.ParkedConns))
+	gauge(c.resumeHeld, float64(h.ResumeBufferBytes))
+	gauge(c.resumePeak, float64(h.ResumeBufferPeak))
+	gauge(c.resumeCap, float64(h.ResumeBufferCapacity))
 	for _, st := range c.o.gw.Live() {
 		c.collectStream(st, gauge, counter)
 	}
@@ -176,7 +193,11 @@ func (c *collector) collectStream(st *stream.Stream, gauge, counter func(*promet
 	if peer == "" {
 		peer = "unknown"
 	}
-	gauge(c.info, 1, with(string(rec.State), rec.WAN, rec.Engine, peer)...)
+	resume := s.Resume
+	if resume == "" {
+		resume = "unknown"
+	}
+	gauge(c.info, 1, with(string(rec.State), rec.WAN, rec.Engine, peer, resume)...)
 	counter(c.bytes, float64(s.BytesToWAN), with("to_wan")...)
 	counter(c.bytes, float64(s.BytesFromWAN), with("from_wan")...)
 	gauge(c.conns, float64(s.ActiveConns), with("active")...)
@@ -189,6 +210,11 @@ func (c *collector) collectStream(st *stream.Stream, gauge, counter func(*promet
 	for _, k := range api.EndKinds() {
 		counter(c.aborted, float64(s.AbortedByKind[k]), with(k)...)
 	}
+	gauge(c.parkedConns, float64(s.ParkedConns), l...)
+	counter(c.resumedLegs, float64(s.ResumedLegs), l...)
+	counter(c.resentBytes, float64(s.ResentBytes), l...)
+	counter(c.parkedSeconds, s.ParkedSeconds, l...)
+	counter(c.resumeExpired, float64(s.ResumeExpired), l...)
 	gauge(c.rateGranted, pace.Rate(rec.Rate).BytesPerSecond(), l...)
 	gauge(c.leaseExpiry, float64(rec.Expires.Unix()), l...)
 	gauge(c.rate, s.RateToWAN, with("to_wan")...)

@@ -130,6 +130,10 @@ type Gauges struct {
 	ControlTrusted, ControlStrangers int
 	ControlRefused                   map[string]int64
 	CapacityRate, Reserved           pace.Rate // the rate declared for all streams, and reserved of it now
+	// What framed connections hold of the gateway's resume buffer now,
+	// the most they held at once, and its size (carry.Budget,
+	// config.Resume.Buffer).
+	ResumeHeld, ResumePeak, ResumeCapacity int64
 }
 
 // Observer is a gateway's part that operators look through.
@@ -290,6 +294,10 @@ func (o *Observer) Health() api.GatewayHealth {
 		WANConns:          map[string]int64{"handshake": int64(g.InHandshake)},
 		APIErrors:         map[string]int64{},
 		Refused:           g.Refused,
+
+		ResumeBufferBytes:    g.ResumeHeld,
+		ResumeBufferPeak:     g.ResumePeak,
+		ResumeBufferCapacity: g.ResumeCapacity,
 	}
 	for _, st := range api.LiveStates() {
 		h.Streams[string(st)] = 0
@@ -300,6 +308,7 @@ func (o *Observer) Health() api.GatewayHealth {
 		h.Streams[string(st.Record().State)]++
 		waiting += st.WaitingApp.Load()
 		relaying += st.Active.Load()
+		h.ParkedConns += st.Parked()
 	}
 	for i, k := range endedStates() {
 		h.Streams[string(k)] = o.endedBy[i].Load()

@@ -953,6 +953,10 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 // or its gateway shut down).
 func (st *Stream) Done() <-chan struct{} { return st.ctx.Done() }
 
+// Parked returns how many of st's application connections wait, parked,
+// for a new WAN leg now (Stats.ParkedConns), without building the stats.
+func (st *Stream) Parked() int64 { return st.resume.parked.Load() }
+
 // Admitted returns the application connections the stream holds against
 // its max_active_conns now (relaying, or waiting for their other leg).
 func (st *Stream) Admitted() int64 { return st.open.InUse() }

@@ -122,14 +122,16 @@ def test_stats_info_gateway_status_rate_sample() -> None:
     assert repr(st).startswith(f"StreamStatus(uid='{s.uid}', inbound='wired', outbound='wired', last_error=")
     info = models.Info(version="1.0", listener_ip="10.0.0.5", port_range="5100-5199", engines=["splice"],
                        default_engine="splice", wan=["tls"], wan_cert_sha256="ab", identity=HOSTILE[0],
-                       app_wait_default_s=30, app_wait_max_s=600, pool_policy="p", pool_max_per_peer=1, pool_max_warm=1,
+                       app_wait_default_s=30, app_wait_max_s=600, resume_window_default_s=30, resume_window_max_s=600, pool_policy="p", pool_max_per_peer=1, pool_max_warm=1,
                        capacity_rate=10**11, reserved_rate=2 * 10**9, capacity_streams=10, capacity_conns=10, quota_rate=0,
                        lease_default_s=1, lease_max_s=1)
     assert "\n" not in repr(info) and "capacity_rate='100 Gbit/s'" in repr(info)
     check_html(info._repr_html_())
     now = dt.datetime.now(dt.timezone.utc)
     health = models.GatewayHealth(ready=True, streams={}, ports_in_use=1, ports_capacity=100, conn_files_in_use=0,
-                                  conn_files_capacity=1, wan_conns={}, pooled_legs={}, api_errors={}, refused={})
+                                  conn_files_capacity=1, wan_conns={}, pooled_legs={}, api_errors={}, refused={},
+                                  parked_conns=0, resume_buffer_bytes=0, resume_buffer_peak_bytes=0,
+                                  resume_buffer_capacity_bytes=1 << 30)
     gs = models.GatewayStatus(version="1", listener_ip="10.0.0.5", now=now, started=now, health=health, identity="alice",
                               scope="all", streams=[s] * 300)
     assert "\n" not in repr(gs) and "streams=300" in repr(gs) and len(repr(gs)) < 200

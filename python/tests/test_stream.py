@@ -345,3 +345,36 @@ def test_update_both_sides_and_set_back(pair: Pair, echo: Echo) -> None:
         assert now.inbound.rate == now.outbound.rate == 2_000_000_000
         data = os.urandom(1 << 20)
         assert roundtrip(s.listener, data) == data
+
+
+def test_resume_window(pair: Pair, echo: Echo) -> None:
+    """resume_window= reaches both sides (seconds, "2m" or a timedelta, as
+    app_wait= is taken); a stream that asks for 0 does not resume, once a
+    connection has passed; above the gateway's maximum the inbound gateway
+    refuses, naming it, and nothing is left; a bad value is a ConfigError
+    before any request. The clients' inbound() takes resume_window_s."""
+    import datetime as dt
+    for window, want in ((0, 0), ("2m", 120), (dt.timedelta(seconds=45), 45), (None, 30)):
+        with scistream.stream(target=("127.0.0.1", echo.port), resume_window=window, **pair.stream_kw()) as s:
+            assert s.inbound.resume_window_s == want and s.outbound.resume_window_s == want, (window, s.inbound, s.outbound)
+            if window == 0:
+                assert roundtrip(s.listener, b"hello") == b"hello"
+                st = wait_for(lambda: (lambda v: v if v.inbound.stats and v.inbound.stats.resume and v.outbound.stats
+                                       and v.outbound.stats.resume else None)(s.status()), 20, "a leg's word on resuming")
+                assert st.inbound.stats.resume == st.outbound.stats.resume == "off"  # type: ignore[union-attr]
+    before = live_uids(pair)[0]
+    with pytest.raises(scistream.InvalidArgument, match="resume_window_s 660 exceeds this gateway's maximum of 600 seconds"):
+        with scistream.stream(target=("127.0.0.1", echo.port), resume_window="11m", **pair.stream_kw()):
+            pytest.fail("wired")
+    assert live_uids(pair)[0] == before
+    for bad in ("soon", -1, 1.5):
+        with pytest.raises(scistream.ConfigError, match="resume_window"):
+            scistream.stream(target=("127.0.0.1", echo.port), resume_window=bad, **pair.stream_kw())  # type: ignore[arg-type]
+    with pair.client(pair.cons) as c:
+        s = c.inbound(remote_ip="127.0.0.1", receiver_ports=[echo.port], num_conn=1, resume_window_s=7)
+        try:
+            assert s.resume_window_s == 7 and c.get(s.uid).resume_window_s == 7
+            info = c.info()
+            assert info.resume_window_default_s == 30 and info.resume_window_max_s == 600
+        finally:
+            c.release(s.uid)

@@ -1,6 +1,11 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/bytesize"
+)
 
 // Resume is how application connections over framed WAN legs (both
 // gateways of this release, TLS or QUIC legs) outlive a lost leg: they
@@ -38,7 +43,7 @@ const (
 	DefaultResumeConnBuffer = 16 << 20
 	DefaultResumeBuffer     = 1 << 30
 	// MaxResumeWindow bounds WindowMax (a day).
-	MaxResumeWindow = 24 * time.Hour
+	MaxResumeWindow = api.MaxResumeWindowS * time.Second
 )
 
 // WithDefaults returns r with its zeros given their defaults and its
@@ -74,7 +79,7 @@ func (r Resume) Validate() error {
 	case r.WindowMax > MaxResumeWindow:
 		return fieldError("Resume.WindowMax", "%s is longer than a day: give at most 24h", r.WindowMax)
 	case r.ConnBuffer < 0 || r.ConnBuffer > 0 && r.ConnBuffer < 64<<10 || r.ConnBuffer > 1<<30:
-		return fieldError("Resume.ConnBuffer", "%d bytes is out of range: give 64KiB to 1GiB (the default is %d)", r.ConnBuffer, DefaultResumeConnBuffer)
+		return fieldError("Resume.ConnBuffer", "%d bytes is out of range: give 64KiB to 1GiB (the default is %s)", r.ConnBuffer, bytesize.Format(DefaultResumeConnBuffer))
 	case r.Buffer < 0:
 		return fieldError("Resume.Buffer", "%d bytes is negative", r.Buffer)
 	}
@@ -83,7 +88,7 @@ func (r Resume) Validate() error {
 		return fieldError("Resume.Window", "%s exceeds the longest resume window a stream may have (%s): lower it, or raise the maximum", r.Window, d.WindowMax)
 	}
 	if d.Buffer < int64(d.ConnBuffer) {
-		return fieldError("Resume.Buffer", "%d bytes is less than one connection's buffer (%d): raise it", d.Buffer, d.ConnBuffer)
+		return fieldError("Resume.Buffer", "%s is less than one connection's buffer (%s): raise it, or lower that", bytesize.Format(d.Buffer), bytesize.Format(int64(d.ConnBuffer)))
 	}
 	return nil
 }

@@ -136,6 +136,9 @@
     var w = h.wan_conns;
     dd(dl, "WAN connections", w.relaying + " relaying, " + w.waiting + " waiting for their application, " + w.handshake + " in their handshake");
     dd(dl, "pooled WAN legs", h.pooled_legs.idle + " idle, " + h.pooled_legs.busy + " busy");
+    dd(dl, "resuming connections", (h.parked_conns || 0) + " waiting, parked, for a new WAN leg", h.parked_conns ? "resuming" : "");
+    dd(dl, "resume buffer", bytes(h.resume_buffer_bytes) + " held of " + bytes(h.resume_buffer_capacity_bytes) +
+      " (peak " + bytes(h.resume_buffer_peak_bytes) + ")");
     var e = h.api_errors;
     dd(dl, "authentication failures", e.unauthenticated, e.unauthenticated ? "bad" : "");
     dd(dl, "admission refusals", e.no_resources, e.no_resources ? "bad" : "");
@@ -168,6 +171,35 @@
     td.appendChild(el("div", last ? "no data yet: " + last.kind.replace(/_/g, " ") : "no data yet", last ? "sub bad" : "sub"));
   }
 
+  // resumeText says whether a stream's connections outlive a lost WAN
+  // leg (stats.resume), as s2uc status says it; before a leg said, what
+  // the stream's settings tell, or "" when they do not.
+  function resumeText(v, x) {
+    var w = v.resume_window_s || 0, win = w < 60 ? w + " s" : duration(w);
+    switch (x.resume || "") {
+      case "on": return "resume on (up to " + win + ")";
+      case "off": return "resume off (the stream's resume window is 0)";
+      case "peer_without": return "no resume: the peer gateway's release does not resume";
+      case "plaintext": return "no resume: plaintext tcp legs";
+      case "pooled": return "no resume: pooled legs";
+    }
+    if (v.wan === "tcp") { return "no resume: plaintext tcp legs"; }
+    if (v.wan_pool) { return "no resume: pooled legs"; }
+    if (!w) { return "resume off (the stream's resume window is 0)"; }
+    return "";
+  }
+
+  // resumeCounts says what the stream's connections did when their legs
+  // were lost, or "" if nothing.
+  function resumeCounts(x) {
+    var parts = [];
+    if (x.resumed_legs) { parts.push(x.resumed_legs + (x.resumed_legs === 1 ? " leg" : " legs") + " resumed"); }
+    if (x.resent_bytes) { parts.push(bytes(x.resent_bytes) + " resent"); }
+    if (x.parked_seconds) { parts.push(Number(x.parked_seconds).toFixed(1) + " s parked"); }
+    if (x.resume_expired) { parts.push(x.resume_expired + " reset after the window"); }
+    return parts.join(", ");
+  }
+
   function duration(s) {
     s = Math.max(0, Math.floor(s));
     var d = Math.floor(s / 86400), hh = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60);
@@ -195,15 +227,35 @@
     id.appendChild(code);
     id.appendChild(el("div", v.role + " · " + v.wan + " · " + v.engine, "sub"));
     cell(tr, v.owner);
-    var state = cell(tr, v.state, v.state === "connected" ? "ok" : v.state === "wired" ? "wired" : "");
-    if (v.state === "wired") { wired(state, x.last_errors); }
+    var parked = x.parked_conns || 0, state;
+    if (parked > 0) {
+      // A connection waits for a new WAN leg: its application sees a
+      // pause, not an end.
+      state = cell(tr, "resuming", "resuming");
+      state.dataset.parked = parked;
+      state.title = "Resuming: " + parked + (parked === 1 ? " connection lost its" : " connections lost their") +
+        " WAN leg and " + (parked === 1 ? "waits" : "wait") + ", parked, for a new one within the resume window (" +
+        (v.resume_window_s || 0) + " s); the applications see a pause. Past the window both applications are reset.";
+      state.appendChild(el("div", parked + (parked === 1 ? " connection waits" : " connections wait") + " for a new WAN leg", "sub"));
+    } else {
+      state = cell(tr, v.state, v.state === "connected" ? "ok" : v.state === "wired" ? "wired" : "");
+      if (v.state === "wired") { wired(state, x.last_errors); }
+    }
     if (x.peer) { state.appendChild(el("div", "peer gateway " + x.peer, x.peer === "up" ? "sub" : "sub bad")); }
+    var said = resumeText(v, x);
+    if (said) {
+      var rs = el("div", said, "sub resume");
+      rs.dataset.resume = x.resume || "";
+      state.appendChild(rs);
+    }
     var peers = cell(tr, (v.listeners || []).join(", "));
     peers.appendChild(el("div", "→ " + (v.targets || []).join(", "), "sub"));
     var conns = cell(tr, (x.active_conns || 0) + " active");
     conns.dataset.active = x.active_conns || 0;
     conns.appendChild(el("div", (x.total_conns || 0) + " total, " + (x.waiting_conns || 0) + " waiting, " +
       (x.rejected_conns || 0) + " refused, " + (x.aborted_conns || 0) + " aborted", "sub"));
+    var rc = resumeCounts(x);
+    if (rc) { conns.appendChild(el("div", rc, x.resume_expired ? "sub resumes bad" : "sub resumes")); }
     var b = cell(tr, bytes(x.bytes_to_wan) + " / " + bytes(x.bytes_from_wan));
     b.dataset.bytesToWan = x.bytes_to_wan || 0;
     b.dataset.bytesFromWan = x.bytes_from_wan || 0;

@@ -493,14 +493,16 @@ class Client(_Base):
     @overload
     def inbound(self, *, remote_ip: str, receiver_ports: Sequence[int], num_conn: int, uid: Optional[str] = None,
                 wan: Optional[str] = None, engine: Optional[str] = None, wan_listener: Optional[str] = None,
-                app_wait_s: Optional[int] = None, max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
+                app_wait_s: Optional[int] = None, resume_window_s: Optional[int] = None,
+                max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
                 min_rate: Optional[RateArg] = None, lease_s: Optional[int] = None) -> Stream: ...
 
     @keywords
     def inbound(self, req: Optional[InboundRequest | dict[str, Any]] = None, *, remote_ip: Optional[str] = None,
                 receiver_ports: Optional[Sequence[int]] = None, num_conn: Optional[int] = None, uid: Optional[str] = None,
                 wan: Optional[str] = None, engine: Optional[str] = None, wan_listener: Optional[str] = None,
-                app_wait_s: Optional[int] = None, max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
+                app_wait_s: Optional[int] = None, resume_window_s: Optional[int] = None,
+                max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
                 min_rate: Optional[RateArg] = None, lease_s: Optional[int] = None) -> Stream:
         """POST /v1/streams/inbound: an InboundRequest (or its dict), or its
         fields as keywords (remote_ip, receiver_ports and num_conn
@@ -509,7 +511,8 @@ class Client(_Base):
         again."""
         body = self._inbound_body(req, dict(
             remote_ip=remote_ip, receiver_ports=receiver_ports, num_conn=num_conn, uid=uid, wan=wan, engine=engine,
-            wan_listener=wan_listener, app_wait_s=app_wait_s, max_active_conns=max_active_conns, rate=rate,
+            wan_listener=wan_listener, app_wait_s=app_wait_s, resume_window_s=resume_window_s,
+            max_active_conns=max_active_conns, rate=rate,
             min_rate=min_rate, lease_s=lease_s))
         s = self._decode(Stream, self.request("POST", "/v1/streams/inbound", body))
         self._checked_or_undo(s, body.uid, body.wan, True)
@@ -661,7 +664,8 @@ class AsyncClient(_Base):
     @overload
     async def inbound(self, *, remote_ip: str, receiver_ports: Sequence[int], num_conn: int, uid: Optional[str] = None,
                       wan: Optional[str] = None, engine: Optional[str] = None, wan_listener: Optional[str] = None,
-                      app_wait_s: Optional[int] = None, max_active_conns: Optional[int] = None,
+                      app_wait_s: Optional[int] = None, resume_window_s: Optional[int] = None,
+                      max_active_conns: Optional[int] = None,
                       rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
                       lease_s: Optional[int] = None) -> Stream: ...
 
@@ -670,12 +674,13 @@ class AsyncClient(_Base):
                       receiver_ports: Optional[Sequence[int]] = None, num_conn: Optional[int] = None,
                       uid: Optional[str] = None, wan: Optional[str] = None, engine: Optional[str] = None,
                       wan_listener: Optional[str] = None, app_wait_s: Optional[int] = None,
-                      max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
+                      resume_window_s: Optional[int] = None, max_active_conns: Optional[int] = None, rate: Optional[RateArg] = None,
                       min_rate: Optional[RateArg] = None, lease_s: Optional[int] = None) -> Stream:
         """As Client.inbound (POST /v1/streams/inbound), awaited."""
         body = self._inbound_body(req, dict(
             remote_ip=remote_ip, receiver_ports=receiver_ports, num_conn=num_conn, uid=uid, wan=wan, engine=engine,
-            wan_listener=wan_listener, app_wait_s=app_wait_s, max_active_conns=max_active_conns, rate=rate,
+            wan_listener=wan_listener, app_wait_s=app_wait_s, resume_window_s=resume_window_s,
+            max_active_conns=max_active_conns, rate=rate,
             min_rate=min_rate, lease_s=lease_s))
         s = self._decode(Stream, await self.request("POST", "/v1/streams/inbound", body))
         await self._checked_or_undo(s, body.uid, body.wan, True)

@@ -55,6 +55,7 @@ class InboundRequest:
     engine: Optional[str] = None
     wan_listener: Optional[str] = None
     app_wait_s: Optional[int] = None
+    resume_window_s: Optional[int] = None
     max_active_conns: Optional[int] = None
     rate: Optional[int] = None
     min_rate: Optional[int] = None
@@ -77,6 +78,7 @@ class OutboundRequest:
     engine: Optional[str] = None
     peer_server_name: Optional[str] = None
     wan_pool: Optional[int] = None
+    resume_window_s: Optional[int] = None
     max_active_conns: Optional[int] = None
     rate: Optional[int] = None
     min_rate: Optional[int] = None
@@ -290,6 +292,7 @@ class Stream:
     wan_cert_sha256: Optional[str] = None
     peer_cert_sha256: Optional[str] = None
     app_wait_s: Optional[int] = None
+    resume_window_s: Optional[int] = None
     nodes: Optional[list[str]] = None
     channels: Optional[list[Channel]] = None
     # The stream secret: never printed (repr=False), kept out of to_json's
@@ -372,6 +375,8 @@ class Info:
     identity: str
     app_wait_default_s: int
     app_wait_max_s: int
+    resume_window_default_s: int
+    resume_window_max_s: int
     pool_policy: str
     pool_max_per_peer: int
     pool_max_warm: int
@@ -422,6 +427,10 @@ class GatewayHealth:
     pooled_legs: dict[str, int]
     api_errors: dict[str, int]
     refused: dict[str, int]
+    parked_conns: int
+    resume_buffer_bytes: int
+    resume_buffer_peak_bytes: int
+    resume_buffer_capacity_bytes: int
 
 
 @dataclasses.dataclass(kw_only=True, repr=False)

@@ -343,7 +343,7 @@ class _Spec:
                  rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
                  lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None,
                  wan: str = "tls", engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
-                 app_wait: Optional[Duration] = None, max_active_conns: int = 0,
+                 app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0,
                  peer_listeners: Optional[Iterable[str]] = None,
                  inbound_server_cert: Optional[str] = None, outbound_server_cert: Optional[str] = None,
                  server_cert: Optional[str] = None, token_file: Optional[str] = None,
@@ -368,6 +368,7 @@ class _Spec:
         if self.lease_s == 0:
             raise ConfigError("lease 0: give a positive duration, e.g. 2h, or None for the gateway's default")
         self.app_wait_s = _duration_s(app_wait, "app_wait")
+        self.resume_window_s = _duration_s(resume_window, "resume_window")
         self.remote_ip, self.ports = target[0], ports
         self.num_conn, self.wan, self.engine = num_conn, wan, engine
         self.wan_pool, self.wan_listener, self.max_active_conns = wan_pool, wan_listener, max_active_conns
@@ -388,7 +389,8 @@ class _Spec:
     def inbound_request(self) -> InboundRequest:
         return InboundRequest(remote_ip=self.remote_ip, receiver_ports=self.ports, num_conn=self.num_conn,
                               wan=self.wan or None, engine=self.engine or None, wan_listener=self.wan_listener or None,
-                              app_wait_s=self.app_wait_s, max_active_conns=self.max_active_conns or None,
+                              app_wait_s=self.app_wait_s, resume_window_s=self.resume_window_s,
+                              max_active_conns=self.max_active_conns or None,
                               rate=self.rate or None, min_rate=self.min_rate or None, lease_s=self.lease_s)
 
     def outbound_request(self, created: Stream) -> OutboundRequest:
@@ -398,7 +400,7 @@ class _Spec:
                               secret=created.secret or "", peer_cert=created.wan_cert, wan=created.wan,
                               peer_server_name=created.wan_server_name or None, peer_nodes=created.nodes or None,
                               allow=self.allow or None, engine=self.engine or None, wan_pool=self.wan_pool or None,
-                              max_active_conns=self.max_active_conns or None)
+                              max_active_conns=self.max_active_conns or None, resume_window_s=self.resume_window_s)
         settle(out, created)
         if self.peer_listeners:
             out.peer_listeners = list(self.peer_listeners)
@@ -808,7 +810,7 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
            num_conn: int = 1, rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
            lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None, wan: str = "tls",
            engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
-           app_wait: Optional[Duration] = None, max_active_conns: int = 0,
+           app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0,
            peer_listeners: Optional[Iterable[str]] = None, inbound_server_cert: Optional[str] = None,
            outbound_server_cert: Optional[str] = None, server_cert: Optional[str] = None,
            token_file: Optional[str] = None, inbound_token_file: Optional[str] = None,
@@ -835,7 +837,9 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
     - allow: prefixes that may connect to the outbound listeners;
     - wan ("tls", "quic", "tcp"), engine, wan_pool, wan_listener, app_wait
       (how long the inbound gateway tries to reach the application),
-      max_active_conns, peer_listeners (NAT): as s2uc stream's flags;
+      resume_window (how long a connection whose WAN leg is lost waits for
+      a new one, on both gateways; 0: not at all), max_active_conns,
+      peer_listeners (NAT): as s2uc stream's flags;
     - server_cert, inbound_server_cert, outbound_server_cert: a gateway's
       certificate, PEM path or "sha256:HEX";
     - token_file, inbound_token_file, outbound_token_file, token: the
@@ -849,7 +853,7 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
     is a TypeError naming the nearest one.
     """
     return WiredStream(_Spec(inbound, outbound, target, num_conn=num_conn, rate=rate, min_rate=min_rate, lease=lease, allow=allow, wan=wan,
-                 engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait,
+                 engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait, resume_window=resume_window,
                  max_active_conns=max_active_conns, peer_listeners=peer_listeners,
                  inbound_server_cert=inbound_server_cert, outbound_server_cert=outbound_server_cert,
                  server_cert=server_cert, token_file=token_file, inbound_token_file=inbound_token_file,
@@ -1021,7 +1025,7 @@ def astream(inbound: Optional[str] = None, outbound: Optional[str] = None, targe
             num_conn: int = 1, rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
             lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None, wan: str = "tls",
             engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
-            app_wait: Optional[Duration] = None, max_active_conns: int = 0,
+            app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0,
             peer_listeners: Optional[Iterable[str]] = None, inbound_server_cert: Optional[str] = None,
             outbound_server_cert: Optional[str] = None, server_cert: Optional[str] = None,
             token_file: Optional[str] = None, inbound_token_file: Optional[str] = None,
@@ -1030,7 +1034,7 @@ def astream(inbound: Optional[str] = None, outbound: Optional[str] = None, targe
     """The asyncio variant of stream(), with the same arguments:
     ``async with scistream.astream(...) as s``."""
     return AsyncWiredStream(_Spec(inbound, outbound, target, num_conn=num_conn, rate=rate, min_rate=min_rate,
-                            lease=lease, allow=allow, wan=wan, engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait,
+                            lease=lease, allow=allow, wan=wan, engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait, resume_window=resume_window,
                             max_active_conns=max_active_conns, peer_listeners=peer_listeners,
                             inbound_server_cert=inbound_server_cert, outbound_server_cert=outbound_server_cert,
                             server_cert=server_cert, token_file=token_file, inbound_token_file=inbound_token_file,

@@ -11,6 +11,7 @@ def wrong() -> None:
     scistream.stream(target=("10.0.0.20", 8080), num_conn="2")  # error
     scistream.stream(target="10.0.0.20:8080")  # error
     scistream.stream(target=("10.0.0.20", 8080), rate=2.5)  # error
+    scistream.stream(target=("10.0.0.20", 8080), resume_window=2.5)  # error
     scistream.astream(target=("10.0.0.20", 8080), servr_cert="gw.crt")  # error
     scistream.Client("10.0.0.5:5000", servr_cert="gw.crt")  # error
     scistream.Client("10.0.0.5:5000", "gw.crt")  # error
@@ -18,6 +19,7 @@ def wrong() -> None:
     with scistream.Client("10.0.0.5:5000") as c:
         c.inbound(remote_ip="10.0.0.20", receiver_ports=[8080], numconn=1)  # error
         c.inbound(remote_ip="10.0.0.20", receiver_ports=[8080])  # error
+        c.inbound(remote_ip="10.0.0.20", receiver_ports=[8080], num_conn=1, resume_window_s="30s")  # error
         c.get("uid", ownr="alice")  # error
         c.update("uid", rate=None)  # error
         c.update("uid", lease="2h")  # error
