@@ -21,10 +21,14 @@ import (
 
 // TestTestbedLinkCut cuts the WAN link of the namespace testbed (the WAN
 // router's link to the consumer gateway goes down) while one stream
-// carries two connections and another stream is idle. Within the watch
-// leg's keepalive bound both applications of every affected connection
-// see a reset (not an end of stream, not a hang); once the link is up
-// again both streams, still wired, carry new connections intact.
+// carries two connections and another stream is idle. The connections
+// wait for the link (their resume window, 5 s here) once both gateways
+// found their leg silent (the producer's, whose bytes go unacknowledged,
+// within the leg timeout; the consumer's, which only receives, within
+// the keepalive plus the leg timeout); with no link back by then both
+// applications of every affected connection see a reset (not an end of
+// stream, not a hang); once the link is up again both streams, still
+// wired, carry new connections intact.
 func TestTestbedLinkCut(t *testing.T) {
 	bin := needTestbed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -74,7 +78,7 @@ func TestTestbedLinkCut(t *testing.T) {
 		S2CS: s2csBin, Engine: "splice", WAN: api.WANTLS, Consumer: ln.Addr().(*net.TCPAddr),
 		NetNS: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
 		IPs:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
-		Allow: tb.LANASubnet(),
+		Allow: tb.LANASubnet(), Args: []string{"--resume_window=5s"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +172,10 @@ func TestTestbedLinkCut(t *testing.T) {
 	if out, err := exec.Command("ip", "-n", tb.NS(netbed.WANRouter), "link", "set", "east", "down").CombinedOutput(); err != nil {
 		t.Fatalf("cut the link: %v: %s", err, out)
 	}
-	const bound = 45 * time.Second // the watch leg's keepalive (about 20 s), with room
+	// The consumer's gateway finds the leg silent within 15 s (the
+	// keepalive, 5 s, and the leg timeout, 10 s, checked every 2.5 s),
+	// then waits out the resume window (5 s): about 22 s, with room.
+	const bound = 45 * time.Second
 	for i := range 2 {
 		select {
 		case e := <-ends:

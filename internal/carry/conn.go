@@ -36,6 +36,13 @@ type Config struct {
 	// answer is due (bytes sent and not acknowledged, a ping) before the
 	// leg is taken for lost. If zero, DefaultLegTimeout.
 	LegTimeout time.Duration
+	// KeepAlive is how long a leg may carry nothing either way before
+	// the dialer pings the peer: the answer tells both sides the leg
+	// still carries. An acceptor that heard nothing for KeepAlive plus
+	// LegTimeout takes the leg for lost (a side that only receives
+	// would otherwise never notice a path that went silent). If zero,
+	// DefaultKeepAlive.
+	KeepAlive time.Duration
 	// AckDelay is the longest a received byte waits for its
 	// acknowledgement when nothing else goes the other way. If zero,
 	// DefaultAckDelay.
@@ -55,6 +62,7 @@ type Config struct {
 const (
 	DefaultWindow     = 16 << 20
 	DefaultLegTimeout = 10 * time.Second
+	DefaultKeepAlive  = 5 * time.Second
 	DefaultAckDelay   = 10 * time.Millisecond
 	// lingerFor bounds how long an orderly end waits for the peer to
 	// end the leg too.
@@ -71,6 +79,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LegTimeout == 0 {
 		c.LegTimeout = DefaultLegTimeout
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = DefaultKeepAlive
 	}
 	if c.AckDelay == 0 {
 		c.AckDelay = DefaultAckDelay
@@ -96,7 +107,8 @@ var (
 	// ErrResumeWindow: the connection was parked past its window.
 	ErrResumeWindow = fmt.Errorf("no leg came back within the resume window: %w", syscall.ETIMEDOUT)
 	// ErrLegSilent: the peer said nothing on a leg past LegTimeout
-	// while an answer was due.
+	// while an answer was due (or, at the acceptor, past KeepAlive plus
+	// LegTimeout).
 	ErrLegSilent = fmt.Errorf("the peer gateway was silent on the leg: %w", syscall.ETIMEDOUT)
 )
 
@@ -345,6 +357,11 @@ func (c *Conn) installLocked(nc net.Conn) {
 	c.finSent = false
 	c.heard = time.Now()
 	c.pinging = false
+	if c.liveTimer != nil {
+		c.liveTimer.Stop() // (of the leg before)
+		c.liveTimer = nil
+	}
+	c.armLiveLocked()
 	if c.parkTimer != nil {
 		c.parkTimer.Stop()
 		c.parkTimer = nil
@@ -690,7 +707,6 @@ func (c *Conn) flush() {
 		if c.pingDue {
 			hdr = AppendHeader(hdr, Header{Type: TypePing})
 			c.pingDue, c.pinging = false, true
-			c.armLiveLocked()
 		}
 		var payload []byte
 		var pinned *chunk
@@ -698,11 +714,9 @@ func (c *Conn) flush() {
 			payload, pinned = c.snd.slice(c.sent, int(min(uint64(MaxData), c.limit-c.sent)))
 			hdr = AppendHeader(hdr, Header{Type: TypeData, Pos: c.sent, Length: uint32(len(payload))})
 			c.sent += uint64(len(payload))
-			c.armLiveLocked()
 		} else if c.finDueLocked() {
 			hdr = AppendHeader(hdr, Header{Type: TypeFin, Pos: c.snd.end})
 			c.finSent = true
-			c.armLiveLocked()
 		}
 		c.mu.Unlock()
 		if len(hdr) == 0 {
@@ -731,19 +745,26 @@ func (c *Conn) flush() {
 	}
 }
 
-// armLiveLocked makes sure the liveness check runs while an answer of
-// the peer is due. c.mu must be held.
+// armLiveLocked makes sure the liveness check runs while the
+// connection has a leg. c.mu must be held.
 func (c *Conn) armLiveLocked() {
 	if c.liveTimer != nil {
 		return
 	}
 	gen := c.gen
-	c.liveTimer = time.AfterFunc(c.cfg.LegTimeout/4, func() { c.checkLive(gen) })
+	c.liveTimer = time.AfterFunc(c.livePeriod(), func() { c.checkLive(gen) })
+}
+
+// livePeriod is how often checkLive runs.
+func (c *Conn) livePeriod() time.Duration {
+	return min(c.cfg.LegTimeout/4, c.cfg.KeepAlive/2)
 }
 
 // checkLive takes the leg for lost if the peer was silent past
-// LegTimeout while an answer was due, pings a peer whose window is shut,
-// and runs again while something is due.
+// LegTimeout while an answer was due (or, at the acceptor, past
+// KeepAlive plus LegTimeout at all), pings a peer whose window is shut
+// or (the dialer) a leg that carried nothing for KeepAlive, and runs
+// again while the leg is there.
 func (c *Conn) checkLive(gen int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -752,19 +773,28 @@ func (c *Conn) checkLive(gen int) {
 	if c.done || l == nil || c.gen != gen {
 		return
 	}
+	silent := time.Since(c.heard)
 	waiting := c.sent > c.snd.acked || c.pinging || c.finSent && !c.finAcked
 	blocked := c.sent < c.snd.end && c.sent >= c.limit
-	if waiting && time.Since(c.heard) > c.cfg.LegTimeout {
+	switch {
+	case waiting && silent > c.cfg.LegTimeout:
 		c.lostLocked(l, ErrLegSilent)
 		return
-	}
-	if blocked && !c.pinging && time.Since(c.heard) > c.cfg.LegTimeout/4 {
+	case !c.dialer && silent > c.cfg.KeepAlive+c.cfg.LegTimeout:
+		// The dialer pings an idle leg: this much silence means the
+		// path is gone (an acceptor that only receives sends nothing
+		// its TCP could find dead).
+		c.lostLocked(l, ErrLegSilent)
+		return
+	case c.pinging:
+	case blocked && silent > c.cfg.LegTimeout/4:
 		c.pingDue = true // a shut window: ask whether the peer is there
 		c.kickLocked()
+	case c.dialer && silent > c.cfg.KeepAlive:
+		c.pingDue = true // an idle leg: say it still carries
+		c.kickLocked()
 	}
-	if waiting || blocked {
-		c.armLiveLocked()
-	}
+	c.armLiveLocked()
 }
 
 // recvLoop reads frames from the connection's legs, one after the other

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -323,31 +324,33 @@ func TestAppResetReachesPeer(t *testing.T) {
 	}
 }
 
-// TestSilentLeg: a leg that stops carrying anything without closing (a
-// middlebox that drops every packet) is taken for lost after
-// LegTimeout, and the connection resumes on a new one.
-func TestSilentLeg(t *testing.T) {
-	cfg := Config{ResumeWindow: 10 * time.Second, LegTimeout: 500 * time.Millisecond}
-	r := &rig{t: t, dialErr: make(chan error, 1), accErr: make(chan error, 1)}
-	accepted := make(chan struct{})
+// freezableRig is a rig whose first leg passes through a relay the test
+// can freeze (freeze): from then on it holds everything, silent, without
+// closing, as a middlebox that drops every packet does. accepted is
+// closed once the dialer has the acceptor's answer.
+func freezableRig(t *testing.T, cfg Config) (r *rig, freeze func(), accepted <-chan struct{}) {
+	t.Helper()
+	r = &rig{t: t, dialErr: make(chan error, 1), accErr: make(chan error, 1)}
+	acc := make(chan struct{})
 	dcfg := cfg
-	dcfg.OnAccepted = func() { close(accepted) }
+	dcfg.OnAccepted = func() { close(acc) }
 	r.dial, r.acc = New(dcfg, true), New(cfg, false)
 	prodApp, prodGW := tcpPair(t)
 	consGW, consApp := tcpPair(t)
 	r.prodApp, r.consApp = prodApp, consApp
-	// The first leg passes through a relay the test can freeze.
 	ld, lx := tcpPair(t)
 	ly, la := tcpPair(t)
 	var frozen sync.WaitGroup
 	frozen.Add(1)
-	freeze := make(chan struct{})
+	t.Cleanup(frozen.Done)
+	stop := make(chan struct{})
+	var once sync.Once
 	fwd := func(dst, src net.Conn) {
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(buf)
 			select {
-			case <-freeze:
+			case <-stop:
 				frozen.Wait() // hold everything: silence, no close
 				return
 			default:
@@ -371,25 +374,85 @@ func TestSilentLeg(t *testing.T) {
 		la.Write(AppendHeader(nil, Header{Type: TypeAccepted, Length: r.acc.Window()}))
 		r.accErr <- r.acc.Relay(consGW, la, Counts{})
 	}()
-	defer frozen.Done()
-	prodApp.Write([]byte("before"))
-	if _, err := io.ReadFull(consApp, make([]byte, 6)); err != nil {
+	return r, func() { once.Do(func() { close(stop) }) }, acc
+}
+
+// TestSilentLeg: a leg that stops carrying anything without closing (a
+// middlebox that drops every packet) is taken for lost after
+// LegTimeout, and the connection resumes on a new one.
+func TestSilentLeg(t *testing.T) {
+	r, freeze, accepted := freezableRig(t, Config{ResumeWindow: 10 * time.Second, LegTimeout: 500 * time.Millisecond})
+	r.prodApp.Write([]byte("before"))
+	if _, err := io.ReadFull(r.consApp, make([]byte, 6)); err != nil {
 		t.Fatal(err)
 	}
 	<-accepted // (a connection never accepted is not resumed: it is reset)
-	close(freeze)
-	prodApp.Write(bytes.Repeat([]byte("during"), 1000))
+	freeze()
+	r.prodApp.Write(bytes.Repeat([]byte("during"), 1000))
 	waitParked(t, r.dial)
 	if err := r.resume(); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, 6000)
-	consApp.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.ReadFull(consApp, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte("during"), 1000)) {
+	r.consApp.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(r.consApp, got); err != nil || !bytes.Equal(got, bytes.Repeat([]byte("during"), 1000)) {
 		t.Fatalf("after the silent leg the consumer read %v", err)
 	}
-	prodApp.Close()
-	consApp.Close()
+	r.prodApp.Close()
+	r.consApp.Close()
+}
+
+// TestIdleLegKeptAlive: an idle leg stays (the dialer's pings and their
+// answers) for many KeepAlives; once its path goes silent, the side that
+// only receives (the acceptor, with nothing in flight) takes it for lost
+// too, within KeepAlive plus LegTimeout, and with no leg back within the
+// window both applications are reset. Without the acceptor's own bound
+// the consumer would wait for ever on a path that is gone.
+func TestIdleLegKeptAlive(t *testing.T) {
+	cfg := Config{ResumeWindow: 300 * time.Millisecond, LegTimeout: 400 * time.Millisecond, KeepAlive: 100 * time.Millisecond}
+	r, freeze, accepted := freezableRig(t, cfg)
+	r.prodApp.Write([]byte("before"))
+	if _, err := io.ReadFull(r.consApp, make([]byte, 6)); err != nil {
+		t.Fatal(err)
+	}
+	<-accepted
+	// Idle for twenty KeepAlives (and four times the acceptor's bound):
+	// neither side parks (a parked side ends within its window, 300 ms).
+	select {
+	case err := <-r.dialErr:
+		t.Fatalf("the dialer ended on an idle leg of a live path: %v", err)
+	case err := <-r.accErr:
+		t.Fatalf("the acceptor ended on an idle leg of a live path: %v", err)
+	case <-time.After(20 * cfg.KeepAlive):
+	}
+	for _, c := range []*Conn{r.dial, r.acc} {
+		if p, _ := c.Parked(); p || c.Stats().Parked != 0 {
+			t.Fatalf("an idle leg on a live path was taken for lost (dialer %v)", c == r.dial)
+		}
+	}
+	r.prodApp.Write([]byte("still"))
+	if _, err := io.ReadFull(r.consApp, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	freeze()
+	for _, side := range []struct {
+		name string
+		errc chan error
+		app  net.Conn
+	}{{"acceptor", r.accErr, r.consApp}, {"dialer", r.dialErr, r.prodApp}} {
+		select {
+		case err := <-side.errc:
+			if !errors.Is(err, ErrResumeWindow) {
+				t.Errorf("%s ended with %v, want the resume window's end", side.name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %s never noticed the silent idle leg", side.name)
+		}
+		side.app.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := side.app.Read(make([]byte, 1)); err == nil || err == io.EOF || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("the %s's application read %v, want a reset", side.name, err)
+		}
+	}
 }
 
 // TestSlowReaderDecoupled: the producer's application sends 32 MiB and

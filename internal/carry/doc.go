@@ -41,7 +41,13 @@
 // Liveness: a side that has bytes out unacknowledged, a fin
 // unacknowledged or a ping unanswered expects a frame; silence past
 // Config.LegTimeout loses the leg (a middlebox that drops everything
-// without a reset). A sender whose peer's window is shut pings.
+// without a reset). A sender whose peer's window is shut pings. The
+// dialer pings a leg that carried nothing either way for
+// Config.KeepAlive, and the acceptor takes a leg it heard nothing on for
+// KeepAlive plus LegTimeout for lost: a side that only receives (a
+// consumer's gateway) has nothing of its own in flight, so without it a
+// path that went silent would hold its connections for ever, and the
+// pings cost one small frame a KeepAlive on an idle leg.
 //
 // The ends: the application's end of stream is a fin frame, forwarded
 // to the other application as a half-close once every byte before it
