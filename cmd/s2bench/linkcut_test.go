@@ -212,3 +212,179 @@ func TestTestbedLinkCut(t *testing.T) {
 		}
 	}
 }
+
+// TestTestbedLinkDown takes the long WAN's link down (the WAN router's
+// link to the consumer gateway, no reset: packets just stop) twice during
+// one 96 MiB transfer: for 5 s, which the leg rides out (its TCP
+// resends once the link is back), and for 20 s, past the leg timeout, so
+// both gateways lose the leg and the outbound one joins a new one once
+// the link is back. The transfer completes byte-exact, neither
+// application sees a reset, and the outbound side counts the leg it
+// resumed. It logs the consumer's pause at each outage and the part of
+// it after the link's return: what the recovery costs.
+func TestTestbedLinkDown(t *testing.T) {
+	bin := needTestbed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	preset, err := netbed.LookupPreset("longwan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := netbed.Up(ctx, netbed.Config{Name: testbedName(), Preset: preset,
+		DelayLine: []string{bin, "testbed", "delayline"}, StateRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Down()
+
+	// The consumer: one connection, read to its end, with its digest
+	// and the largest gap between two reads since the last mark.
+	var ln *net.TCPListener
+	if err := netbed.Do(tb.NS(netbed.Consumer), func() (err error) {
+		ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(tb.ConsumerLAN())})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var got atomic.Int64
+	var readsMu sync.Mutex
+	var reads []time.Time // when each read returned bytes
+	type result struct {
+		n   int64
+		sum [32]byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		buf := make([]byte, 256<<10)
+		var r result
+		for {
+			c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			k, err := c.Read(buf)
+			now := time.Now()
+			if k > 0 {
+				readsMu.Lock()
+				reads = append(reads, now)
+				readsMu.Unlock()
+				h.Write(buf[:k])
+				r.n += int64(k)
+				got.Store(r.n)
+			}
+			if err != nil {
+				if err != io.EOF {
+					r.err = err
+				}
+				break
+			}
+		}
+		copy(r.sum[:], h.Sum(nil))
+		done <- r
+	}()
+	// firstReadAfter is the time of the consumer's first read after t.
+	firstReadAfter := func(t time.Time) (time.Time, bool) {
+		readsMu.Lock()
+		defer readsMu.Unlock()
+		for i := len(reads) - 1; i >= 0 && reads[i].After(t); i-- {
+			if i == 0 || !reads[i-1].After(t) {
+				return reads[i], true
+			}
+		}
+		return time.Time{}, false
+	}
+	// lastReadBefore is the time of its last read before t.
+	lastReadBefore := func(t time.Time) time.Time {
+		readsMu.Lock()
+		defer readsMu.Unlock()
+		for i := len(reads) - 1; i >= 0; i-- {
+			if !reads[i].After(t) {
+				return reads[i]
+			}
+		}
+		return time.Time{}
+	}
+
+	lp, err := localpair.Start(ctx, localpair.Config{
+		S2CS: s2csBin, Engine: "splice", WAN: api.WANTLS, Consumer: ln.Addr().(*net.TCPAddr),
+		NetNS: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
+		IPs:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
+		Allow: tb.LANASubnet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lp.Close()
+	var conn net.Conn
+	if err := netbed.Do(tb.NS(netbed.Producer), func() (err error) {
+		conn, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", lp.Target())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const total = 96 << 20
+	data := make([]byte, total)
+	for i := range data {
+		data[i] = byte(i*31 + i>>13)
+	}
+	sendErr := make(chan error, 1)
+	go func() {
+		conn.SetWriteDeadline(time.Now().Add(3 * time.Minute))
+		_, err := conn.Write(data)
+		if err == nil {
+			err = conn.(*net.TCPConn).CloseWrite()
+		}
+		sendErr <- err
+	}()
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", tb.NS(netbed.WANRouter), "link", "set", "east", state).CombinedOutput(); err != nil {
+			t.Fatalf("link %s: %v: %s", state, err, out)
+		}
+	}
+	for i, o := range []struct {
+		at   int64
+		down time.Duration
+	}{{total / 5, 5 * time.Second}, {total / 2, 20 * time.Second}} {
+		waitfor.Must(t, 2*time.Minute, "the consumer to have its share before the outage", func() bool { return got.Load() >= o.at })
+		link("down")
+		down := time.Now()
+		time.Sleep(o.down) // the outage's length is the fault itself, not a wait for something
+		link("up")
+		back := time.Now()
+		var first time.Time
+		waitfor.Must(t, time.Minute, "bytes to flow again after the link came back", func() bool {
+			var ok bool
+			first, ok = firstReadAfter(back)
+			return ok
+		})
+		t.Logf("outage %d (%s down): the consumer's pause %.2f s, of which %.0f ms after the link came back (RTT %s)",
+			i+1, o.down, first.Sub(lastReadBefore(down)).Seconds(), float64(first.Sub(back).Microseconds())/1000, preset.RTT.Round(time.Millisecond))
+	}
+	if err := <-sendErr; err != nil {
+		t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", err, got.Load())
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatalf("the consumer never saw the end (%d bytes)", got.Load())
+	}
+	if r.err != nil || r.n != total || r.sum != sha256.Sum256(data) {
+		t.Fatalf("the consumer got %d bytes of %d (%v), digest match %v", r.n, total, r.err, r.sum == sha256.Sum256(data))
+	}
+	st, err := lp.OutC.Get(ctx, lp.OutS.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Stats; s.Resume != api.ResumeOn || s.ResumedLegs < 1 || s.AbortedConns != 0 {
+		t.Errorf("the outbound side: resume %q, %d legs resumed, %d connections aborted; want on, at least 1 (the 12 s outage), none", s.Resume, s.ResumedLegs, s.AbortedConns)
+	}
+}

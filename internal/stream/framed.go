@@ -139,12 +139,19 @@ func (st *Stream) relayFramedOut(log *slog.Logger, app, w net.Conn, ch int, leg 
 		st.spareOnLoss(app, w)
 	}
 	var parked atomic.Bool
+	// A new leg's connect is given a few of the first leg's round trips
+	// (wan.Leg.ConnectTimeout), so that a SYN lost while the path was
+	// down does not wait out the kernel's backoff once it is back.
+	again := *leg
+	if rtt, ok := wan.RTTOf(w); ok {
+		again.ConnectTimeout = connectTimeout(rtt)
+	}
 	dial := func(ctx context.Context) (net.Conn, error) {
 		target := rec.Targets[ch%len(rec.Targets)]
 		if p := st.peerAt[ch].Load(); p != nil {
 			target = *p
 		}
-		return st.dialWANOnce(ctx, target, leg)
+		return st.dialWANOnce(ctx, target, &again)
 	}
 	err := framed.Out(ctx, cfg, app, w, rec.Secret, dial, st.framedHooks(ctx, log, &parked))
 	st.framedEnded(log, err, &parked)
@@ -212,4 +219,12 @@ func (st *Stream) serveFramedIn(log *slog.Logger, from net.Addr, ch int, w net.C
 	hooks.Accepted = nil // this side accepts
 	err = st.framed.Open(ctx, cfg, w, app, o, rec.Secret, hooks)
 	st.framedEnded(log, err, &parked)
+}
+
+// connectTimeout is how long a new leg's connect may take on a path
+// whose round trip is rtt: four of them and a TCP retransmission's
+// least timeout (200 ms), at least 250 ms. A path whose delay grew past
+// it meanwhile is dialled again, as the kernel would resend the SYN.
+func connectTimeout(rtt time.Duration) time.Duration {
+	return max(4*rtt+200*time.Millisecond, 250*time.Millisecond)
 }

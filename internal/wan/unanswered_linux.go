@@ -3,6 +3,7 @@ package wan
 import (
 	"net"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,4 +31,36 @@ func bytesReceived(c net.Conn) (uint64, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// RTTOf is the smoothed round-trip time the kernel measured on leg c's
+// TCP connection (TCP_INFO), through the leg's wrappers (NetConn), or
+// false if c does not stand on a TCP socket (QUIC) or cannot say.
+func RTTOf(c net.Conn) (time.Duration, bool) {
+	for {
+		if _, ok := c.(*net.TCPConn); ok {
+			break
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return 0, false
+		}
+		c = u.NetConn()
+	}
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var rtt time.Duration
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		var ti *unix.TCPInfo
+		ti, serr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if serr == nil {
+			rtt = time.Duration(ti.Rtt) * time.Microsecond
+		}
+	}); err != nil || serr != nil || rtt == 0 {
+		return 0, false
+	}
+	return rtt, true
 }

@@ -180,6 +180,13 @@ type Leg struct {
 	// certificate must chain to one of these roots (peerca.go). nil:
 	// the pin decides.
 	PeerCA *x509.CertPool
+	// ConnectTimeout, if not zero, bounds the TCP connect of Dial (the
+	// SYN's answer) below HandshakeTimeout, which still bounds the
+	// handshake. A parked connection's new leg gives a few round trips
+	// of its path: a SYN lost while the path was down is then sent
+	// again on a new socket within them, not after the kernel's backoff
+	// (1, 3, 7 s), so the pause ends soon after the path's return.
+	ConnectTimeout time.Duration
 }
 
 // DefaultServerName is the TLS server name of a leg that sets none.
@@ -261,7 +268,11 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 	if l.Transport == api.WANQUIC {
 		return nil, ErrQUICOnTCP
 	}
-	d := net.Dialer{Timeout: HandshakeTimeout, KeepAliveConfig: legKeepAlive(), Control: l.Control}
+	connect := HandshakeTimeout
+	if l.ConnectTimeout > 0 {
+		connect = min(l.ConnectTimeout, HandshakeTimeout)
+	}
+	d := net.Dialer{Timeout: connect, KeepAliveConfig: legKeepAlive(), Control: l.Control}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, unanswered(nil, err)

@@ -867,3 +867,57 @@ func TestDialUnanswered(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectTimeout: a dial whose SYNs go unanswered (a listener whose
+// accept queue is full drops them, as a path that is down does) fails
+// within the leg's ConnectTimeout, not HandshakeTimeout (10 s), so a
+// parked connection dials again soon after the path's return; RTTOf
+// reads a leg's round trip through its wrappers.
+func TestConnectTimeout(t *testing.T) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil { // a queue of one, never accepted
+		t.Fatal(err)
+	}
+	sa, _ := syscall.Getsockname(fd)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the queue: the dials past it wait on SYNs the kernel drops.
+	var fill []net.Conn
+	defer func() {
+		for _, c := range fill {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			fill = append(fill, c)
+		}
+	}
+	dl, _ := legs(t, api.WANTLS)
+	dl.ConnectTimeout = 300 * time.Millisecond
+	start := time.Now()
+	c, err := wan.Dial(context.Background(), addr, dl)
+	if err == nil {
+		c.Close()
+		t.Fatal("a dial to a full accept queue succeeded")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the dial gave up after %s (%v), want its connect timeout, 300 ms", took, err)
+	}
+
+	d, a := tlsPair(t)
+	defer d.Close()
+	defer a.Close()
+	if rtt, ok := wan.RTTOf(d); !ok || rtt <= 0 || rtt > time.Second {
+		t.Errorf("RTTOf a loopback leg: %s, %v", rtt, ok)
+	}
+	if _, ok := wan.RTTOf(&net.UnixConn{}); ok {
+		t.Error("RTTOf a connection on no TCP socket said it knows")
+	}
+}
