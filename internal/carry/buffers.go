@@ -14,8 +14,12 @@ import (
 // (a request-reply exchange needs little); a connection that keeps data
 // in flight gets large ones (few frames, few system calls).
 
+// maxChunk is the largest chunk class, and so the largest data frame
+// (MaxData): a receiver reads each frame into one chunk.
+const maxChunk = 256 << 10
+
 // chunkSizes are the chunk classes, smallest first.
-var chunkSizes = [...]int{16 << 10, 64 << 10, 256 << 10}
+var chunkSizes = [...]int{16 << 10, 64 << 10, maxChunk}
 
 // chunkPools hold free chunks of each class.
 type chunkPools [len(chunkSizes)]sync.Pool

@@ -53,8 +53,9 @@ const (
 const (
 	// HeaderLen is a frame header's length.
 	HeaderLen = 16
-	// MaxData is the largest payload of a data frame.
-	MaxData = 1 << 20
+	// MaxData is the largest payload of a data frame: the largest
+	// chunk a receiver reads one into (chunkSizes).
+	MaxData = maxChunk
 	// MaxReason bounds a reset's or a refusal's reason.
 	MaxReason = 1024
 	// MaxWindow bounds the window an ack or an accept may give.

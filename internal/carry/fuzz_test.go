@@ -2,6 +2,7 @@ package carry
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -92,4 +93,43 @@ func FuzzLeg(f *testing.F) {
 			t.Fatalf("the application got %d bytes from %d on the leg", n, len(b))
 		}
 	})
+}
+
+// TestLargestDataFrame: a peer's data frame of MaxData bytes within a
+// wide window arrives whole; one byte more is a broken frame that ends
+// the connection (it once passed the header's check and overran the
+// largest receive chunk: a panic of the whole gateway).
+func TestLargestDataFrame(t *testing.T) {
+	for _, n := range []int{MaxData, MaxData + 1, 1 << 20} {
+		var b []byte
+		b = AppendHeader(b, Header{Type: TypeData, Length: uint32(n), Pos: 0})
+		b = append(b, bytes.Repeat([]byte{'x'}, n)...)
+		c := New(Config{Window: 16 << 20}, false)
+		appGW, app := tcpPair(t)
+		legGW, peer := tcpPair(t)
+		go peer.Write(b) // and the leg stays open
+		done := make(chan error, 1)
+		go func() { done <- c.Relay(appGW, legGW, Counts{}) }()
+		if n <= MaxData {
+			app.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadFull(app, make([]byte, n)); err != nil {
+				t.Errorf("a data frame of %d bytes: the application read %v", n, err)
+			}
+			c.Abort(errors.New("the test is done"), "")
+			<-done
+			continue
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrFrame) {
+				t.Errorf("a data frame of %d bytes (over MaxData) ended the connection with %v, want a broken frame", n, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a data frame of %d bytes (over MaxData) did not end the connection", n)
+		}
+		app.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if k, _ := io.Copy(io.Discard, app); k != 0 {
+			t.Errorf("a data frame of %d bytes (over MaxData): the application got %d of them", n, k)
+		}
+	}
 }
