@@ -185,6 +185,7 @@ type Conn struct {
 	liveTimer *time.Timer
 
 	flushing  bool // a flusher goroutine runs
+	sending   bool // the send loop runs, and flushes after its read
 	appWriter bool // the application writer goroutine runs
 	wg        sync.WaitGroup
 	wake      chan struct{} // the leg reader waits on it for a leg
@@ -543,18 +544,33 @@ func (c *Conn) sendLoop(app net.Conn, counts Counts) {
 	defer c.wg.Done()
 	r := endpointOf(app)
 	tr, _ := r.(tryReader)
+	// wait: the last read found nothing, so wait for bytes before the
+	// next, holding no chunk (an idle connection holds no buffer).
+	// While bytes come, the next read follows at once: one system call
+	// a read, as a blocking read makes.
+	wait := true
+	// While it runs between its waits, the loop flushes after each read
+	// (c.sending): what the leg reader finds due goes with that flush,
+	// not from a flusher of its own fighting it for the leg. A loop
+	// that blocks in Read (no tryReader) never says so.
+	defer c.sendWaits()
 	for {
-		// Wait for bytes first, holding no chunk: an idle connection
-		// holds no buffer.
-		if tr != nil {
-			if err := tr.WaitReadable(); err != nil && err != io.EOF {
+		if tr != nil && wait {
+			c.sendWaits()
+			err := tr.WaitReadable()
+			c.sendRuns(tr)
+			if err != nil && err != io.EOF {
 				c.appFailed(err, "read")
 				return
 			}
 		}
 		c.mu.Lock()
-		for !c.done && c.snd.held() >= c.cfg.Window {
-			c.cond.Wait()
+		if !c.done && c.snd.held() >= c.cfg.Window {
+			c.sendWaitsLocked()
+			for !c.done && c.snd.held() >= c.cfg.Window {
+				c.cond.Wait()
+			}
+			c.sending = tr != nil
 		}
 		if c.done {
 			c.mu.Unlock()
@@ -564,7 +580,10 @@ func (c *Conn) sendLoop(app net.Conn, counts Counts) {
 		c.mu.Unlock()
 		if ch == nil {
 			// The gateway's budget is spent: wait for room.
-			if !c.waitBudget() {
+			c.sendWaits()
+			ok := c.waitBudget()
+			c.sendRuns(tr)
+			if !ok {
 				return
 			}
 			continue
@@ -577,7 +596,8 @@ func (c *Conn) sendLoop(app net.Conn, counts Counts) {
 		var err error
 		if tr != nil {
 			n, err = tr.TryRead(room)
-			if err == sockio.ErrWouldBlock {
+			wait = err == sockio.ErrWouldBlock
+			if wait {
 				n, err = 0, nil
 			}
 		} else {
@@ -601,6 +621,29 @@ func (c *Conn) sendLoop(app net.Conn, counts Counts) {
 			return
 		}
 	}
+}
+
+// sendWaits says the send loop is about to wait (for its application,
+// the window or the budget), or ends: what is due now goes from a
+// flusher, as what comes due meanwhile will.
+func (c *Conn) sendWaits() {
+	c.mu.Lock()
+	c.sendWaitsLocked()
+	c.mu.Unlock()
+}
+
+func (c *Conn) sendWaitsLocked() {
+	c.sending = false
+	if c.dueLocked() {
+		c.kickLocked()
+	}
+}
+
+// sendRuns says the send loop runs again: it flushes after its read.
+func (c *Conn) sendRuns(tr tryReader) {
+	c.mu.Lock()
+	c.sending = tr != nil
+	c.mu.Unlock()
 }
 
 // heldNow is c.snd.held under the lock.
@@ -642,7 +685,7 @@ func (c *Conn) appFailed(err error, op string) {
 // itself (a reader that waits on a write can deadlock two gateways that
 // both write). c.mu must be held.
 func (c *Conn) kickLocked() {
-	if c.flushing || c.done || c.leg == nil {
+	if c.flushing || c.sending || c.done || c.leg == nil {
 		return
 	}
 	c.flushing = true

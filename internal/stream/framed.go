@@ -42,10 +42,10 @@ func (st *Stream) noteResume(w net.Conn, pooled bool) {
 		m = api.ResumePooled
 	case st.wanT == api.WANTCP:
 		m = api.ResumePlain
+	case st.env.ResumeWindowFor(st.Record()) == 0:
+		m = api.ResumeOff // (its legs are dialed unframed: wan.Leg.Unframed)
 	case !wan.Framed(w):
 		m = api.ResumePeer
-	case st.env.ResumeWindowFor(st.Record()) == 0:
-		m = api.ResumeOff
 	}
 	if cur := st.resume.mode.Load(); cur == nil || *cur != m {
 		st.resume.mode.Store(&m)

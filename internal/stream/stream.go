@@ -763,6 +763,10 @@ func (st *Stream) leg(rec *store.Record, ch int) *wan.Leg {
 		ServerName: rec.PeerServerName,
 		Control:    st.env.Peers.Control,
 		PeerCA:     st.peerCA(rec),
+		// A stream whose connections do not wait for a new leg
+		// (resume window 0) dials its legs without frames: they cost
+		// what the plain relay costs.
+		Unframed: st.env.ResumeWindowFor(rec) == 0,
 	}
 }
 

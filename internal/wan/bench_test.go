@@ -2,10 +2,12 @@ package wan_test
 
 import (
 	"crypto/rand"
+	"fmt"
 	"io"
 	"testing"
 	"time"
 
+	"scistream/internal/carry"
 	"scistream/internal/loopback"
 	"scistream/internal/relay"
 	"scistream/internal/relay/relaytest"
@@ -101,4 +103,83 @@ func BenchmarkTLSChain(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkTLSChainFramed is BenchmarkTLSChain's gateways with the
+// application connection carried as positioned frames (internal/carry,
+// what a resumable leg runs), beside the plain relay in the same run.
+func BenchmarkTLSChainFramed(b *testing.B) {
+	const size = 64 << 10
+	b.Run("relay", func(b *testing.B) {
+		p, outApp := loopback.TCPPair(b)
+		inApp, c := loopback.TCPPair(b)
+		dc, ac := tlsPair(b)
+		done := make(chan error, 2)
+		eng := relaytest.Engine(b, "splice", relay.Options{})
+		go func() { done <- relay.Relay(eng, outApp, dc, func(int64) {}, func(int64) {}) }()
+		go func() { done <- relay.Relay(eng, ac, inApp, func(int64) {}, func(int64) {}) }()
+		benchStream(b, p, c, size)
+		p.CloseWrite()
+		c.CloseWrite()
+		waitRelays(b, done)
+	})
+	b.Run("framed", func(b *testing.B) {
+		p, outApp := loopback.TCPPair(b)
+		inApp, c := loopback.TCPPair(b)
+		dc, ac := tlsPair(b)
+		done := make(chan error, 2)
+		cfg := carry.Config{}
+		go func() {
+			d := carry.New(cfg, true)
+			if _, err := dc.Write(carry.AppendOpen(nil, carry.Open{ID: carry.ID{1}, Window: d.Window(), Stripes: 1})); err != nil {
+				done <- err
+				return
+			}
+			done <- d.Relay(outApp, dc, carry.Counts{})
+		}()
+		go func() {
+			buf := make([]byte, 64)
+			h, err := carry.ReadHeader(ac, buf)
+			if err != nil || h.Type != carry.TypeOpen {
+				done <- fmt.Errorf("open: %v %q", err, h.Type)
+				return
+			}
+			o := make([]byte, h.Length)
+			if _, err := io.ReadFull(ac, o); err != nil {
+				done <- err
+				return
+			}
+			op, err := carry.ParseOpen(o)
+			if err != nil {
+				done <- err
+				return
+			}
+			a := carry.New(cfg, false)
+			a.SetPeerWindow(op.Window)
+			if _, err := ac.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: a.Window()})); err != nil {
+				done <- err
+				return
+			}
+			done <- a.Relay(inApp, ac, carry.Counts{})
+		}()
+		benchStream(b, p, c, size)
+		p.CloseWrite()
+		c.CloseWrite()
+		waitRelays(b, done)
+	})
+}
+
+// waitRelays waits for both relays of a chain to end in order.
+func waitRelays(b *testing.B, done chan error) {
+	b.Helper()
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				b.Fatalf("relay: %v", err)
+			}
+		case <-time.After(testTimeout):
+			b.Fatal("a relay did not return")
+		}
+	}
 }

@@ -187,6 +187,13 @@ type Leg struct {
 	// again on a new socket within them, not after the kernel's backoff
 	// (1, 3, 7 s), so the pause ends soon after the path's return.
 	ConnectTimeout time.Duration
+	// Unframed, on a TLS leg's dialer, offers ALPNAnswers alone: the
+	// leg carries the application's bytes as they are, without
+	// positioned frames, at the plain relay's cost, and cannot be
+	// resumed (a stream whose connections do not wait for a new leg
+	// needs no frames). The acceptor offers both, as ever. QUIC
+	// connections, shared by a peer's streams, ignore it.
+	Unframed bool
 }
 
 // DefaultServerName is the TLS server name of a leg that sets none.
@@ -442,7 +449,11 @@ func (l *Leg) admit(p *Preface, binding []byte, watchOK, pooledOK bool) error {
 // sent a byte is marked ErrUnanswered.
 func (l *Leg) handshake(ctx context.Context, raw net.Conn, newTLS func(net.Conn, *tls.Config) *tls.Conn) (*Conn, []byte, error) {
 	ec := newLegConn(raw)
-	tc := newTLS(ec, l.tlsConfig())
+	cfg := l.tlsConfig()
+	if l.Unframed {
+		cfg.NextProtos = []string{ALPNAnswers}
+	}
+	tc := newTLS(ec, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		err = unanswered(raw, err)
 		raw.Close()

@@ -921,3 +921,27 @@ func TestConnectTimeout(t *testing.T) {
 		t.Error("RTTOf a connection on no TCP socket said it knows")
 	}
 }
+
+// TestUnframedDial: a dialer that asks for no frames (a stream whose
+// connections do not resume) gets an answering leg without them from an
+// acceptor that offers both; a dialer that does not ask gets frames.
+func TestUnframedDial(t *testing.T) {
+	for _, unframed := range []bool{false, true} {
+		dl, al := legs(t, api.WANTLS)
+		dl.Unframed = unframed
+		addr, ch := listen(t, al)
+		d, err := dial(t, addr, dl)
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+		r := waitAccept(t, ch)
+		if r.err != nil {
+			t.Fatalf("Accept: %v", r.err)
+		}
+		if wan.Framed(d) == unframed || wan.Framed(r.conn) == unframed || wan.Answers(d) != unframed {
+			t.Errorf("Unframed %v: framed %v/%v, answers %v", unframed, wan.Framed(d), wan.Framed(r.conn), wan.Answers(d))
+		}
+		d.Close()
+		r.conn.Close()
+	}
+}
