@@ -16,10 +16,23 @@ import (
 
 // maxChunk is the largest chunk class, and so the largest data frame
 // (MaxData): a receiver reads each frame into one chunk.
-const maxChunk = 256 << 10
+const maxChunk = 1 << 20
 
 // chunkSizes are the chunk classes, smallest first.
-var chunkSizes = [...]int{16 << 10, 64 << 10, maxChunk}
+var chunkSizes = [...]int{16 << 10, 64 << 10, 256 << 10, maxChunk}
+
+// topClass is the largest class a sender of window bytes reads into: a
+// quarter of the window at most (a small window is not held in one
+// chunk much larger than itself), the smallest class at least.
+func topClass(window int) int {
+	k := 0
+	for i, size := range chunkSizes {
+		if size <= window/4 {
+			k = i
+		}
+	}
+	return k
+}
 
 // chunkPools hold free chunks of each class.
 type chunkPools [len(chunkSizes)]sync.Pool
@@ -141,6 +154,7 @@ type sendBuf struct {
 	acked   uint64 // the peer received every byte below
 	end     uint64 // the next position read from the application
 	grow    int    // class of the next chunk taken
+	top     int    // the largest class it takes (topClass)
 	filling *chunk // the chunk a read fills now, or nil
 }
 
@@ -164,7 +178,7 @@ func (s *sendBuf) tail() *chunk {
 	}
 	c := &chunk{bp: s.pools[k].Get().(*[]byte), pos: s.end}
 	s.chunks = append(s.chunks, c)
-	s.grow = min(k+1, len(chunkSizes)-1)
+	s.grow = min(k+1, s.top)
 	s.filling = c
 	return c
 }

@@ -226,7 +226,7 @@ func New(cfg Config, dialer bool) *Conn {
 	cfg = cfg.withDefaults()
 	c := &Conn{cfg: cfg, dialer: dialer, limit: initialWindow, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
-	c.snd = sendBuf{pools: pools, budget: cfg.Budget}
+	c.snd = sendBuf{pools: pools, budget: cfg.Budget, top: topClass(cfg.Window)}
 	c.bl = backlog{pools: pools, budget: cfg.Budget}
 	c.ackedWin = cfg.Window
 	if !dialer {

@@ -133,3 +133,13 @@ func TestLargestDataFrame(t *testing.T) {
 		}
 	}
 }
+
+// TestTopClass: a sender reads into chunks of at most a quarter of its
+// window, and of at least the smallest class.
+func TestTopClass(t *testing.T) {
+	for _, c := range []struct{ window, want int }{{1, 16 << 10}, {64 << 10, 16 << 10}, {1 << 20, 256 << 10}, {16 << 20, MaxData}, {1 << 30, MaxData}} {
+		if got := chunkSizes[topClass(c.window)]; got != c.want {
+			t.Errorf("window %d: chunks up to %d, want %d", c.window, got, c.want)
+		}
+	}
+}
