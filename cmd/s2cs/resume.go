@@ -18,7 +18,7 @@ type resumeOptions struct {
 }
 
 func (o *resumeOptions) register(fs *flag.FlagSet) {
-	fs.DurationVar(&o.window, "resume_window", gateway.DefaultResumeWindow, "how long an application connection over framed WAN legs (both gateways of this release, tls or quic) waits, parked, for a new leg when its leg is lost, its applications seeing a pause, before both are reset; a request's resume_window_s overrides it; whole seconds, 0: connections do not wait (a lost leg resets them)")
+	fs.DurationVar(&o.window, "resume_window", gateway.DefaultResumeWindow, "how long an application connection over framed WAN legs (both gateways of this release, tls or quic) waits, parked, for a new leg when its leg is lost, its applications seeing a pause, before both are reset; a request's resume_window_s overrides it; whole seconds, 0: connections do not wait (a lost leg resets them) and their legs carry no frames, at the plain relay's cost")
 	fs.DurationVar(&o.windowMax, "resume_window_max", gateway.DefaultResumeWindowMax, "the longest resume_window_s a request may ask for; whole seconds, at most 24h, 0 to let no connection wait")
 	fs.StringVar(&o.connBuffer, "resume_conn_buffer", bytesize.Format(gateway.DefaultResumeConnBuffer), "what each direction of a framed connection keeps at each gateway: sent and not yet acknowledged by the peer (to resend on a new leg), or received and not yet taken by the application; past it the application is not read; at least the path's bandwidth-delay product, 64KiB to 1GiB")
 	fs.StringVar(&o.buffer, "resume_buffer", bytesize.Format(gateway.DefaultResumeBuffer), "what every framed connection of the gateway keeps together (the bound of the gateway's memory for them); a connection past it waits; at least --resume_conn_buffer")
