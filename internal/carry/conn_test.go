@@ -409,21 +409,24 @@ func TestSilentLeg(t *testing.T) {
 // window both applications are reset. Without the acceptor's own bound
 // the consumer would wait for ever on a path that is gone.
 func TestIdleLegKeptAlive(t *testing.T) {
-	cfg := Config{ResumeWindow: 300 * time.Millisecond, LegTimeout: 400 * time.Millisecond, KeepAlive: 100 * time.Millisecond}
+	// Margins a starved machine keeps: the acceptor's bound (1.75 s)
+	// is seven pings (250 ms apart) long.
+	cfg := Config{ResumeWindow: 300 * time.Millisecond, LegTimeout: 1500 * time.Millisecond, KeepAlive: 250 * time.Millisecond}
 	r, freeze, accepted := freezableRig(t, cfg)
 	r.prodApp.Write([]byte("before"))
 	if _, err := io.ReadFull(r.consApp, make([]byte, 6)); err != nil {
 		t.Fatal(err)
 	}
 	<-accepted
-	// Idle for twenty KeepAlives (and four times the acceptor's bound):
-	// neither side parks (a parked side ends within its window, 300 ms).
+	// Idle for sixteen KeepAlives (more than twice the acceptor's
+	// bound): neither side parks (a parked side ends within its window,
+	// 300 ms).
 	select {
 	case err := <-r.dialErr:
 		t.Fatalf("the dialer ended on an idle leg of a live path: %v", err)
 	case err := <-r.accErr:
 		t.Fatalf("the acceptor ended on an idle leg of a live path: %v", err)
-	case <-time.After(20 * cfg.KeepAlive):
+	case <-time.After(16 * cfg.KeepAlive):
 	}
 	for _, c := range []*Conn{r.dial, r.acc} {
 		if p, _ := c.Parked(); p || c.Stats().Parked != 0 {

@@ -242,7 +242,7 @@ func (w *Watch) peerEnded(log *slog.Logger, end wan.PeerEnd, err error) wan.Peer
 		log.Info("the peer gateway is stopping; it restores the stream when it starts again")
 	default:
 		w.peer.Store(peerDown)
-		w.st.PeerDown(log, "lost the peer gateway: its watch leg ended without a word (its process died or restarted, or the path broke); application connections through it are reset", err)
+		w.st.PeerDown(log, "lost the peer gateway: its watch leg ended without a word (its process died or restarted, or the path broke); application connections through it are reset, but those over resumable legs wait, parked, for a new leg within their resume window", err)
 		w.abortRelays()
 	}
 	return end
