@@ -811,9 +811,12 @@ func (c *Conn) livePeriod() time.Duration {
 func (c *Conn) checkLive(gen int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen != gen {
+		return // the timer of a leg before: installLocked armed another
+	}
 	c.liveTimer = nil
 	l := c.leg
-	if c.done || l == nil || c.gen != gen {
+	if c.done || l == nil {
 		return
 	}
 	silent := time.Since(c.heard)

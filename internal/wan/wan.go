@@ -291,7 +291,12 @@ func Dial(ctx context.Context, addr string, l *Leg) (net.Conn, error) {
 	var binding []byte
 	switch l.Transport {
 	case api.WANTLS:
-		tc, b, err := l.handshake(ctx, raw, tls.Client)
+		tc, b, err := l.handshake(ctx, raw, func(c net.Conn, cfg *tls.Config) *tls.Conn {
+			if l.Unframed {
+				cfg.NextProtos = []string{ALPNAnswers}
+			}
+			return tls.Client(c, cfg)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -449,11 +454,7 @@ func (l *Leg) admit(p *Preface, binding []byte, watchOK, pooledOK bool) error {
 // sent a byte is marked ErrUnanswered.
 func (l *Leg) handshake(ctx context.Context, raw net.Conn, newTLS func(net.Conn, *tls.Config) *tls.Conn) (*Conn, []byte, error) {
 	ec := newLegConn(raw)
-	cfg := l.tlsConfig()
-	if l.Unframed {
-		cfg.NextProtos = []string{ALPNAnswers}
-	}
-	tc := newTLS(ec, cfg)
+	tc := newTLS(ec, l.tlsConfig())
 	if err := tc.HandshakeContext(ctx); err != nil {
 		err = unanswered(raw, err)
 		raw.Close()
