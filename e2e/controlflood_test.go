@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,14 +33,27 @@ func TestControlPortFlood(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// A connection the gateway resets over the address's share may be
+	// reset before its dial returns (its whole refusal can run first on
+	// a starved machine): it reached the gateway all the same.
 	deadline := time.Now().Add(time.Minute)
+	var lastErr error
+	reached := 0
 	for i := 0; i < n && time.Now().Before(deadline); i++ {
-		if c, err := d.Dial("tcp", p.cons.Addr); err == nil {
+		c, err := d.Dial("tcp", p.cons.Addr)
+		switch {
+		case err == nil:
 			held = append(held, c)
+			reached++
+		case errors.Is(err, syscall.ECONNRESET):
+			reached++
+		default:
+			lastErr = err
 		}
 	}
-	if len(held) < n/2 {
-		t.Fatalf("only %d of %d flood connections opened: the flood did not happen", len(held), n)
+	t.Logf("the flood: %d connections opened, %d more reset before their dial returned", len(held), reached-len(held))
+	if reached < n/2 {
+		t.Fatalf("only %d of %d flood connections reached the gateway: the flood did not happen (last failure: %v)", reached, n, lastErr)
 	}
 
 	c, err := p.cons.Client(p.tokens["alice"])
