@@ -356,7 +356,13 @@ func TestTestbedLinkDown(t *testing.T) {
 		waitfor.Must(t, 2*time.Minute, "the consumer to have its share before the outage", func() bool { return got.Load() >= o.at })
 		link("down")
 		down := time.Now()
-		time.Sleep(o.down) // the outage's length is the fault itself, not a wait for something
+		// The outage's length is the fault itself, not a wait for
+		// something to be ready.
+		select {
+		case <-time.After(o.down):
+		case <-ctx.Done():
+			t.Fatal("the test ran out of time during the outage")
+		}
 		link("up")
 		back := time.Now()
 		var first time.Time
