@@ -117,8 +117,9 @@ func kindIndex(kind string) int {
 }
 
 // Count records an abort of kind with its reason at time now.
+// The reason is kept before the count grows, so that whoever reads a
+// count (Fill) also reads the reason behind it.
 func (e *Counts) Count(kind string, reason error, now time.Time) {
-	e.byKind[kindIndex(kind)].Add(1)
 	msg := reason.Error()
 	if len(msg) > 300 {
 		msg = msg[:300] + "..."
@@ -129,6 +130,7 @@ func (e *Counts) Count(kind string, reason error, now time.Time) {
 	}
 	e.last[kind] = api.LastError{Reason: msg, Time: now}
 	e.mu.Unlock()
+	e.byKind[kindIndex(kind)].Add(1)
 }
 
 // Fill adds the counters to s.

@@ -169,6 +169,32 @@ func TestEndsCounters(t *testing.T) {
 	}
 }
 
+// TestCountThenReason: a reader that sees a count also sees the reason
+// behind it, however the two race (CI saw dial_failed counted 1 with no
+// reason on a status read between the two).
+func TestCountThenReason(t *testing.T) {
+	for round := 0; round < 200; round++ {
+		var e Counts
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.Count(api.EndDialFailed, errors.New("refused by policy"), time.Now())
+		}()
+		for seen := false; !seen; {
+			var s api.Stats
+			e.Fill(&s)
+			if s.AbortedByKind[api.EndDialFailed] == 0 {
+				continue
+			}
+			seen = true
+			if s.LastErrors[api.EndDialFailed].Reason != "refused by policy" {
+				t.Fatalf("round %d: counted %d with last %+v", round, s.AbortedByKind[api.EndDialFailed], s.LastErrors[api.EndDialFailed])
+			}
+		}
+		<-done
+	}
+}
+
 // TestOutage (issue 27, finding 4): answers and failures by turns are
 // one outage, its start and end said once, its turns counted as flaps; a
 // failure after recoverAfter of answers is a new outage.
