@@ -194,6 +194,9 @@ type Conn struct {
 	// tells the peer (Relay sends it).
 	resetReason string
 	stats       Stats
+	// handed, once Freeze handed the connection over, gets its state
+	// from Relay's end.
+	handed chan handedOut
 }
 
 // Stats are what a connection counts of its legs.
@@ -239,6 +242,16 @@ func New(cfg Config, dialer bool) *Conn {
 // Window is the window this side grants (Config.Window), for its open
 // or accepted frame.
 func (c *Conn) Window() uint32 { return uint32(c.cfg.Window) }
+
+// Room is the window this side grants now: Window less the bytes
+// received that its application has not taken. A join says it (a
+// connection handed over, or whose application reads slowly, may hold
+// a backlog when its leg comes back), and Resume counts from it.
+func (c *Conn) Room() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return uint32(max(c.cfg.Window-c.bl.n, 0))
+}
 
 // SetPeerWindow sets the window the peer granted, from its open frame
 // (acceptor), before Relay.
@@ -286,10 +299,26 @@ func (c *Conn) Done() bool {
 // dialer wrote its open frame on first before; the acceptor read it,
 // reached app and answered.
 func (c *Conn) Relay(app net.Conn, first net.Conn, counts Counts) error {
+	return c.relay(app, first, counts)
+}
+
+// relay is Relay, and RelayThawed with first nil.
+func (c *Conn) relay(app net.Conn, first net.Conn, counts Counts) error {
 	c.mu.Lock()
 	c.app = app
-	c.installLocked(first)
+	if first != nil {
+		c.installLocked(first)
+	} else {
+		c.parkLocked(ErrHandedOver)
+		if c.bl.n > 0 {
+			c.startAppWriterLocked(app, endpointOf(app), counts)
+		}
+	}
+	fin := first == nil && c.peerFin && !c.finDone && c.bl.n == 0
 	c.mu.Unlock()
+	if fin {
+		c.forwardFin(app) // the fin came before the hand-over, its bytes written
+	}
 	c.wg.Add(1)
 	go c.sendLoop(app, counts)
 	c.recvLoop(app, counts)
@@ -297,6 +326,18 @@ func (c *Conn) Relay(app net.Conn, first net.Conn, counts Counts) error {
 	c.mu.Lock()
 	err := c.err
 	c.stopTimersLocked()
+	if c.handed != nil {
+		// Handed over (Freeze): the application's connection goes on
+		// elsewhere; the leg ends without a word.
+		c.handOverLocked(app)
+		l := c.leg
+		c.mu.Unlock()
+		if l != nil {
+			l.c.Close()
+		}
+		app.Close() // the duplicate keeps the socket open
+		return ErrHandedOver
+	}
 	c.snd.release()
 	c.bl.release()
 	l := c.leg
@@ -478,6 +519,12 @@ func (c *Conn) lostLocked(l *leg, err error) {
 	l.lost = true
 	l.c.Close()
 	c.leg = nil
+	c.parkLocked(err)
+}
+
+// parkLocked makes the connection, without a leg, wait for one for its
+// resume window (err why it has none), or ends it. c.mu must be held.
+func (c *Conn) parkLocked(err error) {
 	if c.peerFin && c.finAcked {
 		// Nothing more comes from the peer, and it has all of this
 		// side's: what is left (the backlog to the application) needs
@@ -1007,6 +1054,13 @@ func (c *Conn) data(l *leg, h Header, app net.Conn, w endpoint, tw tryWriter, co
 		k, err := tw.TryWrite(ch.bytes())
 		if err != nil && err != sockio.ErrWouldBlock {
 			c.mu.Lock()
+			if c.handed != nil {
+				// Handed over under the write (Freeze's deadline):
+				// these bytes are acknowledged, and go with the state.
+				c.bl.push(ch)
+				c.mu.Unlock()
+				return ErrHandedOver
+			}
 			c.bl.put(ch)
 			c.mu.Unlock()
 			c.appFailed(err, "write")

@@ -121,10 +121,10 @@ func (r *rig) cut() {
 func (r *rig) resume() error {
 	d, a := r.newLeg()
 	dr, ar := r.dial.Received(), r.acc.Received()
-	if err := r.acc.Resume(a, dr, r.dial.Window(), nil); err != nil {
+	if err := r.acc.Resume(a, dr, r.dial.Room(), nil); err != nil {
 		return err
 	}
-	return r.dial.Resume(d, ar, r.acc.Window(), nil)
+	return r.dial.Resume(d, ar, r.acc.Room(), nil)
 }
 
 // send writes n random bytes to c in chunks, then half-closes; it

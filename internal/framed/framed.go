@@ -47,6 +47,9 @@ type Config struct {
 	LegTimeout time.Duration
 	// Log gets the connections' lines (the stream's logger).
 	Log *slog.Logger
+	// Live, if not nil, holds the connections while they run, for a
+	// hand-over to freeze them (handover.go).
+	Live *Live
 }
 
 // Hooks are what a connection tells its stream.
@@ -88,6 +91,7 @@ func Out(ctx context.Context, cfg Config, app, w net.Conn, secret []byte, dial f
 		rejoin(cfg, c, id, key, dial, h)
 	}
 	c = carry.New(cc, true)
+	defer cfg.Live.add(c, id, key)()
 	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 	if _, err := w.Write(carry.AppendOpen(nil, carry.Open{ID: id, Window: c.Window(), Stripes: 1})); err != nil {
 		relay.Abort(app)
@@ -183,7 +187,7 @@ func joinOnce(ctx context.Context, c *carry.Conn, id carry.ID, key [32]byte, dia
 		relay.Abort(nl)
 		return errUnframed
 	}
-	pos, window, err := join(nl, carry.Join{ID: id, Proof: wan.JoinProof(key, wan.BindingOf(nl), id), Window: c.Window()}, c.Received())
+	pos, window, err := join(nl, carry.Join{ID: id, Proof: wan.JoinProof(key, wan.BindingOf(nl), id), Window: c.Room()}, c.Received())
 	if err != nil {
 		relay.Abort(nl)
 		return err
@@ -326,6 +330,7 @@ func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.O
 		}
 		t.mu.Unlock()
 	}()
+	defer cfg.Live.add(c, o.ID, e.key)()
 	if _, err := w.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: c.Window()})); err != nil {
 		relay.Abort(app)
 		relay.Abort(w)

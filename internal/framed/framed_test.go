@@ -63,7 +63,10 @@ type conn struct {
 
 // open starts a connection over l: Out on the dialer's side, the table's
 // Open on the acceptor's; later legs that come are served as joins.
-func open(t *testing.T, l *legs, cfg Config) *conn {
+func open(t *testing.T, l *legs, cfg Config) *conn { return openLive(t, l, cfg, cfg) }
+
+// openLive is open with a configuration for each side.
+func openLive(t *testing.T, l *legs, ocfg, icfg Config) *conn {
 	t.Helper()
 	c := &conn{outErr: make(chan error, 1), inErr: make(chan error, 1), table: &Table{}}
 	prodApp, prodGW := tcpPair(t)
@@ -73,7 +76,7 @@ func open(t *testing.T, l *legs, cfg Config) *conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { c.outErr <- Out(context.Background(), cfg, prodGW, w, l.dial.Secret, l.dialLeg, Hooks{}) }()
+	go func() { c.outErr <- Out(context.Background(), ocfg, prodGW, w, l.dial.Secret, l.dialLeg, Hooks{}) }()
 	a := l.next(t)
 	if a.Err != nil {
 		t.Fatal(a.Err)
@@ -84,7 +87,7 @@ func open(t *testing.T, l *legs, cfg Config) *conn {
 	}
 	c.legs = append(c.legs, a.Conn)
 	go func() {
-		c.inErr <- c.table.Open(context.Background(), cfg, a.Conn, consGW, o, l.accept.Secret, Hooks{})
+		c.inErr <- c.table.Open(context.Background(), icfg, a.Conn, consGW, o, l.accept.Secret, Hooks{})
 	}()
 	return c
 }

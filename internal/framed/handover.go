@@ -1,0 +1,204 @@
+package framed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+
+	"scistream/internal/carry"
+	"scistream/internal/relay"
+)
+
+// The hand-over of a gateway's framed connections to a new process:
+// the old one freezes every connection it runs (Live.Freeze) and passes
+// on each one's record (Handed) with its application's socket; the new
+// one takes them back, the outbound side with OutHanded (it dials a
+// leg and joins, as after a lost one), the inbound side with
+// Table.Adopt (it holds the connection for the peer's join, and must do
+// so before it takes the stream's legs). The peer gateway notices only
+// a lost leg.
+
+// Live is the set of a gateway's framed connections that a hand-over
+// freezes: Out, Table.Open and the connections taken back add theirs
+// while they run (Config.Live). Its zero value is empty; its methods
+// may be called concurrently.
+type Live struct {
+	mu sync.Mutex // guards m
+	m  map[*carry.Conn]liveConn
+}
+
+type liveConn struct {
+	id  carry.ID
+	key [32]byte
+}
+
+// add keeps c (of id and resume key key) until the returned func.
+func (l *Live) add(c *carry.Conn, id carry.ID, key [32]byte) func() {
+	if l == nil {
+		return func() {}
+	}
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[*carry.Conn]liveConn{}
+	}
+	l.m[c] = liveConn{id: id, key: key}
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.m, c)
+		l.mu.Unlock()
+	}
+}
+
+// Len returns how many connections run.
+func (l *Live) Len() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
+}
+
+// Handed is one framed connection handed over: what the new process
+// needs, besides its application's socket, to go on with it.
+type Handed struct {
+	ID    carry.ID
+	Key   [32]byte // the resume key the connection's joins prove
+	State carry.State
+}
+
+// Freeze hands over every connection that runs: each one's Relay (in
+// Out, Table.Open, OutHanded, Table.Adopt) returns carry.ErrHandedOver,
+// and its record comes back with its application's socket (files[i]
+// for handed[i], which the caller passes on, then closes). A
+// connection that cannot be frozen (it ended meanwhile, its peer had
+// not answered it yet) goes on here; err says why each did not.
+func (l *Live) Freeze() (handed []Handed, files []*os.File, err error) {
+	l.mu.Lock()
+	conns := make(map[*carry.Conn]liveConn, len(l.m))
+	for c, lc := range l.m {
+		conns[c] = lc
+	}
+	l.mu.Unlock()
+	var errs []error
+	for c, lc := range conns {
+		st, f, ferr := c.Freeze()
+		if ferr != nil {
+			errs = append(errs, fmt.Errorf("connection %s: %w", lc.id, ferr))
+			continue
+		}
+		handed = append(handed, Handed{ID: lc.id, Key: lc.key, State: *st})
+		files = append(files, f)
+	}
+	return handed, files, errors.Join(errs...)
+}
+
+// MarshalBinary encodes h: its ID, its key, then its state's encoding.
+func (h *Handed) MarshalBinary() ([]byte, error) {
+	st, err := h.State.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(h.ID)+len(h.Key)+len(st))
+	b = append(b, h.ID[:]...)
+	b = append(b, h.Key[:]...)
+	return append(b, st...), nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary encoded, refusing anything
+// else (carry.State.UnmarshalBinary).
+func (h *Handed) UnmarshalBinary(b []byte) error {
+	if len(b) < len(h.ID)+len(h.Key) {
+		return fmt.Errorf("%w: a handed-over connection's record of %d bytes", carry.ErrFrame, len(b))
+	}
+	var d Handed
+	copy(d.ID[:], b)
+	copy(d.Key[:], b[len(d.ID):])
+	if err := d.State.UnmarshalBinary(b[len(d.ID)+len(d.Key):]); err != nil {
+		return err
+	}
+	*h = d
+	return nil
+}
+
+// OutHanded goes on with hd, a connection of an outbound stream that
+// another process handed over, on app (its application's socket): it
+// dials a leg (dial) and joins it, as Out does after a lost leg, and
+// relays until the connection ends or ctx does. Its error is Out's.
+func OutHanded(ctx context.Context, cfg Config, app net.Conn, hd Handed, dial func(ctx context.Context) (net.Conn, error), h Hooks) error {
+	if !hd.State.Dialer {
+		relay.Abort(app)
+		return fmt.Errorf("connection %s was handed over by an inbound stream's gateway, not an outbound one", hd.ID)
+	}
+	cc := cfg.carry(true, h)
+	var c *carry.Conn
+	cc.OnLost = func(err error) {
+		if h.Lost != nil && !errors.Is(err, carry.ErrHandedOver) {
+			h.Lost(err)
+		}
+		rejoin(cfg, c, hd.ID, hd.Key, dial, h)
+	}
+	c, err := carry.Thaw(cc, &hd.State)
+	if err != nil {
+		relay.Abort(app)
+		return fmt.Errorf("connection %s handed over: %w", hd.ID, err)
+	}
+	defer cfg.Live.add(c, hd.ID, hd.Key)()
+	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
+	return c.RelayThawed(app, h.Counts)
+}
+
+// Adopt takes back hd, a connection of an inbound stream that another
+// process handed over, whose application's socket is app: once it
+// returns, a leg that joins the connection finds it (Join), so the
+// caller adopts every connection of a stream before it takes the
+// stream's legs. run relays until the connection ends or ctx does; its
+// error is Open's. Adopt fails (and app is reset) if the record is an
+// outbound stream's, or its ID is in use.
+func (t *Table) Adopt(cfg Config, app net.Conn, hd Handed, h Hooks) (run func(ctx context.Context) error, err error) {
+	if hd.State.Dialer {
+		relay.Abort(app)
+		return nil, fmt.Errorf("connection %s was handed over by an outbound stream's gateway, not an inbound one", hd.ID)
+	}
+	cc := cfg.carry(false, h)
+	cc.OnLost = func(err error) {
+		if h.Lost != nil && !errors.Is(err, carry.ErrHandedOver) {
+			h.Lost(err) // (its legs were the process before's)
+		}
+	}
+	c, err := carry.Thaw(cc, &hd.State)
+	if err != nil {
+		relay.Abort(app)
+		return nil, fmt.Errorf("connection %s handed over: %w", hd.ID, err)
+	}
+	e := &entry{c: c, key: hd.Key, h: h}
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[carry.ID]*entry{}
+	}
+	dup := t.m[hd.ID] != nil
+	if !dup {
+		t.m[hd.ID] = e
+	}
+	t.mu.Unlock()
+	if dup {
+		relay.Abort(app)
+		return nil, fmt.Errorf("connection %s handed over: an ID in use", hd.ID)
+	}
+	return func(ctx context.Context) error {
+		defer func() {
+			t.mu.Lock()
+			if t.m[hd.ID] == e {
+				delete(t.m, hd.ID)
+			}
+			t.mu.Unlock()
+		}()
+		defer cfg.Live.add(c, hd.ID, hd.Key)()
+		defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
+		return c.RelayThawed(app, h.Counts)
+	}, nil
+}
