@@ -26,7 +26,7 @@ var layers = [][]string{
 	{"internal/api", "internal/version", "internal/secretfile", "internal/trustfile", "internal/bytesize", "internal/pace",
 		"internal/ports", "internal/fileplan", "internal/proxyproto", "internal/sockio", "internal/udpsock",
 		"internal/egress", "internal/auth", "internal/certs", "internal/store", "internal/idp",
-		"internal/waitfor", "internal/loopback", "internal/metricstest", "internal/leakcheck"},
+		"internal/waitfor", "internal/loopback", "internal/metricstest", "internal/leakcheck", "internal/handoff"},
 	// The data-plane engines, the positioned frames of resumable legs
 	// and the rates a stream carried.
 	{"internal/sockmap", "internal/relay", "internal/rates", "internal/carry"},
