@@ -307,29 +307,14 @@ func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.O
 	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 	c.SetPeerWindow(o.Window)
 	e := &entry{c: c, key: wan.ResumeKey(secret, wan.BindingOf(w), o.ID), h: h}
-	t.mu.Lock()
-	if t.m == nil {
-		t.m = map[carry.ID]*entry{}
-	}
-	dup := t.m[o.ID] != nil
-	if !dup {
-		t.m[o.ID] = e
-	}
-	t.mu.Unlock()
-	if dup {
+	if !t.put(o.ID, e) {
 		// An ID the dialer chose at random twice, or a replay: the
 		// connection it names is another's.
 		relay.Abort(app)
 		Refuse(w, "a connection of this ID exists already")
 		return &relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("%w: an open of an ID in use", carry.ErrFrame)}
 	}
-	defer func() {
-		t.mu.Lock()
-		if t.m[o.ID] == e {
-			delete(t.m, o.ID)
-		}
-		t.mu.Unlock()
-	}()
+	defer t.drop(o.ID, e)
 	defer cfg.Live.add(c, o.ID, e.key)()
 	if _, err := w.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: c.Window()})); err != nil {
 		relay.Abort(app)
@@ -340,6 +325,29 @@ func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.O
 		h.Accepted()
 	}
 	return c.Relay(app, w, h.Counts)
+}
+
+// put keeps e as the connection of id, unless the table has one.
+func (t *Table) put(id carry.ID, e *entry) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[carry.ID]*entry{}
+	}
+	if t.m[id] != nil {
+		return false
+	}
+	t.m[id] = e
+	return true
+}
+
+// drop forgets e, the connection of id (ended).
+func (t *Table) drop(id carry.ID, e *entry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[id] == e {
+		delete(t.m, id)
+	}
 }
 
 // Join gives the connection j names leg w (its first frame, of header

@@ -156,7 +156,8 @@ func OutHanded(ctx context.Context, cfg Config, app net.Conn, hd Handed, dial fu
 // process handed over, whose application's socket is app: once it
 // returns, a leg that joins the connection finds it (Join), so the
 // caller adopts every connection of a stream before it takes the
-// stream's legs. run relays until the connection ends or ctx does; its
+// stream's legs. run (call it once: until then the table holds the
+// connection, parked) relays until the connection ends or ctx does; its
 // error is Open's. Adopt fails (and app is reset) if the record is an
 // outbound stream's, or its ID is in use.
 func (t *Table) Adopt(cfg Config, app net.Conn, hd Handed, h Hooks) (run func(ctx context.Context) error, err error) {
@@ -176,27 +177,12 @@ func (t *Table) Adopt(cfg Config, app net.Conn, hd Handed, h Hooks) (run func(ct
 		return nil, fmt.Errorf("connection %s handed over: %w", hd.ID, err)
 	}
 	e := &entry{c: c, key: hd.Key, h: h}
-	t.mu.Lock()
-	if t.m == nil {
-		t.m = map[carry.ID]*entry{}
-	}
-	dup := t.m[hd.ID] != nil
-	if !dup {
-		t.m[hd.ID] = e
-	}
-	t.mu.Unlock()
-	if dup {
+	if !t.put(hd.ID, e) {
 		relay.Abort(app)
 		return nil, fmt.Errorf("connection %s handed over: an ID in use", hd.ID)
 	}
 	return func(ctx context.Context) error {
-		defer func() {
-			t.mu.Lock()
-			if t.m[hd.ID] == e {
-				delete(t.m, hd.ID)
-			}
-			t.mu.Unlock()
-		}()
+		defer t.drop(hd.ID, e)
 		defer cfg.Live.add(c, hd.ID, hd.Key)()
 		defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 		return c.RelayThawed(app, h.Counts)
