@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"scistream/internal/auth"
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if len(args) > 0 && args[0] == "completion" {
 		return completion(args[1:], stdout)
 	}
+	given := args                      // a live upgrade starts the new binary with them (upgrade.go)
+	exe, exeErr := os.Executable()     // the path it started from, before a new binary replaces it there
 	args, l12 := translate12(args)     // a SciStream 1.2 command line (legacy12.go)
 	o, err := parseFlags(args, stdout) // --help is asked for: it goes to stdout, to be paged or grepped
 	if err != nil {
@@ -109,6 +112,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.ops.configFile != "" {
 		log.Info("configuration file", "path", o.ops.configFile, "keys", len(o.ops.fromFile))
 	}
+	succ, err := takingOver(log) // started by a live upgrade (upgrade.go)
+	if err != nil {
+		return err
+	}
 	if ip := net.ParseIP(cfg.BindIP); ip != nil && ip.IsUnspecified() {
 		log.Warn("--bind " + cfg.BindIP + " binds the control API and every data listener on all interfaces: applications and peers reach them on any address this host has; prefer one address")
 	}
@@ -137,6 +144,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if cfg.Sockmap != nil {
 		defer cfg.Sockmap.Close()
 	}
+	var srvp atomic.Pointer[gateway.Server]
+	if succ != nil {
+		// Everything that could fail without the old process's ports
+		// and store has been checked: it may stop now, and hand over.
+		if cfg.Handed, err = succ.take(); err != nil {
+			return err
+		}
+		confirmed := succ.confirm(func() bool { s := srvp.Load(); return s != nil && s.Ready() })
+		defer func() { confirmed(err) }()
+	}
 	if cfg.Store, err = openStore(storeCfg, o.stateDir, log, stdout); err != nil {
 		return err
 	}
@@ -154,8 +171,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return flagError(err)
 	}
 	rl.srv = srv
+	srvp.Store(srv)
 	stopReload := rl.watchReload(ctx) // SIGHUP: tokens, roles and identity providers read again (reload.go)
 	defer stopReload()
+	if exeErr != nil {
+		log.Warn("SIGUSR2 (a live upgrade) is refused: the binary's path is unknown", "err", exeErr)
+	} else {
+		up := &upgrader{exe: exe, args: given, log: log, srv: srv, quit: quit}
+		stopUpgrades := up.watch(ctx) // SIGUSR2: a live upgrade (upgrade.go)
+		defer stopUpgrades()
+	}
 	l12.report(log)
 	if err := o.legacy.serve(srv, log); err != nil {
 		srv.Shutdown(context.Background())

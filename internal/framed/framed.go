@@ -48,8 +48,10 @@ type Config struct {
 	// Log gets the connections' lines (the stream's logger).
 	Log *slog.Logger
 	// Live, if not nil, holds the connections while they run, for a
-	// hand-over to freeze them (handover.go).
+	// hand-over to freeze them (handover.go), each with Tag (what its
+	// stream needs to take it back: its channel).
 	Live *Live
+	Tag  uint32
 }
 
 // Hooks are what a connection tells its stream.
@@ -91,7 +93,7 @@ func Out(ctx context.Context, cfg Config, app, w net.Conn, secret []byte, dial f
 		rejoin(cfg, c, id, key, dial, h)
 	}
 	c = carry.New(cc, true)
-	defer cfg.Live.add(c, id, key)()
+	defer cfg.Live.add(c, id, key, cfg.Tag)()
 	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 	if _, err := w.Write(carry.AppendOpen(nil, carry.Open{ID: id, Window: c.Window(), Stripes: 1})); err != nil {
 		relay.Abort(app)
@@ -315,7 +317,7 @@ func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.O
 		return &relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("%w: an open of an ID in use", carry.ErrFrame)}
 	}
 	defer t.drop(o.ID, e)
-	defer cfg.Live.add(c, o.ID, e.key)()
+	defer cfg.Live.add(c, o.ID, e.key, cfg.Tag)()
 	if _, err := w.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: c.Window()})); err != nil {
 		relay.Abort(app)
 		relay.Abort(w)

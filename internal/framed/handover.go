@@ -2,6 +2,7 @@ package framed
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -33,10 +34,11 @@ type Live struct {
 type liveConn struct {
 	id  carry.ID
 	key [32]byte
+	tag uint32
 }
 
-// add keeps c (of id and resume key key) until the returned func.
-func (l *Live) add(c *carry.Conn, id carry.ID, key [32]byte) func() {
+// add keeps c (of id, resume key key and tag) until the returned func.
+func (l *Live) add(c *carry.Conn, id carry.ID, key [32]byte, tag uint32) func() {
 	if l == nil {
 		return func() {}
 	}
@@ -44,7 +46,7 @@ func (l *Live) add(c *carry.Conn, id carry.ID, key [32]byte) func() {
 	if l.m == nil {
 		l.m = map[*carry.Conn]liveConn{}
 	}
-	l.m[c] = liveConn{id: id, key: key}
+	l.m[c] = liveConn{id: id, key: key, tag: tag}
 	l.mu.Unlock()
 	return func() {
 		l.mu.Lock()
@@ -68,6 +70,7 @@ func (l *Live) Len() int {
 type Handed struct {
 	ID    carry.ID
 	Key   [32]byte // the resume key the connection's joins prove
+	Tag   uint32   // Config.Tag of the connection
 	State carry.State
 }
 
@@ -91,34 +94,40 @@ func (l *Live) Freeze() (handed []Handed, files []*os.File, err error) {
 			errs = append(errs, fmt.Errorf("connection %s: %w", lc.id, ferr))
 			continue
 		}
-		handed = append(handed, Handed{ID: lc.id, Key: lc.key, State: *st})
+		handed = append(handed, Handed{ID: lc.id, Key: lc.key, Tag: lc.tag, State: *st})
 		files = append(files, f)
 	}
 	return handed, files, errors.Join(errs...)
 }
 
-// MarshalBinary encodes h: its ID, its key, then its state's encoding.
+// MarshalBinary encodes h: its ID, its key, its tag, then its state's
+// encoding.
 func (h *Handed) MarshalBinary() ([]byte, error) {
 	st, err := h.State.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(h.ID)+len(h.Key)+len(st))
+	b := make([]byte, 0, handedFixed+len(st))
 	b = append(b, h.ID[:]...)
 	b = append(b, h.Key[:]...)
+	b = binary.BigEndian.AppendUint32(b, h.Tag)
 	return append(b, st...), nil
 }
+
+// handedFixed is the length of a Handed's encoding before its state.
+const handedFixed = len(carry.ID{}) + 32 + 4
 
 // UnmarshalBinary decodes what MarshalBinary encoded, refusing anything
 // else (carry.State.UnmarshalBinary).
 func (h *Handed) UnmarshalBinary(b []byte) error {
-	if len(b) < len(h.ID)+len(h.Key) {
+	if len(b) < handedFixed {
 		return fmt.Errorf("%w: a handed-over connection's record of %d bytes", carry.ErrFrame, len(b))
 	}
 	var d Handed
 	copy(d.ID[:], b)
 	copy(d.Key[:], b[len(d.ID):])
-	if err := d.State.UnmarshalBinary(b[len(d.ID)+len(d.Key):]); err != nil {
+	d.Tag = binary.BigEndian.Uint32(b[len(d.ID)+len(d.Key):])
+	if err := d.State.UnmarshalBinary(b[handedFixed:]); err != nil {
 		return err
 	}
 	*h = d
@@ -147,7 +156,7 @@ func OutHanded(ctx context.Context, cfg Config, app net.Conn, hd Handed, dial fu
 		relay.Abort(app)
 		return fmt.Errorf("connection %s handed over: %w", hd.ID, err)
 	}
-	defer cfg.Live.add(c, hd.ID, hd.Key)()
+	defer cfg.Live.add(c, hd.ID, hd.Key, hd.Tag)()
 	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 	return c.RelayThawed(app, h.Counts)
 }
@@ -183,7 +192,7 @@ func (t *Table) Adopt(cfg Config, app net.Conn, hd Handed, h Hooks) (run func(ct
 	}
 	return func(ctx context.Context) error {
 		defer t.drop(hd.ID, e)
-		defer cfg.Live.add(c, hd.ID, hd.Key)()
+		defer cfg.Live.add(c, hd.ID, hd.Key, hd.Tag)()
 		defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 		return c.RelayThawed(app, h.Counts)
 	}, nil

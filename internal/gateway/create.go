@@ -131,6 +131,7 @@ func (s *Server) restore() error {
 			st.Stop()
 			return nil // shutting down
 		}
+		s.adoptHanded(st) // before it accepts: a peer's join finds its connections
 		st.Start()
 		s.log.Info("stream restored", "uid", rec.UID, "role", rec.Role, "state", rec.State, "listeners", st.ListenerAddrs(), "rate", rateText(rec.Rate), "expires", rec.Expires)
 	}

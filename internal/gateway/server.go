@@ -53,6 +53,7 @@ import (
 	"scistream/internal/egress"
 	"scistream/internal/facility"
 	"scistream/internal/fileplan"
+	"scistream/internal/handoff"
 	"scistream/internal/framed"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
@@ -79,6 +80,8 @@ type Server struct {
 	cport   *controlport.Gate            // the control port's connections (Config.Control)
 	self    *egress.Self                 // the endpoints no stream may make the gateway dial
 	files   fileplan.Plan                // the plan of open files, as Config.Files gave it
+	handed  []handoff.Item               // Config.Handed, until restore gave them back (handover.go)
+	adopted int                          // how many of them a stream took
 	admit   admission.Policy             // what a stream may hold (Config.Capacity, Config.Quota)
 	access  atomic.Pointer[accessConfig] // who may call: Config.Auth and Roles, or SetAccess's
 	intake  *intake.Checker              // a request turned into a record
@@ -157,6 +160,7 @@ func New(cfg Config) (*Server, error) {
 		cport:   controlport.NewGate(cfg.Control, cfg.Logger),
 		self:    self,
 		files:   files,
+		handed:  cfg.Handed,
 		admit:   admission.Policy{Capacity: cfg.Capacity, Quota: cfg.Quota},
 		env: &stream.Env{
 			Log:       cfg.Logger,
@@ -253,7 +257,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.fac != nil {
 		restore = s.joinFacility
 	}
-	if err := restore(); err != nil {
+	err := restore()
+	s.closeUnadopted()
+	if err != nil {
 		ln.Close()
 		s.Shutdown(context.Background())
 		return err

@@ -79,6 +79,7 @@ func (st *Stream) framedConfig(rec *store.Record, log *slog.Logger) framed.Confi
 	cfg := st.env.Resume
 	cfg.ResumeWindow = st.env.ResumeWindowFor(rec)
 	cfg.Log = log
+	cfg.Live = &st.live
 	return cfg
 }
 
@@ -117,6 +118,9 @@ func (st *Stream) framedEnded(log *slog.Logger, err error, parked *atomic.Bool) 
 	if parked.CompareAndSwap(true, false) {
 		st.resume.parked.Add(-1)
 	}
+	if errors.Is(err, carry.ErrHandedOver) {
+		return // it goes on in the process that took it (handover.go)
+	}
 	if errors.Is(err, carry.ErrResumeWindow) {
 		st.resume.expired.Add(1)
 	}
@@ -135,6 +139,7 @@ func (st *Stream) relayFramedOut(log *slog.Logger, app, w net.Conn, ch int, leg 
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
 	cfg := st.framedConfig(rec, log)
+	cfg.Tag = uint32(ch)
 	if cfg.ResumeWindow > 0 {
 		st.spareOnLoss(app, w)
 	}
@@ -146,15 +151,21 @@ func (st *Stream) relayFramedOut(log *slog.Logger, app, w net.Conn, ch int, leg 
 	if rtt, ok := wan.RTTOf(w); ok {
 		again.ConnectTimeout = connectTimeout(rtt)
 	}
-	dial := func(ctx context.Context) (net.Conn, error) {
+	err := framed.Out(ctx, cfg, app, w, rec.Secret, st.rejoinDial(rec, ch, &again), st.framedHooks(ctx, log, &parked))
+	st.framedEnded(log, err, &parked)
+}
+
+// rejoinDial returns the dial of a new leg of channel ch for a parked
+// connection: to the peer's listener of ch (or the address it answered
+// from), as leg.
+func (st *Stream) rejoinDial(rec *store.Record, ch int, leg *wan.Leg) func(ctx context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) {
 		target := rec.Targets[ch%len(rec.Targets)]
 		if p := st.peerAt[ch].Load(); p != nil {
 			target = *p
 		}
-		return st.dialWANOnce(ctx, target, &again)
+		return st.dialWANOnce(ctx, target, leg)
 	}
-	err := framed.Out(ctx, cfg, app, w, rec.Secret, dial, st.framedHooks(ctx, log, &parked))
-	st.framedEnded(log, err, &parked)
 }
 
 // serveFramedIn serves w, a framed leg of channel ch of an inbound stream
@@ -211,6 +222,7 @@ func (st *Stream) serveFramedIn(log *slog.Logger, from net.Addr, ch int, w net.C
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
 	cfg := st.framedConfig(rec, log)
+	cfg.Tag = uint32(ch)
 	if cfg.ResumeWindow > 0 {
 		st.spareOnLoss(app, w)
 	}

@@ -209,6 +209,7 @@ type Stream struct {
 	Rates   *rates.Tracker // sampled rates (internal/rates)
 
 	framed framed.Table // an inbound stream's framed connections, for their joins (framed.go)
+	live   framed.Live  // its framed connections that run, for a hand-over (handover.go)
 	resume resumeStats  // what its framed connections' legs did (framed.go)
 }
 

@@ -23,6 +23,7 @@ import (
 	"scistream/internal/controlport"
 	"scistream/internal/egress"
 	"scistream/internal/fileplan"
+	"scistream/internal/handoff"
 	"scistream/internal/intake"
 	"scistream/internal/legpool"
 	"scistream/internal/observe"
@@ -68,6 +69,12 @@ type Config struct {
 	Roles *auth.Policy
 	// Store persists stream records. Required. Shutdown closes it.
 	Store store.Store
+	// Handed are the connections the process before handed over in a
+	// live upgrade (Server.HandOver; kind handoff.KindConn): the
+	// streams restored take theirs back before they accept anything,
+	// and Serve closes the files of the rest (their applications are
+	// reset). nil: none.
+	Handed []handoff.Item
 	// Engine is the default data-plane engine, one of relay.Names. If
 	// empty, "splice".
 	Engine string

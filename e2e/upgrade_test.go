@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"scistream/internal/localgw"
+	"scistream/internal/waitfor"
+)
+
+// A live upgrade (issue 37): kill -USR2 makes s2cs start its binary
+// again and hand it every framed connection; the applications see a
+// pause, never a reset.
+
+// handedTo waits until g's log says it handed the gateway over, and
+// returns the new process's PID, which the test then stops itself (it
+// is not localgw's child).
+func handedTo(t *testing.T, g *localgw.Gateway, nth int) int {
+	t.Helper()
+	re := regexp.MustCompile(`live upgrade: the gateway is handed over to the new s2cs; this process exits.* pid=(\d+)`)
+	var pid int
+	eventually(t, time.Minute, "the gateway to say it handed over", func() bool {
+		m := re.FindAllStringSubmatch(g.Log(), -1)
+		if len(m) < nth {
+			return false
+		}
+		pid, _ = strconv.Atoi(m[nth-1][1])
+		return pid > 0
+	})
+	t.Cleanup(func() { stopPID(t, pid) })
+	return pid
+}
+
+// stopPID stops the process pid (SIGTERM, then SIGKILL) and waits until
+// it is gone.
+func stopPID(t *testing.T, pid int) {
+	if syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return // gone already
+	}
+	gone := func() bool { return syscall.Kill(pid, 0) != nil || isZombie(pid) }
+	if !waitfor.Cond(10*time.Second, gone) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		waitfor.Cond(10*time.Second, gone)
+	}
+}
+
+// isZombie reports whether pid has exited and waits to be reaped.
+func isZombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+// TestUpgradeDuringTransfer: kill -USR2 on the outbound gateway, then on
+// the inbound one, during a paced 200 MB transfer: both processes are
+// replaced (new PIDs, their control APIs answer), the transfer arrives
+// byte-exact, neither application sees a reset, and neither gateway
+// counts an aborted connection.
+func TestUpgradeDuringTransfer(t *testing.T) {
+	p := newResumePair(t, "--port", "5000") // a fixed control port: the new process serves it again
+	app := newTimedSink(t, p.l.hostIP)
+	in, out := p.wire(t, app.port(), 400e6) // 50 MB/s: 4 s for 200 MB
+	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const total = 200 << 20
+	var sum [32]byte
+	var sendErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		h := sha256.New()
+		sendErr = writeRandom(io.MultiWriter(h, conn), total, 41)
+		copy(sum[:], h.Sum(nil))
+		if sendErr == nil {
+			sendErr = conn.CloseWrite()
+		}
+	}()
+	pids := map[string][2]int{}
+	for i, g := range []*localgw.Gateway{p.prod, p.cons} {
+		at := int64(i+1) * total / 3
+		eventually(t, time.Minute, "the consumer to have more", func() bool { return app.n.Load() >= at })
+		old := g.PID()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		pids[[]string{"outbound", "inbound"}[i]] = [2]int{old, handedTo(t, g, 1)}
+		// The connection itself went over, not only the stream.
+		eventually(t, time.Minute, "the new process to take the connection back", func() bool {
+			return strings.Contains(g.Log(), `msg="live upgrade: connections handed over taken back" taken=1 of=1`)
+		})
+	}
+	wg.Wait()
+	r := <-app.done
+	if sendErr != nil {
+		t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", sendErr, r.n)
+	}
+	if r.err != nil || r.n != total || r.sum != sum {
+		t.Fatalf("the consumer got %d bytes of %d (%v), digest match %v", r.n, total, r.err, r.sum == sum)
+	}
+	t.Logf("processes replaced (old, new): %v; the consumer's largest pause: %v", pids, r.maxGap.Round(time.Millisecond))
+	for side, c := range map[string]struct {
+		get func() (int64, error)
+	}{
+		"outbound": {func() (int64, error) { s, err := p.out.Get(context.Background(), out.UID); return s.Stats.AbortedConns, err }},
+		"inbound":  {func() (int64, error) { s, err := p.in.Get(context.Background(), in.UID); return s.Stats.AbortedConns, err }},
+	} {
+		n, err := c.get()
+		if err != nil {
+			t.Fatalf("the %s gateway's new process: %v", side, err)
+		}
+		if n != 0 {
+			t.Errorf("the %s gateway's new process counts %d aborted connections", side, n)
+		}
+	}
+}
+
+// TestUpgradeRollback: a new binary that exits at once (a broken
+// build) leaves the old process serving: it says why, its PID stays,
+// its control API and its stream's listener still answer.
+func TestUpgradeRollback(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "s2cs")
+	b, err := os.ReadFile(bins.s2cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g, err := localgw.Start(context.Background(), localgw.Options{S2CS: exe, ListenerIP: "127.0.0.1", StateDir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	// The "upgrade": a binary that fails before it serves.
+	os.Remove(exe)
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\necho broken build >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(g.PID(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the gateway to say the upgrade was refused", func() bool {
+		return strings.Contains(g.Log(), "live upgrade refused: the new s2cs did not start (rollback: this process keeps serving)")
+	})
+	select {
+	case <-g.Done():
+		t.Fatalf("the gateway exited after a failed upgrade:\n%s", lastLines(g.Log(), 20))
+	default:
+	}
+	c, err := g.Client("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Info(context.Background()); err != nil {
+		t.Fatalf("the control API after the rollback: %v", err)
+	}
+}
