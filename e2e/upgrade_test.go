@@ -120,8 +120,14 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 	for side, c := range map[string]struct {
 		get func() (int64, error)
 	}{
-		"outbound": {func() (int64, error) { s, err := p.out.Get(context.Background(), out.UID); return s.Stats.AbortedConns, err }},
-		"inbound":  {func() (int64, error) { s, err := p.in.Get(context.Background(), in.UID); return s.Stats.AbortedConns, err }},
+		"outbound": {func() (int64, error) {
+			s, err := p.out.Get(context.Background(), out.UID)
+			return s.Stats.AbortedConns, err
+		}},
+		"inbound": {func() (int64, error) {
+			s, err := p.in.Get(context.Background(), in.UID)
+			return s.Stats.AbortedConns, err
+		}},
 	} {
 		n, err := c.get()
 		if err != nil {
