@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -94,6 +95,34 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 			sendErr = conn.CloseWrite()
 		}
 	}()
+	// Connects to both control ports all along: with the listening
+	// sockets handed over, none is refused while neither process
+	// accepts. (Not to the stream's listener: each connect there would
+	// be a connection of the stream.)
+	probing, probed := make(chan struct{}), make(chan struct{})
+	var probes, refused atomic.Int64
+	go func() {
+		defer close(probed)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for range 20000 {
+			for _, a := range []string{p.prod.Addr, p.cons.Addr} {
+				c, err := dialFrom(p.l.hostIP, a)
+				probes.Add(1)
+				if err != nil {
+					refused.Add(1)
+					t.Logf("connect to %s during the upgrades: %v", a, err)
+					continue
+				}
+				c.Close()
+			}
+			select {
+			case <-probing:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	pids := map[string][2]int{}
 	for i, g := range []*localgw.Gateway{p.prod, p.cons} {
 		at := int64(i+1) * total / 3
@@ -103,13 +132,23 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 			t.Fatal(err)
 		}
 		pids[[]string{"outbound", "inbound"}[i]] = [2]int{old, handedTo(t, g, 1)}
-		// The connection itself went over, not only the stream.
+		// The connection itself went over, not only the stream, and the
+		// listening sockets with it (the control port's and the
+		// stream's).
 		eventually(t, time.Minute, "the new process to take the connection back", func() bool {
 			return strings.Contains(g.Log(), `msg="live upgrade: connections handed over taken back" taken=1 of=1`)
 		})
+		if !strings.Contains(g.Log(), `msg="live upgrade: connections frozen for the new process" connections=1 listeners=2`) {
+			t.Errorf("the %s gateway did not hand over its connection and its two listeners:\n%s", []string{"outbound", "inbound"}[i], lastLines(g.Log(), 30))
+		}
 	}
 	wg.Wait()
 	r := <-app.done
+	close(probing)
+	<-probed
+	if refused.Load() > 0 {
+		t.Errorf("%d of %d connects to the gateways' listeners failed during the upgrades", refused.Load(), probes.Load())
+	}
 	if sendErr != nil {
 		t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", sendErr, r.n)
 	}

@@ -27,6 +27,7 @@ import (
 	"scistream/internal/egress"
 	"scistream/internal/fileplan"
 	"scistream/internal/gateway"
+	"scistream/internal/handoff"
 	"scistream/internal/pace"
 	"scistream/internal/sockmap"
 	"scistream/internal/version"
@@ -145,20 +146,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		defer cfg.Sockmap.Close()
 	}
 	var srvp atomic.Pointer[gateway.Server]
+	// Every listening socket on a fixed port is bound through sockets,
+	// for a live upgrade to hand over (upgrade.go).
+	sockets := &handoff.Sockets{}
+	cfg.Sockets = sockets
 	if succ != nil {
 		// Everything that could fail without the old process's ports
 		// and store has been checked: it may stop now, and hand over.
-		if cfg.Handed, err = succ.take(); err != nil {
-			return err
+		items, terr := succ.take()
+		if terr != nil {
+			return terr
 		}
-		confirmed := succ.confirm(func() bool { s := srvp.Load(); return s != nil && s.Ready() })
+		var ierr error
+		if cfg.Handed, ierr = sockets.Inherit(items); ierr != nil {
+			log.Warn("live upgrade: some of the sockets handed over are not taken", "err", ierr)
+		}
+		confirmed := succ.confirm(func() bool { s := srvp.Load(); return s != nil && s.Ready() }, sockets)
 		defer func() { confirmed(err) }()
 	}
 	if cfg.Store, err = openStore(storeCfg, o.stateDir, log, stdout); err != nil {
 		return err
 	}
 	cfg.Logger = log
-	if cfg.Observe.MetricsListener, err = o.observe.listen(stdout); err != nil {
+	if cfg.Observe.MetricsListener, err = o.observe.listen(stdout, sockets); err != nil {
 		cfg.Store.Close()
 		return err
 	}
@@ -174,12 +184,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	srvp.Store(srv)
 	stopReload := rl.watchReload(ctx) // SIGHUP: tokens, roles and identity providers read again (reload.go)
 	defer stopReload()
+	// A live upgrade ends the serving without a stop: the service
+	// manager hears the new main process, not STOPPING=1.
+	serveCtx, handedOver := context.WithCancel(ctx)
+	defer handedOver()
+	up := &upgrader{exe: exe, args: given, log: log, srv: srv, done: handedOver}
 	if exeErr != nil {
 		log.Warn("SIGUSR2 (a live upgrade) is refused: the binary's path is unknown", "err", exeErr)
 	} else {
-		up := &upgrader{exe: exe, args: given, log: log, srv: srv, quit: quit}
-		stopUpgrades := up.watch(ctx) // SIGUSR2: a live upgrade (upgrade.go)
-		defer stopUpgrades()
+		defer up.watch(ctx)() // SIGUSR2: a live upgrade (upgrade.go); waits for one under way
 	}
 	l12.report(log)
 	if err := o.legacy.serve(srv, log); err != nil {
@@ -187,7 +200,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	reportFiles(srv.Files(), log, stdout)
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
+	ln, err := sockets.Listen("tcp", net.JoinHostPort(cfg.BindIP, strconv.Itoa(o.port)))
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("control API: %w", err)
@@ -207,7 +220,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if cfg.Capacity.Rate == 0 {
 		log.Info("no --capacity_rate: the rates streams ask for are granted and kept to, but not reserved against the link, and best-effort streams are not paced")
 	}
-	err = srv.Serve(ctx, ln)
+	err = srv.Serve(serveCtx, ln)
+	if e := up.wait(); e != nil && err == nil {
+		err = e // handed over and not confirmed: a failure, for Restart=on-failure
+	}
 	notified()
 	if cfg.Sockmap != nil {
 		s := cfg.Sockmap.Stats()

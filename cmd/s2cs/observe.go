@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"scistream/internal/handoff"
 	"scistream/internal/observe"
 )
 
@@ -70,11 +71,11 @@ func checkListen(hp string) error {
 
 // listen opens the plain metrics listener, if asked for, and says where
 // it is on stdout (the gateway warns when it is not on loopback).
-func (o *observeOptions) listen(stdout io.Writer) (net.Listener, error) {
+func (o *observeOptions) listen(stdout io.Writer, sockets *handoff.Sockets) (net.Listener, error) {
 	if o.metricsListen == "" {
 		return nil, nil
 	}
-	ln, err := net.Listen("tcp", o.metricsListen)
+	ln, err := sockets.Listen("tcp", o.metricsListen)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics_listen: %w", err)
 	}

@@ -46,10 +46,18 @@ type upgrader struct {
 	args []string // its arguments
 	log  *slog.Logger
 	srv  *gateway.Server
-	quit func() // ends the serving: handed over
+	done func() // ends the serving: the gateway was handed over
 
 	mu      sync.Mutex // one upgrade at a time
 	running sync.WaitGroup
+	failed  error // a hand-over the new process did not confirm
+}
+
+// wait waits for an upgrade under way, and returns why the gateway was
+// handed over and not taken, if it was.
+func (u *upgrader) wait() error {
+	u.running.Wait()
+	return u.failed
 }
 
 // watch runs an upgrade on each SIGUSR2 until ctx ends; the returned
@@ -129,7 +137,8 @@ func (u *upgrader) upgrade(ctx context.Context) {
 		// The gateway is stopped and its connections are the new
 		// process's: there is nothing left to roll back to here.
 		fail("live upgrade failed after the hand-over: the new s2cs did not confirm; this process stops (its streams' records stay, and the next start restores them)", err)
-		u.quit()
+		u.failed = fmt.Errorf("live upgrade: handed over, and the new process did not take over: %w", err)
+		u.done()
 		return
 	}
 	pid := cmd.Process.Pid
@@ -138,7 +147,7 @@ func (u *upgrader) upgrade(ctx context.Context) {
 	}
 	u.log.Info("live upgrade: the gateway is handed over to the new s2cs; this process exits", "pid", pid, "connections", len(items))
 	cmd.Process.Release()
-	u.quit()
+	u.done()
 }
 
 // start starts the new process with its end of a socketpair; exited
@@ -220,7 +229,8 @@ func (s *successor) take() ([]handoff.Item, error) {
 // confirm tells the old process, once ready reports true, that this one
 // serves, or, if stop ends first, why not (err, at the end of run).
 // Call the returned func with run's error once the gateway stopped.
-func (s *successor) confirm(ready func() bool) (done func(err error)) {
+// The sockets handed over that nothing took by then are closed.
+func (s *successor) confirm(ready func() bool, sockets *handoff.Sockets) (done func(err error)) {
 	served := make(chan error, 1)
 	finished := make(chan struct{})
 	go func() {
@@ -238,6 +248,9 @@ func (s *successor) confirm(ready func() bool) (done func(err error)) {
 				return
 			case <-tick.C:
 			}
+		}
+		if unused := sockets.CloseUnused(); len(unused) > 0 {
+			s.log.Info("live upgrade: sockets handed over and not used here, closed", "sockets", unused)
 		}
 		if err := handoff.Answer(s.c, nil); err != nil {
 			s.log.Warn("live upgrade: could not confirm to the old process", "err", err)

@@ -20,7 +20,8 @@ import (
 
 // HandOver freezes the framed connections of every stream, then shuts
 // the gateway down, keeping the records. It returns what the successor
-// takes (their files: close them once passed on); err says which
+// takes, the connections and the listening sockets of Config.Sockets
+// (their files: close them once passed on); err says which
 // connections could not be frozen (they end now, reset, as at a
 // restart) and how the shutdown went.
 func (s *Server) HandOver(ctx context.Context) ([]handoff.Item, error) {
@@ -42,7 +43,12 @@ func (s *Server) HandOver(ctx context.Context) ([]handoff.Item, error) {
 			items = append(items, handoff.Item{Kind: handoff.KindConn, Name: name, Record: b, File: files[i]})
 		}
 	}
-	s.log.Info("live upgrade: connections frozen for the new process", "connections", len(items))
+	conns := len(items)
+	// The listening sockets go too (Config.Sockets): what arrives while
+	// neither process accepts waits in their queues.
+	sockets := s.cfg.Sockets.Items()
+	items = append(items, sockets...)
+	s.log.Info("live upgrade: connections frozen for the new process", "connections", conns, "listeners", len(sockets))
 	if err := s.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}

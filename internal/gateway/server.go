@@ -148,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	alloc := ports.New(cfg.BindIP, cfg.PortRange)
+	alloc.SetSockets(cfg.Sockets)
 	self := cfg.OwnEndpoints()
 	strange := strangers.New(cfg.Strangers, cfg.Logger, cfg.Now())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -234,7 +235,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Unlock()
 
 	if s.cfg.WAN.Port != 0 {
-		wp, err := wanport.Open(s.cfg.BindIP, s.cfg.WAN, s.env, s.cfg.QUIC, s.byName)
+		wp, err := wanport.Open(s.cfg.BindIP, s.cfg.WAN, s.env, s.cfg.QUIC, s.byName, s.cfg.Sockets)
 		if err != nil {
 			ln.Close()
 			s.Shutdown(context.Background())

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"scistream/internal/handoff"
 )
 
 // ErrExhausted is returned when no port in the range can be bound.
@@ -56,6 +58,18 @@ type Allocator struct {
 	used map[int]*net.TCPListener
 	udp  map[int]*net.UDPConn // bound with used[port]
 	skip func(port int) bool  // ports held elsewhere (SetSkip)
+	// sockets binds, taking the sockets a process before handed over
+	// (SetSockets).
+	sockets *handoff.Sockets
+}
+
+// SetSockets makes the allocator bind through s: a port whose socket
+// the process before handed over (a live upgrade) is taken as it is,
+// and the sockets bound are kept for the next hand-over.
+func (a *Allocator) SetSockets(s *handoff.Sockets) {
+	a.mu.Lock()
+	a.sockets = s
+	a.mu.Unlock()
 }
 
 // SetSkip makes Listen and ListenWithUDP pass over every port for which
@@ -160,12 +174,12 @@ func (a *Allocator) listenPorts(ports []int, withUDP bool) ([]*net.TCPListener, 
 // a.mu must be held.
 func (a *Allocator) bind(port int, withUDP bool) (*net.TCPListener, error) {
 	addr := net.JoinHostPort(a.host, strconv.Itoa(port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := a.sockets.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	if withUDP {
-		uc, err := net.ListenPacket("udp", addr)
+		uc, err := a.sockets.ListenPacket("udp", addr)
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("port %d: udp: %w", port, err)

@@ -32,6 +32,7 @@ import (
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
 	"scistream/internal/strangers"
+	"scistream/internal/handoff"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
 	"scistream/internal/wanquic"
@@ -68,25 +69,23 @@ type Port struct {
 	wg sync.WaitGroup // accept loops, connections in their handshake
 }
 
-// Open binds the shared WAN port cfg (cfg.Port on bind, TCP and UDP);
-// Start starts accepting on it. lookup finds a live stream by its
-// server name.
-func Open(bind string, cfg Config, e *stream.Env, quicCfg wanquic.Config, lookup func(string) *stream.Stream) (*Port, error) {
+// Open binds the shared WAN port cfg (cfg.Port on bind, TCP and UDP)
+// through sockets (a live upgrade's, or nil); Start starts accepting on
+// it. lookup finds a live stream by its server name.
+func Open(bind string, cfg Config, e *stream.Env, quicCfg wanquic.Config, lookup func(string) *stream.Stream, sockets *handoff.Sockets) (*Port, error) {
 	proxyFrom := cfg.routers()
 	addr := net.JoinHostPort(bind, strconv.Itoa(cfg.Port))
-	ta, err := net.ResolveTCPAddr("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenTCP("tcp", ta)
+	l, err := sockets.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("bind the shared WAN port: %w", err)
 	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ta.IP, Port: ta.Port, Zone: ta.Zone})
+	ln := l.(*net.TCPListener)
+	pc, err := sockets.ListenPacket("udp", addr)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("bind the shared WAN port for QUIC (UDP): %w", err)
 	}
+	udp := pc.(*net.UDPConn)
 	ctx, cancel := context.WithCancel(context.Background())
 	wp := &Port{
 		log:       e.Log,

@@ -75,6 +75,11 @@ type Config struct {
 	// and Serve closes the files of the rest (their applications are
 	// reset). nil: none.
 	Handed []handoff.Item
+	// Sockets binds the streams' listeners and the shared WAN port,
+	// taking those the process before handed over (a live upgrade),
+	// and keeps them for the next (Server.HandOver). nil: they are
+	// bound afresh, and a hand-over passes none.
+	Sockets *handoff.Sockets
 	// Engine is the default data-plane engine, one of relay.Names. If
 	// empty, "splice".
 	Engine string
