@@ -28,11 +28,11 @@ import (
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/handoff"
 	"scistream/internal/proxyproto"
 	"scistream/internal/relay"
 	"scistream/internal/sockio"
 	"scistream/internal/strangers"
-	"scistream/internal/handoff"
 	"scistream/internal/stream"
 	"scistream/internal/wan"
 	"scistream/internal/wanquic"
