@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"scistream/internal/api"
+	"scistream/internal/client"
 	"scistream/internal/localgw"
 	"scistream/internal/waitfor"
 )
@@ -219,5 +223,101 @@ func TestUpgradeRollback(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Info(context.Background()); err != nil {
 		t.Fatalf("the control API after the rollback: %v", err)
+	}
+}
+
+// TestUpgradeThousandConns: 1,000 live application connections through
+// the pair, each answered once; kill -USR2 on the outbound gateway, then
+// on the inbound one; every connection is then answered again, none
+// reset, and each new process says it took all 1,000 back.
+func TestUpgradeThousandConns(t *testing.T) {
+	const n = 1000
+	p := newResumePair(t, "--port", "5000")
+	echo, err := net.Listen("tcp", net.JoinHostPort(p.l.hostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	in, out, err := client.Wire(context.Background(), p.in, p.out,
+		&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{echo.Addr().(*net.TCPAddr).Port}, NumConn: 1},
+		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.in.Release(context.Background(), in.UID)
+	conns := make([]*net.TCPConn, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	// ask sends msg on every connection, n at a time, and checks each
+	// echo.
+	ask := func(round string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				msg := fmt.Sprintf("%s %d\n", round, i)
+				c.SetDeadline(time.Now().Add(2 * time.Minute))
+				if _, err := c.Write([]byte(msg)); err != nil {
+					errs <- fmt.Errorf("connection %d, %s: write: %w", i, round, err)
+					return
+				}
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
+					errs <- fmt.Errorf("connection %d, %s: read %q: %v", i, round, got, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		k := 0
+		for err := range errs {
+			if k++; k <= 5 {
+				t.Error(err)
+			}
+		}
+		if k > 0 {
+			for side, c := range map[string]*client.Client{"outbound": p.out, "inbound": p.in} {
+				if st, err := c.Get(context.Background(), out.UID); err == nil {
+					t.Logf("the %s side: aborted %v, last errors %+v", side, st.Stats.AbortedByKind, st.Stats.LastErrors)
+				}
+			}
+			t.Fatalf("%d of %d connections failed %s", k, n, round)
+		}
+	}
+	for i := range conns {
+		if conns[i], err = dialFrom(p.l.hostIP, out.Listeners[0]); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	ask("before")
+	for i, g := range []*localgw.Gateway{p.prod, p.cons} {
+		if err := syscall.Kill(g.PID(), syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		handedTo(t, g, 1)
+		eventually(t, time.Minute, "the new process to take every connection back", func() bool {
+			return strings.Contains(g.Log(), fmt.Sprintf(`msg="live upgrade: connections handed over taken back" taken=%d of=%d reset=0`, n, n))
+		})
+		ask([]string{"after the outbound upgrade", "after the inbound upgrade"}[i])
 	}
 }

@@ -295,6 +295,11 @@ type entry struct {
 	c   *carry.Conn
 	key [32]byte
 	h   Hooks // the connection's, for its joins
+	// handed (under Table.mu): the connection was handed over to
+	// another process (Live.Freeze); a join that still comes here is
+	// dropped without an answer, so that the dialer tries again and
+	// finds the new process.
+	handed bool
 }
 
 // Open runs the connection that leg w opened with o, whose application
@@ -302,7 +307,7 @@ type entry struct {
 // connection for the legs that join it, and relays until it ends or
 // ctx does (the stream stops).
 // secret is the stream's. Its error is carry's (*relay.Error).
-func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.Open, secret []byte, h Hooks) error {
+func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.Open, secret []byte, h Hooks) (err error) {
 	cc := cfg.carry(false, h)
 	cc.OnLost = h.Lost
 	c := carry.New(cc, false)
@@ -316,7 +321,7 @@ func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.O
 		Refuse(w, "a connection of this ID exists already")
 		return &relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("%w: an open of an ID in use", carry.ErrFrame)}
 	}
-	defer t.drop(o.ID, e)
+	defer func() { t.drop(o.ID, e, err) }()
 	defer cfg.Live.add(c, o.ID, e.key, cfg.Tag)()
 	if _, err := w.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: c.Window()})); err != nil {
 		relay.Abort(app)
@@ -343,13 +348,20 @@ func (t *Table) put(id carry.ID, e *entry) bool {
 	return true
 }
 
-// drop forgets e, the connection of id (ended).
-func (t *Table) drop(id carry.ID, e *entry) {
+// drop forgets e, the connection of id, which ended with err; one
+// handed over to another process is kept, marked, for the joins that
+// still come here (entry.handed).
+func (t *Table) drop(id carry.ID, e *entry, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.m[id] == e {
-		delete(t.m, id)
+	if t.m[id] != e {
+		return
 	}
+	if errors.Is(err, carry.ErrHandedOver) {
+		e.handed = true
+		return
+	}
+	delete(t.m, id)
 }
 
 // Join gives the connection j names leg w (its first frame, of header
@@ -360,8 +372,15 @@ func (t *Table) drop(id carry.ID, e *entry) {
 func (t *Table) Join(w net.Conn, h carry.Header, j carry.Join) error {
 	t.mu.Lock()
 	e := t.m[j.ID]
+	handed := e != nil && e.handed
 	t.mu.Unlock()
-	if e == nil || !wan.CheckJoin(e.key, wan.BindingOf(w), j.ID, j.Proof) {
+	if handed && wan.CheckJoin(e.key, wan.BindingOf(w), j.ID, j.Proof) {
+		// This process handed the connection over: no answer, so that
+		// the dialer tries again, and finds the process that has it.
+		relay.Abort(w)
+		return fmt.Errorf("join of connection %s: handed over to the new process", j.ID)
+	}
+	if e == nil || handed || !wan.CheckJoin(e.key, wan.BindingOf(w), j.ID, j.Proof) {
 		Refuse(w, "no such connection on this stream (it ended, or never was)")
 		if e == nil {
 			return fmt.Errorf("join of connection %s: none such", j.ID)

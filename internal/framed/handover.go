@@ -190,8 +190,8 @@ func (t *Table) Adopt(cfg Config, app net.Conn, hd Handed, h Hooks) (run func(ct
 		relay.Abort(app)
 		return nil, fmt.Errorf("connection %s handed over: an ID in use", hd.ID)
 	}
-	return func(ctx context.Context) error {
-		defer t.drop(hd.ID, e)
+	return func(ctx context.Context) (err error) {
+		defer func() { t.drop(hd.ID, e, err) }()
 		defer cfg.Live.add(c, hd.ID, hd.Key, hd.Tag)()
 		defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 		return c.RelayThawed(app, h.Counts)

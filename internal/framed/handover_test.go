@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,6 +92,18 @@ func TestHandOverBothSides(t *testing.T) {
 	// the dialer's next leg comes.
 	moreWritten(len(data) / 2)
 	hd, app = handOne(t, inLive, c.inErr)
+	// The dialer's first new leg still reaches the old process, whose
+	// table drops the join without an answer: the dialer tries again
+	// rather than take the connection for forgotten.
+	a := l.next(t)
+	if a.Err != nil {
+		t.Fatal(a.Err)
+	}
+	if h, _, j, err := First(a.Conn); err != nil {
+		t.Fatal(err)
+	} else if err := c.table.Join(a.Conn, h, j); err == nil || !strings.Contains(err.Error(), "handed over") {
+		t.Fatalf("a join at the process that handed the connection over: %v", err)
+	}
 	c.table = &Table{}
 	run, err := c.table.Adopt(icfg, app, hd, Hooks{})
 	if err != nil {

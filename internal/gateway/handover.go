@@ -27,7 +27,16 @@ import (
 func (s *Server) HandOver(ctx context.Context) ([]handoff.Item, error) {
 	var items []handoff.Item
 	var errs []error
-	for _, st := range s.live() {
+	// The listening sockets first (Config.Sockets): what arrives from
+	// now on, while neither process accepts, waits in their queues;
+	// then no stream accepts here any more, and nothing new starts
+	// that the freeze would miss.
+	sockets := s.cfg.Sockets.Items()
+	live := s.live()
+	for _, st := range live {
+		st.CloseListeners()
+	}
+	for _, st := range live {
 		handed, files, err := st.FreezeConns()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("stream %s: %w", st.UID, err))
@@ -44,9 +53,6 @@ func (s *Server) HandOver(ctx context.Context) ([]handoff.Item, error) {
 		}
 	}
 	conns := len(items)
-	// The listening sockets go too (Config.Sockets): what arrives while
-	// neither process accepts waits in their queues.
-	sockets := s.cfg.Sockets.Items()
 	items = append(items, sockets...)
 	s.log.Info("live upgrade: connections frozen for the new process", "connections", conns, "listeners", len(sockets))
 	if err := s.Shutdown(ctx); err != nil {

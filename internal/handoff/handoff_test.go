@@ -215,3 +215,73 @@ func FuzzReceive(f *testing.F) {
 		}
 	})
 }
+
+// TestSockets: a listener on a fixed port is kept and handed over; the
+// successor's Listen on the same address takes it (a connection queued
+// meanwhile is accepted there), one on port 0 is neither kept nor
+// taken, and what nothing took is closed.
+func TestSockets(t *testing.T) {
+	var old Sockets
+	probe, err := net.Listen("tcp", "127.0.0.1:0") // a free port, to ask for again
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	ln, err := old.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	any, err := old.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer any.Close()
+	pc, err := old.ListenPacket("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := old.Items()
+	if len(items) != 2 {
+		t.Fatalf("%d sockets to hand over, want the 2 on a fixed port: %+v", len(items), items)
+	}
+	// The old process stops; a connection comes before the new one
+	// accepts.
+	ln.Close()
+	pc.Close()
+	queued, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("a connect while the socket was between processes: %v", err)
+	}
+	defer queued.Close()
+	var succ Sockets
+	rest, err := succ.Inherit(append(items, Item{Kind: KindConn, Name: "c"}))
+	if err != nil || len(rest) != 1 || rest[0].Kind != KindConn {
+		t.Fatalf("inherit: %v, rest %+v", err, rest)
+	}
+	nl, err := succ.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	nl.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	c, err := nl.Accept()
+	if err != nil {
+		t.Fatalf("the queued connection on the listener taken over: %v", err)
+	}
+	c.Close()
+	if unused := succ.CloseUnused(); len(unused) != 1 || !strings.HasPrefix(unused[0], "udp ") {
+		t.Fatalf("unused %v, want the udp socket", unused)
+	}
+	// A listener handed over under a name that is not one.
+	f, _ := nl.(*net.TCPListener).File()
+	if _, err := succ.Inherit([]Item{{Kind: KindListener, Name: "tcp 127.0.0.1:0", File: f}}); err == nil {
+		t.Fatal("a listener on port 0 taken as handed over")
+	}
+	var none *Sockets
+	if l, err := none.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	} else {
+		l.Close()
+	}
+}

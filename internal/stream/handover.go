@@ -22,6 +22,21 @@ import (
 // cannot be handed over: they end with the old process, with a reset,
 // as at a restart.
 
+// CloseListeners stops accepting on the stream's TCP listeners, for a
+// hand-over: the sockets themselves stay open where a duplicate is
+// held (handoff.Sockets), and what arrives waits in their queues for
+// the new process. Stop releases their ports as ever.
+func (st *Stream) CloseListeners() {
+	st.mu.Lock()
+	lns := st.listeners
+	st.mu.Unlock()
+	for _, ln := range lns {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
 // FreezeConns hands over the stream's framed connections: each one's
 // record and a duplicate of its application's socket (close it once
 // passed on). Their relays end without a word to either application;
