@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -71,20 +72,20 @@ func isZombie(pid int) bool {
 }
 
 // TestUpgradeDuringTransfer: kill -USR2 on the outbound gateway, then on
-// the inbound one, during a paced 200 MB transfer: both processes are
+// the inbound one, during a paced 1 GiB transfer: both processes are
 // replaced (new PIDs, their control APIs answer), the transfer arrives
 // byte-exact, neither application sees a reset, and neither gateway
 // counts an aborted connection.
 func TestUpgradeDuringTransfer(t *testing.T) {
 	p := newResumePair(t, "--port", "5000") // a fixed control port: the new process serves it again
 	app := newTimedSink(t, p.l.hostIP)
-	in, out := p.wire(t, app.port(), 400e6) // 50 MB/s: 4 s for 200 MB
+	in, out := p.wire(t, app.port(), 2e9) // 250 MB/s: 4 s for 1 GiB
 	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	const total = 200 << 20
+	const total = 1 << 30
 	var sum [32]byte
 	var sendErr error
 	var wg sync.WaitGroup
@@ -320,4 +321,37 @@ func TestUpgradeThousandConns(t *testing.T) {
 		})
 		ask([]string{"after the outbound upgrade", "after the inbound upgrade"}[i])
 	}
+}
+
+// TestKillNineResets: what cannot be resumed is never silent: a SIGKILL
+// of the inbound gateway mid-transfer resets the consumer at once (its
+// kernel ends the sockets, armed to reset), and the producer once the
+// outbound side's resume window ran out, counted there.
+func TestKillNineResets(t *testing.T) {
+	p := newResumePair(t, "--resume_window=2s")
+	app := newTimedSink(t, p.l.hostIP)
+	_, out := p.wire(t, app.port(), 80e6) // 10 MB/s: still sending when the gateway dies
+	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sent := make(chan error, 1)
+	go func() {
+		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		sent <- writeRandom(conn, 1<<30, 43)
+	}()
+	eventually(t, time.Minute, "the consumer to have 4 MB", func() bool { return app.n.Load() >= 4<<20 })
+	p.cons.Kill()
+	r := <-app.done
+	if r.err == nil || !errors.Is(r.err, syscall.ECONNRESET) {
+		t.Fatalf("the consumer's read ended with %v after %d bytes, not a reset", r.err, r.n)
+	}
+	if err := <-sent; err == nil || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("the producer's writes ended with %v, not a reset", err)
+	}
+	eventually(t, 30*time.Second, "the outbound side to count the connection the window ran out on", func() bool {
+		st, err := p.out.Get(context.Background(), out.UID)
+		return err == nil && st.Stats.ResumeExpired == 1 && st.Stats.AbortedConns == 1
+	})
 }
