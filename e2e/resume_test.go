@@ -188,32 +188,13 @@ func TestResumeAfterWANReset(t *testing.T) {
 	}
 	defer conn.Close()
 	const total = 200 << 20
-	var sum [32]byte
-	var sendErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
-		h := sha256.New()
-		sendErr = writeRandom(io.MultiWriter(h, conn), total, 37)
-		copy(sum[:], h.Sum(nil))
-		if sendErr == nil {
-			sendErr = conn.CloseWrite()
-		}
-	}()
+	pr := produce(conn, total, 37)
 	for _, at := range []int64{total / 5, total / 2} {
 		eventually(t, time.Minute, fmt.Sprintf("the consumer to have %d MB", at>>20), func() bool { return app.n.Load() >= at })
 		p.reject(t, port, time.Second)
 	}
-	wg.Wait()
-	r := <-app.done
-	if sendErr != nil {
-		t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", sendErr, r.n)
-	}
-	if r.err != nil || r.n != total || r.sum != sum {
-		t.Fatalf("the consumer got %d bytes of %d (%v), digest match %v", r.n, total, r.err, r.sum == sum)
-	}
+	r := pr.result(app)
+	pr.check(t, r)
 	t.Logf("the consumer's largest pause: %v", r.maxGap.Round(time.Millisecond))
 	st, err := p.out.Get(context.Background(), out.UID)
 	if err != nil {
@@ -280,5 +261,49 @@ func TestResumeWindowRunsOut(t *testing.T) {
 	ist, err2 := p.in.Get(context.Background(), in.UID)
 	if err1 != nil || err2 != nil || ost.Stats.ResumeExpired != 1 || ist.Stats.ResumeExpired != 1 {
 		t.Errorf("connections the window ran out on: outbound %d, inbound %d (%v %v); want one each", ost.Stats.ResumeExpired, ist.Stats.ResumeExpired, err1, err2)
+	}
+}
+
+// production is a producer writing random bytes on one connection.
+type production struct {
+	wg    sync.WaitGroup
+	total int64
+	sum   [32]byte
+	err   error
+}
+
+// produce writes total random bytes of seed on conn, then half-closes
+// it, within two minutes.
+func produce(conn *net.TCPConn, total int64, seed uint64) *production {
+	pr := &production{total: total}
+	pr.wg.Add(1)
+	go func() {
+		defer pr.wg.Done()
+		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		h := sha256.New()
+		pr.err = writeRandom(io.MultiWriter(h, conn), total, seed)
+		copy(pr.sum[:], h.Sum(nil))
+		if pr.err == nil {
+			pr.err = conn.CloseWrite()
+		}
+	}()
+	return pr
+}
+
+// result waits for the producer, then for app's end.
+func (pr *production) result(app *timedSink) timedResult {
+	pr.wg.Wait()
+	return <-app.done
+}
+
+// check fails t unless the producer wrote everything and the consumer
+// got every byte once, in order (r, its result).
+func (pr *production) check(t *testing.T, r timedResult) {
+	t.Helper()
+	if pr.err != nil {
+		t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", pr.err, r.n)
+	}
+	if r.err != nil || r.n != pr.total || r.sum != pr.sum {
+		t.Fatalf("the consumer got %d bytes of %d (%v), digest match %v", r.n, pr.total, r.err, r.sum == pr.sum)
 	}
 }

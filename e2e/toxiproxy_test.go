@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -173,37 +171,18 @@ func TestResumeThroughToxiproxy(t *testing.T) {
 			}
 			defer conn.Close()
 			const total = 96 << 20
-			var sum [32]byte
-			var sendErr error
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
-				h := sha256.New()
-				sendErr = writeRandom(io.MultiWriter(h, conn), total, uint64(40+i))
-				copy(sum[:], h.Sum(nil))
-				if sendErr == nil {
-					sendErr = conn.CloseWrite()
-				}
-			}()
+			pr := produce(conn, total, uint64(40+i))
 			eventually(t, time.Minute, "a quarter of the transfer", func() bool { return app.n.Load() >= total/4 })
 			remove := tp.toxic(t, name, c.kind, c.stream, c.attrs)
 			if c.hold > 0 {
 				time.Sleep(c.hold) // the outage's length is the fault itself
 				remove()
 			}
-			wg.Wait()
-			r := <-app.done
+			r := pr.result(app)
 			if c.hold == 0 {
 				remove()
 			}
-			if sendErr != nil {
-				t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", sendErr, r.n)
-			}
-			if r.err != nil || r.n != total || r.sum != sum {
-				t.Fatalf("the consumer got %d bytes of %d (%v), digest match %v", r.n, total, r.err, r.sum == sum)
-			}
+			pr.check(t, r)
 			st, err := out.Get(ctx, so.UID)
 			if err != nil {
 				t.Fatal(err)

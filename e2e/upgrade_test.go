@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -86,20 +85,7 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 	}
 	defer conn.Close()
 	const total = 1 << 30
-	var sum [32]byte
-	var sendErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
-		h := sha256.New()
-		sendErr = writeRandom(io.MultiWriter(h, conn), total, 41)
-		copy(sum[:], h.Sum(nil))
-		if sendErr == nil {
-			sendErr = conn.CloseWrite()
-		}
-	}()
+	pr := produce(conn, total, 41)
 	// Connects to both control ports all along: with the listening
 	// sockets handed over, none is refused while neither process
 	// accepts. (Not to the stream's listener: each connect there would
@@ -147,19 +133,13 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 			t.Errorf("the %s gateway did not hand over its connection and its two listeners:\n%s", []string{"outbound", "inbound"}[i], lastLines(g.Log(), 30))
 		}
 	}
-	wg.Wait()
-	r := <-app.done
+	r := pr.result(app)
 	close(probing)
 	<-probed
 	if refused.Load() > 0 {
 		t.Errorf("%d of %d connects to the gateways' listeners failed during the upgrades", refused.Load(), probes.Load())
 	}
-	if sendErr != nil {
-		t.Fatalf("the producer's writes failed: %v (the consumer had %d bytes)", sendErr, r.n)
-	}
-	if r.err != nil || r.n != total || r.sum != sum {
-		t.Fatalf("the consumer got %d bytes of %d (%v), digest match %v", r.n, total, r.err, r.sum == sum)
-	}
+	pr.check(t, r)
 	t.Logf("processes replaced (old, new): %v; the consumer's largest pause: %v", pids, r.maxGap.Round(time.Millisecond))
 	for side, c := range map[string]struct {
 		get func() (int64, error)

@@ -146,7 +146,6 @@ func (u *upgrader) upgrade(ctx context.Context) {
 		u.log.Warn("live upgrade: could not tell the service manager the new main process", "err", err)
 	}
 	u.log.Info("live upgrade: the gateway is handed over to the new s2cs; this process exits", "pid", pid, "connections", len(items))
-	cmd.Process.Release()
 	u.done()
 }
 
