@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -252,17 +253,34 @@ func (p *pair) wireVia(id string, inbound, outbound *localgw.Gateway, appHost, p
 }
 
 // freePort returns a TCP port that was free on ip a moment ago, for
-// programs that must be told their port (iperf3, RabbitMQ). The address
-// is a random loopback one, so a collision needs another process to pick
-// the same address and port in that moment.
+// programs that must be told their port (iperf3, RabbitMQ). It is below
+// the kernel's range of ephemeral ports (ip_local_port_range): a port
+// from that range, free now, can be any outgoing connection's local
+// port by the time the program binds it (RabbitMQ boots for seconds,
+// and CI saw its distribution port taken so, on 127.0.0.1, where every
+// test dials). Below the range only an explicit bind can take it.
 func freePort(t *testing.T, ip string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 2048 {
+				lo = v
+			}
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	from := max(1024, lo-8000)
+	for range 200 {
+		port := from + mrand.IntN(lo-from)
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return port
+	}
+	t.Fatalf("no free port on %s in %d-%d after 200 tries", ip, from, lo-1)
+	return 0
 }
 
 // waitListening polls /proc/net/tcp until a socket listens on ip:port,
