@@ -145,7 +145,13 @@ func (u *upgrader) upgrade(ctx context.Context) {
 	if err := newNotifier(os.Getenv("NOTIFY_SOCKET")).send("MAINPID=" + strconv.Itoa(pid)); err != nil {
 		u.log.Warn("live upgrade: could not tell the service manager the new main process", "err", err)
 	}
-	u.log.Info("live upgrade: the gateway is handed over to the new s2cs; this process exits", "pid", pid, "connections", len(items))
+	conns := 0
+	for _, it := range items {
+		if it.Kind == handoff.KindConn {
+			conns++
+		}
+	}
+	u.log.Info("live upgrade: the gateway is handed over to the new s2cs; this process exits", "pid", pid, "connections", conns, "listeners", len(items)-conns)
 	u.done()
 }
 
