@@ -19,6 +19,7 @@ import (
 
 	"scistream/internal/api"
 	"scistream/internal/client"
+	"scistream/internal/etcdtest"
 	"scistream/internal/localgw"
 	"scistream/internal/waitfor"
 )
@@ -336,4 +337,89 @@ func TestKillNineResets(t *testing.T) {
 		st, err := p.out.Get(context.Background(), out.UID)
 		return err == nil && st.Stats.ResumeExpired == 1 && st.Stats.AbortedConns == 1
 	})
+}
+
+// TestUpgradeFacilityNodes: the nodes of a facility (etcd) hand over as
+// a lone gateway does. Two facilities of two nodes; kill -USR2 on the
+// producer side's node that serves the stream's channel, then on the
+// consumer side's, during a paced transfer: both processes replaced,
+// the transfer byte-exact with no reset at either application, the
+// channel still served by the same node on each side (the successor
+// moved the claim onto its own lease; no other node took it over, also
+// once the old process's lease ran out), no aborted connection.
+func TestUpgradeFacilityNodes(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	tok, tokens := aliceTokens(t)
+	// A short takeover: the old process's lease runs out during the
+	// transfer, and a claim left on it would be taken by the other node.
+	args := []string{"--port", "5000", "--takeover", "4s"}
+	cons := startFacility(t, "ucons", srv.Endpoint, tokens, 2, args...)
+	prod := startFacility(t, "uprod", srv.Endpoint, tokens, 2, args...)
+	inC, outC := cons.client(0, tok), prod.client(0, tok)
+	app := newTimedSink(t, "127.0.0.1")
+	ctx := context.Background()
+	in, out, err := client.Wire(ctx, inC, outC,
+		&api.InboundRequest{RemoteIP: "127.0.0.1", ReceiverPorts: []int{app.port()}, NumConn: 1, Rate: 1e9},
+		api.OutboundRequest{NumConn: 1, Allow: []string{"127.0.0.0/8"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeOf := func(f *facilityNodes, ch []api.Channel) int {
+		t.Helper()
+		for i := range f.nodes {
+			if len(ch) == 1 && ch[0].Node == f.nodeName(i) {
+				return i
+			}
+		}
+		t.Fatalf("no node of %s serves the channel: %+v", f.name, ch)
+		return -1
+	}
+	sides := []struct {
+		name string
+		f    *facilityNodes
+		node int
+		uid  string
+	}{{"outbound", prod, nodeOf(prod, out.Channels), out.UID}, {"inbound", cons, nodeOf(cons, in.Channels), in.UID}}
+	conn, err := dialFrom("", out.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const total = 512 << 20 // 125 MB/s: about 4 s
+	pr := produce(conn, total, 47)
+	for i, s := range sides {
+		g := s.f.nodes[s.node]
+		at := int64(i+1) * total / 4
+		eventually(t, time.Minute, "the consumer to have more", func() bool { return app.n.Load() >= at })
+		old := g.PID()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		pid := handedTo(t, g, 1)
+		eventually(t, time.Minute, "the new process to take the connection back", func() bool {
+			return strings.Contains(g.Log(), `msg="live upgrade: connections handed over taken back" taken=1 of=1 reset=0`)
+		})
+		t.Logf("%s node %s: process %d replaced by %d", s.name, s.f.nodeName(s.node), old, pid)
+	}
+	r := pr.result(app)
+	pr.check(t, r)
+	t.Logf("the consumer's largest pause: %v", r.maxGap.Round(time.Millisecond))
+	for _, s := range sides {
+		other := s.f.nodes[1-s.node]
+		if strings.Contains(other.Log(), "took over a channel of the facility") {
+			t.Errorf("the %s facility's other node took the channel over during the upgrade:\n%s", s.name, lastLines(other.Log(), 20))
+		}
+		// The new process answers on the same control address.
+		c := s.f.client(s.node, tok)
+		st, err := c.Get(ctx, s.uid)
+		if err != nil {
+			t.Fatalf("the %s node's new process: %v", s.name, err)
+		}
+		if n := st.Stats.AbortedConns; n != 0 {
+			t.Errorf("the %s node's new process counts %d aborted connections", s.name, n)
+		}
+		if len(st.Channels) != 1 || st.Channels[0].Node != s.f.nodeName(s.node) {
+			t.Errorf("the %s stream's channel after the upgrade: %+v; want it on %s still", s.name, st.Channels, s.f.nodeName(s.node))
+		}
+	}
 }

@@ -207,6 +207,17 @@ func (f *Node) Leave() {
 	}
 }
 
+// Close stops the node's membership without ending its lease, for a
+// live upgrade: the successor joins under the same name and moves the
+// claims onto its own lease at its first reconcile, so the other nodes
+// take none of the channels over; what the successor does not claim
+// again goes when the old lease runs out. Call it once Serve returned.
+func (f *Node) Close() {
+	if f.m != nil {
+		f.m.Close()
+	}
+}
+
 // Serve runs the reconciler of a joined Node until ctx ends.
 func (f *Node) Serve(ctx context.Context) {
 	tick := time.NewTicker(reconcileEvery)

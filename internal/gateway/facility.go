@@ -110,6 +110,7 @@ func (t table) Adopt(rec *store.Record, lns []*net.TCPListener) (*stream.Stream,
 		st.Stop()
 		return nil, nil
 	}
+	s.adoptHanded(st) // a live upgrade: before it accepts, as in restore
 	st.Start()
 	s.rebalance()
 	return st, nil

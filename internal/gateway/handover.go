@@ -16,7 +16,9 @@ import (
 // Shutdown does (records kept, the watch legs saying "stopping"); the
 // successor, started with them as Config.Handed, restores the streams
 // and gives each its connections back (adoptHanded) before it starts
-// them.
+// them. A node of a facility keeps its lease: its successor joins
+// under the same name and moves the claims onto its own lease
+// (facility.Node.Close), so no other node takes its channels over.
 
 // HandOver freezes the framed connections of every stream, then shuts
 // the gateway down, keeping the records. It returns what the successor
@@ -27,6 +29,7 @@ import (
 func (s *Server) HandOver(ctx context.Context) ([]handoff.Item, error) {
 	var items []handoff.Item
 	var errs []error
+	s.handing.Store(true)
 	// The listening sockets first (Config.Sockets): what arrives from
 	// now on, while neither process accepts, waits in their queues;
 	// then no stream accepts here any more, and nothing new starts

@@ -88,6 +88,7 @@ type Server struct {
 	obs     *observe.Observer            // what operators look at: metrics, status, rates
 	fac     *facility.Node               // the node's side of its facility (internal/facility); nil for a gateway of one node
 	unsaved *store.Unsaved               // final records, kept while the store refuses them
+	handing atomic.Bool                  // HandOver began: a node of a facility keeps its lease at Shutdown
 
 	ctx    context.Context // parent of every stream's context
 	cancel context.CancelFunc
@@ -357,7 +358,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.wg.Wait()
 		s.obs.Wait()
 		if s.fac != nil {
-			s.fac.Leave() // its channels move to the other nodes now
+			if s.handing.Load() {
+				// The successor joins under the same name and moves the
+				// claims onto its own lease: the other nodes take
+				// nothing over meanwhile (the old lease runs out).
+				s.fac.Close()
+			} else {
+				s.fac.Leave() // its channels move to the other nodes now
+			}
 		}
 		s.saveUnsaved() // a last try
 		s.mu.Lock()
