@@ -82,8 +82,14 @@ func newResumePair(t *testing.T, args ...string) *resumePair {
 // address, paced at rate bits per second (0: best effort).
 func (p *resumePair) wire(t *testing.T, port int, rate int64) (in, out *api.Stream) {
 	t.Helper()
+	return p.wireOver(t, port, rate, "")
+}
+
+// wireOver is wire with WAN legs of wan ("": the default, TLS).
+func (p *resumePair) wireOver(t *testing.T, port int, rate int64, wan string) (in, out *api.Stream) {
+	t.Helper()
 	in, out, err := client.Wire(context.Background(), p.in, p.out,
-		&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{port}, NumConn: 1, Rate: rate},
+		&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{port}, NumConn: 1, Rate: rate, WAN: wan},
 		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}}, nil)
 	if err != nil {
 		t.Fatal(err)

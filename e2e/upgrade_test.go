@@ -77,9 +77,18 @@ func isZombie(pid int) bool {
 // byte-exact, neither application sees a reset, and neither gateway
 // counts an aborted connection.
 func TestUpgradeDuringTransfer(t *testing.T) {
+	for _, wan := range []string{api.WANTLS, api.WANQUIC} {
+		t.Run(wan, func(t *testing.T) { upgradeDuringTransfer(t, wan) })
+	}
+}
+
+// upgradeDuringTransfer is TestUpgradeDuringTransfer over WAN legs of
+// wan: a QUIC stream's UDP socket is handed over like a TCP listener,
+// and its connection resumes on a new QUIC connection.
+func upgradeDuringTransfer(t *testing.T, wan string) {
 	p := newResumePair(t, "--port", "5000") // a fixed control port: the new process serves it again
 	app := newTimedSink(t, p.l.hostIP)
-	in, out := p.wire(t, app.port(), 2e9) // 250 MB/s: 4 s for 1 GiB
+	in, out := p.wireOver(t, app.port(), 2e9, wan) // 250 MB/s: 4 s for 1 GiB
 	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
 	if err != nil {
 		t.Fatal(err)
@@ -125,13 +134,18 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 		}
 		pids[[]string{"outbound", "inbound"}[i]] = [2]int{old, handedTo(t, g, 1)}
 		// The connection itself went over, not only the stream, and the
-		// listening sockets with it (the control port's and the
-		// stream's).
+		// listening sockets with it: the control port's and the
+		// stream's (an inbound QUIC stream's port is a UDP socket as
+		// well as a TCP listener).
 		eventually(t, time.Minute, "the new process to take the connection back", func() bool {
 			return strings.Contains(g.Log(), `msg="live upgrade: connections handed over taken back" taken=1 of=1`)
 		})
-		if !strings.Contains(g.Log(), `msg="live upgrade: connections frozen for the new process" connections=1 listeners=2`) {
-			t.Errorf("the %s gateway did not hand over its connection and its two listeners:\n%s", []string{"outbound", "inbound"}[i], lastLines(g.Log(), 30))
+		listeners := 2
+		if wan == api.WANQUIC && g == p.cons {
+			listeners = 3
+		}
+		if want := fmt.Sprintf(`msg="live upgrade: connections frozen for the new process" connections=1 listeners=%d`, listeners); !strings.Contains(g.Log(), want) {
+			t.Errorf("the %s gateway did not hand over its connection and its %d listeners:\n%s", []string{"outbound", "inbound"}[i], listeners, lastLines(g.Log(), 30))
 		}
 	}
 	r := pr.result(app)
