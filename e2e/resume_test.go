@@ -82,15 +82,16 @@ func newResumePair(t *testing.T, args ...string) *resumePair {
 // address, paced at rate bits per second (0: best effort).
 func (p *resumePair) wire(t *testing.T, port int, rate int64) (in, out *api.Stream) {
 	t.Helper()
-	return p.wireOver(t, port, rate, "")
+	return p.wireOver(t, port, rate, "", 0)
 }
 
-// wireOver is wire with WAN legs of wan ("": the default, TLS).
-func (p *resumePair) wireOver(t *testing.T, port int, rate int64, wan string) (in, out *api.Stream) {
+// wireOver is wire with WAN legs of wan ("": the default, TLS), pooled
+// (pool idle legs a channel) if pool > 0.
+func (p *resumePair) wireOver(t *testing.T, port int, rate int64, wan string, pool int) (in, out *api.Stream) {
 	t.Helper()
 	in, out, err := client.Wire(context.Background(), p.in, p.out,
 		&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{port}, NumConn: 1, Rate: rate, WAN: wan},
-		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}}, nil)
+		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}, WANPool: pool}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +184,16 @@ func (s *timedSink) port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 // they resumed. (Before framed legs, both applications were reset: the
 // producer at once, at 70 MB of 200, the consumer seconds later.)
 func TestResumeAfterWANReset(t *testing.T) {
+	t.Run("fresh", func(t *testing.T) { resumeAfterWANReset(t, 0) })
+	// On a pooled leg (wan_pool) the connection's first leg is a
+	// session of a warm leg; the legs that replace it are its own.
+	t.Run("pooled", func(t *testing.T) { resumeAfterWANReset(t, 1) })
+}
+
+func resumeAfterWANReset(t *testing.T, pool int) {
 	p := newResumePair(t)
 	app := newTimedSink(t, p.l.hostIP)
-	in, out := p.wire(t, app.port(), 400e6) // 50 MB/s: 4 s for 200 MB
+	in, out := p.wireOver(t, app.port(), 400e6, "", pool) // 50 MB/s: 4 s for 200 MB
 	_, portS, _ := net.SplitHostPort(in.Listeners[0])
 	port, _ := strconv.Atoi(portS)
 	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
@@ -208,6 +216,9 @@ func TestResumeAfterWANReset(t *testing.T) {
 	}
 	if s := st.Stats; s.Resume != api.ResumeOn || s.ResumedLegs < 2 || s.AbortedConns != 0 {
 		t.Errorf("the outbound side: resume %q, %d legs resumed, %d connections aborted; want on, at least 2, none", s.Resume, s.ResumedLegs, s.AbortedConns)
+	}
+	if s := st.Stats; pool > 0 && s.LegsCreated+s.LegsReused == 0 {
+		t.Errorf("the outbound side counts no pooled leg: %+v", s)
 	}
 	if s, err := p.in.Get(context.Background(), in.UID); err != nil || s.Stats.AbortedConns != 0 {
 		t.Errorf("the inbound side aborted connections: %+v %v", s.Stats, err)

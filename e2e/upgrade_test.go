@@ -77,18 +77,23 @@ func isZombie(pid int) bool {
 // byte-exact, neither application sees a reset, and neither gateway
 // counts an aborted connection.
 func TestUpgradeDuringTransfer(t *testing.T) {
-	for _, wan := range []string{api.WANTLS, api.WANQUIC} {
-		t.Run(wan, func(t *testing.T) { upgradeDuringTransfer(t, wan) })
+	for _, c := range []struct {
+		name, wan string
+		pool      int
+	}{{"tls", api.WANTLS, 0}, {"quic", api.WANQUIC, 0}, {"pooled", api.WANTLS, 1}} {
+		t.Run(c.name, func(t *testing.T) { upgradeDuringTransfer(t, c.wan, c.pool) })
 	}
 }
 
 // upgradeDuringTransfer is TestUpgradeDuringTransfer over WAN legs of
-// wan: a QUIC stream's UDP socket is handed over like a TCP listener,
-// and its connection resumes on a new QUIC connection.
-func upgradeDuringTransfer(t *testing.T, wan string) {
+// wan, pooled if pool > 0: a QUIC stream's UDP socket is handed over
+// like a TCP listener, and its connection resumes on a new QUIC
+// connection; a connection on a pooled leg's session resumes on a leg
+// of its own.
+func upgradeDuringTransfer(t *testing.T, wan string, pool int) {
 	p := newResumePair(t, "--port", "5000") // a fixed control port: the new process serves it again
 	app := newTimedSink(t, p.l.hostIP)
-	in, out := p.wireOver(t, app.port(), 2e9, wan) // 250 MB/s: 4 s for 1 GiB
+	in, out := p.wireOver(t, app.port(), 2e9, wan, pool) // 250 MB/s: 4 s for 1 GiB
 	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
 	if err != nil {
 		t.Fatal(err)

@@ -239,8 +239,6 @@ func resumeText(s *api.Stream) string {
 		switch {
 		case s.WAN == api.WANTCP:
 			mode = api.ResumePlain
-		case s.WANPool > 0:
-			mode = api.ResumePooled
 		case s.ResumeWindowS != nil && window == 0:
 			mode = api.ResumeOff
 		case s.ResumeWindowS == nil:
@@ -259,7 +257,7 @@ func resumeText(s *api.Stream) string {
 	case api.ResumePlain:
 		return "no resume: plaintext tcp legs"
 	case api.ResumePooled:
-		return "no resume: pooled legs"
+		return "no resume: the peer gateway's release does not resume on pooled legs"
 	}
 	return "resume " + printable(mode)
 }

@@ -500,8 +500,9 @@ const (
 	// ResumePlain: plaintext TCP legs, which the splice engine keeps
 	// raw: a lost leg resets the connection.
 	ResumePlain = "plaintext"
-	// ResumePooled: pooled legs (wan_pool), whose sessions carry no
-	// positions yet.
+	// ResumePooled: pooled legs (wan_pool) to a peer gateway of an
+	// earlier release, whose sessions carry no positions: a lost leg
+	// resets the connection.
 	ResumePooled = "pooled"
 )
 

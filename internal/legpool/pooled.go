@@ -329,19 +329,26 @@ func (s *Session) CloseWrite() error {
 }
 
 // Close ends the session: if both directions ended with 'F' the leg is
-// idle again (Clean reports true); otherwise the leg is reset.
-// Idempotent.
+// idle again (Clean reports true); otherwise the leg is reset. A read
+// or a write under way makes it unclean, and the reset ends it: Close
+// never waits for one (a framed connection closes the session it left
+// while its reader still waits on it). Idempotent.
 func (s *Session) Close() error {
 	s.endOnce.Do(func() {
-		s.rmu.Lock()
-		rfin, remain := s.rfin, s.remain
-		s.rmu.Unlock()
-		s.wmu.Lock()
-		wfin := s.wfin
-		s.wmu.Unlock()
+		var rfin, wfin bool
+		remain := 0
+		idle := s.rmu.TryLock()
+		if idle {
+			rfin, remain = s.rfin, s.remain
+			s.rmu.Unlock()
+		}
+		if idle = idle && s.wmu.TryLock(); idle {
+			wfin = s.wfin
+			s.wmu.Unlock()
+		}
 		p := s.p
 		p.mu.Lock()
-		clean := rfin && wfin && remain == 0 && !p.broken && p.session == s
+		clean := idle && rfin && wfin && remain == 0 && !p.broken && p.session == s
 		if clean {
 			p.session = nil
 		}
@@ -360,10 +367,42 @@ func (s *Session) Close() error {
 func (s *Session) Clean() bool { return s.clean.Load() }
 
 // Answers reports whether the session's acceptor answers (wan.Answers):
-// the leg negotiated wan.ALPNAnswers or wan.ALPNFramed (a pooled leg's
+// the leg negotiated wan.ALPNAnswers or wan.ALPNFramed (whose pooled
 // sessions carry no positioned frames: they begin with the acceptor's
-// answer, as a leg of ALPNAnswers does).
-func (s *Session) Answers() bool { return s.p.c.Answers() || s.p.c.Framed() }
+// answer, as a leg of ALPNAnswers does). A framed session (Framed)
+// answers in its own frames.
+func (s *Session) Answers() bool { return s.p.c.Answers() || s.p.c.Framed() && !s.Framed() }
+
+// Framed reports whether the session carries positioned frames
+// (wan.Framed): the leg negotiated wan.ALPNFramedPools. Such a session
+// is the first leg of its connection, which then outlives the pooled
+// leg (a new leg of its own joins it).
+func (s *Session) Framed() bool { return s.p.c.FramedSessions() }
+
+// Binding is the leg's binding (wan.BindingOf): a framed session's
+// resume key is derived from it, as a leg's of its own is.
+func (s *Session) Binding() []byte { return s.p.c.Binding() }
+
+// WriteFrame writes hdr and b as one 'D' frame, in one write of the
+// leg (carry's frames: header and payload together).
+func (s *Session) WriteFrame(hdr, b []byte) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	n := len(hdr) + len(b)
+	switch {
+	case s.wfin:
+		return 0, fmt.Errorf("write after CloseWrite: %w", net.ErrClosed)
+	case n > maxFrame || len(hdr) > 60:
+		return 0, fmt.Errorf("a frame of %d bytes on a pooled leg: at most %d, a header of 60", n, maxFrame)
+	}
+	var buf [64]byte
+	h := append(buf[:0], frameData, byte(n>>16), byte(n>>8), byte(n))
+	h = append(h, hdr...)
+	if _, err := s.p.c.WriteFrame(h, b); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
 
 // NetConn is the leg's TCP connection: relay.Abort resets it.
 func (s *Session) NetConn() net.Conn { return s.p.c.Raw() }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"io"
 	"syscall"
@@ -219,5 +220,114 @@ func TestPooledRelay(t *testing.T) {
 	ds.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := ds.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, wan.ErrTruncated) {
 		t.Fatalf("dialer's session after the far application's reset: %v, want a reset", err)
+	}
+}
+
+// TestFramedSession: two gateways of this release negotiate
+// wan.ALPNFramedPools, so a session carries positioned frames
+// (Framed, with the leg's Binding for its resume key); WriteFrame puts
+// a frame's header and payload in one 'D' frame; and Close of a
+// session whose reader still waits on it (a framed connection that
+// left it for a leg of its own) does not wait for that read: it resets
+// the leg, the read ends, and the leg is not clean.
+func TestFramedSession(t *testing.T) {
+	d, a := pooledPair(t)
+	ds, err := d.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := a.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*legpool.Session{ds, as} {
+		if !wan.Framed(s) || s.Answers() || len(wan.BindingOf(s)) == 0 {
+			t.Fatalf("a session between two gateways of this release: framed %v, answers %v, binding %d bytes; want framed, no raw answer, a binding",
+				wan.Framed(s), s.Answers(), len(wan.BindingOf(s)))
+		}
+	}
+	if !bytes.Equal(wan.BindingOf(ds), wan.BindingOf(as)) {
+		t.Fatal("the two ends of a session have different bindings: their resume keys would differ")
+	}
+	hdr, payload := []byte("header:"), bytes.Repeat([]byte{7}, 100_000)
+	if n, err := ds.WriteFrame(hdr, payload); err != nil || n != len(hdr)+len(payload) {
+		t.Fatalf("WriteFrame: %d, %v", n, err)
+	}
+	got := make([]byte, len(hdr)+len(payload))
+	if _, err := io.ReadFull(as, got); err != nil || !bytes.Equal(got, append(hdr, payload...)) {
+		t.Fatalf("the acceptor read %v, other bytes than the frame's header and payload", err)
+	}
+	if _, err := ds.WriteFrame(make([]byte, 61), nil); err == nil {
+		t.Fatal("WriteFrame took a header of 61 bytes")
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := as.Read(make([]byte, 1))
+		read <- err
+	}()
+	// The reader is blocked (nothing more comes); Close must not wait
+	// for it. (If the goroutine has not reached Read yet, Close finds
+	// the session unclean all the same: no 'F' came.)
+	closed := make(chan struct{})
+	go func() { as.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the read under way")
+	}
+	if err := <-read; err == nil {
+		t.Fatal("the read of a closed, unclean session returned no error")
+	}
+	if as.Clean() {
+		t.Fatal("a session closed with a read under way and no 'F' is clean")
+	}
+	if _, err := ds.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the dialer's session reads on after the acceptor reset the leg")
+	}
+}
+
+// TestPooledToEarlierRelease: against an acceptor of the release before
+// wan.ALPNFramedPools (it offers wan.ALPNFramed and wan.ALPNAnswers),
+// the leg is framed but its sessions are not: they carry the raw bytes
+// after the acceptor's answer, as that release expects.
+func TestPooledToEarlierRelease(t *testing.T) {
+	dl, al := wantest.Legs(t, api.WANTLS)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{*al.Cert}, MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAnyClientCert,
+		NextProtos: []string{wan.ALPNFramed, wan.ALPNAnswers},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	proto := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			proto <- err.Error()
+			return
+		}
+		defer c.Close()
+		tc := c.(*tls.Conn)
+		err = tc.Handshake()
+		proto <- tc.ConnectionState().NegotiatedProtocol
+		if err == nil {
+			io.Copy(io.Discard, tc) // the preface, then whatever comes
+		}
+	}()
+	d, err := legpool.DialPooled(context.Background(), ln.Addr().String(), dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Abort()
+	if p := <-proto; p != wan.ALPNFramed {
+		t.Fatalf("negotiated %q with an acceptor of the earlier release; want %q", p, wan.ALPNFramed)
+	}
+	s, err := d.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wan.Framed(s) || !s.Answers() {
+		t.Fatalf("a session to an acceptor of the earlier release: framed %v, answers %v; want raw bytes after its answer", wan.Framed(s), s.Answers())
 	}
 }

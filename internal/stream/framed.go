@@ -11,6 +11,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/carry"
 	"scistream/internal/framed"
+	"scistream/internal/legpool"
 	"scistream/internal/relay"
 	"scistream/internal/store"
 	"scistream/internal/wan"
@@ -38,8 +39,8 @@ type resumeStats struct {
 func (st *Stream) noteResume(w net.Conn, pooled bool) {
 	m := api.ResumeOn
 	switch {
-	case pooled:
-		m = api.ResumePooled
+	case pooled && !wan.Framed(w):
+		m = api.ResumePooled // a peer whose pooled sessions carry no frames (wan.ALPNFramed alone)
 	case st.wanT == api.WANTCP:
 		m = api.ResumePlain
 	case st.env.ResumeWindowFor(st.Record()) == 0:
@@ -173,8 +174,16 @@ func (st *Stream) rejoinDial(rec *store.Record, ch int, leg *wan.Leg) func(ctx c
 // (handed to it), or the open of a new one, relayed to the application
 // once it is reached. admit says whether the connection is yet to take
 // its slot of the caps (AdmitConn): a QUIC stream's took it on arrival.
+// A session of a pooled leg (legpool.Session) only opens: a join takes
+// its leg for as long as the connection lives, which a session, whose
+// leg serves the next one after it, cannot give.
 func (st *Stream) serveFramedIn(log *slog.Logger, from net.Addr, ch int, w net.Conn, admit bool) {
 	h, o, j, err := framed.First(w)
+	if err == nil && h.Type == carry.TypeJoin {
+		if _, pooled := w.(*legpool.Session); pooled {
+			err = errors.New("a join in a pooled leg's session: a connection joins on a leg of its own")
+		}
+	}
 	if err != nil {
 		relay.Abort(w)
 		st.RefuseWAN(ch, from, err)

@@ -80,14 +80,21 @@ func (st *Stream) relayPooled(log *slog.Logger, app net.Conn, ch int, target str
 	}
 	st.wanUp(log)
 	st.noteResume(s, true)
-	answer := st.answer(log, s)
 	st.startWatch(log)
 	if !st.track(s) {
 		relay.Abort(app)
 		legs.Release(pl, false)
 		return
 	}
-	st.relay(log, app, s, answer)
+	if wan.Framed(s) {
+		// Positioned frames in the session (wan.ALPNFramedPools): the
+		// connection outlives the pooled leg, on a leg of its own. The
+		// pooled leg is clean again only if the connection ended on it
+		// in order; one it left was reset (legpool.Session.Close).
+		st.relayFramedOut(log, app, s, ch, leg)
+	} else {
+		st.relay(log, app, s, st.answer(log, s))
+	}
 	st.untrack(s)
 	legs.Release(pl, s.Clean())
 }

@@ -671,6 +671,15 @@ func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 			}
 			return
 		}
+		if wan.Framed(s) {
+			// Positioned frames (wan.ALPNFramedPools): the session
+			// opens a connection that outlives the pooled leg.
+			st.serveFramedIn(log, from, r.Channel, s, true)
+			if !s.Clean() {
+				return // its connection left the leg, or ended with a reset
+			}
+			continue
+		}
 		// Each session is one application connection: the caps count
 		// it (one over resets its session, and so the leg).
 		if !st.AdmitConn(r.Channel, from) {

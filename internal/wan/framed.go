@@ -32,6 +32,13 @@ import (
 // frames (internal/carry), preferred over ALPNAnswers.
 const ALPNFramed = "scistream-wan/3"
 
+// ALPNFramedPools is ALPNFramed, and on a pooled leg (internal/legpool)
+// each session carries positioned frames too, so that a connection on a
+// pooled leg also outlives it; preferred over ALPNFramed. Between a
+// gateway of this release and one that offers ALPNFramed alone, pooled
+// sessions carry the application's bytes as they are.
+const ALPNFramedPools = "scistream-wan/4"
+
 // Framed reports whether c, a leg of an application connection (from
 // Dial, the acceptors, a QUIC stream), carries positioned frames.
 func Framed(c net.Conn) bool {

@@ -255,10 +255,10 @@ func (l *Leg) tlsConfig() *tls.Config {
 		// resumption would skip the pin check), and an idle pooled leg
 		// must have nothing to read (Pooled.Stale).
 		SessionTicketsDisabled: true,
-		// Both ends offer ALPNFramed, then ALPNAnswers (answer.go,
-		// framed.go); a peer that offers nothing gets no ALPN, no
-		// answers and no frames.
-		NextProtos: []string{ALPNFramed, ALPNAnswers},
+		// Both ends offer ALPNFramedPools, ALPNFramed, then
+		// ALPNAnswers (answer.go, framed.go); a peer that offers
+		// nothing gets no ALPN, no answers and no frames.
+		NextProtos: []string{ALPNFramedPools, ALPNFramed, ALPNAnswers},
 	}
 	if l.PeerCA != nil {
 		cfg.VerifyPeerCertificate = l.verifyCA
@@ -512,7 +512,8 @@ type Conn struct {
 	*tls.Conn
 	raw     *legConn
 	answers bool   // ALPNAnswers was negotiated
-	framed  bool   // ALPNFramed was negotiated
+	framed  bool   // ALPNFramed or ALPNFramedPools was negotiated
+	pools   bool   // ALPNFramedPools was negotiated
 	binding []byte // ExportBinding of the session
 	// wmu serialises Write and CloseWrite. crypto/tls locks each record
 	// write on its own, but a batch spans a whole Write plus its flush:
@@ -532,7 +533,8 @@ type Conn struct {
 // transport is raw.
 func newConn(tc *tls.Conn, raw *legConn, binding []byte) *Conn {
 	proto := tc.ConnectionState().NegotiatedProtocol
-	return &Conn{Conn: tc, raw: raw, answers: proto == ALPNAnswers, framed: proto == ALPNFramed, binding: binding}
+	return &Conn{Conn: tc, raw: raw, answers: proto == ALPNAnswers, framed: proto == ALPNFramed || proto == ALPNFramedPools,
+		pools: proto == ALPNFramedPools, binding: binding}
 }
 
 // Answers reports whether the acceptor of the leg answers (answer.go).
@@ -540,6 +542,10 @@ func (c *Conn) Answers() bool { return c.answers }
 
 // Framed reports whether the leg carries positioned frames (framed.go).
 func (c *Conn) Framed() bool { return c.framed }
+
+// FramedSessions reports whether the sessions of the leg, if it is a
+// pooled one, carry positioned frames (ALPNFramedPools).
+func (c *Conn) FramedSessions() bool { return c.pools }
 
 // Binding returns the leg's binding (ExportBinding of its session).
 func (c *Conn) Binding() []byte { return c.binding }

@@ -181,10 +181,9 @@
       case "off": return "resume off (the stream's resume window is 0)";
       case "peer_without": return "no resume: the peer gateway's release does not resume";
       case "plaintext": return "no resume: plaintext tcp legs";
-      case "pooled": return "no resume: pooled legs";
+      case "pooled": return "no resume: the peer gateway's release does not resume on pooled legs";
     }
     if (v.wan === "tcp") { return "no resume: plaintext tcp legs"; }
-    if (v.wan_pool) { return "no resume: pooled legs"; }
     if (!w) { return "resume off (the stream's resume window is 0)"; }
     return "";
   }
