@@ -1,7 +1,6 @@
 package carry
 
 import (
-	"context"
 	"sync"
 )
 
@@ -62,7 +61,7 @@ func class(n int) int {
 // Budget bounds the bytes every connection of a gateway holds in chunks
 // at once: the per-gateway budget of resend and receive buffers. A
 // sender past it waits (backpressure: its application is not read);
-// Take on a receiver never waits (the window it granted bounds it). Its
+// a receiver never waits (Force: the window it granted bounds it). Its
 // methods may be called concurrently.
 type Budget struct {
 	max int64 // 0: no bound
@@ -77,28 +76,35 @@ type Budget struct {
 // NewBudget returns a budget of max bytes (0: unbounded, only counted).
 func NewBudget(max int64) *Budget { return &Budget{max: max, wait: make(chan struct{})} }
 
-// Take takes n bytes, waiting while the budget has no room unless
-// nowait, until ctx ends (false).
-func (b *Budget) Take(ctx context.Context, n int64, nowait bool) bool {
+// TryTake takes n bytes if the budget has room for them (or holds
+// nothing: a chunk larger than the budget still moves), and reports
+// whether it did: a sender that gets false waits for bytes given back
+// (its application is not read meanwhile).
+func (b *Budget) TryTake(n int64) bool {
 	if b == nil {
 		return true
 	}
-	for {
-		b.mu.Lock()
-		if b.max == 0 || b.held+n <= b.max || b.held == 0 || nowait {
-			b.held += n
-			b.peak = max(b.peak, b.held)
-			b.mu.Unlock()
-			return true
-		}
-		w := b.wait
-		b.mu.Unlock()
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return false
-		}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.max != 0 && b.held+n > b.max && b.held != 0 {
+		return false
 	}
+	b.held += n
+	b.peak = max(b.peak, b.held)
+	return true
+}
+
+// Force takes n bytes whatever the budget holds: a receiver's, which
+// the window it granted bounds, so that what the peer may send is
+// always read.
+func (b *Budget) Force(n int64) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.held += n
+	b.peak = max(b.peak, b.held)
+	b.mu.Unlock()
 }
 
 // Give gives back n bytes.
@@ -173,7 +179,7 @@ func (s *sendBuf) tail() *chunk {
 	if len(s.chunks) == 0 {
 		k = 0 // a connection that emptied its buffer starts small again
 	}
-	if !s.budget.Take(context.Background(), int64(chunkSizes[k]), true) {
+	if !s.budget.TryTake(int64(chunkSizes[k])) {
 		return nil
 	}
 	c := &chunk{bp: s.pools[k].Get().(*[]byte), pos: s.end}
@@ -280,7 +286,7 @@ type backlog struct {
 // size or more).
 func (b *backlog) take(n int) *chunk {
 	k := class(n)
-	b.budget.Take(context.Background(), int64(chunkSizes[k]), true)
+	b.budget.Force(int64(chunkSizes[k]))
 	return &chunk{bp: b.pools[k].Get().(*[]byte)}
 }
 

@@ -703,6 +703,16 @@ func (c *Conn) heldNow() int {
 // waitBudget waits until the gateway's budget gave back bytes, or the
 // connection ended (false).
 func (c *Conn) waitBudget() bool {
+	c.mu.Lock()
+	if c.leg != nil && c.sent > c.snd.acked && !c.pinging && !c.pingDue {
+		// Ask for the acknowledgement of what is out now rather than
+		// when the peer's delay or a quarter of the window brings it:
+		// it gives this connection's bytes back to the budget (a
+		// ping's answer is an ack).
+		c.pingDue = true
+		c.kickLocked()
+	}
+	c.mu.Unlock()
 	b := c.cfg.Budget
 	b.mu.Lock()
 	w := b.wait

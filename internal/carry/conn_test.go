@@ -60,8 +60,14 @@ type rig struct {
 
 func newRig(t testing.TB, cfg Config) *rig {
 	t.Helper()
+	return newRigOf(t, cfg, cfg)
+}
+
+// newRigOf is newRig with the dialer's configuration dcfg and the
+// acceptor's acfg.
+func newRigOf(t testing.TB, dcfg, acfg Config) *rig {
+	t.Helper()
 	r := &rig{t: t, dialErr: make(chan error, 1), accErr: make(chan error, 1)}
-	dcfg, acfg := cfg, cfg
 	r.dial, r.acc = New(dcfg, true), New(acfg, false)
 	prodApp, prodGW := tcpPair(t)
 	consGW, consApp := tcpPair(t)
@@ -489,6 +495,36 @@ func TestSlowReaderDecoupled(t *testing.T) {
 	}
 	if now, peak := budget.Held(); now != 0 || peak > 6<<20 {
 		t.Fatalf("buffers held %d at the end, %d at most; want 0, and at most four windows with their chunks", now, peak)
+	}
+}
+
+// TestBudgetBoundsSenders: the gateway's budget (s2cs --resume_buffer)
+// bounds what a sender holds, below its window: the producer's
+// gateway, with a budget of 1 MiB and a window of 8, never holds more
+// than 1 MiB of the producer's bytes, and all 32 MiB arrive. (Before,
+// a sender took its chunks whatever the budget held: a gateway with
+// --resume_buffer 128MiB held 703 MB under 1,000 connections.)
+func TestBudgetBoundsSenders(t *testing.T) {
+	budget := NewBudget(1 << 20)
+	r := newRigOf(t, Config{Window: 8 << 20, Budget: budget}, Config{Window: 8 << 20})
+	sent := make(chan error, 1)
+	up := send(r.prodApp, 32<<20, sent)
+	r.consApp.CloseWrite()
+	sum, n, err := recvAll(r.consApp)
+	if err != nil || n != 32<<20 || sum != up {
+		t.Fatalf("consumer got %d bytes (%v)", n, err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-r.dialErr; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-r.accErr; err != nil {
+		t.Fatal(err)
+	}
+	if now, peak := budget.Held(); now != 0 || peak > 1<<20 {
+		t.Fatalf("the sender held %d at the end, %d at most; want 0, and at most its budget of 1 MiB", now, peak)
 	}
 }
 

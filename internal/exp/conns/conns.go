@@ -21,6 +21,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	"scistream/internal/api"
 	"scistream/internal/bench"
 	"scistream/internal/bytesize"
+	"scistream/internal/client"
 	"scistream/internal/exp/localpair"
 	"scistream/internal/exp/procs"
 	"scistream/internal/exp/record"
@@ -93,6 +95,11 @@ type Result struct {
 	// connections, with all of them open and idle, and at the peak of
 	// the transfer, in bytes.
 	RSSBefore, RSSOpen, RSSPeak map[string]int64
+	// ResumePeak is each gateway's most held of its resume buffer
+	// (s2cs --resume_buffer: what framed connections sent and the peer
+	// has not acknowledged, or received and the application has not
+	// taken) since it started, from GET /v1/status; ResumeCap its size.
+	ResumePeak, ResumeCap map[string]int64
 	// Transfer is the run through the gateways, every message verified.
 	Transfer bench.Summary
 	// CPUPerGB is both gateways' CPU seconds per 10^9 payload bytes
@@ -315,6 +322,18 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (res Result,
 		res.RSSPeak[role] = peak
 		fmt.Fprintf(stdout, "  %-8s gateway RSS peak %.1f MB during the transfer: %.1f KiB per connection\n",
 			role, mb(peak), perConnKiB(peak-before[role], cfg.Conns))
+	}
+	res.ResumePeak, res.ResumeCap = map[string]int64{}, map[string]int64{}
+	for role, c := range map[string]*client.Client{"outbound": lp.OutC, "inbound": lp.InC} {
+		var st api.GatewayStatus
+		if err := c.Do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+			return res, fmt.Errorf("%s gateway's status: %w", role, err)
+		}
+		res.ResumePeak[role], res.ResumeCap[role] = st.Health.ResumeBufferPeak, st.Health.ResumeBufferCapacity
+	}
+	for _, role := range []string{"outbound", "inbound"} {
+		fmt.Fprintf(stdout, "  %-8s gateway resume buffers at most %.1f MB at once (%.1f KiB per connection) of its %s\n",
+			role, mb(res.ResumePeak[role]), perConnKiB(res.ResumePeak[role], cfg.Conns), bytesize.Format(res.ResumeCap[role]))
 	}
 	if err := cons.wait(30 * time.Second); err != nil {
 		return res, err
