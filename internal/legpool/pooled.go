@@ -392,10 +392,10 @@ func (s *Session) WriteFrame(hdr, b []byte) (int, error) {
 	switch {
 	case s.wfin:
 		return 0, fmt.Errorf("write after CloseWrite: %w", net.ErrClosed)
-	case n > maxFrame || len(hdr) > 60:
-		return 0, fmt.Errorf("a frame of %d bytes on a pooled leg: at most %d, a header of 60", n, maxFrame)
+	case n > maxFrame:
+		return 0, fmt.Errorf("a frame of %d bytes on a pooled leg: at most %d", n, maxFrame)
 	}
-	var buf [64]byte
+	var buf [64]byte // a data frame's header fits; a reset's reason may not
 	h := append(buf[:0], frameData, byte(n>>16), byte(n>>8), byte(n))
 	h = append(h, hdr...)
 	if _, err := s.p.c.WriteFrame(h, b); err != nil {

@@ -257,8 +257,13 @@ func TestFramedSession(t *testing.T) {
 	if _, err := io.ReadFull(as, got); err != nil || !bytes.Equal(got, append(hdr, payload...)) {
 		t.Fatalf("the acceptor read %v, other bytes than the frame's header and payload", err)
 	}
-	if _, err := ds.WriteFrame(make([]byte, 61), nil); err == nil {
-		t.Fatal("WriteFrame took a header of 61 bytes")
+	// A frame that is all header (a reset with its reason) goes too.
+	reset := bytes.Repeat([]byte("r"), 300)
+	if _, err := ds.WriteFrame(reset, nil); err != nil {
+		t.Fatalf("WriteFrame of a 300-byte header: %v", err)
+	}
+	if got, err := wantest.ReadFull(t, as, len(reset)); err != nil || !bytes.Equal(got, reset) {
+		t.Fatalf("the acceptor read %v, other bytes than the 300-byte header", err)
 	}
 	read := make(chan error, 1)
 	go func() {
