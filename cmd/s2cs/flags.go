@@ -19,6 +19,7 @@ import (
 	"scistream/internal/pace"
 	"scistream/internal/ports"
 	"scistream/internal/relay"
+	"scistream/internal/tcpcc"
 	"scistream/internal/wanport"
 )
 
@@ -47,6 +48,7 @@ type options struct {
 	takeover           time.Duration
 	wanDomain          string
 	wanAdvertise       string
+	wanCC              string
 	wanProxy           bool
 	wanProxyFrom       string
 	pool               legpool.Config
@@ -117,6 +119,7 @@ func (o *options) flagSet() *flag.FlagSet {
 	fs.IntVar(&o.pool.MaxWarm, "pool_max_warm", 16, "largest wan_pool (idle pooled legs per channel) a stream may ask for")
 	fs.DurationVar(&o.pool.IdleTimeout, "pool_idle_timeout", legpool.DefaultIdleTimeout, "how long a pooled WAN leg beyond a channel's wan_pool may stay idle (after a burst dialed more) before it is torn down")
 	o.resume.register(fs)
+	fs.StringVar(&o.wanCC, "wan_cc", tcpcc.Auto, "congestion control of this gateway's TCP WAN legs (both ends it holds: dialed, accepted, pooled, on the shared WAN port; TCP_CONGESTION per socket), whatever the host's default: auto (bbr where the kernel offers it, else the host's default), host (the host's default), or a name of tcp_available_congestion_control; the LAN legs keep the host's default. QUIC legs run quic-go's own")
 	fs.StringVar(&o.wanAdvertise, "wan_advertise", "", "host:port peers dial for the shared WAN port, e.g. the SNI router's public name and 443 (default: --listener_ip and --wan_port)")
 	fs.StringVar(&o.engine, "type", "splice", "default data-plane engine: splice, buffer or sockmap (eBPF redirect in the kernel; plain TCP WAN legs only)")
 	fs.StringVar(&o.bufferSize, "buffer_size", bytesize.Format(relay.DefaultBufferSize), "ring buffer of the buffer engine per direction of each connection, e.g. 10MB; 64KiB to 1GiB")
@@ -174,7 +177,7 @@ func flagGroups() []cliflag.Group {
 		{Title: "Data plane", Flags: []string{
 			"type", "buffer_size", "no_sockmap", "max_active_conns"}},
 		{Title: "WAN legs (plaintext TCP, the shared WAN port, pooled legs)", Flags: []string{
-			"insecure_tcp_wan", "wan_port", "wan_domain", "wan_advertise", "wan_proxy_protocol", "wan_proxy_from",
+			"insecure_tcp_wan", "wan_cc", "wan_port", "wan_domain", "wan_advertise", "wan_proxy_protocol", "wan_proxy_from",
 			"pool_max_per_peer", "pool_policy", "pool_max_warm", "pool_idle_timeout"}},
 		{Title: "Resuming connections over a lost WAN leg (framed legs)", Flags: []string{
 			"resume_window", "resume_window_max", "resume_conn_buffer", "resume_buffer"}},
@@ -295,6 +298,9 @@ func (o *options) config() (gateway.Config, error) {
 	}
 	if cfg.PortRange, err = ports.ParseRange(o.portRange); err != nil {
 		return cfg, fmt.Errorf("--port_range: %w", err)
+	}
+	if cfg.WANCC, err = tcpcc.Resolve(o.wanCC); err != nil {
+		return cfg, fmt.Errorf("--wan_cc: %w", err)
 	}
 	size, err := bytesize.Parse(o.bufferSize)
 	if err != nil {

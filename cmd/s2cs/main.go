@@ -214,7 +214,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	log.Info("serving", "version", version.Current().String(), "bind", cfg.BindIP, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
 		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax,
 		"resume_window", resume.Window, "resume_window_max", resume.WindowMax,
-		"resume_conn_buffer", bytesize.Format(int64(resume.ConnBuffer)), "resume_buffer", bytesize.Format(resume.Buffer))
+		"resume_conn_buffer", bytesize.Format(int64(resume.ConnBuffer)), "resume_buffer", bytesize.Format(resume.Buffer),
+		"wan_cc", cfg.WANCC.Effective(), "wan_cc_from", cfg.WANCC.Note)
 	log.Info("what streams may make this gateway dial", "applications", describeAllow(cfg.AllowTargets), "peers", describeAllow(cfg.AllowPeers),
 		"never", "this gateway's own control port, metrics listener, data ports and shared WAN port")
 	if cfg.Capacity.Rate == 0 {

@@ -143,7 +143,11 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 	if st.Peer != "" {
 		fmt.Fprintf(w, ", peer gateway %s", printable(st.Peer))
 	}
-	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s, engine %s", printableList(s.Listeners, ","), printableList(s.Targets, ","), printable(s.WAN), printable(s.Engine))
+	wanCC := ""
+	if s.WANCC != "" {
+		wanCC = " (" + printable(s.WANCC) + ")"
+	}
+	fmt.Fprintf(w, "\n  listeners %s -> targets %s, wan %s%s, engine %s", printableList(s.Listeners, ","), printableList(s.Targets, ","), printable(s.WAN), wanCC, printable(s.Engine))
 	if s.AppWaitS != nil {
 		fmt.Fprintf(w, ", app wait %s", time.Duration(*s.AppWaitS)*time.Second)
 	}

@@ -327,6 +327,10 @@ type Stream struct {
 	WANServerName string `json:"wan_server_name,omitempty"`
 	// WANPool is an outbound stream's idle pooled legs per channel.
 	WANPool int `json:"wan_pool,omitempty"`
+	// WANCC is the congestion control this gateway's ends of the
+	// stream's WAN legs run (s2cs --wan_cc; Info.WANCC), for TCP legs
+	// (tls, tcp); absent for QUIC legs and from older gateways.
+	WANCC string `json:"wan_cc,omitempty"`
 	// PeerServerName is the server name an outbound stream sends.
 	PeerServerName string `json:"peer_server_name,omitempty"`
 	// WANCert is this gateway's WAN certificate (PEM), for the peer to pin.
@@ -543,6 +547,11 @@ type Info struct {
 	DefaultEngine string   `json:"default_engine"`
 	WAN           []string `json:"wan"`
 	WANCertSHA256 string   `json:"wan_cert_sha256"`
+	// WANCC is the congestion control of the gateway's TCP WAN legs
+	// (s2cs --wan_cc), and WANCCSet whether the gateway sets it on each
+	// leg (else it is the host's default). The LAN legs run the host's.
+	WANCC    string `json:"wan_cc,omitempty"`
+	WANCCSet bool   `json:"wan_cc_set,omitempty"`
 	// WANPort is the shared WAN port's advertised address, if the gateway
 	// has one, and WANDomain the domain of its streams' server names.
 	WANPort   string `json:"wan_port,omitempty"`

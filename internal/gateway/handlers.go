@@ -44,6 +44,8 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		DefaultEngine:        s.cfg.Engine,
 		WAN:                  wans,
 		WANCertSHA256:        s.cfg.Identity.SHA256,
+		WANCC:                s.cfg.WANCC.Effective(),
+		WANCCSet:             s.cfg.WANCC.Name != "",
 		WANPort:              s.cfg.WAN.Advertise,
 		WANDomain:            s.cfg.WAN.Domain,
 		PoolPolicy:           s.cfg.Pool.Policy,
@@ -193,6 +195,15 @@ func (s *Server) handleRelease(r *http.Request) (int, any, error) {
 
 // view returns the public view of a record, with the live stats of st
 // if it runs.
+// wanCCOf is the congestion control of the gateway's ends of WAN legs
+// of transport wan: the gateway's for TCP legs, none said for QUIC's.
+func (s *Server) wanCCOf(wan string) string {
+	if wan == api.WANQUIC {
+		return ""
+	}
+	return s.cfg.WANCC.Effective()
+}
+
 func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 	v := api.Stream{
 		UID:            rec.UID,
@@ -202,6 +213,7 @@ func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 		Targets:        slices.Clone(rec.Targets),
 		NumConn:        rec.NumConn,
 		WAN:            rec.WAN,
+		WANCC:          s.wanCCOf(rec.WAN),
 		Engine:         rec.Engine,
 		Allow:          slices.Clone(rec.Allow),
 		MaxActiveConns: rec.MaxActiveConns,

@@ -47,6 +47,8 @@ func (o observed) Gauges() observe.Gauges {
 		ResumeHeld:       held,
 		ResumePeak:       peak,
 		ResumeCapacity:   s.cfg.Resume.Buffer,
+		WANCC:            s.cfg.WANCC.Effective(),
+		WANCCSet:         s.cfg.WANCC.Name != "",
 	}
 }
 

@@ -173,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 			Strangers: strange,
 			Targets:   egress.New(cfg.AllowTargets, "--allow_targets", self),
 			Peers:     egress.New(cfg.AllowPeers, "--allow_peers", self),
+			WANCC:     cfg.WANCC.Name,
 			Advertise: cfg.WAN.Advertise,
 			AppWait:   cfg.AppWaitDefault, AppWaitMax: cfg.AppWaitMax,
 			Legs:       legpool.New(cfg.Pool, cfg.Logger),

@@ -3,6 +3,7 @@ package observe
 import (
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +52,7 @@ func newMetrics(c *collector, log *slog.Logger) http.Handler {
 type collector struct {
 	o *Observer
 
-	buildInfo, ready, streams, streamsEnded, portsInUse, portsCap,
+	buildInfo, wanCC, ready, streams, streamsEnded, portsInUse, portsCap,
 	filesInUse, filesCap, wanConns, pooledLegs, apiErrors, refused,
 	controlConns, controlRefused, capacityRate, reservedRate,
 	parked, resumeHeld, resumePeak, resumeCap *prometheus.Desc
@@ -73,6 +74,7 @@ func newCollector(o *Observer) *collector {
 	return &collector{
 		o:              o,
 		buildInfo:      g("build_info", "The s2cs release serving, always 1.", "version"),
+		wanCC:          g("wan_congestion_control_info", "The congestion control of the gateway's TCP WAN legs (s2cs --wan_cc), always 1; set says whether the gateway sets it on each leg (true) or leaves the host's default (false). The LAN legs run the host's default.", "cc", "set"),
 		ready:          g("ready", "1 once the gateway restored its streams and serves, 0 while it starts or stops."),
 		streams:        g("streams", "Live streams by state (requested, listening, wired, connected).", "state"),
 		streamsEnded:   g("streams_ended_total", "Streams that ended since the gateway started, by terminal state.", "state"),
@@ -118,7 +120,7 @@ func newCollector(o *Observer) *collector {
 }
 
 func (c *collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.buildInfo, c.ready, c.streams, c.streamsEnded, c.portsInUse, c.portsCap,
+	return []*prometheus.Desc{c.buildInfo, c.wanCC, c.ready, c.streams, c.streamsEnded, c.portsInUse, c.portsCap,
 		c.filesInUse, c.filesCap, c.wanConns, c.pooledLegs, c.apiErrors, c.refused, c.controlConns, c.controlRefused, c.capacityRate, c.reservedRate,
 		c.parked, c.resumeHeld, c.resumePeak, c.resumeCap,
 		c.info, c.bytes, c.conns, c.connsTotal, c.connsRefused, c.handshakeFails, c.redials, c.aborted,
@@ -144,6 +146,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	h := c.o.Health()
 	g := c.o.gw.Gauges()
 	gauge(c.buildInfo, 1, version.Version)
+	gauge(c.wanCC, 1, g.WANCC, strconv.FormatBool(g.WANCCSet))
 	gauge(c.ready, boolValue(h.Ready))
 	for _, st := range api.LiveStates() {
 		gauge(c.streams, float64(h.Streams[string(st)]), string(st))

@@ -134,6 +134,11 @@ type Gauges struct {
 	// the most they held at once, and its size (carry.Budget,
 	// config.Resume.Buffer).
 	ResumeHeld, ResumePeak, ResumeCapacity int64
+	// WANCC is the congestion control the gateway's TCP WAN legs run
+	// (config.Config.WANCC), and WANCCSet whether the gateway sets it
+	// (else it is the host's default).
+	WANCC    string
+	WANCCSet bool
 }
 
 // Observer is a gateway's part that operators look through.

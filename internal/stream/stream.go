@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"scistream/internal/api"
@@ -29,6 +31,7 @@ import (
 	"scistream/internal/sockio"
 	"scistream/internal/store"
 	"scistream/internal/strangers"
+	"scistream/internal/tcpcc"
 	"scistream/internal/wan"
 	"scistream/internal/wanquic"
 )
@@ -46,6 +49,9 @@ type Env struct {
 	// Peers what the outbound side may dial for its peer gateways: each
 	// checked at every dial (Config.AllowTargets, AllowPeers).
 	Targets, Peers *egress.Policy
+	// WANCC is the congestion control set on both ends this gateway
+	// holds of its streams' TCP WAN legs (Config.WANCC), "" none.
+	WANCC string
 	// Port is the shared WAN Port and advertise its address for peers,
 	// if the gateway has one (wanport.go).
 	Port      SharedPort
@@ -638,6 +644,7 @@ func (st *Stream) serveLeg(from net.Addr, r *wan.Routed) {
 	st.Trusted.Add(from, time.Now())
 	st.partnerCame()
 	log := st.env.Log.With("uid", st.UID, "channel", r.Channel, "peer", from.String())
+	st.wanAccepted(log, r.Conn)
 	if r.Watch() {
 		st.serveWatch(log, r.Conn)
 		return
@@ -771,12 +778,47 @@ func (st *Stream) leg(rec *store.Record, ch int) *wan.Leg {
 		Cert:       st.env.Cert,
 		PeerSHA256: st.pin,
 		ServerName: rec.PeerServerName,
-		Control:    st.env.Peers.Control,
+		Control:    st.wanControl,
 		PeerCA:     st.peerCA(rec),
 		// A stream whose connections do not wait for a new leg
 		// (resume window 0) dials its legs without frames: they cost
 		// what the plain relay costs.
 		Unframed: st.env.ResumeWindowFor(rec) == 0,
+	}
+}
+
+// wanControl is the Control of the stream's WAN dials: the check of the
+// peer's address (Env.Peers), then, on a TCP socket, the gateway's
+// congestion control of WAN legs (Env.WANCC).
+func (st *Stream) wanControl(network, address string, rc syscall.RawConn) error {
+	if st.env.Peers != nil {
+		if err := st.env.Peers.Control(network, address, rc); err != nil {
+			return err
+		}
+	}
+	if !strings.HasPrefix(network, "tcp") {
+		return nil // a QUIC connection's UDP socket: quic-go's own
+	}
+	return tcpcc.Set(rc, st.env.WANCC)
+}
+
+// wanAccepted sets the gateway's congestion control of WAN legs
+// (Env.WANCC) on c, a WAN leg this side accepted and authenticated: the
+// handshake ran on the host's default, the bytes run on the leg's.
+func (st *Stream) wanAccepted(log *slog.Logger, c net.Conn) {
+	if st.env.WANCC == "" {
+		return
+	}
+	t := wan.TCPOf(c)
+	if t == nil {
+		return
+	}
+	rc, err := t.SyscallConn()
+	if err == nil {
+		err = tcpcc.Set(rc, st.env.WANCC)
+	}
+	if err != nil {
+		log.Debug("set the WAN leg's congestion control", "cc", st.env.WANCC, "err", err)
 	}
 }
 

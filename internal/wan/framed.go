@@ -46,6 +46,22 @@ func Framed(c net.Conn) bool {
 	return ok && f.Framed()
 }
 
+// TCPOf returns the TCP connection under leg c, through its wrappers
+// (NetConn: TLS, a pooled session, the PROXY protocol's), or nil if c
+// does not stand on one (a QUIC stream).
+func TCPOf(c net.Conn) *net.TCPConn {
+	for {
+		if t, ok := c.(*net.TCPConn); ok {
+			return t
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = u.NetConn()
+	}
+}
+
 // BindingOf returns the binding of leg c (ExportBinding of its session),
 // or nil for a leg without one (plaintext TCP).
 func BindingOf(c net.Conn) []byte {

@@ -37,17 +37,11 @@ func bytesReceived(c net.Conn) (uint64, bool) {
 // TCP connection (TCP_INFO), through the leg's wrappers (NetConn), or
 // false if c does not stand on a TCP socket (QUIC) or cannot say.
 func RTTOf(c net.Conn) (time.Duration, bool) {
-	for {
-		if _, ok := c.(*net.TCPConn); ok {
-			break
-		}
-		u, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return 0, false
-		}
-		c = u.NetConn()
+	t := TCPOf(c)
+	if t == nil {
+		return 0, false
 	}
-	rc, err := c.(*net.TCPConn).SyscallConn()
+	rc, err := t.SyscallConn()
 	if err != nil {
 		return 0, false
 	}

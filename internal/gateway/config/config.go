@@ -33,6 +33,7 @@ import (
 	"scistream/internal/sockmap"
 	"scistream/internal/store"
 	"scistream/internal/strangers"
+	"scistream/internal/tcpcc"
 	"scistream/internal/wanport"
 	"scistream/internal/wanquic"
 )
@@ -94,6 +95,12 @@ type Config struct {
 	// shared by every stream; the caller owns it and closes it after
 	// Shutdown. If nil, streams whose engine is sockmap use splice.
 	Sockmap *sockmap.Redirector
+	// WANCC is the congestion control set on both ends the gateway
+	// holds of every TCP WAN leg (dialed, accepted, pooled, on the
+	// shared WAN port; internal/tcpcc), "" none: the host's default.
+	// The LAN legs keep the host's default whatever it says. Resolve it
+	// with tcpcc.Resolve (s2cs --wan_cc), which checks it can be set.
+	WANCC tcpcc.Choice
 	// AllowTCPWAN admits streams whose WAN legs are plaintext TCP. If
 	// false, such requests are refused.
 	AllowTCPWAN bool
