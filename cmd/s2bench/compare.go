@@ -14,6 +14,7 @@ import (
 	"scistream/internal/exp/workload"
 	"scistream/internal/localgw"
 	"scistream/internal/relay"
+	"scistream/internal/tcpcc"
 )
 
 // knownWANs are the WAN transports compare can ask for; whether the s2cs
@@ -45,6 +46,7 @@ could build, measured against the same direct runs.`
 type compareFlags struct {
 	wf                                                                 workload.Flags
 	pairs, engine, wan, jsonPath, plotsDir, plotFormat, progress, s2cs *string
+	wanCC                                                              *string
 	reps                                                               *int
 	runTimeout, idle, rateInterval                                     *time.Duration
 }
@@ -63,13 +65,15 @@ func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
 	f.s2cs = fs.String("s2cs", "", "s2cs binary (default: next to s2bench, in ./bin or on PATH)")
 	f.runTimeout = fs.Duration("run_timeout", 5*time.Minute, "upper bound of one run")
 	f.idle = fs.Duration("idle_timeout", 30*time.Second, "fail a run that makes no progress for this long")
+	f.wanCC = fs.String("wan_cc", "", "congestion control of the gateways' WAN legs (s2cs --wan_cc): auto, host, or a name (default: s2cs's, auto: bbr where the kernel offers it)")
 	f.rateInterval = fs.Duration("rate_interval", time.Second, "how often the gateways sample their rates (s2cs --rate_interval), 10ms to 1m; each gateway run prints the steady state they saw next to the goodput")
 }
 
 // config validates the parsed flags of fs.
 func (f *compareFlags) config(fs *flag.FlagSet) (*compare.Config, error) {
 	cfg := &compare.Config{Reps: *f.reps, Engine: *f.engine, WAN: *f.wan, JSONPath: *f.jsonPath, PlotsDir: *f.plotsDir,
-		PlotFormat: *f.plotFormat, Progress: *f.progress, S2CS: *f.s2cs, RunTimeout: *f.runTimeout, Idle: *f.idle, RateInterval: *f.rateInterval}
+		PlotFormat: *f.plotFormat, Progress: *f.progress, S2CS: *f.s2cs, RunTimeout: *f.runTimeout, Idle: *f.idle, RateInterval: *f.rateInterval,
+		WANCC: *f.wanCC}
 	var err error
 	if cfg.Pairs, err = parsePairs(*f.pairs); err != nil {
 		return nil, err
@@ -86,6 +90,11 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compare.Config, error) {
 		return nil, usagef("--wan %q: use one of %s", cfg.WAN, strings.Join(knownWANs, ", "))
 	case cfg.RateInterval < 10*time.Millisecond || cfg.RateInterval > time.Minute:
 		return nil, usagef("--rate_interval %s out of range: give 10ms to 1m", cfg.RateInterval)
+	}
+	if cfg.WANCC != "" && cfg.WANCC != tcpcc.Auto && cfg.WANCC != tcpcc.Host {
+		if err := tcpcc.Valid(cfg.WANCC); err != nil {
+			return nil, usagef("--wan_cc: %v", err)
+		}
 	}
 	if err := checkExperimentFlags(cfg.Plan, cfg.RunTimeout, cfg.Idle, cfg.PlotFormat, cfg.Progress, cfg.JSONPath, cfg.PlotsDir); err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ import (
 // The testbed command: a two-facility testbed of network namespaces with
 // an emulated WAN (internal/netbed), and seed 000's experiment on it.
 
-const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan | --rtt 10ms] [--wan_rate 200mbit] [--loss 0] [--cc bbr|cubic]
+const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan | --rtt 10ms] [--wan_rate 200mbit] [--loss 0] [--host_cc cubic]
        s2bench testbed run  [--name tb] [--preset shortwan ...] [--workload sweep|dstream|lstream|SIZE[,SIZE...]]
                             [--bytes N | --messages N | --duration D] [--rate R] [--mode throughput|rr] [--pairs N[,N...]]
                             [--reps 1] [--engine splice|buffer] [--wan tls|tcp|quic] [--json FILE] [--plots DIR] [--keep]
@@ -67,15 +67,17 @@ type bedFlags struct {
 }
 
 func addBedFlags(fs *flag.FlagSet) *bedFlags {
-	return &bedFlags{
+	b := &bedFlags{
 		name:      fs.String("name", "tb", "testbed name: 1 to 8 of a-z, 0-9 (several testbeds can be up at once)"),
 		preset:    fs.String("preset", "shortwan", "emulated path: "+strings.Join(netbed.PresetNames(), ", ")),
 		wanRate:   fs.String("wan_rate", "", "rate of the emulated WAN and direct path, e.g. 500mbit or 1gbit (default: the preset's, 200mbit)"),
 		loss:      fs.Float64("loss", 0, "probability of losing a packet on the WAN, e.g. 0.0001"),
 		rtt:       fs.Duration("rtt", 0, "overall RTT instead of the preset's, e.g. 10ms (the preset is then named custom)"),
-		cc:        fs.String("cc", "", "TCP congestion control of hosts and gateways (default: bbr if available, else cubic)"),
+		cc:        fs.String("host_cc", netbed.DefaultHostCC, "TCP congestion control of the hosts, as facility hosts have theirs: the producer's and consumer's sockets (the direct path, and the LAN ends of the gateways' path) and the namespaces' default, which the gateways' LAN legs run; the gateways' WAN legs run their own (--wan_cc)"),
 		stateRoot: fs.String("state_root", netbed.DefaultStateRoot, "directory of testbed state files"),
 	}
+	fs.StringVar(b.cc, "cc", netbed.DefaultHostCC, "the same as --host_cc (its name before the gateways chose their WAN legs' own)")
+	return b
 }
 
 // config validates the flags into a netbed.Config.

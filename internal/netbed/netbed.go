@@ -73,9 +73,12 @@ type Config struct {
 	// flags are appended. Required, e.g. {"/usr/bin/s2bench", "testbed",
 	// "delayline"}.
 	DelayLine []string
-	// CC is the TCP congestion control of the hosts and gateways: a name
-	// from tcp_available_congestion_control, or "" for bbr where
-	// available, else cubic.
+	// CC is the TCP congestion control of the hosts, as a facility's
+	// run their distribution's default: the producer's and the
+	// consumer's sockets (set on each: Tuning.HostCC) and the
+	// namespaces' default, which the gateways' LAN legs run (the
+	// gateways set their WAN legs' own, s2cs --wan_cc). A name from
+	// tcp_available_congestion_control, or "" for DefaultHostCC.
 	CC string
 	// StateRoot holds the state. If empty, DefaultStateRoot.
 	StateRoot string

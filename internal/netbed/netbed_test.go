@@ -208,8 +208,8 @@ func TestChooseCC(t *testing.T) {
 		got   string
 		fails bool
 	}{
-		{"", []string{"reno", "bbr", "cubic"}, "bbr", false},
-		{"", []string{"reno", "cubic"}, "cubic", false},
+		{"", []string{"reno", "bbr", "cubic"}, "cubic", false}, // the hosts' default: facility hosts run cubic
+		{"", []string{"reno", "bbr"}, "", true},
 		{"cubic", []string{"reno", "bbr", "cubic"}, "cubic", false},
 		{"bbr", []string{"reno", "cubic"}, "", true},
 	}

@@ -11,8 +11,16 @@ import (
 // Tuning is the TCP configuration applied in the hosts' and gateways'
 // namespaces (these sysctls are per network namespace).
 type Tuning struct {
-	// CC is net.ipv4.tcp_congestion_control.
-	CC string `json:"cc"`
+	// HostCC is the congestion control of the hosts (Config.CC): the
+	// producer and the consumer set it on each of their sockets (as
+	// root they may set any available one).
+	HostCC string `json:"host_cc"`
+	// CC is net.ipv4.tcp_congestion_control of the namespaces: HostCC
+	// where a namespace may take it, else the host's default (CCNote
+	// says why: a namespace other than the host's may only take one of
+	// tcp_allowed_congestion_control).
+	CC     string `json:"cc"`
+	CCNote string `json:"cc_note,omitempty"`
 	// Available is tcp_available_congestion_control.
 	Available []string `json:"available"`
 	// Rmem and Wmem are net.ipv4.tcp_rmem and tcp_wmem ("min default
@@ -22,30 +30,38 @@ type Tuning struct {
 	Wmem string `json:"tcp_wmem"`
 }
 
-func (t Tuning) String() string {
-	return fmt.Sprintf("congestion control %s (available: %s); tcp_rmem %q, tcp_wmem %q, tcp_no_metrics_save 1",
-		t.CC, strings.Join(t.Available, " "), t.Rmem, t.Wmem)
+// HostOf is HostCC, or CC for a testbed brought up before HostCC.
+func (t Tuning) HostOf() string {
+	if t.HostCC == "" {
+		return t.CC
+	}
+	return t.HostCC
 }
 
-// chooseCC returns want if available, or, for "", bbr if available and
-// cubic otherwise.
+func (t Tuning) String() string {
+	host := t.HostOf()
+	lan := "the gateways' LAN legs " + t.CC
+	if t.CCNote != "" {
+		lan += " (" + t.CCNote + ")"
+	}
+	return fmt.Sprintf("congestion control: producer and consumer %s, %s, the gateways' WAN legs their own (s2cs --wan_cc) (available: %s); tcp_rmem %q, tcp_wmem %q, tcp_no_metrics_save 1",
+		host, lan, strings.Join(t.Available, " "), t.Rmem, t.Wmem)
+}
+
+// DefaultHostCC is the hosts' congestion control unless Config.CC
+// says: what RHEL's and Debian's hosts run.
+const DefaultHostCC = "cubic"
+
+// chooseCC returns want, or DefaultHostCC for "", if available.
 func chooseCC(want string, available []string) (string, error) {
-	if want != "" {
-		if !slices.Contains(available, want) {
-			return "", fmt.Errorf("congestion control %q is not available here (available: %s): choose one of those, or load its module (modprobe tcp_%s)",
-				want, strings.Join(available, " "), want)
-		}
-		return want, nil
+	if want == "" {
+		want = DefaultHostCC
 	}
-	for _, c := range []string{"bbr", "cubic"} {
-		if slices.Contains(available, c) {
-			return c, nil
-		}
+	if !slices.Contains(available, want) {
+		return "", fmt.Errorf("congestion control %q is not available here (available: %s): choose one of those (--host_cc), or load its module (modprobe tcp_%s)",
+			want, strings.Join(available, " "), want)
 	}
-	if len(available) == 0 {
-		return "", fmt.Errorf("no TCP congestion control listed as available")
-	}
-	return available[0], nil
+	return want, nil
 }
 
 func (tb *Testbed) tune(ctx context.Context, cc string) error {
@@ -54,8 +70,20 @@ func (tb *Testbed) tune(ctx context.Context, cc string) error {
 		return fmt.Errorf("congestion controls: %w", err)
 	}
 	t := Tuning{Available: strings.Fields(string(b))}
-	if t.CC, err = chooseCC(cc, t.Available); err != nil {
+	if t.HostCC, err = chooseCC(cc, t.Available); err != nil {
 		return err
+	}
+	// A namespace other than the host's may take as its default only
+	// one of tcp_allowed_congestion_control (the kernel's rule), which
+	// the testbed leaves as the host has it: the namespaces then keep
+	// the host's default, and the producer and the consumer still run
+	// HostCC on their own sockets.
+	t.CC = t.HostCC
+	if allowed, err := os.ReadFile("/proc/sys/net/ipv4/tcp_allowed_congestion_control"); err == nil && !slices.Contains(strings.Fields(string(allowed)), t.HostCC) {
+		def, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+		t.CC = strings.TrimSpace(string(def))
+		t.CCNote = fmt.Sprintf("the host's default: a namespace may only take one of net.ipv4.tcp_allowed_congestion_control (%s); to give them %s too, as root: sysctl -w net.ipv4.tcp_allowed_congestion_control='%s %s'",
+			strings.TrimSpace(string(allowed)), t.HostCC, strings.TrimSpace(string(allowed)), t.HostCC)
 	}
 	maxBuf := max(2*tb.Preset.BDP(), 6<<20)
 	t.Rmem = fmt.Sprintf("4096 131072 %d", maxBuf)

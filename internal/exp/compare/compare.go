@@ -53,6 +53,9 @@ type Config struct {
 	// --rate_interval), whose steady state each gateway run reports;
 	// 0: 1 s.
 	RateInterval time.Duration
+	// WANCC is the gateways' s2cs --wan_cc (the congestion control of
+	// their WAN legs); empty: s2cs's default (auto).
+	WANCC string
 }
 
 // WithDefaults returns cfg with its zero fields set to their defaults.
@@ -82,7 +85,11 @@ func (cfg Config) WithDefaults() Config {
 // GatewayArgs are the s2cs flags of the experiment's gateways.
 func (cfg *Config) GatewayArgs() []string {
 	d := cfg.WithDefaults()
-	return []string{"--rate_interval", d.RateInterval.String()}
+	args := []string{"--rate_interval", d.RateInterval.String()}
+	if d.WANCC != "" {
+		args = append(args, "--wan_cc", d.WANCC)
+	}
+	return args
 }
 
 // RunOptions are the bounds of one run.

@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"scistream/internal/bench"
@@ -25,6 +26,7 @@ import (
 	"scistream/internal/exp/record"
 	"scistream/internal/exp/workload"
 	"scistream/internal/netbed"
+	"scistream/internal/tcpcc"
 )
 
 // Up brings up the testbed bed describes, prints it and its measured
@@ -112,12 +114,26 @@ func Run(ctx context.Context, cfg RunConfig, stdout, stderr io.Writer) (recs []r
 
 	// The consumer's listeners, in its namespace: one the stream leads
 	// to, one the direct path reaches.
+	// The hosts' congestion control on the producer's and the
+	// consumer's every socket (the listeners pass theirs on to what
+	// they accept): a namespace may not be able to take it as its
+	// default (netbed.Tuning.CCNote).
+	host := tb.Tuning.HostOf()
+	hostCC := func(_, _ string, rc syscall.RawConn) error { return tcpcc.Set(rc, host) }
 	var lnGW, lnDirect *net.TCPListener
 	err = netbed.Do(tb.NS(netbed.Consumer), func() (err error) {
-		if lnGW, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(tb.ConsumerLAN())}); err != nil {
+		lc := net.ListenConfig{Control: hostCC}
+		listen := func(ip string) (*net.TCPListener, error) {
+			ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(ip, "0"))
+			if err != nil {
+				return nil, err
+			}
+			return ln.(*net.TCPListener), nil
+		}
+		if lnGW, err = listen(tb.ConsumerLAN()); err != nil {
 			return err
 		}
-		lnDirect, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(tb.ConsumerDirect())})
+		lnDirect, err = listen(tb.ConsumerDirect())
 		return err
 	})
 	for _, ln := range []*net.TCPListener{lnGW, lnDirect} {
@@ -154,7 +170,7 @@ func Run(ctx context.Context, cfg RunConfig, stdout, stderr io.Writer) (recs []r
 	o := c.RunOptions()
 	o.Dial = func(ctx context.Context, addr string) (conn *net.TCPConn, err error) {
 		err = netbed.Do(tb.NS(netbed.Producer), func() error {
-			d := net.Dialer{Timeout: c.Idle}
+			d := net.Dialer{Timeout: c.Idle, Control: hostCC}
 			nc, err := d.DialContext(ctx, "tcp", addr)
 			if err == nil {
 				conn = nc.(*net.TCPConn)
@@ -230,6 +246,10 @@ func Open(ctx context.Context, bed netbed.Config, asked map[string]bool, keep bo
 		if ((asked["preset"] || asked["rtt"]) && (want.Name != tb.Preset.Name || want.RTT != tb.Preset.RTT)) || (asked["wan_rate"] && want.RateBps != tb.Preset.RateBps) || (asked["loss"] && want.Loss != tb.Preset.Loss) {
 			return nil, nil, down, fmt.Errorf("testbed %s is up with %s, not %s: take it down first (s2bench testbed down --name %s) or run it as it is (drop --preset, --rtt, --wan_rate, --loss)",
 				tb.Name, tb.Preset, want, tb.Name)
+		}
+		if (asked["host_cc"] || asked["cc"]) && bed.CC != tb.Tuning.HostOf() {
+			return nil, nil, down, fmt.Errorf("testbed %s is up with host congestion control %s, not %s: take it down first (s2bench testbed down --name %s) or run it as it is (drop --host_cc)",
+				tb.Name, tb.Tuning.HostOf(), bed.CC, tb.Name)
 		}
 	}
 	defer func() {
