@@ -216,6 +216,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		"resume_window", resume.Window, "resume_window_max", resume.WindowMax,
 		"resume_conn_buffer", bytesize.Format(int64(resume.ConnBuffer)), "resume_buffer", bytesize.Format(resume.Buffer),
 		"wan_cc", cfg.WANCC.Effective(), "wan_cc_from", cfg.WANCC.Note)
+	if cfg.WANCC.FellBack {
+		log.Warn("the WAN legs run the host's default congestion control, which gives up most of a long or lossy path if it is cubic or reno; --wan_cc host says this is meant", "cc", cfg.WANCC.Effective(), "why", cfg.WANCC.Note)
+	}
 	log.Info("what streams may make this gateway dial", "applications", describeAllow(cfg.AllowTargets), "peers", describeAllow(cfg.AllowPeers),
 		"never", "this gateway's own control port, metrics listener, data ports and shared WAN port")
 	if cfg.Capacity.Rate == 0 {

@@ -35,11 +35,13 @@ const Preferred = "bbr"
 
 // A Choice is what Resolve decided: Name is set on every WAN leg ("":
 // none, the host's default, HostDefault); Note says why, for the start
-// line.
+// line; FellBack says Auto could not have Preferred (Note says why and
+// the fix), worth a warning.
 type Choice struct {
 	Name        string
 	HostDefault string
 	Note        string
+	FellBack    bool
 }
 
 // Effective is the congestion control the legs run: Name, or the host's.
@@ -64,6 +66,7 @@ func Resolve(want string) (Choice, error) {
 	case Auto, "":
 		if err := Probe(Preferred); err != nil {
 			c.Note = fmt.Sprintf("the host's default (%s cannot be set here: %v)", Preferred, err)
+			c.FellBack = true
 			return c, nil
 		}
 		c.Name, c.Note = Preferred, "auto: "+Preferred+" where the kernel offers it"
