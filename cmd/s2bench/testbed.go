@@ -17,7 +17,7 @@ import (
 // The testbed command: a two-facility testbed of network namespaces with
 // an emulated WAN (internal/netbed), and seed 000's experiment on it.
 
-const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan | --rtt 10ms] [--wan_rate 200mbit] [--loss 0] [--host_cc cubic]
+const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan | --rtt 10ms] [--wan_rate 200mbit] [--loss 0] [--flow_rate 50mbit] [--host_cc cubic]
        s2bench testbed run  [--name tb] [--preset shortwan ...] [--workload sweep|dstream|lstream|SIZE[,SIZE...]]
                             [--bytes N | --messages N | --duration D] [--rate R] [--mode throughput|rr] [--pairs N[,N...]]
                             [--reps 1] [--engine splice|buffer] [--wan tls|tcp|quic] [--json FILE] [--plots DIR] [--keep]
@@ -61,9 +61,9 @@ func runTestbed(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // bedFlags are the flags that describe the testbed.
 type bedFlags struct {
-	name, preset, wanRate, cc, stateRoot *string
-	loss                                 *float64
-	rtt                                  *time.Duration
+	name, preset, wanRate, flowRate, cc, stateRoot *string
+	loss                                           *float64
+	rtt                                            *time.Duration
 }
 
 func addBedFlags(fs *flag.FlagSet) *bedFlags {
@@ -72,6 +72,7 @@ func addBedFlags(fs *flag.FlagSet) *bedFlags {
 		preset:    fs.String("preset", "shortwan", "emulated path: "+strings.Join(netbed.PresetNames(), ", ")),
 		wanRate:   fs.String("wan_rate", "", "rate of the emulated WAN and direct path, e.g. 500mbit or 1gbit (default: the preset's, 200mbit)"),
 		loss:      fs.Float64("loss", 0, "probability of losing a packet on the WAN, e.g. 0.0001"),
+		flowRate:  fs.String("flow_rate", "", "police each TCP flow on the WAN and the direct path to this rate, each direction, as a flow-balanced firewall does (a packet over the flow's share is dropped), e.g. 50mbit; the link keeps --wan_rate (default: none)"),
 		rtt:       fs.Duration("rtt", 0, "overall RTT instead of the preset's, e.g. 10ms (the preset is then named custom)"),
 		cc:        fs.String("host_cc", netbed.DefaultHostCC, "TCP congestion control of the hosts, as facility hosts have theirs: the producer's and consumer's sockets (the direct path, and the LAN ends of the gateways' path) and the namespaces' default, which the gateways' LAN legs run; the gateways' WAN legs run their own (--wan_cc)"),
 		stateRoot: fs.String("state_root", netbed.DefaultStateRoot, "directory of testbed state files"),
@@ -95,6 +96,11 @@ func (b *bedFlags) config(stdout io.Writer) (netbed.Config, error) {
 		}
 	}
 	p.Loss = *b.loss
+	if *b.flowRate != "" {
+		if p.FlowRateBps, err = netbed.ParseRate(*b.flowRate); err != nil {
+			return netbed.Config{}, usageError{fmt.Errorf("--flow_rate: %w", err)}
+		}
+	}
 	if *b.rtt != 0 {
 		p.Name, p.RTT = "custom", *b.rtt
 	}

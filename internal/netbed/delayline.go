@@ -34,11 +34,92 @@ type DelayLineConfig struct {
 	Seed uint64
 	// MTU is the largest packet read. If zero, 65535.
 	MTU int
+	// FlowRate, if not zero, polices each TCP flow (its addresses and
+	// ports, each direction apart) to this many bits per second: a
+	// packet its token bucket (FlowBurst) cannot pay for is dropped.
+	FlowRate int64
+}
+
+// flowBurst is a flow's token bucket: 20 ms of its rate, at least
+// 64 KiB (a policer's usual committed burst is of that order).
+func flowBurst(rate int64) float64 { return max(float64(rate)/8*0.020, 64<<10) }
+
+// flowKey names a TCP flow in one direction: addresses and ports.
+type flowKey struct {
+	src, dst         [16]byte
+	srcPort, dstPort uint16
+}
+
+// tcpFlow returns the flow of an IPv4 or IPv6 packet carrying TCP (no
+// extension headers), or false.
+func tcpFlow(b []byte) (flowKey, bool) {
+	var k flowKey
+	var l4 []byte
+	switch {
+	case len(b) >= 20 && b[0]>>4 == 4:
+		ihl := int(b[0]&0xf) * 4
+		if b[9] != unix.IPPROTO_TCP || ihl < 20 || len(b) < ihl+4 {
+			return k, false
+		}
+		copy(k.src[:], b[12:16])
+		copy(k.dst[:], b[16:20])
+		l4 = b[ihl:]
+	case len(b) >= 44 && b[0]>>4 == 6:
+		if b[6] != unix.IPPROTO_TCP {
+			return k, false
+		}
+		copy(k.src[:], b[8:24])
+		copy(k.dst[:], b[24:40])
+		l4 = b[40:]
+	default:
+		return k, false
+	}
+	k.srcPort, k.dstPort = uint16(l4[0])<<8|uint16(l4[1]), uint16(l4[2])<<8|uint16(l4[3])
+	return k, true
+}
+
+// policer is the per-flow token buckets of FlowRate.
+type policer struct {
+	rate  float64 // bytes per second
+	burst float64
+	flows map[flowKey]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// maxFlows bounds the buckets held: past it they start again full.
+const maxFlows = 1 << 16
+
+// admit reports whether the flow of packet b (n bytes) may pass at now.
+func (p *policer) admit(b []byte, n int, now time.Time) bool {
+	k, ok := tcpFlow(b)
+	if !ok {
+		return true
+	}
+	bk := p.flows[k]
+	if bk == nil {
+		if len(p.flows) >= maxFlows {
+			clear(p.flows)
+		}
+		bk = &bucket{tokens: p.burst, at: now}
+		p.flows[k] = bk
+	}
+	bk.tokens = min(p.burst, bk.tokens+now.Sub(bk.at).Seconds()*p.rate)
+	bk.at = now
+	if bk.tokens < float64(n) {
+		return false
+	}
+	bk.tokens -= float64(n)
+	return true
 }
 
 // DelayLineStats counts what a delay line did.
 type DelayLineStats struct {
 	Forwarded, Dropped, Lost, Late int64 // packets; Late: written >100us after due
+	Policed                        int64 // packets over their flow's rate (FlowRate)
 }
 
 // DelayLine holds every packet the kernel routes into its TUN device for
@@ -50,8 +131,8 @@ type DelayLine struct {
 	cfg DelayLineConfig
 	f   *os.File
 
-	forwarded, dropped, lost, late atomic.Int64
-	pools                          [len(bufClasses)]sync.Pool
+	forwarded, dropped, lost, late, policed atomic.Int64
+	pools                                   [len(bufClasses)]sync.Pool
 }
 
 const tunMaxRead = 65535
@@ -67,6 +148,8 @@ func OpenDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 		return nil, fmt.Errorf("delay line: loss %g out of range [0, 1)", cfg.Loss)
 	case cfg.QueueBytes < 0 || cfg.QueuePackets < 0:
 		return nil, errors.New("delay line: negative queue bound")
+	case cfg.FlowRate < 0:
+		return nil, errors.New("delay line: negative per-flow rate")
 	}
 	if cfg.QueueBytes == 0 {
 		cfg.QueueBytes = 64 << 20
@@ -93,7 +176,7 @@ func OpenDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 
 // Stats returns the counters so far.
 func (d *DelayLine) Stats() DelayLineStats {
-	return DelayLineStats{d.forwarded.Load(), d.dropped.Load(), d.lost.Load(), d.late.Load()}
+	return DelayLineStats{d.forwarded.Load(), d.dropped.Load(), d.lost.Load(), d.late.Load(), d.policed.Load()}
 }
 
 // Close detaches from the device. It ends a running Run.
@@ -169,6 +252,10 @@ func (d *DelayLine) Run(ctx context.Context) error {
 	}()
 
 	rng := rand.New(rand.NewPCG(d.cfg.Seed, d.cfg.Seed^0x9e3779b97f4a7c15))
+	var pol *policer
+	if d.cfg.FlowRate > 0 {
+		pol = &policer{rate: float64(d.cfg.FlowRate) / 8, burst: flowBurst(d.cfg.FlowRate), flows: map[flowKey]*bucket{}}
+	}
 	buf := make([]byte, d.cfg.MTU)
 	for {
 		n, err := d.f.Read(buf)
@@ -192,6 +279,10 @@ func (d *DelayLine) Run(ctx context.Context) error {
 		}
 		if d.cfg.Loss > 0 && rng.Float64() < d.cfg.Loss {
 			d.lost.Add(1)
+			continue
+		}
+		if pol != nil && !pol.admit(buf[:n], n, now) {
+			d.policed.Add(1)
 			continue
 		}
 		if held.Load()+int64(n) > int64(d.cfg.QueueBytes) {

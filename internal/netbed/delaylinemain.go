@@ -23,6 +23,7 @@ func DelayLineMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&cfg.QueueBytes, "queue_bytes", 0, "bytes held at most (drop-tail); 0: 64 MiB")
 	fs.Float64Var(&cfg.Loss, "loss", 0, "probability of losing a packet, 0..1")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random losses")
+	fs.Int64Var(&cfg.FlowRate, "flow_rate", 0, "police each TCP flow to this many bits per second, each direction (0: none)")
 	fs.String("testbed", "", "name of the testbed (marks the process as its own)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -35,12 +36,12 @@ func DelayLineMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer d.Close()
-	fmt.Fprintf(stdout, "delayline: ready pid %d on %s, delay %s, loss %g, queue %d bytes\n", os.Getpid(), cfg.Dev, cfg.Delay, cfg.Loss, cfg.QueueBytes)
+	fmt.Fprintf(stdout, "delayline: ready pid %d on %s, delay %s, loss %g, queue %d bytes, per-flow rate %d bit/s\n", os.Getpid(), cfg.Dev, cfg.Delay, cfg.Loss, cfg.QueueBytes, cfg.FlowRate)
 	start := time.Now()
 	err = d.Run(ctx)
 	s := d.Stats()
-	fmt.Fprintf(stdout, "delayline: stopped after %s: %d packets forwarded, %d dropped (queue full), %d lost (random), %d late by >100us\n",
-		time.Since(start).Round(time.Millisecond), s.Forwarded, s.Dropped, s.Lost, s.Late)
+	fmt.Fprintf(stdout, "delayline: stopped after %s: %d packets forwarded, %d dropped (queue full), %d lost (random), %d policed (over the flow's rate), %d late by >100us\n",
+		time.Since(start).Round(time.Millisecond), s.Forwarded, s.Dropped, s.Lost, s.Policed, s.Late)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -506,6 +506,7 @@ func (tb *Testbed) startDelayLines(ctx context.Context, wanDelay, dirDelay time.
 		args = append(args, "--dev", tunDev, "--delay", r.delay.String(),
 			"--queue_bytes", strconv.FormatInt(queue, 10),
 			"--loss", strconv.FormatFloat(tb.Preset.Loss, 'g', -1, 64),
+			"--flow_rate", strconv.FormatInt(tb.Preset.FlowRateBps, 10),
 			"--seed", strconv.FormatInt(time.Now().UnixNano(), 10),
 			"--testbed", tb.Name)
 		cmd := exec.Command("ip", args...)

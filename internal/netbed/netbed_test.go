@@ -343,3 +343,69 @@ func bulk(ctx context.Context, src, dst, ip string, n int64) (float64, error) {
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }
+
+// ipv4TCP returns an IPv4 packet of n bytes carrying TCP from sport to
+// dport.
+func ipv4TCP(n int, sport, dport uint16) []byte {
+	b := make([]byte, n)
+	b[0], b[9] = 0x45, 6
+	copy(b[12:16], []byte{10, 0, 0, 1})
+	copy(b[16:20], []byte{10, 0, 0, 2})
+	b[20], b[21], b[22], b[23] = byte(sport>>8), byte(sport), byte(dport>>8), byte(dport)
+	return b
+}
+
+// TestPolicer: each TCP flow gets its burst, then its rate; another
+// flow, or the other direction, has a bucket of its own; what is not
+// TCP passes.
+func TestPolicer(t *testing.T) {
+	rate := int64(8_000_000) // 1 MB/s
+	p := &policer{rate: float64(rate) / 8, burst: flowBurst(rate), flows: map[flowKey]*bucket{}}
+	now := time.Unix(1000, 0)
+	a := ipv4TCP(1500, 40000, 5100)
+	passed := 0
+	for range 1000 {
+		if p.admit(a, len(a), now) {
+			passed++
+		}
+	}
+	if want := int(flowBurst(rate)) / 1500; passed != want {
+		t.Fatalf("a burst of 1000 packets at once: %d passed, want the bucket's %d", passed, want)
+	}
+	if p.admit(a, len(a), now) {
+		t.Fatal("a packet past the burst passed at once")
+	}
+	if b := ipv4TCP(1500, 40001, 5100); !p.admit(b, len(b), now) {
+		t.Fatal("another flow's first packet was dropped")
+	}
+	if r := ipv4TCP(1500, 5100, 40000); !p.admit(r, len(r), now) {
+		t.Fatal("the other direction's first packet was dropped")
+	}
+	// 30 ms later: 30 KB more tokens than the burst left (below one
+	// packet), 20 packets of 1500 bytes.
+	left := int(flowBurst(rate)) % 1500
+	passed = 0
+	for range 1000 {
+		if p.admit(a, len(a), now.Add(30*time.Millisecond)) {
+			passed++
+		}
+	}
+	if want := (left + 30_000) / 1500; passed != want {
+		t.Fatalf("after 30 ms at 1 MB/s: %d packets passed, want %d", passed, want)
+	}
+	udp := ipv4TCP(1500, 1, 2)
+	udp[9] = 17
+	if !p.admit(udp, len(udp), now) {
+		t.Fatal("a UDP packet was policed")
+	}
+}
+
+// FuzzTCPFlow: no packet makes the flow parser panic or read past it.
+func FuzzTCPFlow(f *testing.F) {
+	f.Add(ipv4TCP(40, 1, 2))
+	f.Add([]byte{0x60, 0, 0, 0, 0, 0, 6})
+	f.Add([]byte{0x4f, 0, 0, 0, 0, 0, 0, 0, 0, 6})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tcpFlow(b)
+	})
+}

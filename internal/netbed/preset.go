@@ -21,6 +21,11 @@ type Preset struct {
 	RateBps int64 `json:"rate_bps"`
 	// Loss is the probability of losing a packet on the WAN, 0..1.
 	Loss float64 `json:"loss,omitempty"`
+	// FlowRateBps, if not zero, polices each TCP flow on the WAN and
+	// the direct path to this many bits per second, each direction, as
+	// a flow-balanced firewall or a per-flow policer does (a packet over
+	// the flow's token bucket is dropped); the link keeps RateBps.
+	FlowRateBps int64 `json:"flow_rate_bps,omitempty"`
 }
 
 // DefaultRateBps is the presets' WAN rate: what the user-space delay line
@@ -67,6 +72,8 @@ func (p Preset) Validate() error {
 		return fmt.Errorf("rate %d bit/s out of range: give 1Mbit to 10Gbit", p.RateBps)
 	case p.Loss < 0 || p.Loss >= 0.5:
 		return fmt.Errorf("loss %g out of range: give 0 to 0.5", p.Loss)
+	case p.FlowRateBps != 0 && (p.FlowRateBps < 100_000 || p.FlowRateBps > p.RateBps):
+		return fmt.Errorf("per-flow rate %d bit/s out of range: give 100kbit to the link's rate, %d bit/s", p.FlowRateBps, p.RateBps)
 	}
 	return nil
 }
@@ -78,6 +85,9 @@ func (p Preset) String() string {
 	s := fmt.Sprintf("%s: RTT %.3f ms, rate %s", p.Name, ms(p.RTT), FormatRate(float64(p.RateBps)))
 	if p.Loss > 0 {
 		s += fmt.Sprintf(", loss %.4g%%", p.Loss*100)
+	}
+	if p.FlowRateBps > 0 {
+		s += ", each TCP flow policed to " + FormatRate(float64(p.FlowRateBps))
 	}
 	return s
 }

@@ -243,8 +243,8 @@ func Open(ctx context.Context, bed netbed.Config, asked map[string]bool, keep bo
 		return nil, nil, down, err
 	default:
 		want := bed.Preset
-		if ((asked["preset"] || asked["rtt"]) && (want.Name != tb.Preset.Name || want.RTT != tb.Preset.RTT)) || (asked["wan_rate"] && want.RateBps != tb.Preset.RateBps) || (asked["loss"] && want.Loss != tb.Preset.Loss) {
-			return nil, nil, down, fmt.Errorf("testbed %s is up with %s, not %s: take it down first (s2bench testbed down --name %s) or run it as it is (drop --preset, --rtt, --wan_rate, --loss)",
+		if ((asked["preset"] || asked["rtt"]) && (want.Name != tb.Preset.Name || want.RTT != tb.Preset.RTT)) || (asked["wan_rate"] && want.RateBps != tb.Preset.RateBps) || (asked["loss"] && want.Loss != tb.Preset.Loss) || (asked["flow_rate"] && want.FlowRateBps != tb.Preset.FlowRateBps) {
+			return nil, nil, down, fmt.Errorf("testbed %s is up with %s, not %s: take it down first (s2bench testbed down --name %s) or run it as it is (drop --preset, --rtt, --wan_rate, --loss, --flow_rate)",
 				tb.Name, tb.Preset, want, tb.Name)
 		}
 		if (asked["host_cc"] || asked["cc"]) && bed.CC != tb.Tuning.HostOf() {
