@@ -288,6 +288,9 @@ class Stream:
     wan_server_name: Optional[str] = None
     peer_server_name: Optional[str] = None
     wan_pool: Optional[int] = None
+    # The congestion control this gateway's ends of the stream's TCP WAN
+    # legs run (s2cs --wan_cc); None for QUIC legs and older gateways.
+    wan_cc: Optional[str] = None
     wan_cert: Optional[str] = dataclasses.field(default=None, repr=False)
     wan_cert_sha256: Optional[str] = None
     peer_cert_sha256: Optional[str] = None
@@ -389,6 +392,11 @@ class Info:
     lease_max_s: int
     wan_port: Optional[str] = None
     wan_domain: Optional[str] = None
+    # The congestion control of the gateway's TCP WAN legs (s2cs
+    # --wan_cc), and whether the gateway sets it on each leg (else it is
+    # the host's default).
+    wan_cc: Optional[str] = None
+    wan_cc_set: Optional[bool] = None
     roles: Optional[list[str]] = None
     facility: Optional[str] = None
     node: Optional[str] = None
