@@ -379,6 +379,11 @@ func (s *Session) Answers() bool { return s.p.c.Answers() || s.p.c.Framed() && !
 // leg (a new leg of its own joins it).
 func (s *Session) Framed() bool { return s.p.c.FramedSessions() }
 
+// LegFramed reports whether the pooled leg itself negotiated positioned
+// frames (wan.ALPNFramed or ALPNFramedPools), whether or not its
+// sessions carry them.
+func (s *Session) LegFramed() bool { return s.p.c.Framed() }
+
 // Binding is the leg's binding (wan.BindingOf): a framed session's
 // resume key is derived from it, as a leg's of its own is.
 func (s *Session) Binding() []byte { return s.p.c.Binding() }

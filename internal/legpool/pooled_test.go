@@ -332,7 +332,7 @@ func TestPooledToEarlierRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wan.Framed(s) || !s.Answers() {
-		t.Fatalf("a session to an acceptor of the earlier release: framed %v, answers %v; want raw bytes after its answer", wan.Framed(s), s.Answers())
+	if wan.Framed(s) || !s.Answers() || !s.LegFramed() {
+		t.Fatalf("a session to an acceptor of the earlier release: framed %v, answers %v, leg framed %v; want raw bytes after its answer on a framed leg", wan.Framed(s), s.Answers(), s.LegFramed())
 	}
 }

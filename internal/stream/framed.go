@@ -39,12 +39,15 @@ type resumeStats struct {
 func (st *Stream) noteResume(w net.Conn, pooled bool) {
 	m := api.ResumeOn
 	switch {
-	case pooled && !wan.Framed(w):
-		m = api.ResumePooled // a peer whose pooled sessions carry no frames (wan.ALPNFramed alone)
 	case st.wanT == api.WANTCP:
 		m = api.ResumePlain
 	case st.env.ResumeWindowFor(st.Record()) == 0:
 		m = api.ResumeOff // (its legs are dialed unframed: wan.Leg.Unframed)
+	case pooled && !wan.Framed(w):
+		m = api.ResumePeer // a peer without frames at all
+		if s, ok := w.(*legpool.Session); ok && s.LegFramed() {
+			m = api.ResumePooled // frames on its legs, not in pooled sessions (wan.ALPNFramed alone)
+		}
 	case !wan.Framed(w):
 		m = api.ResumePeer
 	}
