@@ -256,6 +256,7 @@ type Session struct {
 
 	wmu  sync.Mutex // guards the write state
 	wfin bool
+	whdr [64]byte // WriteFrame's headers: a data frame's fits, a reset's reason may not
 
 	endOnce sync.Once
 	clean   atomic.Bool // set by Close: the leg is idle again
@@ -400,8 +401,7 @@ func (s *Session) WriteFrame(hdr, b []byte) (int, error) {
 	case n > maxFrame:
 		return 0, fmt.Errorf("a frame of %d bytes on a pooled leg: at most %d", n, maxFrame)
 	}
-	var buf [64]byte // a data frame's header fits; a reset's reason may not
-	h := append(buf[:0], frameData, byte(n>>16), byte(n>>8), byte(n))
+	h := append(s.whdr[:0], frameData, byte(n>>16), byte(n>>8), byte(n))
 	h = append(h, hdr...)
 	if _, err := s.p.c.WriteFrame(h, b); err != nil {
 		return 0, err
