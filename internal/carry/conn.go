@@ -110,6 +110,10 @@ var (
 	// while an answer was due (or, at the acceptor, past KeepAlive plus
 	// LegTimeout).
 	ErrLegSilent = fmt.Errorf("the peer gateway was silent on the leg: %w", syscall.ETIMEDOUT)
+	// ErrLegStalled: a striped connection's peer acknowledged nothing
+	// past LegTimeout while bytes were out (one of its legs went
+	// silent).
+	ErrLegStalled = fmt.Errorf("the peer gateway acknowledged nothing on a striped connection: %w", syscall.ETIMEDOUT)
 )
 
 // pools are the chunk pools every connection of the process shares.
@@ -122,6 +126,9 @@ type leg struct {
 	hdr [2 * HeaderLen]byte
 	// lost is set (under Conn.mu) once the leg failed or was replaced.
 	lost bool
+	// pumping, reading (under Conn.mu): its pump (stripe.go) and, for
+	// a stripe, its reader were started.
+	pumping, reading bool
 }
 
 // writeFrame writes one frame, hdr then payload, in one write where the
@@ -197,6 +204,16 @@ type Conn struct {
 	// handed, once Freeze handed the connection over, gets its state
 	// from Relay's end.
 	handed chan handedOut
+
+	// Striping (stripe.go).
+	striped     bool      // data goes on every leg (pumps), reassembled by position
+	wantStripes int       // the dialer's ask (its open frame)
+	maxStripes  int       // the legs the connection may have at once
+	stripes     []*leg    // the legs beside leg
+	ooo         []*chunk  // data received past recv, by position
+	running     bool      // Relay runs: a leg's goroutines start at once
+	counts      Counts    // Relay's
+	progressAt  time.Time // the peer's acknowledgements last moved (or bytes went out to none)
 }
 
 // Stats are what a connection counts of its legs.
@@ -306,6 +323,10 @@ func (c *Conn) Relay(app net.Conn, first net.Conn, counts Counts) error {
 func (c *Conn) relay(app net.Conn, first net.Conn, counts Counts) error {
 	c.mu.Lock()
 	c.app = app
+	c.running, c.counts = true, counts
+	for _, l := range c.stripes {
+		c.startLegLocked(l, true) // (those that joined before Relay)
+	}
 	if first != nil {
 		c.installLocked(first)
 	} else {
@@ -330,17 +351,21 @@ func (c *Conn) relay(app net.Conn, first net.Conn, counts Counts) error {
 		// Handed over (Freeze): the application's connection goes on
 		// elsewhere; the leg ends without a word.
 		c.handOverLocked(app)
-		l := c.leg
+		l, stripes := c.leg, c.stripes
 		c.mu.Unlock()
 		if l != nil {
 			l.c.Close()
+		}
+		for _, s := range stripes {
+			s.c.Close()
 		}
 		app.Close() // the duplicate keeps the socket open
 		return ErrHandedOver
 	}
 	c.snd.release()
 	c.bl.release()
-	l := c.leg
+	c.releaseOOOLocked()
+	l, stripes := c.leg, c.stripes
 	c.mu.Unlock()
 	if err == nil {
 		relay.Orderly(app)
@@ -355,6 +380,7 @@ func (c *Conn) relay(app net.Conn, first net.Conn, counts Counts) error {
 			l.c.SetWriteDeadline(time.Now().Add(c.cfg.LegTimeout))
 			l.writeFrame(hdr, nil)
 			l.wmu.Unlock()
+			endStripes(stripes)
 			// Then the leg's own orderly end, and what the peer still
 			// sends is read until it ends its side too: a socket
 			// closed with bytes unread is reset by the kernel, which
@@ -385,6 +411,9 @@ func (c *Conn) relay(app net.Conn, first net.Conn, counts Counts) error {
 		}
 		relay.Abort(l.c)
 	}
+	for _, s := range stripes {
+		relay.Abort(s.c)
+	}
 	return err
 }
 
@@ -398,6 +427,8 @@ func (c *Conn) installLocked(nc net.Conn) {
 	c.gen++
 	c.finSent = false
 	c.heard = time.Now()
+	c.progressAt = c.heard
+	c.startLegLocked(c.leg, false)
 	c.pinging = false
 	if c.liveTimer != nil {
 		c.liveTimer.Stop() // (of the leg before)
@@ -435,14 +466,13 @@ func (c *Conn) Resume(nc net.Conn, peerRecv uint64, window uint32, answer func(r
 	if peerRecv < c.snd.acked || peerRecv > finPos+1 || peerRecv == finPos+1 && !c.appEOF {
 		return fmt.Errorf("%w: the peer says it received %d of a stream of which %d to %d are held", ErrFrame, peerRecv, c.snd.acked, finPos)
 	}
-	if old := c.leg; old != nil {
-		old.lost = true
-		old.c.Close() // its reader and writers see it and step aside
-		c.leg = nil
+	if c.leg != nil || len(c.stripes) > 0 {
+		c.dropLegsLocked() // their readers and writers see it and step aside
 		if c.lostAt.IsZero() {
 			c.lostAt = time.Now()
 		}
 	}
+	c.releaseOOOLocked() // resent from the position received in order
 	if answer != nil {
 		if err := answer(c.ackPosLocked(), uint32(max(c.cfg.Window-c.bl.n, 0))); err != nil {
 			return err
@@ -483,6 +513,9 @@ func (c *Conn) failLocked(err error, reason string) {
 	if c.app != nil {
 		relay.Abort(c.app) // unblocks the reads and writes of the application
 	}
+	for _, s := range c.stripes {
+		relay.Abort(s.c) // the reset frame goes on the first leg
+	}
 	if l := c.leg; l != nil {
 		if reason == "" || l.lost {
 			relay.Abort(l.c)
@@ -513,12 +546,13 @@ func (c *Conn) stopTimersLocked() {
 // lostLocked handles the loss of leg l (err why): the connection parks
 // for its resume window, or ends. c.mu must be held.
 func (c *Conn) lostLocked(l *leg, err error) {
-	if l.lost || c.done || c.leg != l {
+	if l.lost || c.done || c.leg != l && !c.hasStripeLocked(l) {
 		return // replaced, or handled
 	}
-	l.lost = true
-	l.c.Close()
-	c.leg = nil
+	// A striped connection loses every leg with one: what the lost one
+	// carried unacknowledged is resent from the position received in
+	// order, on the legs that come back.
+	c.dropLegsLocked()
 	c.parkLocked(err)
 }
 
@@ -577,6 +611,9 @@ func (c *Conn) doneLocked() {
 		// The leg reader stops reading now (Relay then sends the last
 		// ack and ends the leg), without waiting for the peer's end.
 		l.c.SetReadDeadline(time.Unix(1, 0))
+	}
+	for _, s := range c.stripes {
+		s.c.SetReadDeadline(time.Unix(1, 0))
 	}
 	c.stopTimersLocked()
 	c.cond.Broadcast()
@@ -654,6 +691,9 @@ func (c *Conn) sendLoop(app net.Conn, counts Counts) {
 		c.snd.filled(ch, n)
 		if err == io.EOF {
 			c.appEOF = true
+		}
+		if c.striped {
+			c.cond.Broadcast() // the pumps send it
 		}
 		c.mu.Unlock()
 		if n > 0 && counts.ToWAN != nil {
@@ -767,12 +807,15 @@ func (c *Conn) dueLocked() bool {
 	if c.done || c.leg == nil {
 		return false
 	}
-	return c.ackDue || c.pingDue || c.sent < c.snd.end && c.sent < c.limit || c.finDueLocked()
+	return c.ackDue || c.pingDue || !c.striped && c.sent < c.snd.end && c.sent < c.limit || c.finDueLocked()
 }
 
 // finDueLocked reports whether the fin waits to be sent on the leg.
 func (c *Conn) finDueLocked() bool {
-	return c.appEOF && !c.finSent && !c.finAcked && c.sent == c.snd.end
+	// A striped connection's fin waits for the acknowledgement of every
+	// byte: the peer takes it at its received position, and bytes on
+	// another leg may still be on their way.
+	return c.appEOF && !c.finSent && !c.finAcked && c.sent == c.snd.end && (!c.striped || c.snd.acked == c.snd.end)
 }
 
 // flush sends what is due on the current leg: an ack, a ping, the data
@@ -810,7 +853,7 @@ func (c *Conn) flush() {
 		}
 		var payload []byte
 		var pinned *chunk
-		if c.sent < c.snd.end && c.sent < c.limit {
+		if !c.striped && c.sent < c.snd.end && c.sent < c.limit {
 			payload, pinned = c.snd.slice(c.sent, int(min(uint64(MaxData), c.limit-c.sent)))
 			hdr = AppendHeader(hdr, Header{Type: TypeData, Pos: c.sent, Length: uint32(len(payload))})
 			c.sent += uint64(len(payload))
@@ -882,6 +925,11 @@ func (c *Conn) checkLive(gen int) {
 	switch {
 	case waiting && silent > c.cfg.LegTimeout:
 		c.lostLocked(l, ErrLegSilent)
+		return
+	case c.striped && c.sent > c.snd.acked && time.Since(c.progressAt) > c.cfg.LegTimeout:
+		// The peer is heard, on some leg, but acknowledges nothing: a
+		// leg that went silent holds the bytes after it.
+		c.lostLocked(l, ErrLegStalled)
 		return
 	case !c.dialer && silent > c.cfg.KeepAlive+c.cfg.LegTimeout:
 		// The dialer pings an idle leg: this much silence means the
@@ -992,6 +1040,9 @@ func (c *Conn) readLeg(l *leg, app net.Conn, counts Counts, buf []byte) error {
 			}
 			c.awaitAnswer = false
 			c.ackInLocked(h.Pos, h.Length)
+			if h.Stripes > 1 && c.wantStripes > 1 {
+				c.stripeLocked(min(int(h.Stripes), c.wantStripes))
+			}
 			c.kickLocked()
 			c.mu.Unlock()
 			if f := c.cfg.OnAccepted; f != nil {
@@ -1023,6 +1074,10 @@ func (e *NoAnswerError) Unwrap() error { return e.Err }
 // data takes one data frame of header h from leg l.
 func (c *Conn) data(l *leg, h Header, app net.Conn, w endpoint, tw tryWriter, counts Counts) error {
 	c.mu.Lock()
+	if c.striped {
+		c.mu.Unlock()
+		return c.stripedData(l, h, app, w, counts)
+	}
 	recv, granted := c.recv, c.ackedPos+uint64(max(c.ackedWin, 0))
 	if c.peerFin {
 		c.mu.Unlock()
@@ -1199,6 +1254,7 @@ func (c *Conn) ackInLocked(pos uint64, window uint32) {
 	}
 	if pos > c.snd.acked {
 		c.snd.ack(pos)
+		c.progressAt = time.Now()
 	}
 	c.limit = pos + uint64(window)
 	c.cond.Broadcast()

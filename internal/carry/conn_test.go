@@ -67,8 +67,17 @@ func newRig(t testing.TB, cfg Config) *rig {
 // acceptor's acfg.
 func newRigOf(t testing.TB, dcfg, acfg Config) *rig {
 	t.Helper()
+	return newRigStriped(t, dcfg, acfg, 1)
+}
+
+// newRigStriped is newRigOf of a connection of stripes legs at once
+// (stripe_test.go adds them).
+func newRigStriped(t testing.TB, dcfg, acfg Config, stripes int) *rig {
+	t.Helper()
 	r := &rig{t: t, dialErr: make(chan error, 1), accErr: make(chan error, 1)}
 	r.dial, r.acc = New(dcfg, true), New(acfg, false)
+	r.dial.SetStripes(stripes)
+	r.acc.SetStripes(stripes)
 	prodApp, prodGW := tcpPair(t)
 	consGW, consApp := tcpPair(t)
 	relay.ResetOnClose(prodGW)
@@ -77,7 +86,7 @@ func newRigOf(t testing.TB, dcfg, acfg Config) *rig {
 	ld, la := r.newLeg()
 	// The handshake: open from the dialer, accepted from the acceptor.
 	go func() {
-		if _, err := ld.Write(AppendOpen(nil, Open{ID: ID{1}, Window: r.dial.Window(), Stripes: 1})); err != nil {
+		if _, err := ld.Write(AppendOpen(nil, Open{ID: ID{1}, Window: r.dial.Window(), Stripes: uint8(stripes)})); err != nil {
 			r.dialErr <- err
 			return
 		}
@@ -97,7 +106,11 @@ func newRigOf(t testing.TB, dcfg, acfg Config) *rig {
 			return
 		}
 		r.acc.SetPeerWindow(o.Window)
-		la.Write(AppendHeader(nil, Header{Type: TypeAccepted, Length: r.acc.Window()}))
+		granted := uint8(0)
+		if o.Stripes > 1 {
+			granted = o.Stripes
+		}
+		la.Write(AppendHeader(nil, Header{Type: TypeAccepted, Length: r.acc.Window(), Stripes: granted}))
 		r.accErr <- r.acc.Relay(consGW, la, Counts{})
 	}()
 	return r

@@ -13,7 +13,10 @@ import (
 // payload:
 //
 //	type    uint8
-//	        three bytes reserved (zero)
+//	        two bytes reserved (zero)
+//	stripes uint8: an accepted frame's, the legs the acceptor lets the
+//	        connection use at once (striping, stripe.go); zero in every
+//	        other frame, and in an answer to a join or an open of one leg
 //	length  uint32 big-endian: the payload's length
 //	pos     uint64 big-endian: a position in a direction's byte stream
 //	payload [length]byte
@@ -32,6 +35,9 @@ import (
 //	'A' accepted  the acceptor's answer to open or join; pos: its received position of
 //	              the dialer's stream (0 after open); length: its window (no payload)
 //	'R' refused   the acceptor's answer: payload the reason; the leg then ends
+//	'S' stripe    a further leg of a connection that carries it at once beside its
+//	              first (dialer): payload Join, pos unused (zero); answered accepted
+//	              (its pos and window unused) or refused
 //
 // A frame of an unknown type, or a length out of bounds for its type,
 // is ErrFrame: the leg is not trusted further.
@@ -47,6 +53,7 @@ const (
 	TypeJoin     = 'J'
 	TypeAccepted = 'A'
 	TypeRefused  = 'R'
+	TypeStripe   = 'S'
 )
 
 // Limits of frames.
@@ -60,6 +67,8 @@ const (
 	MaxReason = 1024
 	// MaxWindow bounds the window an ack or an accept may give.
 	MaxWindow = 1 << 30
+	// MaxStripes bounds the legs one connection carries at once.
+	MaxStripes = 16
 )
 
 // ErrFrame: the peer sent a frame where none of its kind may be, or a
@@ -71,12 +80,14 @@ type Header struct {
 	Type   byte
 	Length uint32
 	Pos    uint64
+	// Stripes is an accepted frame's (byte 3 of its header).
+	Stripes uint8
 }
 
 // PutHeader encodes h into b[:HeaderLen].
 func PutHeader(b []byte, h Header) {
 	b[0] = h.Type
-	b[1], b[2], b[3] = 0, 0, 0
+	b[1], b[2], b[3] = 0, 0, h.Stripes
 	binary.BigEndian.PutUint32(b[4:], h.Length)
 	binary.BigEndian.PutUint64(b[8:], h.Pos)
 }
@@ -91,9 +102,12 @@ func AppendHeader(b []byte, h Header) []byte {
 // ParseHeader decodes and checks a frame header: a known type, zero
 // reserved bytes, a length in bounds for the type.
 func ParseHeader(b []byte) (Header, error) {
-	h := Header{Type: b[0], Length: binary.BigEndian.Uint32(b[4:]), Pos: binary.BigEndian.Uint64(b[8:])}
-	if b[1]|b[2]|b[3] != 0 {
+	h := Header{Type: b[0], Length: binary.BigEndian.Uint32(b[4:]), Pos: binary.BigEndian.Uint64(b[8:]), Stripes: b[3]}
+	if b[1]|b[2] != 0 || b[3] != 0 && h.Type != TypeAccepted {
 		return h, fmt.Errorf("%w: reserved bytes set", ErrFrame)
+	}
+	if h.Stripes > MaxStripes {
+		return h, fmt.Errorf("%w: an answer of %d stripes, past %d", ErrFrame, h.Stripes, MaxStripes)
 	}
 	var ok bool
 	switch h.Type {
@@ -107,7 +121,7 @@ func ParseHeader(b []byte) (Header, error) {
 		ok = h.Length <= MaxReason
 	case TypeOpen:
 		ok = h.Length == openLen
-	case TypeJoin:
+	case TypeJoin, TypeStripe:
 		ok = h.Length == joinLen
 	default:
 		return h, fmt.Errorf("%w: type %#x", ErrFrame, h.Type)
@@ -139,7 +153,8 @@ type Open struct {
 	ID     ID
 	Window uint32
 	// Stripes is how many legs the dialer means to carry the
-	// connection on (1 today; striping adds joins).
+	// connection on at once (0 or 1: one; more, up to MaxStripes:
+	// striping, which the acceptor's answer grants or not).
 	Stripes uint8
 }
 
@@ -162,7 +177,7 @@ func ParseOpen(p []byte) (Open, error) {
 	copy(o.ID[:], p)
 	o.Window = binary.BigEndian.Uint32(p[16:])
 	o.Stripes = p[20]
-	if o.Window == 0 || o.Window > MaxWindow || p[21]|p[22]|p[23] != 0 {
+	if o.Window == 0 || o.Window > MaxWindow || o.Stripes > MaxStripes || p[21]|p[22]|p[23] != 0 {
 		return o, fmt.Errorf("%w: open with window %d", ErrFrame, o.Window)
 	}
 	return o, nil

@@ -98,9 +98,11 @@ func (c *Conn) Freeze() (*State, *os.File, error) {
 	// The reads and writes under way return (a deadline, not a reset:
 	// the socket goes on elsewhere), and so do the leg's.
 	c.app.SetDeadline(time.Unix(1, 0))
-	if l := c.leg; l != nil {
-		l.lost = true
-		l.c.Close()
+	for _, l := range append([]*leg{c.leg}, c.stripes...) {
+		if l != nil {
+			l.lost = true
+			l.c.Close()
+		}
 	}
 	c.stopTimersLocked()
 	c.cond.Broadcast()
@@ -135,6 +137,7 @@ func (c *Conn) handOverLocked(app net.Conn) {
 	}
 	c.snd.release()
 	c.bl.release()
+	c.releaseOOOLocked() // (the peer resends it from Recv)
 	out := handedOut{st: st}
 	if len(st.Unacked) != c.snd.held() {
 		out.err = fmt.Errorf("the send buffer holds %d bytes where %d were counted", len(st.Unacked), c.snd.held())
