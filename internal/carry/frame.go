@@ -240,3 +240,11 @@ func printable(s string) string {
 		return r
 	}, s)
 }
+
+// AppendStripe appends the stripe frame of j (a further leg of a
+// striped connection) to b.
+func AppendStripe(b []byte, j Join) []byte {
+	b = AppendJoin(b, j, 0)
+	b[len(b)-joinLen-HeaderLen] = TypeStripe
+	return b
+}

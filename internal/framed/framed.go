@@ -52,6 +52,12 @@ type Config struct {
 	// stream needs to take it back: its channel).
 	Live *Live
 	Tag  uint32
+	// Stripes is how many legs at once an outbound connection asks to
+	// be carried on (stripe.go); 0 or 1: one.
+	Stripes int
+	// MaxStripes is the most legs at once an inbound connection is
+	// granted; 0 or 1: one (striping refused).
+	MaxStripes int
 }
 
 // Hooks are what a connection tells its stream.
@@ -66,6 +72,9 @@ type Hooks struct {
 	// Resumed is called when a leg came back to it: parked is how
 	// long it was without one, resent the bytes it sent again.
 	Resumed func(parked time.Duration, resent int64)
+	// Striped, if not nil, is told the legs at once the connection was
+	// granted (1: the peer does not stripe it) once it was accepted.
+	Striped func(granted int)
 }
 
 func (c Config) carry(dialer bool, h Hooks) carry.Config {
@@ -86,16 +95,41 @@ func Out(ctx context.Context, cfg Config, app, w net.Conn, secret []byte, dial f
 	key := wan.ResumeKey(secret, wan.BindingOf(w), id)
 	cc := cfg.carry(true, h)
 	var c *carry.Conn
+	var stripes sync.WaitGroup
+	defer stripes.Wait()
+	addStripes := func() {
+		stripes.Add(1)
+		go func() {
+			defer stripes.Done()
+			bringStripes(cfg, c, id, key, dial)
+		}()
+	}
+	cc.OnAccepted = func() {
+		granted, _ := c.Stripes()
+		if granted > 1 {
+			lowat(w)
+			addStripes()
+		}
+		if h.Striped != nil {
+			h.Striped(granted)
+		}
+		if h.Accepted != nil {
+			h.Accepted()
+		}
+	}
 	cc.OnLost = func(err error) {
 		if h.Lost != nil {
 			h.Lost(err)
 		}
-		rejoin(cfg, c, id, key, dial, h)
+		if rejoin(cfg, c, id, key, dial, h) {
+			addStripes()
+		}
 	}
 	c = carry.New(cc, true)
+	c.SetStripes(cfg.Stripes)
 	defer cfg.Live.add(c, id, key, cfg.Tag)()
 	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
-	if _, err := w.Write(carry.AppendOpen(nil, carry.Open{ID: id, Window: c.Window(), Stripes: 1})); err != nil {
+	if _, err := w.Write(carry.AppendOpen(nil, carry.Open{ID: id, Window: c.Window(), Stripes: uint8(min(max(cfg.Stripes, 1), carry.MaxStripes))})); err != nil {
 		relay.Abort(app)
 		relay.Abort(w)
 		return &relay.Error{Conn: relay.B, Op: "write", Err: fmt.Errorf("open the connection: %w", err)}
@@ -127,8 +161,8 @@ func backoffAfter(parked time.Duration) time.Duration {
 }
 
 // rejoin dials new legs for the parked connection c and joins it, until
-// one joins, the peer refuses, or c ends.
-func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx context.Context) (net.Conn, error), h Hooks) {
+// one joins (true), the peer refuses, or c ends.
+func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx context.Context) (net.Conn, error), h Hooks) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -142,19 +176,19 @@ func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx 
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		err := joinOnce(ctx, c, id, key, dial, h)
 		var re *carry.RefusedError
 		switch {
 		case err == nil:
-			return
+			return true
 		case errors.As(err, &re), errors.Is(err, errUnframed):
 			// The peer holds the connection no more (it restarted,
 			// or its window ran out), or cannot resume: waiting
 			// longer changes nothing.
 			c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: fmt.Errorf("%w: %w", ErrForgotten, err)}, "")
-			return
+			return false
 		}
 		if cfg.Log != nil && attempt == 1 {
 			cfg.Log.Debug("a new leg for a parked connection failed: trying again", "err", err)
@@ -164,7 +198,7 @@ func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return false
 		}
 		backoff = min(2*backoff, backoffAfter(time.Since(start)))
 	}
@@ -189,7 +223,7 @@ func joinOnce(ctx context.Context, c *carry.Conn, id carry.ID, key [32]byte, dia
 		relay.Abort(nl)
 		return errUnframed
 	}
-	pos, window, err := join(nl, carry.Join{ID: id, Proof: wan.JoinProof(key, wan.BindingOf(nl), id), Window: c.Room()}, c.Received())
+	pos, window, err := join(nl, carry.AppendJoin(nil, carry.Join{ID: id, Proof: wan.JoinProof(key, wan.BindingOf(nl), id), Window: c.Room()}, c.Received()))
 	if err != nil {
 		relay.Abort(nl)
 		return err
@@ -205,6 +239,9 @@ func joinOnce(ctx context.Context, c *carry.Conn, id carry.ID, key [32]byte, dia
 func resume(c *carry.Conn, nl net.Conn, pos uint64, window uint32, answer func(uint64, uint32) error, h Hooks) error {
 	_, since := c.Parked()
 	before := c.Stats()
+	if granted, _ := c.Stripes(); granted > 1 {
+		lowat(nl)
+	}
 	if err := c.Resume(nl, pos, window, answer); err != nil {
 		return err
 	}
@@ -218,13 +255,12 @@ func resume(c *carry.Conn, nl net.Conn, pos uint64, window uint32, answer func(u
 	return nil
 }
 
-// join sends join frame j on leg nl, with this side's received position
-// recv, and reads the acceptor's answer: its received
-// position and window, or its refusal.
-func join(nl net.Conn, j carry.Join, recv uint64) (uint64, uint32, error) {
+// join sends frame, a join or a stripe, on leg nl, and reads the
+// acceptor's answer: its received position and window, or its refusal.
+func join(nl net.Conn, frame []byte) (uint64, uint32, error) {
 	nl.SetDeadline(time.Now().Add(wan.HandshakeTimeout))
 	defer nl.SetDeadline(time.Time{})
-	if _, err := nl.Write(carry.AppendJoin(nil, j, recv)); err != nil {
+	if _, err := nl.Write(frame); err != nil {
 		return 0, 0, fmt.Errorf("send the join: %w", err)
 	}
 	buf := make([]byte, carry.HeaderLen)
@@ -255,7 +291,7 @@ func First(w net.Conn) (h carry.Header, o carry.Open, j carry.Join, err error) {
 	if h, err = carry.ReadHeader(w, buf); err != nil {
 		return h, o, j, err
 	}
-	if h.Type != carry.TypeOpen && h.Type != carry.TypeJoin {
+	if h.Type != carry.TypeOpen && h.Type != carry.TypeJoin && h.Type != carry.TypeStripe {
 		return h, o, j, fmt.Errorf("%w: %q first on a leg", carry.ErrFrame, h.Type)
 	}
 	p := buf[:h.Length]
@@ -313,6 +349,12 @@ func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.O
 	c := carry.New(cc, false)
 	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
 	c.SetPeerWindow(o.Window)
+	var granted uint8
+	if o.Stripes > 1 && cfg.MaxStripes > 1 {
+		granted = uint8(min(int(o.Stripes), cfg.MaxStripes, carry.MaxStripes))
+		c.SetStripes(int(granted))
+		lowat(w)
+	}
 	e := &entry{c: c, key: wan.ResumeKey(secret, wan.BindingOf(w), o.ID), h: h}
 	if !t.put(o.ID, e) {
 		// An ID the dialer chose at random twice, or a replay: the
@@ -323,13 +365,16 @@ func (t *Table) Open(ctx context.Context, cfg Config, w, app net.Conn, o carry.O
 	}
 	defer func() { t.drop(o.ID, e, err) }()
 	defer cfg.Live.add(c, o.ID, e.key, cfg.Tag)()
-	if _, err := w.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: c.Window()})); err != nil {
+	if _, err := w.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: c.Window(), Stripes: granted})); err != nil {
 		relay.Abort(app)
 		relay.Abort(w)
 		return &relay.Error{Conn: relay.B, Op: "write", Err: fmt.Errorf("answer the open: %w", err)}
 	}
 	if h.Accepted != nil {
 		h.Accepted()
+	}
+	if h.Striped != nil {
+		h.Striped(max(int(granted), 1))
 	}
 	return c.Relay(app, w, h.Counts)
 }
@@ -370,24 +415,11 @@ func (t *Table) drop(id carry.ID, e *entry, err error) {
 // refused join is answered "no such connection" whatever the reason,
 // and reported as an error for the log.
 func (t *Table) Join(w net.Conn, h carry.Header, j carry.Join) error {
-	t.mu.Lock()
-	e := t.m[j.ID]
-	handed := e != nil && e.handed
-	t.mu.Unlock()
-	if handed && wan.CheckJoin(e.key, wan.BindingOf(w), j.ID, j.Proof) {
-		// This process handed the connection over: no answer, so that
-		// the dialer tries again, and finds the process that has it.
-		relay.Abort(w)
-		return fmt.Errorf("join of connection %s: handed over to the new process", j.ID)
+	e, err := t.proved(w, j, "join")
+	if err != nil {
+		return err
 	}
-	if e == nil || handed || !wan.CheckJoin(e.key, wan.BindingOf(w), j.ID, j.Proof) {
-		Refuse(w, "no such connection on this stream (it ended, or never was)")
-		if e == nil {
-			return fmt.Errorf("join of connection %s: none such", j.ID)
-		}
-		return fmt.Errorf("join of connection %s: the proof does not hold", j.ID)
-	}
-	err := resume(e.c, w, h.Pos, j.Window, func(recv uint64, window uint32) error {
+	err = resume(e.c, w, h.Pos, j.Window, func(recv uint64, window uint32) error {
 		w.SetWriteDeadline(time.Now().Add(wan.HandshakeTimeout))
 		defer w.SetWriteDeadline(time.Time{})
 		_, err := w.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Pos: recv, Length: window}))
@@ -398,6 +430,30 @@ func (t *Table) Join(w net.Conn, h carry.Header, j carry.Join) error {
 		return fmt.Errorf("join of connection %s: %w", j.ID, err)
 	}
 	return nil
+}
+
+// proved returns the entry of the connection j names, once j's proof
+// holds over leg w; else it answers w (a refusal, or nothing: the
+// connection was handed over) and says why, of a what (join, stripe).
+func (t *Table) proved(w net.Conn, j carry.Join, what string) (*entry, error) {
+	t.mu.Lock()
+	e := t.m[j.ID]
+	handed := e != nil && e.handed
+	t.mu.Unlock()
+	if handed && wan.CheckJoin(e.key, wan.BindingOf(w), j.ID, j.Proof) {
+		// This process handed the connection over: no answer, so that
+		// the dialer tries again, and finds the process that has it.
+		relay.Abort(w)
+		return nil, fmt.Errorf("%s of connection %s: handed over to the new process", what, j.ID)
+	}
+	if e == nil || handed || !wan.CheckJoin(e.key, wan.BindingOf(w), j.ID, j.Proof) {
+		Refuse(w, "no such connection on this stream (it ended, or never was)")
+		if e == nil {
+			return nil, fmt.Errorf("%s of connection %s: none such", what, j.ID)
+		}
+		return nil, fmt.Errorf("%s of connection %s: the proof does not hold", what, j.ID)
+	}
+	return e, nil
 }
 
 // Parked returns how many of the table's connections wait for a leg.

@@ -68,6 +68,12 @@ func open(t *testing.T, l *legs, cfg Config) *conn { return openLive(t, l, cfg, 
 // openLive is open with a configuration for each side.
 func openLive(t *testing.T, l *legs, ocfg, icfg Config) *conn {
 	t.Helper()
+	return openWith(t, l, ocfg, icfg, Hooks{})
+}
+
+// openWith is openLive with the outbound connection's hooks oh.
+func openWith(t *testing.T, l *legs, ocfg, icfg Config, oh Hooks) *conn {
+	t.Helper()
 	c := &conn{outErr: make(chan error, 1), inErr: make(chan error, 1), table: &Table{}}
 	prodApp, prodGW := tcpPair(t)
 	consGW, consApp := tcpPair(t)
@@ -76,7 +82,7 @@ func openLive(t *testing.T, l *legs, ocfg, icfg Config) *conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { c.outErr <- Out(context.Background(), ocfg, prodGW, w, l.dial.Secret, l.dialLeg, Hooks{}) }()
+	go func() { c.outErr <- Out(context.Background(), ocfg, prodGW, w, l.dial.Secret, l.dialLeg, oh) }()
 	a := l.next(t)
 	if a.Err != nil {
 		t.Fatal(a.Err)
@@ -98,7 +104,8 @@ type joined struct {
 	err error
 }
 
-// serveJoins serves the legs that come next as joins, until n came.
+// serveJoins serves the legs that come next as joins (or stripes), until
+// n came.
 func (c *conn) serveJoins(t *testing.T, l *legs, n int) chan joined {
 	out := make(chan joined, n)
 	go func() {
@@ -109,7 +116,10 @@ func (c *conn) serveJoins(t *testing.T, l *legs, n int) chan joined {
 				continue
 			}
 			h, _, j, err := First(a.Conn)
-			if err == nil {
+			switch {
+			case err == nil && h.Type == carry.TypeStripe:
+				err = c.table.Stripe(a.Conn, h, j)
+			case err == nil:
 				err = c.table.Join(a.Conn, h, j)
 			}
 			out <- joined{a.Conn, err}
@@ -196,7 +206,7 @@ func TestJoinRefused(t *testing.T) {
 			}
 			res <- c.table.Join(a.Conn, h, j)
 		}()
-		_, _, jerr := join(nl, carry.Join{ID: jid, Proof: proof(wan.BindingOf(nl)), Window: 1 << 20}, 0)
+		_, _, jerr := join(nl, carry.AppendJoin(nil, carry.Join{ID: jid, Proof: proof(wan.BindingOf(nl)), Window: 1 << 20}, 0))
 		nl.Close() // (the refusing side reads until the dialer ends the leg)
 		var re *carry.RefusedError
 		if !errors.As(jerr, &re) || re.Reason != "no such connection on this stream (it ended, or never was)" {
