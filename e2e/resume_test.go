@@ -38,6 +38,13 @@ type resumePair struct {
 
 func newResumePair(t *testing.T, args ...string) *resumePair {
 	t.Helper()
+	return newResumePairOf(t, args, args)
+}
+
+// newResumePairOf is newResumePair with arguments for each gateway: the
+// producer's (outbound) and the consumer's (inbound).
+func newResumePairOf(t *testing.T, prodArgs, consArgs []string) *resumePair {
+	t.Helper()
 	if _, err := exec.LookPath("iptables"); err != nil {
 		missing(t, "no iptables (the Debian package iptables)")
 	}
@@ -47,7 +54,7 @@ func newResumePair(t *testing.T, args ...string) *resumePair {
 	if err := localgw.WriteTokens(tokens, map[string]string{"alice": p.token}); err != nil {
 		t.Fatal(err)
 	}
-	start := func(name string) (*localgw.Gateway, string) {
+	start := func(name string, args []string) (*localgw.Gateway, string) {
 		ns, ip := l.host(name)
 		g, err := localgw.Start(context.Background(), localgw.Options{
 			S2CS: bins.s2cs, ListenerIP: ip, StateDir: filepath.Join(t.TempDir(), name), TokensFile: tokens,
@@ -65,8 +72,8 @@ func newResumePair(t *testing.T, args ...string) *resumePair {
 		})
 		return g, ns
 	}
-	p.prod, _ = start("prod")
-	p.cons, p.consNS = start("cons")
+	p.prod, _ = start("prod", prodArgs)
+	p.cons, p.consNS = start("cons", consArgs)
 	var err error
 	if p.in, err = p.cons.Client(p.token); err != nil {
 		t.Fatal(err)

@@ -390,6 +390,7 @@ func flagError(err error) error {
 		"Resume.WindowMax":  "--resume_window_max",
 		"Resume.ConnBuffer": "--resume_conn_buffer",
 		"Resume.Buffer":     "--resume_buffer",
+		"Resume.MaxStripe":  "--max_stripe",
 	}[ce.Field]
 	if name == "" {
 		return err

@@ -214,7 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	log.Info("serving", "version", version.Current().String(), "bind", cfg.BindIP, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
 		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax,
 		"resume_window", resume.Window, "resume_window_max", resume.WindowMax,
-		"resume_conn_buffer", bytesize.Format(int64(resume.ConnBuffer)), "resume_buffer", bytesize.Format(resume.Buffer),
+		"resume_conn_buffer", bytesize.Format(int64(resume.ConnBuffer)), "resume_buffer", bytesize.Format(resume.Buffer), "max_stripe", resume.MaxStripe,
 		"wan_cc", cfg.WANCC.Effective(), "wan_cc_from", cfg.WANCC.Note)
 	if cfg.WANCC.FellBack {
 		log.Warn("the WAN legs run the host's default congestion control, which gives up most of a long or lossy path if it is cubic or reno; --wan_cc host says this is meant", "cc", cfg.WANCC.Effective(), "why", cfg.WANCC.Note)

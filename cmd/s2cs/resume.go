@@ -15,12 +15,14 @@ import (
 type resumeOptions struct {
 	window, windowMax  time.Duration
 	connBuffer, buffer string
+	maxStripe          int
 }
 
 func (o *resumeOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.window, "resume_window", gateway.DefaultResumeWindow, "how long an application connection over framed WAN legs (both gateways of this release, tls or quic) waits, parked, for a new leg when its leg is lost, its applications seeing a pause, before both are reset; a request's resume_window_s overrides it; whole seconds, 0: connections do not wait (a lost leg resets them) and their legs carry no frames, at the plain relay's cost")
 	fs.DurationVar(&o.windowMax, "resume_window_max", gateway.DefaultResumeWindowMax, "the longest resume_window_s a request may ask for; whole seconds, at most 24h, 0 to let no connection wait")
 	fs.StringVar(&o.connBuffer, "resume_conn_buffer", bytesize.Format(gateway.DefaultResumeConnBuffer), "what each direction of a framed connection keeps at each gateway: sent and not yet acknowledged by the peer (to resend on a new leg), or received and not yet taken by the application; past it the application is not read; at least the path's bandwidth-delay product, 64KiB to 1GiB")
+	fs.IntVar(&o.maxStripe, "max_stripe", gateway.DefaultMaxStripe, "the most WAN legs at once one application connection is carried on (striping: a request's stripe, s2uc --stripe): what an outbound request may ask and what this gateway grants an inbound one; 1 to 16, 1: no striping")
 	fs.StringVar(&o.buffer, "resume_buffer", bytesize.Format(gateway.DefaultResumeBuffer), "what every framed connection of the gateway keeps together (the bound of the gateway's memory for them); a connection past it waits; at least --resume_conn_buffer")
 }
 
@@ -36,6 +38,9 @@ func (o *resumeOptions) config() (gateway.Resume, error) {
 		if d.v < 0 {
 			return gateway.Resume{}, fmt.Errorf("%s %s is negative: give a duration such as 30s, or 0s for connections not to wait", d.name, d.v)
 		}
+	}
+	if o.maxStripe < 1 || o.maxStripe > gateway.MaxMaxStripe {
+		return gateway.Resume{}, fmt.Errorf("--max_stripe %d is out of range: give 1 (no striping) to %d legs at once", o.maxStripe, gateway.MaxMaxStripe)
 	}
 	if o.window > o.windowMax {
 		return gateway.Resume{}, fmt.Errorf("--resume_window %s exceeds --resume_window_max %s, the longest window a stream may have: lower it, or raise --resume_window_max", o.window, o.windowMax)
@@ -53,7 +58,7 @@ func (o *resumeOptions) config() (gateway.Resume, error) {
 	}
 	// Clamped, so that on a 32-bit build a size past int's range cannot
 	// wrap into the valid one; Validate refuses anything past 1GiB.
-	return gateway.Resume{Window: noWait(o.window), WindowMax: noWait(o.windowMax), ConnBuffer: int(min(conn, 1<<40)), Buffer: all}, nil
+	return gateway.Resume{Window: noWait(o.window), WindowMax: noWait(o.windowMax), ConnBuffer: int(min(conn, 1<<40)), Buffer: all, MaxStripe: o.maxStripe}, nil
 }
 
 // size reads the byte size v of flag name; the command line's 0 is a

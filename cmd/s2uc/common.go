@@ -299,6 +299,18 @@ func parseAppWait(s string) (*int, error) {
 // create a stream.
 const resumeWindowUsage = "how long a connection over framed WAN legs (both gateways of this release, tls or quic) waits, parked, for a new leg when its leg is lost, its applications seeing a pause, before both are reset, e.g. 30s or 5m; 0 not to wait (default: the gateway's, see s2uc info)"
 
+// stripeUsage is the help of --stripe, on the commands that make an
+// outbound side.
+const stripeUsage = "WAN legs at once each application connection is carried on (striping: past one TCP flow's limit, a per-flow firewall or a lossy long path), 1 to the gateway's --max_stripe (see s2uc info); tls legs; the inbound gateway grants it or keeps one leg (s2uc status says)"
+
+// checkStripe checks --stripe.
+func checkStripe(n int) error {
+	if n < 1 || n > 16 {
+		return usagef("--stripe %d: give 1 (one leg) to 16 legs at once; the gateway's maximum is in s2uc info", n)
+	}
+	return nil
+}
+
 // parseResumeWindow reads --resume_window: empty means the gateway's
 // default (nil), otherwise whole seconds as the request's
 // resume_window_s.

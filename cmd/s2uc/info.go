@@ -31,11 +31,11 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(info.Roles) > 0 {
 		as += " (" + printableList(info.Roles, ", ") + ")"
 	}
-	fmt.Fprintf(stdout, "s2cs %s at %s as %s\n  listener_ip %s, ports %s\n  engines %s (default %s), wan %s\n  app wait %s (default), at most %s\n  resume window %s (default), at most %s\n  certificate sha256 %s\n",
+	fmt.Fprintf(stdout, "s2cs %s at %s as %s\n  listener_ip %s, ports %s\n  engines %s (default %s), wan %s\n  app wait %s (default), at most %s\n  resume window %s (default), at most %s\n  stripe at most %s\n  certificate sha256 %s\n",
 		printable(info.Version), gw.s2cs, as, printable(info.ListenerIP), printable(info.PortRange),
 		printableList(info.Engines, ","), printable(info.DefaultEngine), printableList(info.WAN, ","),
 		time.Duration(info.AppWaitDefaultS)*time.Second, time.Duration(info.AppWaitMaxS)*time.Second,
-		time.Duration(info.ResumeWindowDefaultS)*time.Second, time.Duration(info.ResumeWindowMaxS)*time.Second, printable(info.WANCertSHA256))
+		time.Duration(info.ResumeWindowDefaultS)*time.Second, time.Duration(info.ResumeWindowMaxS)*time.Second, stripeMost(info.MaxStripe), printable(info.WANCertSHA256))
 	capacity := "undeclared (rates are kept to, not reserved)"
 	if info.CapacityRate > 0 {
 		capacity = fmt.Sprintf("%s, %s reserved", pace.Rate(info.CapacityRate), rateBound(info.ReservedRate, "nothing"))
@@ -60,4 +60,16 @@ func rateBound(r int64, zero string) string {
 		return zero
 	}
 	return pace.Rate(r).String()
+}
+
+// stripeMost says a gateway's --max_stripe: "8 legs at once", or that
+// it does not stripe (an older release says nothing).
+func stripeMost(n int) string {
+	switch n {
+	case 0:
+		return "1 leg (a release without striping)"
+	case 1:
+		return "1 leg (--max_stripe 1)"
+	}
+	return fmt.Sprintf("%d legs at once", n)
 }

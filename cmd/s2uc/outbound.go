@@ -22,6 +22,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	wanPool := cl.fs.Int("wan_pool", 0, "pooled WAN legs: keep this many idle legs per channel dialed ahead of need, so a connection starts without a handshake and a cleanly ended one leaves its leg for the next (tls only; default 0: a leg per connection)")
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections this side relays at once; one more is reset (0: the gateway's cap)")
 	resumeWindow := cl.fs.String("resume_window", "", resumeWindowUsage)
+	stripe := cl.fs.Int("stripe", 1, stripeUsage)
 	inTokenFile := cl.fs.String("inbound_token_file", "", "file holding the bearer token for the inbound gateway (default: the one inbound-request used, else $SCISTREAM_TOKEN_FILE or the configuration file's; without one: $SCISTREAM_TOKEN, else the login of s2uc login)")
 	tf := cl.terms()
 	pos, err := cl.parse(args, 1, 2, "missing UID: give the stream UID printed by inbound-request")
@@ -41,6 +42,9 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	resume, err := parseResumeWindow(*resumeWindow)
 	if err != nil {
+		return err
+	}
+	if err := checkStripe(*stripe); err != nil {
 		return err
 	}
 	var peers []string
@@ -98,7 +102,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	req := &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
 		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
-		PeerServerName: sess.Inbound.ServerName, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume,
+		PeerServerName: sess.Inbound.ServerName, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume, Stripe: *stripe,
 		Rate: rate, MinRate: least, LeaseS: lease, PeerNodes: sess.Inbound.Nodes,
 	}
 	client.Settle(req, &api.Stream{Rate: sess.Rate, MinRate: sess.MinRate, LeaseS: sess.LeaseS})

@@ -167,6 +167,9 @@ func printStatus(w io.Writer, addr string, s *api.Stream) {
 		st.ActiveConns, limit, waiting, st.TotalConns, st.RejectedConns, over, st.AbortedConns, byKind(st), st.Errors)
 	if !s.State.Terminal() {
 		fmt.Fprintf(w, "  %s%s\n", resumeText(s), resumeCounts(st))
+		if t := stripeText(s); t != "" {
+			fmt.Fprintf(w, "  %s\n", t)
+		}
 	}
 	if st.PeerFlaps > 0 {
 		fmt.Fprintf(w, "  the peer gateway failed again %d times within seconds of answering (one outage in the log)\n", st.PeerFlaps)
@@ -264,6 +267,25 @@ func resumeText(s *api.Stream) string {
 		return "no resume: the peer gateway's release does not resume on pooled legs"
 	}
 	return "resume " + printable(mode)
+}
+
+// stripeText says how many WAN legs at once s's connections run on, if
+// its request asked for more than one: "stripe 4 legs", or what the
+// peer granted instead.
+func stripeText(s *api.Stream) string {
+	if s.Stripe <= 1 {
+		return ""
+	}
+	got := statsOf(s).StripeLegs
+	switch {
+	case got == 0:
+		return fmt.Sprintf("stripe %d legs asked (no connection yet)", s.Stripe)
+	case got == 1:
+		return fmt.Sprintf("stripe 1 leg: %d asked, the peer gateway does not stripe (an older release, or its --max_stripe 1)", s.Stripe)
+	case got < s.Stripe:
+		return fmt.Sprintf("stripe %d legs: %d asked, the peer gateway's --max_stripe", got, s.Stripe)
+	}
+	return fmt.Sprintf("stripe %d legs", got)
 }
 
 // resumeCounts writes what st's connections did when their WAN legs

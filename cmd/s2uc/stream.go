@@ -26,6 +26,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wanListener := cl.fs.String("wan_listener", "", "where the inbound gateway takes the WAN legs: shared (its shared WAN port, s2cs --wan_port) or ports (ports of the stream's own); default: shared if it has one and --wan is tls or quic")
 	appWait := cl.fs.String("app_wait", "", appWaitUsage)
 	resumeWindow := cl.fs.String("resume_window", "", resumeWindowUsage)
+	stripe := cl.fs.Int("stripe", 1, stripeUsage)
 	maxActive := cl.fs.Int("max_active_conns", 0, "most application connections the stream relays at once on each gateway; one more is reset (0: each gateway's cap)")
 	peers := cl.fs.String("peer_listeners", "", "HOST:PORT list the outbound gateway dials instead of the inbound listeners (when NAT sits between the gateways)")
 	tf := cl.terms()
@@ -53,6 +54,12 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	resume, err := parseResumeWindow(*resumeWindow)
 	if err != nil {
 		return err
+	}
+	if err := checkStripe(*stripe); err != nil {
+		return err
+	}
+	if *stripe > 1 && *wanT != api.WANTLS {
+		return usagef("--stripe %d with --wan %s: striping carries TLS legs (a QUIC connection's streams share one flow; tcp legs carry no frames); use --wan tls, or --stripe 1", *stripe, *wanT)
 	}
 	if err := checkMaxActive(*maxActive); err != nil {
 		return err
@@ -88,7 +95,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	inS, outS, err := client.Wire(ctx, in, out,
 		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, ResumeWindowS: resume, MaxActiveConns: *maxActive,
 			Rate: rate, MinRate: least, LeaseS: lease},
-		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume},
+		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume, Stripe: *stripe},
 		splitList(*peers))
 	if err != nil {
 		return err

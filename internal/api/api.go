@@ -240,6 +240,14 @@ type OutboundRequest struct {
 	// most the gateway's maximum, Info.ResumeWindowMaxS. Each side
 	// waits as its own request said; s2uc gives both the same.
 	ResumeWindowS *int `json:"resume_window_s,omitempty"`
+	// Stripe is how many WAN legs at once each application connection
+	// is carried on (striping: one connection is not held to what one
+	// TCP flow gets on the WAN). 0 (or omitted) or 1: one leg. At most
+	// the gateway's maximum (Info.MaxStripe); TLS legs and pooled legs
+	// (each further leg a leg of its own), not QUIC (its streams share
+	// one flow) or plaintext TCP. The peer grants it or not
+	// (Stats.StripeLegs): a peer without striping keeps one leg.
+	Stripe int `json:"stripe,omitempty"`
 	// MaxActiveConns caps the application connections this side of the
 	// stream relays at once; one more is reset at once and counted
 	// (Stats.OverCapConns). 0 (or omitted) means the gateway's own cap
@@ -349,6 +357,10 @@ type Stream struct {
 	// current maximum. Whether the connections resume at all is
 	// Stats.Resume.
 	ResumeWindowS *int `json:"resume_window_s,omitempty"`
+	// Stripe is the WAN legs at once an outbound stream's request asked
+	// for each connection (absent: one); what the peer granted is
+	// Stats.StripeLegs.
+	Stripe int `json:"stripe,omitempty"`
 	// Nodes are the hosts of the gateway's facility nodes, when it is
 	// one of several (s2cs --node): an outbound request passes them on
 	// as peer_nodes. Absent for a gateway of one node.
@@ -448,6 +460,11 @@ type Stats struct {
 	// came within the resume window (also among AbortedByKind's
 	// wan_lost).
 	ResumeExpired int64 `json:"resume_expired,omitempty"`
+	// StripeLegs is the WAN legs at once the stream's latest
+	// application connection was granted (the lesser of the request's
+	// stripe and the inbound gateway's maximum; 1: one leg, as from a
+	// peer without striping); absent until one was.
+	StripeLegs int `json:"stripe_legs,omitempty"`
 	// Peer is what this gateway knows of its peer gateway, from the
 	// stream's watch leg: PeerUp, PeerDown, PeerReleased, PeerStopping,
 	// or empty when it does not know (no data leg has worked yet, or a
@@ -552,6 +569,10 @@ type Info struct {
 	// leg (else it is the host's default). The LAN legs run the host's.
 	WANCC    string `json:"wan_cc,omitempty"`
 	WANCCSet bool   `json:"wan_cc_set,omitempty"`
+	// MaxStripe is the most WAN legs at once the gateway carries one
+	// application connection on (s2cs --max_stripe): an outbound
+	// request's stripe at most, and what an inbound side grants.
+	MaxStripe int `json:"max_stripe,omitempty"`
 	// WANPort is the shared WAN port's advertised address, if the gateway
 	// has one, and WANDomain the domain of its streams' server names.
 	WANPort   string `json:"wan_port,omitempty"`

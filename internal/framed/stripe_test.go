@@ -12,8 +12,8 @@ import (
 
 	"scistream/internal/carry"
 	"scistream/internal/relay"
-	"scistream/internal/wan"
 	"scistream/internal/waitfor"
+	"scistream/internal/wan"
 )
 
 // TestStripedOverTLS: a connection that asks for 4 legs over pinned TLS

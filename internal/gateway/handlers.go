@@ -46,6 +46,7 @@ func (s *Server) handleInfo(r *http.Request) (int, any, error) {
 		WANCertSHA256:        s.cfg.Identity.SHA256,
 		WANCC:                s.cfg.WANCC.Effective(),
 		WANCCSet:             s.cfg.WANCC.Name != "",
+		MaxStripe:            s.cfg.Resume.WithDefaults().MaxStripe,
 		WANPort:              s.cfg.WAN.Advertise,
 		WANDomain:            s.cfg.WAN.Domain,
 		PoolPolicy:           s.cfg.Pool.Policy,
@@ -234,6 +235,9 @@ func (s *Server) view(rec *store.Record, st *stream.Stream) api.Stream {
 	}
 	resume := int(s.env.ResumeWindowFor(rec) / time.Second)
 	v.ResumeWindowS = &resume
+	if rec.Stripe > 1 {
+		v.Stripe = rec.Stripe
+	}
 	for _, p := range rec.Ports {
 		v.Listeners = append(v.Listeners, net.JoinHostPort(s.cfg.ListenerIP, strconv.Itoa(p)))
 	}

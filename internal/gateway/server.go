@@ -184,7 +184,7 @@ func New(cfg Config) (*Server, error) {
 			Kernel:     engines.Kernel(),
 			Facility:   cfg.Node != "",
 			Resume: framed.Config{Window: cfg.Resume.ConnBuffer, Budget: carry.NewBudget(cfg.Resume.Buffer),
-				ResumeWindow: cfg.Resume.Window},
+				ResumeWindow: cfg.Resume.Window, MaxStripes: cfg.Resume.WithDefaults().MaxStripe},
 			ResumeMax: cfg.Resume.WindowMax,
 		},
 		ctx:     ctx,
@@ -205,7 +205,7 @@ func New(cfg Config) (*Server, error) {
 		ListenerIP: cfg.ListenerIP, BindIP: cfg.BindIP, PortRange: cfg.PortRange,
 		WANPort: cfg.WAN.Port, WANDomain: cfg.WAN.Domain, Node: cfg.Node, AllowTCPWAN: cfg.AllowTCPWAN,
 		Engines: engines, Engine: cfg.Engine, ConnFiles: fileplan.PerConn * cfg.MaxActiveConns, PoolMaxWarm: cfg.Pool.MaxWarm,
-		Bounds: cfg.Bounds, ResumeWindowMax: cfg.Resume.WindowMax,
+		Bounds: cfg.Bounds, ResumeWindowMax: cfg.Resume.WindowMax, MaxStripe: cfg.Resume.WithDefaults().MaxStripe,
 		LookupHost: cfg.LookupHost, Targets: s.env.Targets, Peers: s.env.Peers,
 	})
 	if cfg.Node != "" {

@@ -21,5 +21,7 @@ const (
 	DefaultResumeWindow     = config.DefaultResumeWindow
 	DefaultResumeWindowMax  = config.DefaultResumeWindowMax
 	DefaultResumeConnBuffer = config.DefaultResumeConnBuffer
+	DefaultMaxStripe        = config.DefaultMaxStripe
+	MaxMaxStripe            = config.MaxMaxStripe
 	DefaultResumeBuffer     = config.DefaultResumeBuffer
 )

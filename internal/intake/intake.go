@@ -68,6 +68,9 @@ type Config struct {
 	// for (the gateway's Resume.WindowMax, defaults applied); zero: a
 	// request may ask for 0 only.
 	ResumeWindowMax time.Duration
+	// MaxStripe is the most an outbound request's stripe may be; zero
+	// or 1: no striping.
+	MaxStripe int
 	// LookupHost resolves the host names of a request.
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Targets is what applications a stream may make the gateway dial,
@@ -194,6 +197,23 @@ func (s *Checker) appWaitS(req *int) (int, error) {
 	return *req, nil
 }
 
+// checkStripe checks an outbound request's stripe over WAN transport
+// wan.
+func (s *Checker) checkStripe(stripe int, wanT string) error {
+	most := max(s.cfg.MaxStripe, 1)
+	switch {
+	case stripe < 0:
+		return api.Errorf(api.CodeInvalidArgument, "stripe %d is negative: give the WAN legs at once each connection is carried on, 1 to %d", stripe, most)
+	case stripe > most:
+		return api.Errorf(api.CodeInvalidArgument, "stripe %d exceeds this gateway's maximum of %d legs at once: give 1 to %d, or ask the operator to raise s2cs --max_stripe", stripe, most, most)
+	case stripe > 1 && wanT == api.WANQUIC:
+		return api.Errorf(api.CodeInvalidArgument, "stripe %d with wan quic: a QUIC connection's streams share one flow and its congestion control, so more legs gain nothing; use wan tls to stripe, or stripe 1", stripe)
+	case stripe > 1 && wanT == api.WANTCP:
+		return api.Errorf(api.CodeInvalidArgument, "stripe %d with wan tcp: plaintext legs carry no positioned frames to reassemble; use wan tls to stripe, or stripe 1", stripe)
+	}
+	return nil
+}
+
 // resumeWindowS checks a request's resume_window_s (nil: absent, the
 // gateway's default, which the record keeps as nil so that a change of
 // the default applies) and returns the record's.
@@ -277,6 +297,9 @@ func (s *Checker) Outbound(ctx context.Context, req *api.OutboundRequest, owner 
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkStripe(req.Stripe, req.WAN); err != nil {
+		return nil, err
+	}
 	t, err := s.checkTerms(req.Rate, req.MinRate, req.LeaseS)
 	if err != nil {
 		return nil, err
@@ -284,6 +307,7 @@ func (s *Checker) Outbound(ctx context.Context, req *api.OutboundRequest, owner 
 	rec := &store.Record{
 		UID:            req.UID,
 		Role:           api.RoleOutbound,
+		Stripe:         req.Stripe,
 		State:          api.StateWired,
 		Owner:          owner,
 		Targets:        slices.Clone(req.PeerListeners),

@@ -56,6 +56,10 @@ type Record struct {
 	// (api.InboundRequest.ResumeWindowS and OutboundRequest's), as the
 	// request gave it; nil for the gateway's default, 0 for none.
 	ResumeWindowS *int `json:"resume_window_s,omitempty"`
+	// Stripe is the WAN legs at once an outbound stream carries each
+	// application connection on (api.OutboundRequest.Stripe); 0 or 1:
+	// one.
+	Stripe int `json:"stripe,omitempty"`
 	// MaxActiveConns caps the connections relayed at once (0: the
 	// gateway's cap).
 	MaxActiveConns int `json:"max_active_conns,omitempty"`

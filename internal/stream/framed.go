@@ -31,6 +31,8 @@ type resumeStats struct {
 	resent    atomic.Int64 // bytes sent again on them
 	parkedFor atomic.Int64 // nanoseconds connections spent waiting
 	expired   atomic.Int64 // connections reset after the window
+	// stripes is the legs at once the latest connection was granted.
+	stripes atomic.Int64
 	// mode is what the last leg said of resuming (api.Resume*).
 	mode atomic.Pointer[string]
 }
@@ -66,6 +68,7 @@ func (st *Stream) fillResume(s *api.Stats) {
 	s.ResentBytes = st.resume.resent.Load()
 	s.ParkedSeconds = time.Duration(st.resume.parkedFor.Load()).Seconds()
 	s.ResumeExpired = st.resume.expired.Load()
+	s.StripeLegs = int(st.resume.stripes.Load())
 }
 
 // ResumeWindowFor returns how long a framed connection of rec waits for
@@ -84,6 +87,11 @@ func (st *Stream) framedConfig(rec *store.Record, log *slog.Logger) framed.Confi
 	cfg.ResumeWindow = st.env.ResumeWindowFor(rec)
 	cfg.Log = log
 	cfg.Live = &st.live
+	if rec.WAN != api.WANQUIC { // (a QUIC stream's streams share one flow)
+		cfg.Stripes = rec.Stripe
+	} else {
+		cfg.MaxStripes = 0
+	}
 	return cfg
 }
 
@@ -98,6 +106,7 @@ func (st *Stream) framedHooks(ctx context.Context, log *slog.Logger, parked *ato
 			Paced:   func() bool { return st.Bucket(DirFromWAN) != nil },
 		},
 		Accepted: st.legWorked,
+		Striped:  func(n int) { st.resume.stripes.Store(int64(n)) },
 		Lost: func(err error) {
 			if parked.CompareAndSwap(false, true) {
 				st.resume.parked.Add(1)
@@ -182,9 +191,9 @@ func (st *Stream) rejoinDial(rec *store.Record, ch int, leg *wan.Leg) func(ctx c
 // leg serves the next one after it, cannot give.
 func (st *Stream) serveFramedIn(log *slog.Logger, from net.Addr, ch int, w net.Conn, admit bool) {
 	h, o, j, err := framed.First(w)
-	if err == nil && h.Type == carry.TypeJoin {
+	if err == nil && (h.Type == carry.TypeJoin || h.Type == carry.TypeStripe) {
 		if _, pooled := w.(*legpool.Session); pooled {
-			err = errors.New("a join in a pooled leg's session: a connection joins on a leg of its own")
+			err = errors.New("a join or a stripe in a pooled leg's session: a connection joins on a leg of its own")
 		}
 	}
 	if err != nil {
@@ -195,6 +204,14 @@ func (st *Stream) serveFramedIn(log *slog.Logger, from net.Addr, ch int, w net.C
 	if h.Type == carry.TypeJoin {
 		// The connection counts its return in its own hooks.
 		if err := st.framed.Join(w, h, j); err != nil {
+			st.RefuseWAN(ch, from, err)
+		}
+		return
+	}
+	if h.Type == carry.TypeStripe {
+		// A further leg of a striped connection: it holds the leg
+		// until the connection ends, counted as its connection's.
+		if err := st.framed.Stripe(w, h, j); err != nil {
 			st.RefuseWAN(ch, from, err)
 		}
 		return

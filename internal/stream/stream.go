@@ -783,7 +783,8 @@ func (st *Stream) leg(rec *store.Record, ch int) *wan.Leg {
 		// A stream whose connections do not wait for a new leg
 		// (resume window 0) dials its legs without frames: they cost
 		// what the plain relay costs.
-		Unframed: st.env.ResumeWindowFor(rec) == 0,
+		// A striped one needs the frames all the same.
+		Unframed: st.env.ResumeWindowFor(rec) == 0 && rec.Stripe <= 1,
 	}
 }
 

@@ -347,6 +347,31 @@ def test_update_both_sides_and_set_back(pair: Pair, echo: Echo) -> None:
         assert roundtrip(s.listener, data) == data
 
 
+def test_stripe(pair: Pair, echo: Echo) -> None:
+    """stripe= reaches the outbound side, whose connections the inbound
+    gateway grants that many WAN legs at once (stats.stripe_legs), and the
+    bytes come back whole; a bad value, or stripe with quic, is a
+    ConfigError before any request; above the gateway's maximum the
+    outbound gateway refuses, naming it."""
+    with scistream.stream(target=("127.0.0.1", echo.port), stripe=3, **pair.stream_kw()) as s:
+        assert s.outbound.stripe == 3 and not s.inbound.stripe, (s.inbound, s.outbound)
+        data = os.urandom(4 << 20)
+        assert roundtrip(s.listener, data) == data
+        st = wait_for(lambda: (lambda v: v if v.outbound.stats and v.outbound.stats.stripe_legs else None)(s.status()),
+                      20, "the outbound side's word on its stripes")
+        assert st.outbound.stats.stripe_legs == 3  # type: ignore[union-attr]
+    for bad, wan in ((0, "tls"), (17, "tls"), (True, "tls"), (2, "quic")):
+        with pytest.raises(scistream.ConfigError, match="stripe"):
+            scistream.stream(target=("127.0.0.1", echo.port), stripe=bad, wan=wan, **pair.stream_kw())
+    before = live_uids(pair)[0]
+    with pytest.raises(scistream.InvalidArgument, match="stripe 9 exceeds this gateway's maximum of 8"):
+        with scistream.stream(target=("127.0.0.1", echo.port), stripe=9, **pair.stream_kw()):
+            pytest.fail("wired")
+    assert live_uids(pair)[0] == before
+    with pair.client(pair.prod) as c:
+        assert c.info().max_stripe == 8
+
+
 def test_resume_window(pair: Pair, echo: Echo) -> None:
     """resume_window= reaches both sides (seconds, "2m" or a timedelta, as
     app_wait= is taken); a stream that asks for 0 does not resume, once a

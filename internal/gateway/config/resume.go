@@ -34,6 +34,11 @@ type Resume struct {
 	// together; a connection past it waits. If zero,
 	// DefaultResumeBuffer.
 	Buffer int64
+	// MaxStripe is the most WAN legs at once one application connection
+	// is carried on: an outbound request's stripe at most, and what
+	// this gateway grants an inbound one. 1: no striping. If zero,
+	// DefaultMaxStripe.
+	MaxStripe int
 }
 
 // Defaults of Resume.
@@ -42,6 +47,9 @@ const (
 	DefaultResumeWindowMax  = 10 * time.Minute
 	DefaultResumeConnBuffer = 16 << 20
 	DefaultResumeBuffer     = 1 << 30
+	DefaultMaxStripe        = 8
+	// MaxMaxStripe bounds MaxStripe (carry.MaxStripes).
+	MaxMaxStripe = 16
 	// MaxResumeWindow bounds WindowMax (a day).
 	MaxResumeWindow = api.MaxResumeWindowS * time.Second
 )
@@ -66,6 +74,9 @@ func (r Resume) WithDefaults() Resume {
 	if r.Buffer == 0 {
 		r.Buffer = DefaultResumeBuffer
 	}
+	if r.MaxStripe == 0 {
+		r.MaxStripe = DefaultMaxStripe
+	}
 	return r
 }
 
@@ -82,6 +93,8 @@ func (r Resume) Validate() error {
 		return fieldError("Resume.ConnBuffer", "%d bytes is out of range: give 64KiB to 1GiB (the default is %s)", r.ConnBuffer, bytesize.Format(DefaultResumeConnBuffer))
 	case r.Buffer < 0:
 		return fieldError("Resume.Buffer", "%d bytes is negative", r.Buffer)
+	case r.MaxStripe < 0 || r.MaxStripe > MaxMaxStripe:
+		return fieldError("Resume.MaxStripe", "%d is out of range: give 1 (no striping) to %d legs at once (the default is %d)", r.MaxStripe, MaxMaxStripe, DefaultMaxStripe)
 	}
 	d := r.WithDefaults()
 	if r.Window > 0 && r.Window > d.WindowMax {

@@ -79,6 +79,9 @@ class OutboundRequest:
     peer_server_name: Optional[str] = None
     wan_pool: Optional[int] = None
     resume_window_s: Optional[int] = None
+    # WAN legs at once each application connection is carried on
+    # (striping); None or 1: one. At most the gateway's max_stripe.
+    stripe: Optional[int] = None
     max_active_conns: Optional[int] = None
     rate: Optional[int] = None
     min_rate: Optional[int] = None
@@ -212,6 +215,8 @@ class Stats:
     resent_bytes: Optional[int] = None
     parked_seconds: Optional[float] = None
     resume_expired: Optional[int] = None
+    # The WAN legs at once the latest connection was granted.
+    stripe_legs: Optional[int] = None
     peer: Optional[str] = None
     last_errors: Optional[dict[str, LastError]] = None
     rates: Optional[Rates] = None
@@ -296,6 +301,9 @@ class Stream:
     peer_cert_sha256: Optional[str] = None
     app_wait_s: Optional[int] = None
     resume_window_s: Optional[int] = None
+    # An outbound stream's request's stripe (None: one leg); what the
+    # peer granted is stats.stripe_legs.
+    stripe: Optional[int] = None
     nodes: Optional[list[str]] = None
     channels: Optional[list[Channel]] = None
     # The stream secret: never printed (repr=False), kept out of to_json's
@@ -397,6 +405,8 @@ class Info:
     # the host's default).
     wan_cc: Optional[str] = None
     wan_cc_set: Optional[bool] = None
+    # The most WAN legs at once the gateway carries one connection on.
+    max_stripe: Optional[int] = None
     roles: Optional[list[str]] = None
     facility: Optional[str] = None
     node: Optional[str] = None

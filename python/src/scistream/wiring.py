@@ -343,7 +343,7 @@ class _Spec:
                  rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
                  lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None,
                  wan: str = "tls", engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
-                 app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0,
+                 app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0, stripe: int = 1,
                  peer_listeners: Optional[Iterable[str]] = None,
                  inbound_server_cert: Optional[str] = None, outbound_server_cert: Optional[str] = None,
                  server_cert: Optional[str] = None, token_file: Optional[str] = None,
@@ -369,6 +369,13 @@ class _Spec:
             raise ConfigError("lease 0: give a positive duration, e.g. 2h, or None for the gateway's default")
         self.app_wait_s = _duration_s(app_wait, "app_wait")
         self.resume_window_s = _duration_s(resume_window, "resume_window")
+        if isinstance(stripe, bool) or not isinstance(stripe, int) or not 1 <= stripe <= 16:
+            raise ConfigError(f"stripe {stripe!r} out of range: give 1 (one WAN leg) to 16 legs at once per connection "
+                              "(at most the outbound gateway's max_stripe)")
+        if stripe > 1 and wan != "tls":
+            raise ConfigError(f"stripe {stripe} with wan {wan!r}: striping carries tls legs (a QUIC connection's streams "
+                              "share one flow; tcp legs carry no frames); use wan='tls', or stripe=1")
+        self.stripe = stripe
         self.remote_ip, self.ports = target[0], ports
         self.num_conn, self.wan, self.engine = num_conn, wan, engine
         self.wan_pool, self.wan_listener, self.max_active_conns = wan_pool, wan_listener, max_active_conns
@@ -400,7 +407,8 @@ class _Spec:
                               secret=created.secret or "", peer_cert=created.wan_cert, wan=created.wan,
                               peer_server_name=created.wan_server_name or None, peer_nodes=created.nodes or None,
                               allow=self.allow or None, engine=self.engine or None, wan_pool=self.wan_pool or None,
-                              max_active_conns=self.max_active_conns or None, resume_window_s=self.resume_window_s)
+                              max_active_conns=self.max_active_conns or None, resume_window_s=self.resume_window_s,
+                              stripe=self.stripe if self.stripe > 1 else None)
         settle(out, created)
         if self.peer_listeners:
             out.peer_listeners = list(self.peer_listeners)
@@ -810,7 +818,7 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
            num_conn: int = 1, rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
            lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None, wan: str = "tls",
            engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
-           app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0,
+           app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0, stripe: int = 1,
            peer_listeners: Optional[Iterable[str]] = None, inbound_server_cert: Optional[str] = None,
            outbound_server_cert: Optional[str] = None, server_cert: Optional[str] = None,
            token_file: Optional[str] = None, inbound_token_file: Optional[str] = None,
@@ -839,7 +847,9 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
       (how long the inbound gateway tries to reach the application),
       resume_window (how long a connection whose WAN leg is lost waits for
       a new one, on both gateways; 0: not at all), max_active_conns,
-      peer_listeners (NAT): as s2uc stream's flags;
+      stripe (WAN legs at once per connection, tls; the inbound gateway
+      grants it or keeps one leg), peer_listeners (NAT): as s2uc stream's
+      flags;
     - server_cert, inbound_server_cert, outbound_server_cert: a gateway's
       certificate, PEM path or "sha256:HEX";
     - token_file, inbound_token_file, outbound_token_file, token: the
@@ -853,7 +863,7 @@ def stream(inbound: Optional[str] = None, outbound: Optional[str] = None, target
     is a TypeError naming the nearest one.
     """
     return WiredStream(_Spec(inbound, outbound, target, num_conn=num_conn, rate=rate, min_rate=min_rate, lease=lease, allow=allow, wan=wan,
-                 engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait, resume_window=resume_window,
+                 engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait, resume_window=resume_window, stripe=stripe,
                  max_active_conns=max_active_conns, peer_listeners=peer_listeners,
                  inbound_server_cert=inbound_server_cert, outbound_server_cert=outbound_server_cert,
                  server_cert=server_cert, token_file=token_file, inbound_token_file=inbound_token_file,
@@ -1025,7 +1035,7 @@ def astream(inbound: Optional[str] = None, outbound: Optional[str] = None, targe
             num_conn: int = 1, rate: Optional[RateArg] = None, min_rate: Optional[RateArg] = None,
             lease: Optional[Duration] = None, allow: Optional[Iterable[str]] = None, wan: str = "tls",
             engine: Optional[str] = None, wan_pool: int = 0, wan_listener: Optional[str] = None,
-            app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0,
+            app_wait: Optional[Duration] = None, resume_window: Optional[Duration] = None, max_active_conns: int = 0, stripe: int = 1,
             peer_listeners: Optional[Iterable[str]] = None, inbound_server_cert: Optional[str] = None,
             outbound_server_cert: Optional[str] = None, server_cert: Optional[str] = None,
             token_file: Optional[str] = None, inbound_token_file: Optional[str] = None,
@@ -1034,7 +1044,7 @@ def astream(inbound: Optional[str] = None, outbound: Optional[str] = None, targe
     """The asyncio variant of stream(), with the same arguments:
     ``async with scistream.astream(...) as s``."""
     return AsyncWiredStream(_Spec(inbound, outbound, target, num_conn=num_conn, rate=rate, min_rate=min_rate,
-                            lease=lease, allow=allow, wan=wan, engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait, resume_window=resume_window,
+                            lease=lease, allow=allow, wan=wan, engine=engine, wan_pool=wan_pool, wan_listener=wan_listener, app_wait=app_wait, resume_window=resume_window, stripe=stripe,
                             max_active_conns=max_active_conns, peer_listeners=peer_listeners,
                             inbound_server_cert=inbound_server_cert, outbound_server_cert=outbound_server_cert,
                             server_cert=server_cert, token_file=token_file, inbound_token_file=inbound_token_file,

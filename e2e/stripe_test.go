@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"scistream/internal/api"
+	"scistream/internal/client"
+)
+
+// Striped streams (issue 38): one application connection carried on
+// several WAN legs at once, between two gateways in namespaces of a lab
+// (resume_test.go's pair).
+
+// wireStriped makes a TLS stream of stripe legs at once to the consumer
+// at port, paced at rate bits per second.
+func (p *resumePair) wireStriped(t *testing.T, port int, rate int64, stripe int) (in, out *api.Stream) {
+	t.Helper()
+	in, out, err := client.Wire(context.Background(), p.in, p.out,
+		&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{port}, NumConn: 1, Rate: rate},
+		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}, Stripe: stripe}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, out
+}
+
+// legPorts returns the peer ports of the TCP connections established
+// to port in the consumer gateway's namespace: the stream's WAN legs.
+func (p *resumePair) legPorts(t *testing.T, port int) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", p.consNS, "ss", "-Htn", "state", "established", fmt.Sprintf("( sport = :%d )", port)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ss: %v\n%s", err, out)
+	}
+	var ports []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		if _, pp, err := net.SplitHostPort(f[len(f)-1]); err == nil {
+			ports = append(ports, pp)
+		}
+	}
+	return ports
+}
+
+// resetLeg resets, for d, the one WAN leg from peer port from to port at
+// the consumer gateway (iptables in its namespace): the other legs of
+// the connection carry on.
+func (p *resumePair) resetLeg(t *testing.T, port int, from string, d time.Duration) {
+	t.Helper()
+	rule := []string{"-p", "tcp", "--dport", strconv.Itoa(port), "--sport", from, "-j", "REJECT", "--reject-with", "tcp-reset"}
+	ipt := func(op string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", p.consNS, "iptables", op, "INPUT"}, rule...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %s: %v\n%s", op, err, out)
+		}
+	}
+	ipt("-I")
+	time.Sleep(d) // the fault's length, not a wait for something
+	ipt("-D")
+}
+
+// TestStripedStream: a stream of stripe 4 carries its connection on 4
+// WAN legs at once (the consumer gateway has 4 established); one of
+// them reset mid-transfer loses the connection's legs, which come back,
+// and the 200 MB arrive byte-exact with neither application reset. A
+// gateway told --max_stripe 2 grants 2, and status says so.
+func TestStripedStream(t *testing.T) {
+	t.Run("resume", func(t *testing.T) {
+		p := newResumePair(t)
+		app := newTimedSink(t, p.l.hostIP)
+		in, out := p.wireStriped(t, app.port(), 400e6, 4)
+		if out.Stripe != 4 {
+			t.Fatalf("the outbound stream's view says stripe %d, want 4", out.Stripe)
+		}
+		_, portS, _ := net.SplitHostPort(in.Listeners[0])
+		port, _ := strconv.Atoi(portS)
+		conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		const total = 200 << 20
+		pr := produce(conn, total, 41)
+		eventually(t, time.Minute, "the consumer to have 40 MB", func() bool { return app.n.Load() >= total/5 })
+		var legs []string
+		eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
+		p.resetLeg(t, port, legs[2], time.Second)
+		r := pr.result(app)
+		pr.check(t, r)
+		t.Logf("the consumer's largest pause: %v", r.maxGap.Round(time.Millisecond))
+		st, err := p.out.Get(context.Background(), out.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := st.Stats; s.StripeLegs != 4 || s.ResumedLegs < 1 || s.AbortedConns != 0 {
+			t.Errorf("the outbound side: %d stripe legs, %d legs resumed, %d connections aborted; want 4, at least 1, none", s.StripeLegs, s.ResumedLegs, s.AbortedConns)
+		}
+		if s, err := p.in.Get(context.Background(), in.UID); err != nil || s.Stats.AbortedConns != 0 {
+			t.Errorf("the inbound side aborted connections: %+v %v", s.Stats, err)
+		}
+	})
+	t.Run("granted less", func(t *testing.T) {
+		p := newResumePairOf(t, nil, []string{"--max_stripe=2"})
+		app := newTimedSink(t, p.l.hostIP)
+		in, out := p.wireStriped(t, app.port(), 0, 4)
+		_, portS, _ := net.SplitHostPort(in.Listeners[0])
+		port, _ := strconv.Atoi(portS)
+		conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		const total = 64 << 20
+		pr := produce(conn, total, 42)
+		eventually(t, 30*time.Second, "2 WAN legs at the consumer's gateway", func() bool { return len(p.legPorts(t, port)) == 2 })
+		r := pr.result(app)
+		pr.check(t, r)
+		st, err := p.out.Get(context.Background(), out.UID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Stats.StripeLegs != 2 {
+			t.Errorf("the outbound side says %d stripe legs, want the 2 the inbound granted", st.Stats.StripeLegs)
+		}
+	})
+}
+
+// TestStripeRefused: a stripe past the gateway's maximum, or with QUIC
+// legs, is refused with an error that names the fix, and nothing is
+// made.
+func TestStripeRefused(t *testing.T) {
+	p := newResumePair(t)
+	for _, tc := range []struct {
+		wan    string
+		stripe int
+		want   string
+	}{
+		{"", 9, "exceeds this gateway's maximum of 8"},
+		{api.WANQUIC, 2, "use wan tls to stripe"},
+		{"", -1, "is negative"},
+	} {
+		_, _, err := client.Wire(context.Background(), p.in, p.out,
+			&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{9}, NumConn: 1, WAN: tc.wan},
+			api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}, Stripe: tc.stripe}, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("stripe %d over %q: %v, want an error saying %q", tc.stripe, tc.wan, err, tc.want)
+		}
+	}
+	if l, err := p.out.List(context.Background(), false); err != nil || len(l) != 0 {
+		t.Errorf("the outbound gateway holds %d streams after the refusals (%v)", len(l), err)
+	}
+}
