@@ -47,7 +47,7 @@ type compareFlags struct {
 	wf                                                                 workload.Flags
 	pairs, engine, wan, jsonPath, plotsDir, plotFormat, progress, s2cs *string
 	wanCC                                                              *string
-	reps                                                               *int
+	reps, stripe                                                       *int
 	runTimeout, idle, rateInterval                                     *time.Duration
 }
 
@@ -56,6 +56,7 @@ func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
 	f.wf.Register(fs)
 	f.pairs = fs.String("pairs", "1", "producer/consumer pairs at once, each its own connection; a list (1,2,4,8) runs each count")
 	f.reps = fs.Int("reps", reps, "repetitions of each (size, path), interleaved: direct, gateways, direct, ...")
+	f.stripe = fs.Int("stripe", 1, "WAN legs at once each connection through the gateways is carried on (the stream's stripe; tls legs), 1 to 16")
 	f.engine = fs.String("engine", "splice", "data-plane engine of both gateways (s2cs --type): "+strings.Join(relay.Names(), ", "))
 	f.wan = fs.String("wan", api.WANTLS, "WAN transport between the gateways: tls, tcp (s2cs --insecure_tcp_wan), or quic")
 	f.jsonPath = fs.String("json", "", "also write every run as a JSON array of records to FILE")
@@ -73,7 +74,7 @@ func (f *compareFlags) register(fs *flag.FlagSet, reps int) {
 func (f *compareFlags) config(fs *flag.FlagSet) (*compare.Config, error) {
 	cfg := &compare.Config{Reps: *f.reps, Engine: *f.engine, WAN: *f.wan, JSONPath: *f.jsonPath, PlotsDir: *f.plotsDir,
 		PlotFormat: *f.plotFormat, Progress: *f.progress, S2CS: *f.s2cs, RunTimeout: *f.runTimeout, Idle: *f.idle, RateInterval: *f.rateInterval,
-		WANCC: *f.wanCC}
+		WANCC: *f.wanCC, Stripe: *f.stripe}
 	var err error
 	if cfg.Pairs, err = parsePairs(*f.pairs); err != nil {
 		return nil, err
@@ -88,6 +89,10 @@ func (f *compareFlags) config(fs *flag.FlagSet) (*compare.Config, error) {
 		return nil, usagef("--engine %q: use one of %s", cfg.Engine, strings.Join(relay.Names(), ", "))
 	case !slices.Contains(knownWANs, cfg.WAN):
 		return nil, usagef("--wan %q: use one of %s", cfg.WAN, strings.Join(knownWANs, ", "))
+	case cfg.Stripe < 1 || cfg.Stripe > 16:
+		return nil, usagef("--stripe %d out of range: give 1 (one leg) to 16", cfg.Stripe)
+	case cfg.Stripe > 1 && cfg.WAN != api.WANTLS:
+		return nil, usagef("--stripe %d with --wan %s: striping carries tls legs; use --wan tls", cfg.Stripe, cfg.WAN)
 	case cfg.RateInterval < 10*time.Millisecond || cfg.RateInterval > time.Minute:
 		return nil, usagef("--rate_interval %s out of range: give 10ms to 1m", cfg.RateInterval)
 	}

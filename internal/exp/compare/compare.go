@@ -56,6 +56,9 @@ type Config struct {
 	// WANCC is the gateways' s2cs --wan_cc (the congestion control of
 	// their WAN legs); empty: s2cs's default (auto).
 	WANCC string
+	// Stripe is the stream's stripe: the WAN legs at once of each
+	// connection; 0 or 1: one.
+	Stripe int
 }
 
 // WithDefaults returns cfg with its zero fields set to their defaults.
@@ -107,11 +110,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (recs []reco
 	cfg = cfg.WithDefaults()
 	wall := time.Now()
 	p := cfg.Plan
-	fmt.Fprintf(stdout, "s2bench compare: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
-		p.Name, len(p.Sizes), cfg.Pairs, cfg.Reps, cfg.Engine, cfg.WAN)
+	fmt.Fprintf(stdout, "s2bench compare: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s, stripe %d\n",
+		p.Name, len(p.Sizes), cfg.Pairs, cfg.Reps, cfg.Engine, cfg.WAN, max(cfg.Stripe, 1))
 	p.Print(stdout, cfg.Pairs)
 
-	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.S2CS, Engine: cfg.Engine, WAN: cfg.WAN, Args: cfg.GatewayArgs()})
+	lp, err := localpair.Start(ctx, localpair.Config{S2CS: cfg.S2CS, Engine: cfg.Engine, WAN: cfg.WAN, Args: cfg.GatewayArgs(), Stripe: cfg.Stripe})
 	if err != nil {
 		return nil, err
 	}

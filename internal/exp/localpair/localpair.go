@@ -50,6 +50,9 @@ type Config struct {
 	Allow string
 	// Args are more s2cs flags, given to both gateways.
 	Args []string
+	// Stripe is the stream's stripe (api.OutboundRequest.Stripe): the
+	// WAN legs at once of each connection; 0 or 1: one.
+	Stripe int
 	// NoStream starts the gateways only, without the stream: the caller
 	// wires its own streams with InC and OutC (and releases them).
 	NoStream bool
@@ -182,7 +185,7 @@ func Start(ctx context.Context, cfg Config) (_ *Pair, err error) {
 	start := time.Now()
 	inS, outS, err := client.Wire(ctx, lp.InC, lp.OutC,
 		&api.InboundRequest{RemoteIP: consumerIP, ReceiverPorts: []int{port}, NumConn: 1, WAN: cfg.WAN},
-		api.OutboundRequest{NumConn: 1, Allow: []string{lp.Allow}},
+		api.OutboundRequest{NumConn: 1, Allow: []string{lp.Allow}, Stripe: cfg.Stripe},
 		nil)
 	lp.Setup = time.Since(start)
 	if err != nil {

@@ -147,10 +147,11 @@ func Run(ctx context.Context, cfg RunConfig, stdout, stderr io.Writer) (recs []r
 
 	lp, err := localpair.Start(ctx, localpair.Config{
 		S2CS: c.S2CS, Engine: c.Engine, WAN: c.WAN, Consumer: lnGW.Addr().(*net.TCPAddr),
-		NetNS: [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
-		IPs:   [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
-		Allow: tb.LANASubnet(),
-		Args:  c.GatewayArgs(),
+		NetNS:  [2]string{tb.NS(netbed.ConsumerGW), tb.NS(netbed.ProducerGW)},
+		IPs:    [2]string{tb.ConsumerGWWAN(), tb.ProducerGWWAN()},
+		Allow:  tb.LANASubnet(),
+		Args:   c.GatewayArgs(),
+		Stripe: c.Stripe,
 	})
 	if err != nil {
 		return nil, err
