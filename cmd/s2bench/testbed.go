@@ -21,6 +21,8 @@ const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan
        s2bench testbed run  [--name tb] [--preset shortwan ...] [--workload sweep|dstream|lstream|SIZE[,SIZE...]]
                             [--bytes N | --messages N | --duration D] [--rate R] [--mode throughput|rr] [--pairs N[,N...]]
                             [--reps 1] [--engine splice|buffer] [--wan tls|tcp|quic] [--json FILE] [--plots DIR] [--keep]
+       s2bench testbed table [--preset longwan] [--loss 0.001] [--flow_rate 50mbit] [--stripes 1,4] [--reps 3]
+                            [--workload 1MiB] [--duration 20s] [--json FILE] [--plots DIR]
        s2bench testbed down [--name tb]
 
 Builds, as root, a producer host and gateway (facility A) and a consumer
@@ -33,7 +35,10 @@ real s2cs gateways, interleaved, with compare's table, JSON records (plus
 preset and rtt_ms_measured) and plots. Workload flags are compare's; the
 default is the sweep, once, with what the WAN rate carries in max(2 s,
 15 RTT) per run. run brings the testbed up if needed and takes down what it
-brought up (unless --keep).
+brought up (unless --keep). table runs one connection's goodput under
+the limits one TCP flow meets on a WAN (random loss, a per-flow cap,
+neither), directly and through the gateways with each stripe (WAN legs at
+once), and prints the table (and with --plots, its bar chart).
 
 presets (seed 000 Table I, overall RTT): ` + "lan 0.44 ms, metro 5.49 ms, shortwan 24.3 ms, wan 58.2 ms, longwan 143.7 ms"
 
@@ -41,7 +46,7 @@ func runTestbed(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		if len(args) == 0 {
 			fmt.Fprintln(stderr, testbedUsage)
-			return usagef("testbed: give up, run or down")
+			return usagef("testbed: give up, run, table or down")
 		}
 		fmt.Fprintln(stdout, testbedUsage) // asked for
 		return flag.ErrHelp
@@ -51,12 +56,14 @@ func runTestbed(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return testbedUp(ctx, args[1:], stdout, stderr)
 	case "run":
 		return testbedRunCmd(ctx, args[1:], stdout, stderr)
+	case "table":
+		return testbedTableCmd(ctx, args[1:], stdout, stderr)
 	case "down":
 		return testbedDown(args[1:], stdout, stderr)
 	case "delayline": // internal: the delay-line process inside a router namespace
 		return netbed.DelayLineMain(ctx, args[1:], stdout, stderr)
 	}
-	return usagef("testbed: unknown subcommand %q: use up, run or down", args[0])
+	return usagef("testbed: unknown subcommand %q: use up, run, table or down", args[0])
 }
 
 // bedFlags are the flags that describe the testbed.

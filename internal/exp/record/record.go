@@ -36,6 +36,11 @@ func TablePaths() []string { return []string{PathDirect, PathGateways, PathNaive
 // them; add fields, never rename one.
 type Record struct {
 	Path string `json:"path"`
+	// Case and Stripe are a run's of the WAN table (s2bench testbed
+	// table): its condition, and the stream's stripe (the WAN legs at
+	// once of each connection through the gateways).
+	Case   string `json:"case,omitempty"`
+	Stripe int    `json:"stripe,omitempty"`
 	// Side is "producer" or "consumer" in the records of those roles
 	// (empty in compare, which measures both).
 	Side     string `json:"side,omitempty"`

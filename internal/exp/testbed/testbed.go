@@ -108,8 +108,8 @@ func Run(ctx context.Context, cfg RunConfig, stdout, stderr io.Writer) (recs []r
 	c := cfg.Compare.WithDefaults()
 	p := c.Plan
 	p.Auto = Amount(tb.Preset, p)
-	fmt.Fprintf(stdout, "s2bench testbed run: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s\n",
-		p.Name, len(p.Sizes), c.Pairs, c.Reps, c.Engine, c.WAN)
+	fmt.Fprintf(stdout, "s2bench testbed run: workload %s, %d size(s), pairs %v, %d repetition(s) per path, engine %s, WAN %s, stripe %d\n",
+		p.Name, len(p.Sizes), c.Pairs, c.Reps, c.Engine, c.WAN, max(c.Stripe, 1))
 	p.Print(stdout, c.Pairs)
 
 	// The consumer's listeners, in its namespace: one the stream leads
