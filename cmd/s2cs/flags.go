@@ -179,8 +179,8 @@ func flagGroups() []cliflag.Group {
 		{Title: "WAN legs (plaintext TCP, the shared WAN port, pooled legs)", Flags: []string{
 			"insecure_tcp_wan", "wan_cc", "wan_port", "wan_domain", "wan_advertise", "wan_proxy_protocol", "wan_proxy_from",
 			"pool_max_per_peer", "pool_policy", "pool_max_warm", "pool_idle_timeout"}},
-		{Title: "Resuming connections over a lost WAN leg (framed legs)", Flags: []string{
-			"resume_window", "resume_window_max", "resume_conn_buffer", "resume_buffer"}},
+		{Title: "Resuming connections over a lost WAN leg, and striping them (framed legs)", Flags: []string{
+			"resume_window", "resume_window_max", "resume_conn_buffer", "resume_buffer", "max_stripe"}},
 		{Title: "What streams may make this gateway dial", Flags: []string{
 			"allow_targets", "allow_peers"}},
 		{Title: "Identity and access (tokens, identity providers, roles)", Flags: []string{

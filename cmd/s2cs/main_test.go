@@ -154,11 +154,12 @@ func TestResumeFlags(t *testing.T) {
 		args []string
 		want gateway.Resume
 	}{
-		{nil, gateway.Resume{Window: 30 * time.Second, WindowMax: 10 * time.Minute, ConnBuffer: 16 << 20, Buffer: 1 << 30}},
-		{[]string{"--resume_window", "0s"}, gateway.Resume{Window: -1, WindowMax: 10 * time.Minute, ConnBuffer: 16 << 20, Buffer: 1 << 30}},
-		{[]string{"--resume-window", "0", "--resume_window_max", "0s"}, gateway.Resume{Window: -1, WindowMax: -1, ConnBuffer: 16 << 20, Buffer: 1 << 30}},
+		{nil, gateway.Resume{Window: 30 * time.Second, WindowMax: 10 * time.Minute, ConnBuffer: 16 << 20, Buffer: 1 << 30, MaxStripe: 8}},
+		{[]string{"--resume_window", "0s"}, gateway.Resume{Window: -1, WindowMax: 10 * time.Minute, ConnBuffer: 16 << 20, Buffer: 1 << 30, MaxStripe: 8}},
+		{[]string{"--resume-window", "0", "--resume_window_max", "0s"}, gateway.Resume{Window: -1, WindowMax: -1, ConnBuffer: 16 << 20, Buffer: 1 << 30, MaxStripe: 8}},
 		{[]string{"--resume_window", "2m", "--resume_window_max", "1h", "--resume_conn_buffer", "64KiB", "--resume_buffer", "10 MB"},
-			gateway.Resume{Window: 2 * time.Minute, WindowMax: time.Hour, ConnBuffer: 64 << 10, Buffer: 10e6}},
+			gateway.Resume{Window: 2 * time.Minute, WindowMax: time.Hour, ConnBuffer: 64 << 10, Buffer: 10e6, MaxStripe: 8}},
+		{[]string{"--max_stripe", "1"}, gateway.Resume{Window: 30 * time.Second, WindowMax: 10 * time.Minute, ConnBuffer: 16 << 20, Buffer: 1 << 30, MaxStripe: 1}},
 	} {
 		o, err := parseFlags(append([]string{"--listener_ip", "127.0.0.1"}, c.args...), io.Discard)
 		if err != nil {
@@ -167,6 +168,15 @@ func TestResumeFlags(t *testing.T) {
 		cfg, err := o.config()
 		if err != nil || cfg.Resume != c.want {
 			t.Errorf("%v: Resume %+v, %v; want %+v", c.args, cfg.Resume, err, c.want)
+		}
+	}
+	for _, bad := range []string{"0", "17", "-1"} {
+		o, err := parseFlags([]string{"--listener_ip", "127.0.0.1", "--max_stripe", bad}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.config(); err == nil || !strings.Contains(err.Error(), "--max_stripe "+bad+" is out of range") {
+			t.Errorf("--max_stripe %s: %v, want out of range", bad, err)
 		}
 	}
 }
