@@ -19,12 +19,13 @@ import (
 // (resume_test.go's pair).
 
 // wireStriped makes a TLS stream of stripe legs at once to the consumer
-// at port, paced at rate bits per second.
-func (p *resumePair) wireStriped(t *testing.T, port int, rate int64, stripe int) (in, out *api.Stream) {
+// at port, paced at rate bits per second, pooled (pool idle legs a
+// channel) if pool > 0.
+func (p *resumePair) wireStriped(t *testing.T, port int, rate int64, stripe, pool int) (in, out *api.Stream) {
 	t.Helper()
 	in, out, err := client.Wire(context.Background(), p.in, p.out,
 		&api.InboundRequest{RemoteIP: p.l.hostIP, ReceiverPorts: []int{port}, NumConn: 1, Rate: rate},
-		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}, Stripe: stripe}, nil)
+		api.OutboundRequest{NumConn: 1, Allow: []string{p.l.hostIP + "/32"}, Stripe: stripe, WANPool: pool}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,16 +73,20 @@ func (p *resumePair) resetLeg(t *testing.T, port int, from string, d time.Durati
 // TestStripedStream: a stream of stripe 4 carries its connection on 4
 // WAN legs at once (the consumer gateway has 4 established); one of
 // them reset mid-transfer loses the connection's legs, which come back,
-// and the 200 MB arrive byte-exact with neither application reset. A
+// and the 200 MB arrive byte-exact with neither application reset;
+// with a resume window of 0 both applications are reset instead. A
 // gateway told --max_stripe 2 grants 2, and status says so.
 func TestStripedStream(t *testing.T) {
-	t.Run("resume", func(t *testing.T) {
-		p := newResumePair(t)
+	t.Run("resume", func(t *testing.T) { stripedResume(t, 0) })
+	// On pooled legs the connection's first leg is a warm leg's session;
+	// its further legs are legs of their own.
+	t.Run("pooled", func(t *testing.T) { stripedResume(t, 1) })
+	t.Run("no resume", func(t *testing.T) {
+		// A resume window of 0: the lost leg resets both applications,
+		// never silence.
+		p := newResumePair(t, "--resume_window=0s")
 		app := newTimedSink(t, p.l.hostIP)
-		in, out := p.wireStriped(t, app.port(), 400e6, 4)
-		if out.Stripe != 4 {
-			t.Fatalf("the outbound stream's view says stripe %d, want 4", out.Stripe)
-		}
+		in, out := p.wireStriped(t, app.port(), 80e6, 4, 0)
 		_, portS, _ := net.SplitHostPort(in.Listeners[0])
 		port, _ := strconv.Atoi(portS)
 		conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
@@ -89,30 +94,31 @@ func TestStripedStream(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		const total = 200 << 20
-		pr := produce(conn, total, 41)
-		eventually(t, time.Minute, "the consumer to have 40 MB", func() bool { return app.n.Load() >= total/5 })
+		werr := make(chan error, 1)
+		go func() {
+			conn.SetWriteDeadline(time.Now().Add(time.Minute))
+			werr <- writeRandom(conn, 1<<30, 43)
+		}()
+		eventually(t, time.Minute, "the consumer to have 4 MB", func() bool { return app.n.Load() >= 4<<20 })
 		var legs []string
 		eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
-		p.resetLeg(t, port, legs[2], time.Second)
-		r := pr.result(app)
-		pr.check(t, r)
-		t.Logf("the consumer's largest pause: %v", r.maxGap.Round(time.Millisecond))
-		st, err := p.out.Get(context.Background(), out.UID)
-		if err != nil {
-			t.Fatal(err)
+		p.resetLeg(t, port, legs[1], time.Second)
+		if r := <-app.done; r.err == nil {
+			t.Fatalf("the consumer read a clean end after %d bytes; want a reset", r.n)
 		}
-		if s := st.Stats; s.StripeLegs != 4 || s.ResumedLegs < 1 || s.AbortedConns != 0 {
-			t.Errorf("the outbound side: %d stripe legs, %d legs resumed, %d connections aborted; want 4, at least 1, none", s.StripeLegs, s.ResumedLegs, s.AbortedConns)
-		}
-		if s, err := p.in.Get(context.Background(), in.UID); err != nil || s.Stats.AbortedConns != 0 {
-			t.Errorf("the inbound side aborted connections: %+v %v", s.Stats, err)
+		select {
+		case err := <-werr:
+			if err == nil {
+				t.Fatal("the producer's writes all succeeded")
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the producer's writes never failed")
 		}
 	})
 	t.Run("granted less", func(t *testing.T) {
 		p := newResumePairOf(t, nil, []string{"--max_stripe=2"})
 		app := newTimedSink(t, p.l.hostIP)
-		in, out := p.wireStriped(t, app.port(), 0, 4)
+		in, out := p.wireStriped(t, app.port(), 0, 4, 0)
 		_, portS, _ := net.SplitHostPort(in.Listeners[0])
 		port, _ := strconv.Atoi(portS)
 		conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
@@ -133,6 +139,48 @@ func TestStripedStream(t *testing.T) {
 			t.Errorf("the outbound side says %d stripe legs, want the 2 the inbound granted", st.Stats.StripeLegs)
 		}
 	})
+}
+
+// stripedResume is TestStripedStream's resume case: one leg of the four
+// reset, or, on pooled legs (pool > 0), every leg to the port.
+func stripedResume(t *testing.T, pool int) {
+	p := newResumePair(t)
+	app := newTimedSink(t, p.l.hostIP)
+	in, out := p.wireStriped(t, app.port(), 400e6, 4, pool)
+	if out.Stripe != 4 {
+		t.Fatalf("the outbound stream's view says stripe %d, want 4", out.Stripe)
+	}
+	_, portS, _ := net.SplitHostPort(in.Listeners[0])
+	port, _ := strconv.Atoi(portS)
+	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const total = 200 << 20
+	pr := produce(conn, total, 41)
+	eventually(t, time.Minute, "the consumer to have 40 MB", func() bool { return app.n.Load() >= total/5 })
+	var legs []string
+	eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
+	if pool == 0 {
+		p.resetLeg(t, port, legs[2], time.Second)
+	} else {
+		// The warm legs are among those to the port: reset them all.
+		p.reject(t, port, time.Second)
+	}
+	r := pr.result(app)
+	pr.check(t, r)
+	t.Logf("the consumer's largest pause: %v", r.maxGap.Round(time.Millisecond))
+	st, err := p.out.Get(context.Background(), out.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Stats; s.StripeLegs != 4 || s.ResumedLegs < 1 || s.AbortedConns != 0 {
+		t.Errorf("the outbound side: %d stripe legs, %d legs resumed, %d connections aborted; want 4, at least 1, none", s.StripeLegs, s.ResumedLegs, s.AbortedConns)
+	}
+	if s, err := p.in.Get(context.Background(), in.UID); err != nil || s.Stats.AbortedConns != 0 {
+		t.Errorf("the inbound side aborted connections: %+v %v", s.Stats, err)
+	}
 }
 
 // TestStripeRefused: a stripe past the gateway's maximum, or with QUIC

@@ -102,7 +102,7 @@ func runOutbound(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	req := &api.OutboundRequest{
 		UID: uid, PeerListeners: peers, NumConn: *numConn, PeerCert: sess.Inbound.WANCert,
 		Secret: sess.Secret, Allow: splitList(*allow), WAN: sess.WAN, Engine: *engine,
-		PeerServerName: sess.Inbound.ServerName, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume, Stripe: *stripe,
+		PeerServerName: sess.Inbound.ServerName, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume, Stripe: api.StripeField(*stripe),
 		Rate: rate, MinRate: least, LeaseS: lease, PeerNodes: sess.Inbound.Nodes,
 	}
 	client.Settle(req, &api.Stream{Rate: sess.Rate, MinRate: sess.MinRate, LeaseS: sess.LeaseS})

@@ -95,7 +95,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	inS, outS, err := client.Wire(ctx, in, out,
 		&api.InboundRequest{RemoteIP: *remoteIP, ReceiverPorts: rp, NumConn: *numConn, WAN: *wanT, Engine: *engine, WANListener: *wanListener, AppWaitS: wait, ResumeWindowS: resume, MaxActiveConns: *maxActive,
 			Rate: rate, MinRate: least, LeaseS: lease},
-		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume, Stripe: *stripe},
+		api.OutboundRequest{NumConn: *numConn, Allow: splitList(*allow), Engine: *engine, WANPool: *wanPool, MaxActiveConns: *maxActive, ResumeWindowS: resume, Stripe: api.StripeField(*stripe)},
 		splitList(*peers))
 	if err != nil {
 		return err

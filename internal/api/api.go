@@ -642,6 +642,16 @@ const (
 	MaxResumeWindowS = 24 * 60 * 60
 )
 
+// StripeField is the stripe field of a request asking for n legs at
+// once: absent (0) for one, so that a gateway of a release without
+// striping, which refuses a field it does not know, takes the request.
+func StripeField(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return n
+}
+
 // Code is a stable, machine-readable error code.
 type Code string
 

@@ -1254,7 +1254,9 @@ func (c *Conn) ackInLocked(pos uint64, window uint32) {
 	}
 	if pos > c.snd.acked {
 		c.snd.ack(pos)
-		c.progressAt = time.Now()
+		if c.striped {
+			c.progressAt = time.Now()
+		}
 	}
 	c.limit = pos + uint64(window)
 	c.cond.Broadcast()

@@ -62,7 +62,8 @@ func (l *fakeLeg) SetWriteDeadline(t time.Time) error { return nil }
 // FuzzLeg: whatever a peer sends on a leg (frames well or badly formed,
 // in any order), the connection ends (in order or with an error), never
 // panics or hangs, and its application receives at most what data
-// frames carried.
+// frames carried; striped too (frames out of order, overlapping, past
+// the window, a fin before the bytes under it).
 func FuzzLeg(f *testing.F) {
 	var ok []byte
 	ok = AppendHeader(ok, Header{Type: TypeAccepted, Length: 1 << 20})
@@ -70,11 +71,23 @@ func FuzzLeg(f *testing.F) {
 	ok = append(ok, "abc"...)
 	ok = AppendHeader(ok, Header{Type: TypeFin, Pos: 3})
 	ok = AppendHeader(ok, Header{Type: TypeAck, Pos: 1, Length: 1 << 20})
-	f.Add(ok, true)
-	f.Add(ok[HeaderLen:], false)
-	f.Add(AppendReason(nil, TypeReset, "bye\x1b[2J"), false)
-	f.Fuzz(func(t *testing.T, b []byte, dialer bool) {
+	f.Add(ok, true, false)
+	f.Add(ok[HeaderLen:], false, false)
+	f.Add(AppendReason(nil, TypeReset, "bye\x1b[2J"), false, false)
+	var ooo []byte
+	ooo = AppendHeader(ooo, Header{Type: TypeAccepted, Length: 1 << 20, Stripes: 4})
+	ooo = AppendHeader(ooo, Header{Type: TypeData, Length: 3, Pos: 3})
+	ooo = append(ooo, "def"...)
+	ooo = AppendHeader(ooo, Header{Type: TypeData, Length: 4, Pos: 0})
+	ooo = append(ooo, "abcd"...)
+	ooo = AppendHeader(ooo, Header{Type: TypeFin, Pos: 6})
+	f.Add(ooo, true, true)
+	f.Add(ooo[HeaderLen:], false, true)
+	f.Fuzz(func(t *testing.T, b []byte, dialer, striped bool) {
 		c := New(Config{Window: 64 << 10}, dialer)
+		if striped {
+			c.SetStripes(4)
+		}
 		app, peer := net.Pipe()
 		got := make(chan int, 1)
 		go func() {

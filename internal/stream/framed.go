@@ -108,6 +108,11 @@ func (st *Stream) framedHooks(ctx context.Context, log *slog.Logger, parked *ato
 		Accepted: st.legWorked,
 		Striped:  func(n int) { st.resume.stripes.Store(int64(n)) },
 		Lost: func(err error) {
+			if st.ctx.Err() != nil {
+				// The stream stops: it closed the leg itself (Stop),
+				// and the connection ends with it; no outage to say.
+				return
+			}
 			if parked.CompareAndSwap(false, true) {
 				st.resume.parked.Add(1)
 			}

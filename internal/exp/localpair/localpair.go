@@ -185,7 +185,7 @@ func Start(ctx context.Context, cfg Config) (_ *Pair, err error) {
 	start := time.Now()
 	inS, outS, err := client.Wire(ctx, lp.InC, lp.OutC,
 		&api.InboundRequest{RemoteIP: consumerIP, ReceiverPorts: []int{port}, NumConn: 1, WAN: cfg.WAN},
-		api.OutboundRequest{NumConn: 1, Allow: []string{lp.Allow}, Stripe: cfg.Stripe},
+		api.OutboundRequest{NumConn: 1, Allow: []string{lp.Allow}, Stripe: api.StripeField(cfg.Stripe)},
 		nil)
 	lp.Setup = time.Since(start)
 	if err != nil {
