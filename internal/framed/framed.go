@@ -160,11 +160,10 @@ func backoffAfter(parked time.Duration) time.Duration {
 	return min(max(shortBackoff, parked/10), maxBackoff)
 }
 
-// rejoin dials new legs for the parked connection c and joins it, until
-// one joins (true), the peer refuses, or c ends.
-func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx context.Context) (net.Conn, error), h Hooks) bool {
+// untilEnded returns a context that is done once c ended (or cancel is
+// called, which the caller must).
+func untilEnded(c *carry.Conn) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	go func() {
 		select {
 		case <-c.Ended():
@@ -172,6 +171,14 @@ func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx 
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
+
+// rejoin dials new legs for the parked connection c and joins it, until
+// one joins (true), the peer refuses, or c ends.
+func rejoin(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial func(ctx context.Context) (net.Conn, error), h Hooks) bool {
+	ctx, cancel := untilEnded(c)
+	defer cancel()
 	backoff := firstBackoff
 	start := time.Now()
 	for attempt := 1; ; attempt++ {

@@ -54,15 +54,8 @@ func bringStripes(cfg Config, c *carry.Conn, id carry.ID, key [32]byte, dial fun
 	if granted <= 1 || now == 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := untilEnded(c)
 	defer cancel()
-	go func() {
-		select {
-		case <-c.Ended():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	var wg sync.WaitGroup
 	for range granted - now {
 		wg.Add(1)
