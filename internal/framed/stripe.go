@@ -29,8 +29,13 @@ import (
 const stripeLowat = 512 << 10
 
 // lowat sets stripeLowat on the TCP connection under leg nc, if it has
-// one (a QUIC stream has not, and is never striped).
+// one of its own (a QUIC stream has not, and is never striped; a pooled
+// leg's session shares its leg with the sessions after it, which are
+// not all striped).
 func lowat(nc net.Conn) {
+	if _, pooled := nc.(interface{ LegFramed() bool }); pooled {
+		return
+	}
 	t := wan.TCPOf(nc)
 	if t == nil {
 		return
