@@ -53,10 +53,11 @@ func (p *resumePair) legPorts(t *testing.T, port int) []string {
 	return ports
 }
 
-// resetLeg resets, for d, the one WAN leg from peer port from to port at
-// the consumer gateway (iptables in its namespace): the other legs of
-// the connection carry on.
-func (p *resumePair) resetLeg(t *testing.T, port int, from string, d time.Duration) {
+// resetLeg resets the one WAN leg from peer port from to port at the
+// consumer gateway (iptables in its namespace) until done says what the
+// reset was to bring about; the other legs of the connection, and the
+// new legs (other ports), carry on meanwhile.
+func (p *resumePair) resetLeg(t *testing.T, port int, from string, what string, done func() bool) {
 	t.Helper()
 	rule := []string{"-p", "tcp", "--dport", strconv.Itoa(port), "--sport", from, "-j", "REJECT", "--reject-with", "tcp-reset"}
 	ipt := func(op string) {
@@ -66,8 +67,8 @@ func (p *resumePair) resetLeg(t *testing.T, port int, from string, d time.Durati
 		}
 	}
 	ipt("-I")
-	time.Sleep(d) // the fault's length, not a wait for something
-	ipt("-D")
+	defer ipt("-D")
+	eventually(t, time.Minute, what, done)
 }
 
 // TestStripedStream: a stream of stripe 4 carries its connection on 4
@@ -102,8 +103,16 @@ func TestStripedStream(t *testing.T) {
 		eventually(t, time.Minute, "the consumer to have 4 MB", func() bool { return app.n.Load() >= 4<<20 })
 		var legs []string
 		eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
-		p.resetLeg(t, port, legs[1], time.Second)
-		if r := <-app.done; r.err == nil {
+		var r timedResult
+		p.resetLeg(t, port, legs[1], "the consumer's connection to end", func() bool {
+			select {
+			case r = <-app.done:
+				return true
+			default:
+				return false
+			}
+		})
+		if r.err == nil {
 			t.Fatalf("the consumer read a clean end after %d bytes; want a reset", r.n)
 		}
 		select {
@@ -163,7 +172,10 @@ func stripedResume(t *testing.T, pool int) {
 	var legs []string
 	eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
 	if pool == 0 {
-		p.resetLeg(t, port, legs[2], time.Second)
+		p.resetLeg(t, port, legs[2], "the connection to resume", func() bool {
+			st, err := p.out.Get(context.Background(), out.UID)
+			return err == nil && st.Stats.ResumedLegs >= 1
+		})
 	} else {
 		// The warm legs are among those to the port: reset them all.
 		p.reject(t, port, time.Second)

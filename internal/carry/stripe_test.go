@@ -1,6 +1,7 @@
 package carry
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -9,21 +10,25 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"scistream/internal/waitfor"
 )
 
 // legConn is a leg's end that counts the bytes written on it and, if
-// slow, waits before each write of a data frame's payload: a leg that
-// takes writes slowly, as a policed or lossy flow's full socket does.
+// slow is set, takes them at its rate: a leg that takes writes slowly, as
+// a policed or lossy flow's full socket does.
 type legConn struct {
 	*net.TCPConn
-	slow    time.Duration
+	slow    *rate.Limiter
 	written atomic.Int64
 }
 
 func (c *legConn) Write(b []byte) (int, error) {
-	if c.slow > 0 && len(b) > HeaderLen {
-		time.Sleep(c.slow) // a rate, not a synchronisation
+	if c.slow != nil {
+		if err := c.slow.WaitN(context.Background(), min(len(b), c.slow.Burst())); err != nil {
+			return 0, err
+		}
 	}
 	n, err := c.TCPConn.Write(b)
 	c.written.Add(int64(n))
@@ -32,9 +37,9 @@ func (c *legConn) Write(b []byte) (int, error) {
 
 // addStripes gives the rig's connection, striped of n legs, its n-1
 // further legs once the dialer's first leg was accepted, each end
-// wrapped by wrap (the dialer's end, then the acceptor's), and returns
-// the dialer's ends.
-func (r *rig) addStripes(n int, slow time.Duration) []*legConn {
+// the first of them (dialer's end) taking slow bytes a second if slow >
+// 0, and returns the dialer's ends.
+func (r *rig) addStripes(n int, slow float64) []*legConn {
 	r.t.Helper()
 	waitfor.Must(r.t, 10*time.Second, "the dialer's striping to be granted", func() bool {
 		g, now := r.dial.Stripes()
@@ -45,8 +50,8 @@ func (r *rig) addStripes(n int, slow time.Duration) []*legConn {
 	for i := 1; i < n; i++ {
 		d, a := r.newLeg()
 		lc := &legConn{TCPConn: d}
-		if i == 1 {
-			lc.slow = slow
+		if i == 1 && slow > 0 {
+			lc.slow = rate.NewLimiter(rate.Limit(slow), stripeFrame+HeaderLen)
 		}
 		if err := r.acc.AddStripe(a, -1, nil); err != nil {
 			r.t.Fatalf("acceptor's stripe %d: %v", i, err)
@@ -81,7 +86,7 @@ func recvTo(c net.Conn) chan got {
 func TestStripedBothWays(t *testing.T) {
 	cfg := Config{Window: 4 << 20}
 	r := newRigStriped(t, cfg, cfg, 4)
-	ends := r.addStripes(4, 40*time.Millisecond)
+	ends := r.addStripes(4, 8e6) // one leg at 8 MB/s
 	sent := make(chan error, 2)
 	up := send(r.prodApp, 48<<20, sent)
 	down := send(r.consApp, 12<<20, sent)
