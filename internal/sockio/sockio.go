@@ -47,14 +47,18 @@ type Conn struct {
 // op is the state of one kind of call; fn is built once so that passing
 // it to RawConn does not allocate on every call.
 type op struct {
-	fn    func(fd uintptr) bool
-	kind  int
-	buf   []byte // read, write
-	pipe  int    // splices: the pipe end
-	len   int    // splices: bytes to move
-	n     int    // result
-	errno syscall.Errno
-	pfd   [1]pollFd // opWaitWrite
+	fn   func(fd uintptr) bool
+	kind int
+	// nowait makes fn report done on EAGAIN too (TryRead, TryWrite):
+	// it never waits in the poller.
+	nowait bool
+	buf    []byte // read, write
+	pipe   int    // splices: the pipe end
+	len    int    // splices: bytes to move
+	n      int    // result
+	errno  syscall.Errno
+	pfd    [1]pollFd // opWaitWrite
+	peek   [1]byte   // opPeek
 }
 
 // pollFd is struct pollfd.
@@ -71,6 +75,7 @@ const (
 	opSpliceIn  // socket -> pipe
 	opSpliceOut // pipe -> socket
 	opWaitWrite // no call: ready once the socket reports room (POLLOUT) or an error
+	opPeek      // ready once the socket has a byte to read (MSG_PEEK), its end or an error
 )
 
 const spliceFlags = 0x1 | 0x2 // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
@@ -89,6 +94,9 @@ func (o *op) init() {
 				r, _, e = syscall.RawSyscall6(syscall.SYS_SPLICE, fd, 0, uintptr(o.pipe), 0, uintptr(o.len), spliceFlags)
 			case opSpliceOut:
 				r, _, e = syscall.RawSyscall6(syscall.SYS_SPLICE, uintptr(o.pipe), 0, fd, 0, uintptr(o.len), spliceFlags)
+			case opPeek:
+				r, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&o.peek[0])), 1,
+					syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 			case opWaitWrite:
 				o.pfd = [1]pollFd{{fd: int32(fd), events: pollOut}}
 				r, _, e = syscall.RawSyscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&o.pfd[0])), 1, 0)
@@ -100,7 +108,7 @@ func (o *op) init() {
 				continue
 			}
 			o.n, o.errno = int(r), e
-			return e != syscall.EAGAIN // false: wait in the poller, then retry
+			return e != syscall.EAGAIN || o.nowait // false: wait in the poller, then retry
 		}
 	}
 }
@@ -155,15 +163,10 @@ func (s *Conn) TryRead(b []byte) (int, error) {
 		return 0, nil
 	}
 	o := &s.rd
-	o.kind, o.buf = opRead, b
-	var n int
-	var errno syscall.Errno
-	err := s.rc.Read(func(fd uintptr) bool {
-		o.fn(fd)
-		n, errno = o.n, o.errno
-		return true // never wait in the poller
-	})
-	o.buf = nil
+	o.kind, o.buf, o.nowait = opRead, b, true
+	err := s.rc.Read(o.fn)
+	n, errno := o.n, o.errno
+	o.buf, o.nowait = nil, false
 	switch {
 	case err != nil:
 		return 0, err
@@ -177,8 +180,23 @@ func (s *Conn) TryRead(b []byte) (int, error) {
 	return n, nil
 }
 
-// WaitReadable is the package's WaitReadable for s's socket.
-func (s *Conn) WaitReadable() error { return WaitReadable(s.c) }
+// WaitReadable is the package's WaitReadable for s's socket (without
+// its allocation: it takes the place of a read).
+func (s *Conn) WaitReadable() error {
+	o := &s.rd
+	o.kind = opPeek
+	err := s.rc.Read(o.fn)
+	n, errno := o.n, o.errno
+	switch {
+	case err != nil:
+		return err
+	case errno != 0:
+		return &net.OpError{Op: "read", Net: "tcp", Source: s.c.LocalAddr(), Addr: s.c.RemoteAddr(), Err: os.NewSyscallError("recvfrom", errno)}
+	case n == 0:
+		return io.EOF
+	}
+	return nil
+}
 
 // WaitReadable waits until c has a byte to read, or its end or an error,
 // without reading it, under c's read deadline. A goroutine waiting here
@@ -302,15 +320,10 @@ func (s *Conn) TryWrite(b []byte) (int, error) {
 		return 0, nil
 	}
 	o := &s.wr
-	o.kind, o.buf = opWrite, b
-	var n int
-	var errno syscall.Errno
-	err := s.rc.Write(func(fd uintptr) bool {
-		o.fn(fd)
-		n, errno = o.n, o.errno
-		return true // never wait in the poller
-	})
-	o.buf = nil
+	o.kind, o.buf, o.nowait = opWrite, b, true
+	err := s.rc.Write(o.fn)
+	n, errno := o.n, o.errno
+	o.buf, o.nowait = nil, false
 	switch {
 	case err != nil:
 		return 0, err

@@ -167,6 +167,35 @@ func TestNoAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations per write+read, want 0", allocs)
 	}
+	// The relay's idle-aware calls too: TryWrite, WaitReadable, and
+	// TryRead both with bytes and without (ErrWouldBlock).
+	allocs = testing.AllocsPerRun(200, func() {
+		if n, err := ra.TryWrite(buf); err != nil || n != len(buf) {
+			t.Fatalf("TryWrite = %d, %v", n, err)
+		}
+		if err := rb.WaitReadable(); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(buf); {
+			n, err := rb.TryRead(buf[got:])
+			if err == sockio.ErrWouldBlock {
+				if err := rb.WaitReadable(); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		if _, err := rb.TryRead(buf); err != sockio.ErrWouldBlock {
+			t.Fatalf("TryRead of nothing = %v, want ErrWouldBlock", err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per TryWrite+WaitReadable+TryRead, want 0", allocs)
+	}
 }
 
 // BenchmarkReadWrite compares raw socket calls with net.Conn's.

@@ -616,6 +616,11 @@ func (c *Conn) TryRead(b []byte) (int, error) {
 // end or error), under its read deadline. Call it after TryRead found
 // nothing: then every whole record buffered has been returned.
 func (c *Conn) WaitReadable() error {
+	if s, ok := c.raw.io.(*sockio.Conn); ok {
+		c.rmu.Lock() // the socket's reads are one at a time (sockio)
+		defer c.rmu.Unlock()
+		return s.WaitReadable()
+	}
 	if t, ok := c.raw.Conn.(*net.TCPConn); ok {
 		return sockio.WaitReadable(t)
 	}
