@@ -11,7 +11,10 @@ import (
 // bytes come and given back as they leave: a connection with nothing in
 // flight holds no buffer at all. A connection's first chunks are small
 // (a request-reply exchange needs little); a connection that keeps data
-// in flight gets large ones (few frames, few system calls).
+// in flight gets large ones (few frames, few system calls). A read that
+// fills a small chunk moves its bytes into a larger one and reads on
+// (regrow), so that a message goes in one frame, and the next burst
+// starts with a chunk of the size the last one needed (sendBuf.fresh).
 
 // maxChunk is the largest chunk class, and so the largest data frame
 // (MaxData): a receiver reads each frame into one chunk.
@@ -160,6 +163,12 @@ type sendBuf struct {
 	acked   uint64 // the peer received every byte below
 	end     uint64 // the next position read from the application
 	grow    int    // class of the next chunk taken
+	// fresh is the class of the first chunk after the buffer emptied:
+	// the smallest at first, then that which held a burst's first
+	// read (regrow), one smaller again after a burst that began with
+	// less than a quarter of it. A request-reply exchange of 16 KiB
+	// messages so reads each one once, into a 64 KiB chunk.
+	fresh int
 	top     int    // the largest class it takes (topClass)
 	filling *chunk // the chunk a read fills now, or nil
 }
@@ -177,7 +186,7 @@ func (s *sendBuf) tail() *chunk {
 	}
 	k := s.grow
 	if len(s.chunks) == 0 {
-		k = 0 // a connection that emptied its buffer starts small again
+		k = s.fresh // a connection that emptied its buffer starts small again
 	}
 	if !s.budget.TryTake(int64(chunkSizes[k])) {
 		return nil
@@ -189,9 +198,46 @@ func (s *sendBuf) tail() *chunk {
 	return c
 }
 
+// regrowMax is the largest chunk regrow makes: what a burst of an
+// application's write (a message and its header) is likely to fit in.
+const regrowMax = 256 << 10
+
+// regrow replaces c, the buffer's last chunk, which a read just filled,
+// by a chunk of the next class holding its bytes, so that the read that
+// follows continues them in the same chunk: a message a little larger
+// than the chunk it started in (16 KiB and its header in a first 16 KiB
+// chunk) then goes out as one data frame, which the peer writes to its
+// application in one write. It does so only while none of c's bytes was
+// sent (sent is the next position to send), c is not pinned, the next
+// class is at most regrowMax and s.top, and the budget has room; it
+// reports whether it did.
+func (s *sendBuf) regrow(c *chunk, sent uint64) bool {
+	k := class(len(c.buf())) + 1
+	if k >= len(chunkSizes) || k > s.top || chunkSizes[k] > regrowMax || c.pins > 0 || sent > c.pos || len(c.room()) > 0 ||
+		len(s.chunks) == 0 || s.chunks[len(s.chunks)-1] != c {
+		return false
+	}
+	if !s.budget.TryTake(int64(chunkSizes[k])) {
+		return false
+	}
+	bp := s.pools[k].Get().(*[]byte)
+	n := copy(*bp, c.bytes())
+	old := *c
+	c.bp, c.off, c.n = bp, 0, n
+	s.give(&old)
+	s.grow = min(k+1, s.top)
+	if len(s.chunks) == 1 {
+		s.fresh = k // a burst's first read filled its chunk
+	}
+	return true
+}
+
 // filled unpins the chunk tail gave, into which n bytes were read.
 func (s *sendBuf) filled(c *chunk, n int) {
 	s.filling = nil
+	if c.n == 0 && n > 0 && n < len(c.buf())/4 && len(s.chunks) == 1 {
+		s.fresh = max(s.fresh-1, 0) // a burst's first read, small for its chunk
+	}
 	c.n += n
 	s.end += uint64(n)
 	s.trim()

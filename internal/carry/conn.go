@@ -185,7 +185,16 @@ type Conn struct {
 	ackedPos  uint64 // the position of the last ack sent
 	ackedWin  int    // its window
 	ackDue    bool   // an ack is due now
-	ackTimer  *time.Timer
+	// ackFrom is when the oldest byte received and not acknowledged
+	// came (zero: none waits): its ack is due AckDelay after. ackTimer
+	// looks then; it is made once, armed (ackArmed) by the first byte
+	// that waits and not stopped when an ack goes with other frames:
+	// a request-reply exchange arms it about once per AckDelay, not
+	// once per message (a timer armed and stopped for each message
+	// doubled the round trip of 16 KiB requests).
+	ackFrom  time.Time
+	ackTimer *time.Timer
+	ackArmed bool
 	pingDue   bool
 	pinging   bool // a ping is out, unanswered
 	heard     time.Time
@@ -703,11 +712,31 @@ func (c *Conn) sendLoop(app net.Conn, counts Counts) {
 			c.appFailed(err, "read")
 			return
 		}
+		if err == nil && tr != nil && n > 0 && n == len(room) && c.regrow(ch) {
+			// The read filled a small chunk: the application's
+			// message may go on in the socket (a 16 KiB message and
+			// its header fill a first, 16 KiB chunk and spill over).
+			// Its bytes are now in a larger chunk: read on into it
+			// before sending, so that the message goes in one frame
+			// and the peer writes it to its application at once, not
+			// in two writes its reader wakes up for one after the
+			// other. The next read that does not fill its chunk, or
+			// finds nothing, flushes.
+			continue
+		}
 		c.flush()
 		if err == io.EOF {
 			return
 		}
 	}
+}
+
+// regrow is sendBuf.regrow of ch under the lock, for a connection of one
+// leg (a striped one's pumps take its chunks as they fill).
+func (c *Conn) regrow(ch *chunk) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.striped && !c.done && c.snd.regrow(ch, c.sent)
 }
 
 // sendWaits says the send loop is about to wait (for its application,
@@ -837,15 +866,12 @@ func (c *Conn) flush() {
 			return
 		}
 		hdr := l.hdr[:0]
-		if c.ackDue || c.ackTimer != nil && c.recv != c.ackedPos {
+		if c.ackDue || !c.ackFrom.IsZero() && c.recv != c.ackedPos {
 			// An ack rides with whatever goes now.
 			win := c.cfg.Window - c.bl.n
 			hdr = AppendHeader(hdr, Header{Type: TypeAck, Pos: c.ackPosLocked(), Length: uint32(max(win, 0))})
 			c.ackedPos, c.ackedWin, c.ackDue = c.ackPosLocked(), win, false
-			if c.ackTimer != nil {
-				c.ackTimer.Stop()
-				c.ackTimer = nil
-			}
+			c.ackFrom = time.Time{}
 		}
 		if c.pingDue {
 			hdr = AppendHeader(hdr, Header{Type: TypePing})
@@ -1164,18 +1190,48 @@ func (c *Conn) ackAfterLocked() {
 		c.kickLocked()
 		return
 	}
-	if c.ackTimer == nil && c.recv != c.ackedPos {
-		gen := c.gen
-		c.ackTimer = time.AfterFunc(c.cfg.AckDelay, func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.gen == gen && c.ackTimer != nil {
-				c.ackTimer = nil
-				c.ackDue = true
-				c.kickLocked()
-			}
-		})
+	if c.recv == c.ackedPos {
+		return
 	}
+	if c.ackFrom.IsZero() {
+		c.ackFrom = time.Now()
+	}
+	c.armAckLocked(c.cfg.AckDelay)
+}
+
+// armAckLocked arms the ack timer to look in d, unless it is armed.
+// c.mu must be held.
+func (c *Conn) armAckLocked(d time.Duration) {
+	switch {
+	case c.ackArmed || c.done:
+	case c.ackTimer == nil:
+		c.ackTimer = time.AfterFunc(d, c.ackLook)
+		c.ackArmed = true
+	default:
+		c.ackTimer.Reset(d)
+		c.ackArmed = true
+	}
+}
+
+// ackLook is the ack timer: the ack of the oldest byte waiting is due
+// now, or later (the timer looks again then), or went with other frames.
+func (c *Conn) ackLook() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ackArmed = false
+	if c.done || c.ackFrom.IsZero() {
+		return
+	}
+	if c.recv == c.ackedPos {
+		c.ackFrom = time.Time{}
+		return
+	}
+	if left := c.cfg.AckDelay - time.Since(c.ackFrom); left > time.Millisecond {
+		c.armAckLocked(left)
+		return
+	}
+	c.ackDue = true
+	c.kickLocked()
 }
 
 // startAppWriterLocked starts the goroutine that writes the backlog to

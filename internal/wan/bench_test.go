@@ -2,8 +2,11 @@ package wan_test
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,63 +113,174 @@ func BenchmarkTLSChain(b *testing.B) {
 // what a resumable leg runs), beside the plain relay in the same run.
 func BenchmarkTLSChainFramed(b *testing.B) {
 	const size = 64 << 10
-	b.Run("relay", func(b *testing.B) {
-		p, outApp := loopback.TCPPair(b)
-		inApp, c := loopback.TCPPair(b)
-		dc, ac := tlsPair(b)
-		done := make(chan error, 2)
+	for _, framed := range []bool{false, true} {
+		b.Run(chainName(framed), func(b *testing.B) {
+			p, c, wait := chain(b, framed)
+			benchStream(b, p, c, size)
+			p.CloseWrite()
+			c.CloseWrite()
+			wait()
+		})
+	}
+}
+
+// BenchmarkTLSChainRequestReply is the request-reply of s2bench compare
+// --mode rr through the chain: a 16 KiB message and its 24-byte header
+// each way to the consumer, 16 bytes back, one at a time; it reports the
+// round trip's median and 99th percentile, directly and through the
+// plain relay and the framed one, in the same run. All of it runs in
+// one process (s2bench's four processes wake each other across them):
+// compare the paths with each other, not with s2bench's figures.
+func BenchmarkTLSChainRequestReply(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		p, c := loopback.TCPPair(b)
+		benchRR(b, p, c)
+	})
+	b.Run("naive", func(b *testing.B) {
+		p, c := naiveChain(b)
+		benchRR(b, p, c)
+	})
+	for _, framed := range []bool{false, true} {
+		b.Run(chainName(framed), func(b *testing.B) {
+			p, c, wait := chain(b, framed)
+			benchRR(b, p, c)
+			p.CloseWrite()
+			c.CloseWrite()
+			wait()
+		})
+	}
+}
+
+// naiveChain is s2bench's naive proxy pair in this process: io.Copy each
+// way between the application connections and a plain crypto/tls
+// connection over loopback TCP.
+func naiveChain(b *testing.B) (p, c *net.TCPConn) {
+	p, outApp := loopback.TCPPair(b)
+	inApp, c := loopback.TCPPair(b)
+	cert, _ := newCert(b)
+	dr, ar := loopback.TCPPair(b)
+	dc := tls.Client(dr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	ac := tls.Server(ar, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS13})
+	herr := make(chan error, 1)
+	go func() { herr <- ac.Handshake() }()
+	if err := dc.Handshake(); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-herr; err != nil {
+		b.Fatal(err)
+	}
+	pipe := func(x, y net.Conn) {
+		go func() { io.Copy(y, x); y.Close() }()
+		go func() { io.Copy(x, y); x.Close() }()
+	}
+	pipe(outApp, dc)
+	pipe(ac, inApp)
+	b.Cleanup(func() { dc.Close(); ac.Close() })
+	return p, c
+}
+
+func chainName(framed bool) string {
+	if framed {
+		return "framed"
+	}
+	return "relay"
+}
+
+// benchRR sends b.N requests of 16 KiB and a 24-byte header from p, each
+// in one write, which c reads whole and answers with 16 bytes.
+func benchRR(b *testing.B, p, c *net.TCPConn) {
+	req, reply := make([]byte, 16<<10+24), make([]byte, 16)
+	rand.Read(req)
+	errc := make(chan error, 1)
+	go func() {
+		buf := make([]byte, len(req))
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				errc <- err
+				return
+			}
+			if _, err := c.Write(reply); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	rtts := make([]time.Duration, 0, b.N)
+	got := make([]byte, len(reply))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := p.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(p, got); err != nil {
+			b.Fatal(err)
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(rtts)
+	b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds())/1e3, "p50-us")
+	b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/1e3, "p99-us")
+	p.CloseWrite()
+	if err := <-errc; err != io.EOF {
+		b.Fatalf("consumer: %v", err)
+	}
+}
+
+// chain starts a gateway pair's data path in this process: producer p ->
+// relay -> TLS WAN leg -> relay -> consumer c, the legs carrying the
+// bytes plain (relay.Relay) or as positioned frames (carry, what a
+// resumable leg runs). wait waits for both relays, once p and c closed
+// their writes.
+func chain(b *testing.B, framed bool) (p, c *net.TCPConn, wait func()) {
+	p, outApp := loopback.TCPPair(b)
+	inApp, c := loopback.TCPPair(b)
+	dc, ac := tlsPair(b)
+	done := make(chan error, 2)
+	wait = func() { waitRelays(b, done) }
+	if !framed {
 		eng := relaytest.Engine(b, "splice", relay.Options{})
 		go func() { done <- relay.Relay(eng, outApp, dc, func(int64) {}, func(int64) {}) }()
 		go func() { done <- relay.Relay(eng, ac, inApp, func(int64) {}, func(int64) {}) }()
-		benchStream(b, p, c, size)
-		p.CloseWrite()
-		c.CloseWrite()
-		waitRelays(b, done)
-	})
-	b.Run("framed", func(b *testing.B) {
-		p, outApp := loopback.TCPPair(b)
-		inApp, c := loopback.TCPPair(b)
-		dc, ac := tlsPair(b)
-		done := make(chan error, 2)
-		cfg := carry.Config{}
-		go func() {
-			d := carry.New(cfg, true)
-			if _, err := dc.Write(carry.AppendOpen(nil, carry.Open{ID: carry.ID{1}, Window: d.Window(), Stripes: 1})); err != nil {
-				done <- err
-				return
-			}
-			done <- d.Relay(outApp, dc, carry.Counts{})
-		}()
-		go func() {
-			buf := make([]byte, 64)
-			h, err := carry.ReadHeader(ac, buf)
-			if err != nil || h.Type != carry.TypeOpen {
-				done <- fmt.Errorf("open: %v %q", err, h.Type)
-				return
-			}
-			o := make([]byte, h.Length)
-			if _, err := io.ReadFull(ac, o); err != nil {
-				done <- err
-				return
-			}
-			op, err := carry.ParseOpen(o)
-			if err != nil {
-				done <- err
-				return
-			}
-			a := carry.New(cfg, false)
-			a.SetPeerWindow(op.Window)
-			if _, err := ac.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: a.Window()})); err != nil {
-				done <- err
-				return
-			}
-			done <- a.Relay(inApp, ac, carry.Counts{})
-		}()
-		benchStream(b, p, c, size)
-		p.CloseWrite()
-		c.CloseWrite()
-		waitRelays(b, done)
-	})
+		return p, c, wait
+	}
+	cfg := carry.Config{}
+	go func() {
+		d := carry.New(cfg, true)
+		if _, err := dc.Write(carry.AppendOpen(nil, carry.Open{ID: carry.ID{1}, Window: d.Window(), Stripes: 1})); err != nil {
+			done <- err
+			return
+		}
+		done <- d.Relay(outApp, dc, carry.Counts{})
+	}()
+	go func() {
+		buf := make([]byte, 64)
+		h, err := carry.ReadHeader(ac, buf)
+		if err != nil || h.Type != carry.TypeOpen {
+			done <- fmt.Errorf("open: %v %q", err, h.Type)
+			return
+		}
+		o := make([]byte, h.Length)
+		if _, err := io.ReadFull(ac, o); err != nil {
+			done <- err
+			return
+		}
+		op, err := carry.ParseOpen(o)
+		if err != nil {
+			done <- err
+			return
+		}
+		a := carry.New(cfg, false)
+		a.SetPeerWindow(op.Window)
+		if _, err := ac.Write(carry.AppendHeader(nil, carry.Header{Type: carry.TypeAccepted, Length: a.Window()})); err != nil {
+			done <- err
+			return
+		}
+		done <- a.Relay(inApp, ac, carry.Counts{})
+	}()
+	return p, c, wait
 }
 
 // waitRelays waits for both relays of a chain to end in order.
