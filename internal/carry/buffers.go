@@ -157,18 +157,18 @@ func (c *chunk) bytes() []byte { return (*c.bp)[c.off:c.n] }
 // being filled (outside the lock, by a read of the application) is
 // pinned, so that an ack does not free it under the read.
 type sendBuf struct {
-	pools   *chunkPools
-	budget  *Budget
-	chunks  []*chunk
-	acked   uint64 // the peer received every byte below
-	end     uint64 // the next position read from the application
-	grow    int    // class of the next chunk taken
+	pools  *chunkPools
+	budget *Budget
+	chunks []*chunk
+	acked  uint64 // the peer received every byte below
+	end    uint64 // the next position read from the application
+	grow   int    // class of the next chunk taken
 	// fresh is the class of the first chunk after the buffer emptied:
 	// the smallest at first, then that which held a burst's first
 	// read (regrow), one smaller again after a burst that began with
 	// less than a quarter of it. A request-reply exchange of 16 KiB
 	// messages so reads each one once, into a 64 KiB chunk.
-	fresh int
+	fresh   int
 	top     int    // the largest class it takes (topClass)
 	filling *chunk // the chunk a read fills now, or nil
 }

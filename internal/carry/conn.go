@@ -178,13 +178,13 @@ type Conn struct {
 	finAcked bool
 
 	// Receiving: the peer's bytes to the application.
-	recv      uint64 // received in order
-	bl        backlog
-	peerFin   bool   // the peer's fin came (at recv)
-	finDone   bool   // its end of stream was forwarded to the application
-	ackedPos  uint64 // the position of the last ack sent
-	ackedWin  int    // its window
-	ackDue    bool   // an ack is due now
+	recv     uint64 // received in order
+	bl       backlog
+	peerFin  bool   // the peer's fin came (at recv)
+	finDone  bool   // its end of stream was forwarded to the application
+	ackedPos uint64 // the position of the last ack sent
+	ackedWin int    // its window
+	ackDue   bool   // an ack is due now
 	// ackFrom is when the oldest byte received and not acknowledged
 	// came (zero: none waits): its ack is due AckDelay after. ackTimer
 	// looks then; it is made once, armed (ackArmed) by the first byte
@@ -192,9 +192,9 @@ type Conn struct {
 	// a request-reply exchange arms it about once per AckDelay, not
 	// once per message (a timer armed and stopped for each message
 	// doubled the round trip of 16 KiB requests).
-	ackFrom  time.Time
-	ackTimer *time.Timer
-	ackArmed bool
+	ackFrom   time.Time
+	ackTimer  *time.Timer
+	ackArmed  bool
 	pingDue   bool
 	pinging   bool // a ping is out, unanswered
 	heard     time.Time
