@@ -585,25 +585,7 @@ func BenchmarkRequestReply(b *testing.B) {
 				}
 			}
 		}()
-		req := make([]byte, size)
-		resp := make([]byte, size)
-		rtts := make([]time.Duration, 0, b.N)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			t0 := time.Now()
-			if _, err := client.Write(req); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(client, resp); err != nil {
-				b.Fatal(err)
-			}
-			rtts = append(rtts, time.Since(t0))
-		}
-		b.StopTimer()
-		slices.Sort(rtts)
-		b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds())/1e3, "p50-us")
-		b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/1e3, "p99-us")
+		relaytest.RoundTrips(b, client, make([]byte, size), size)
 	}
 	b.Run("direct", func(b *testing.B) {
 		c, s := loopback.TCPPair(b)

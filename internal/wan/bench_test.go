@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"testing"
 	"time"
 
@@ -205,24 +204,7 @@ func benchRR(b *testing.B, p, c *net.TCPConn) {
 			}
 		}
 	}()
-	rtts := make([]time.Duration, 0, b.N)
-	got := make([]byte, len(reply))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if _, err := p.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(p, got); err != nil {
-			b.Fatal(err)
-		}
-		rtts = append(rtts, time.Since(t0))
-	}
-	b.StopTimer()
-	slices.Sort(rtts)
-	b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds())/1e3, "p50-us")
-	b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/1e3, "p99-us")
+	relaytest.RoundTrips(b, p, req, len(reply))
 	p.CloseWrite()
 	if err := <-errc; err != io.EOF {
 		b.Fatalf("consumer: %v", err)

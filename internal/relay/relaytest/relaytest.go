@@ -5,7 +5,9 @@
 package relaytest
 
 import (
+	"io"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,4 +106,30 @@ func Engine(tb testing.TB, name string, o relay.Options) relay.Engine {
 		tb.Fatal(err)
 	}
 	return e
+}
+
+// RoundTrips is a request-reply benchmark's loop: b.N times it writes req
+// to c in one call and reads a reply of replyLen bytes whole, then
+// reports the round trips' median and 99th percentile (p50-us, p99-us)
+// beside allocations. The other end answers; the caller starts it.
+func RoundTrips(b *testing.B, c net.Conn, req []byte, replyLen int) {
+	b.Helper()
+	rtts := make([]time.Duration, 0, b.N)
+	got := make([]byte, replyLen)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, got); err != nil {
+			b.Fatal(err)
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(rtts)
+	b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds())/1e3, "p50-us")
+	b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds())/1e3, "p99-us")
 }
