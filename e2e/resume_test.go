@@ -107,8 +107,10 @@ func (p *resumePair) wireOver(t *testing.T, port int, rate int64, wan string, po
 
 // reject resets every TCP segment to the consumer gateway's port for d,
 // as a stateful firewall that lost its state does (iptables REJECT
-// --reject-with tcp-reset, in the gateway's namespace only).
-func (p *resumePair) reject(t *testing.T, port int, d time.Duration) {
+// --reject-with tcp-reset, in the gateway's namespace only); during,
+// if not nil, is called once the rule is in place (a held producer's
+// release).
+func (p *resumePair) reject(t *testing.T, port int, d time.Duration, during func()) {
 	t.Helper()
 	rule := []string{"-p", "tcp", "--dport", strconv.Itoa(port), "-j", "REJECT", "--reject-with", "tcp-reset"}
 	ipt := func(op string) {
@@ -119,6 +121,9 @@ func (p *resumePair) reject(t *testing.T, port int, d time.Duration) {
 		}
 	}
 	ipt("-I")
+	if during != nil {
+		during()
+	}
 	time.Sleep(d) // the outage's length is the fault itself, not a wait for something
 	ipt("-D")
 }
@@ -209,10 +214,11 @@ func resumeAfterWANReset(t *testing.T, pool int) {
 	}
 	defer conn.Close()
 	const total = 200 << 20
-	pr := produce(conn, total, 37)
-	for _, at := range []int64{total / 5, total / 2} {
+	holds := []int64{total / 5, total / 2}
+	pr := produce(conn, total, 37, holds...)
+	for _, at := range holds {
 		eventually(t, time.Minute, fmt.Sprintf("the consumer to have %d MB", at>>20), func() bool { return app.n.Load() >= at })
-		p.reject(t, port, time.Second)
+		p.reject(t, port, time.Second, pr.release)
 	}
 	r := pr.result(app)
 	pr.check(t, r)
@@ -254,7 +260,7 @@ func TestResumeWindowRunsOut(t *testing.T) {
 	}()
 	eventually(t, time.Minute, "the consumer to have 4 MB", func() bool { return app.n.Load() >= 4<<20 })
 	start := time.Now()
-	p.reject(t, port, 5*time.Second)
+	p.reject(t, port, 5*time.Second, nil)
 	r := <-app.done
 	if r.err == nil {
 		t.Fatalf("the consumer read a clean end after %d bytes; want a reset", r.n)
@@ -294,24 +300,67 @@ type production struct {
 	total int64
 	sum   [32]byte
 	err   error
+	held  chan struct{} // a receive for each hold, from release
 }
 
 // produce writes total random bytes of seed on conn, then half-closes
-// it, within two minutes.
-func produce(conn *net.TCPConn, total int64, seed uint64) *production {
-	pr := &production{total: total}
+// it, within two minutes. At each offset of holds (ascending) it stops
+// until release is called: a fault meant to hit the transfer mid-way
+// is put in place while the producer holds, so that the transfer cannot
+// end before the fault, however slow the machine.
+func produce(conn *net.TCPConn, total int64, seed uint64, holds ...int64) *production {
+	pr := &production{total: total, held: make(chan struct{})}
 	pr.wg.Add(1)
 	go func() {
 		defer pr.wg.Done()
 		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
 		h := sha256.New()
-		pr.err = writeRandom(io.MultiWriter(h, conn), total, seed)
+		w := &holdingWriter{w: io.MultiWriter(h, conn), holds: holds, held: pr.held, conn: conn}
+		pr.err = writeRandom(w, total, seed)
 		copy(pr.sum[:], h.Sum(nil))
 		if pr.err == nil {
 			pr.err = conn.CloseWrite()
 		}
 	}()
 	return pr
+}
+
+// release lets the producer go on from the hold it is at (or the next
+// it comes to).
+func (pr *production) release() { pr.held <- struct{}{} }
+
+// holdingWriter is w, stopped at each offset of holds until held
+// receives; conn's write deadline starts again after each hold.
+type holdingWriter struct {
+	w     io.Writer
+	holds []int64
+	held  chan struct{}
+	conn  *net.TCPConn
+	n     int64
+}
+
+func (h *holdingWriter) Write(b []byte) (int, error) {
+	done := 0
+	for len(h.holds) > 0 && h.n+int64(len(b)) >= h.holds[0] {
+		k := int(h.holds[0] - h.n)
+		m, err := h.w.Write(b[:k])
+		h.n += int64(m)
+		done += m
+		if err != nil {
+			return done, err
+		}
+		b = b[k:]
+		h.holds = h.holds[1:]
+		select {
+		case <-h.held:
+		case <-time.After(2 * time.Minute):
+			return done, errors.New("the test never released the producer's hold")
+		}
+		h.conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+	}
+	m, err := h.w.Write(b)
+	h.n += int64(m)
+	return done + m, err
 }
 
 // result waits for the producer, then for app's end.

@@ -56,8 +56,9 @@ func (p *resumePair) legPorts(t *testing.T, port int) []string {
 // resetLeg resets the one WAN leg from peer port from to port at the
 // consumer gateway (iptables in its namespace) until done says what the
 // reset was to bring about; the other legs of the connection, and the
-// new legs (other ports), carry on meanwhile.
-func (p *resumePair) resetLeg(t *testing.T, port int, from string, what string, done func() bool) {
+// new legs (other ports), carry on meanwhile. during, if not nil, is
+// called once the rule is in place (a held producer's release).
+func (p *resumePair) resetLeg(t *testing.T, port int, from string, what string, during func(), done func() bool) {
 	t.Helper()
 	rule := []string{"-p", "tcp", "--dport", strconv.Itoa(port), "--sport", from, "-j", "REJECT", "--reject-with", "tcp-reset"}
 	ipt := func(op string) {
@@ -68,6 +69,9 @@ func (p *resumePair) resetLeg(t *testing.T, port int, from string, what string, 
 	}
 	ipt("-I")
 	defer ipt("-D")
+	if during != nil {
+		during()
+	}
 	eventually(t, time.Minute, what, done)
 }
 
@@ -104,7 +108,7 @@ func TestStripedStream(t *testing.T) {
 		var legs []string
 		eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
 		var r timedResult
-		p.resetLeg(t, port, legs[1], "the consumer's connection to end", func() bool {
+		p.resetLeg(t, port, legs[1], "the consumer's connection to end", nil, func() bool {
 			select {
 			case r = <-app.done:
 				return true
@@ -167,18 +171,20 @@ func stripedResume(t *testing.T, pool int) {
 	}
 	defer conn.Close()
 	const total = 200 << 20
-	pr := produce(conn, total, 41)
+	// The producer holds at 40 MB while the fault is put in place: the
+	// legs then carry the rest through it, however slow the machine.
+	pr := produce(conn, total, 41, total/5)
 	eventually(t, time.Minute, "the consumer to have 40 MB", func() bool { return app.n.Load() >= total/5 })
 	var legs []string
 	eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
 	if pool == 0 {
-		p.resetLeg(t, port, legs[2], "the connection to resume", func() bool {
+		p.resetLeg(t, port, legs[2], "the connection to resume", pr.release, func() bool {
 			st, err := p.out.Get(context.Background(), out.UID)
 			return err == nil && st.Stats.ResumedLegs >= 1
 		})
 	} else {
 		// The warm legs are among those to the port: reset them all.
-		p.reject(t, port, time.Second)
+		p.reject(t, port, time.Second, pr.release)
 	}
 	r := pr.result(app)
 	pr.check(t, r)

@@ -171,9 +171,10 @@ func TestResumeThroughToxiproxy(t *testing.T) {
 			}
 			defer conn.Close()
 			const total = 96 << 20
-			pr := produce(conn, total, uint64(40+i))
+			pr := produce(conn, total, uint64(40+i), total/4) // held until the fault is in place
 			eventually(t, time.Minute, "a quarter of the transfer", func() bool { return app.n.Load() >= total/4 })
 			remove := tp.toxic(t, name, c.kind, c.stream, c.attrs)
+			pr.release()
 			if c.hold > 0 {
 				time.Sleep(c.hold) // the outage's length is the fault itself
 				remove()

@@ -100,7 +100,7 @@ func upgradeDuringTransfer(t *testing.T, wan string, pool int) {
 	}
 	defer conn.Close()
 	const total = 1 << 30
-	pr := produce(conn, total, 41)
+	pr := produce(conn, total, 41, total/4, total/2) // held at each upgrade: never over before it, however slow the machine
 	// Connects to both control ports all along: with the listening
 	// sockets handed over, none is refused while neither process
 	// accepts. (Not to the stream's listener: each connect there would
@@ -131,12 +131,13 @@ func upgradeDuringTransfer(t *testing.T, wan string, pool int) {
 	}()
 	pids := map[string][2]int{}
 	for i, g := range []*localgw.Gateway{p.prod, p.cons} {
-		at := int64(i+1) * total / 4 // a quarter, then half: the second upgrade has time before the end even on a starved machine
+		at := int64(i+1) * total / 4 // a quarter, then half
 		eventually(t, time.Minute, "the consumer to have more", func() bool { return app.n.Load() >= at })
 		old := g.PID()
 		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
 			t.Fatal(err)
 		}
+		pr.release() // the bytes flow while the process hands over
 		pids[[]string{"outbound", "inbound"}[i]] = [2]int{old, handedTo(t, g, 1)}
 		// The connection itself went over, not only the stream, and the
 		// listening sockets with it: the control port's and the
@@ -404,8 +405,8 @@ func TestUpgradeFacilityNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	const total = 512 << 20 // 125 MB/s: about 4 s
-	pr := produce(conn, total, 47)
+	const total = 512 << 20                          // 125 MB/s: about 4 s
+	pr := produce(conn, total, 47, total/4, total/2) // held at each upgrade
 	for i, s := range sides {
 		g := s.f.nodes[s.node]
 		at := int64(i+1) * total / 4
@@ -414,6 +415,7 @@ func TestUpgradeFacilityNodes(t *testing.T) {
 		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
 			t.Fatal(err)
 		}
+		pr.release()
 		pid := handedTo(t, g, 1)
 		eventually(t, time.Minute, "the new process to take the connection back", func() bool {
 			return strings.Contains(g.Log(), `msg="live upgrade: connections handed over taken back" taken=1 of=1 reset=0`)
