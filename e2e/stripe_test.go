@@ -53,6 +53,41 @@ func (p *resumePair) legPorts(t *testing.T, port int) []string {
 	return ports
 }
 
+// ackLeg returns the peer port of the WAN leg to port at the consumer
+// gateway that carries its acks (the connection's first leg: of one
+// striped connection, the leg the gateway sent the most data segments
+// on).
+func (p *resumePair) ackLeg(t *testing.T, port int) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", p.consNS, "ss", "-Htni", "state", "established", fmt.Sprintf("( sport = :%d )", port)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ss: %v\n%s", err, out)
+	}
+	best, most := "", -1
+	var peer string
+	for _, line := range strings.Split(string(out), "\n") {
+		// A socket's line (queues, addresses), then its details.
+		f := strings.Fields(line)
+		if !strings.Contains(line, "data_segs_out:") {
+			if len(f) >= 4 {
+				_, peer, _ = net.SplitHostPort(f[len(f)-1])
+			}
+			continue
+		}
+		for _, kv := range f {
+			if v, ok := strings.CutPrefix(kv, "data_segs_out:"); ok {
+				if n, err := strconv.Atoi(v); err == nil && n > most && peer != "" {
+					best, most = peer, n
+				}
+			}
+		}
+	}
+	if best == "" {
+		t.Fatalf("no leg's data segments in ss's report:\n%s", out)
+	}
+	return best
+}
+
 // resetLeg resets the one WAN leg from peer port from to port at the
 // consumer gateway (iptables in its namespace) until done says what the
 // reset was to bring about; the other legs of the connection, and the
@@ -105,10 +140,15 @@ func TestStripedStream(t *testing.T) {
 			werr <- writeRandom(conn, 1<<30, 43)
 		}()
 		eventually(t, time.Minute, "the consumer to have 4 MB", func() bool { return app.n.Load() >= 4<<20 })
-		var legs []string
-		eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
+		eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { return len(p.legPorts(t, port)) >= 4 })
+		// The first leg, the hard case: it carries the consumer
+		// gateway's acks, and a firewall that resets it also drops the
+		// producer gateway's reset of it, so that the consumer gateway
+		// can learn of the loss only from the other legs.
+		first := p.ackLeg(t, port)
 		var r timedResult
-		p.resetLeg(t, port, legs[1], "the consumer's connection to end", nil, func() bool {
+		start := time.Now()
+		p.resetLeg(t, port, first, "the consumer's connection to end", nil, func() bool {
 			select {
 			case r = <-app.done:
 				return true
@@ -119,6 +159,7 @@ func TestStripedStream(t *testing.T) {
 		if r.err == nil {
 			t.Fatalf("the consumer read a clean end after %d bytes; want a reset", r.n)
 		}
+		t.Logf("the consumer reset %v after the leg's (%v)", time.Since(start).Round(10*time.Millisecond), r.err)
 		select {
 		case err := <-werr:
 			if err == nil {
@@ -126,6 +167,11 @@ func TestStripedStream(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("the producer's writes never failed")
+		}
+		// Not by the liveness timeout (about 15 s of silence on the
+		// first leg): the stripes' resets said it at once.
+		if log := p.cons.Log(); strings.Contains(log, "was silent") {
+			t.Errorf("the consumer gateway waited for the silent first leg instead of taking the stripes' resets:\n%s", lastLines(log, 20))
 		}
 	})
 	t.Run("granted less", func(t *testing.T) {
@@ -175,10 +221,10 @@ func stripedResume(t *testing.T, pool int) {
 	// legs then carry the rest through it, however slow the machine.
 	pr := produce(conn, total, 41, total/5)
 	eventually(t, time.Minute, "the consumer to have 40 MB", func() bool { return app.n.Load() >= total/5 })
-	var legs []string
-	eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { legs = p.legPorts(t, port); return len(legs) >= 4 })
+	eventually(t, 30*time.Second, "4 WAN legs at the consumer's gateway", func() bool { return len(p.legPorts(t, port)) >= 4 })
 	if pool == 0 {
-		p.resetLeg(t, port, legs[2], "the connection to resume", pr.release, func() bool {
+		// The first leg (see "no resume").
+		p.resetLeg(t, port, p.ackLeg(t, port), "the connection to resume", pr.release, func() bool {
 			st, err := p.out.Get(context.Background(), out.UID)
 			return err == nil && st.Stats.ResumedLegs >= 1
 		})

@@ -161,17 +161,21 @@ func (c *Conn) startLegLocked(l *leg, stripe bool) {
 }
 
 // dropLegsLocked ends every leg of the connection: a striped one loses
-// them together. c.mu must be held.
+// them together. Each ends with a reset, never in order: a stripe's
+// orderly end tells the peer that this side is done with it, and the
+// peer would then wait on the legs it has left (a first leg that a
+// firewall blackholes: until the liveness timeout) instead of parking,
+// or resetting its application, at once. c.mu must be held.
 func (c *Conn) dropLegsLocked() {
 	for _, l := range c.stripes {
 		if !l.lost {
 			l.lost = true
-			l.c.Close()
+			relay.Abort(l.c)
 		}
 	}
 	if l := c.leg; l != nil && !l.lost {
 		l.lost = true
-		l.c.Close()
+		relay.Abort(l.c)
 	}
 	c.leg, c.stripes = nil, nil
 	c.cond.Broadcast() // the pumps see it
