@@ -301,6 +301,7 @@ type production struct {
 	sum   [32]byte
 	err   error
 	held  chan struct{} // a receive for each hold, from release
+	ended chan struct{} // closed once the producer returned
 }
 
 // produce writes total random bytes of seed on conn, then half-closes
@@ -309,10 +310,11 @@ type production struct {
 // is put in place while the producer holds, so that the transfer cannot
 // end before the fault, however slow the machine.
 func produce(conn *net.TCPConn, total int64, seed uint64, holds ...int64) *production {
-	pr := &production{total: total, held: make(chan struct{})}
+	pr := &production{total: total, held: make(chan struct{}), ended: make(chan struct{})}
 	pr.wg.Add(1)
 	go func() {
 		defer pr.wg.Done()
+		defer close(pr.ended)
 		conn.SetWriteDeadline(time.Now().Add(2 * time.Minute))
 		h := sha256.New()
 		w := &holdingWriter{w: io.MultiWriter(h, conn), holds: holds, held: pr.held, conn: conn}
@@ -326,8 +328,13 @@ func produce(conn *net.TCPConn, total int64, seed uint64, holds ...int64) *produ
 }
 
 // release lets the producer go on from the hold it is at (or the next
-// it comes to).
-func (pr *production) release() { pr.held <- struct{}{} }
+// it comes to), unless it returned (its writes failed).
+func (pr *production) release() {
+	select {
+	case pr.held <- struct{}{}:
+	case <-pr.ended:
+	}
+}
 
 // holdingWriter is w, stopped at each offset of holds until held
 // receives; conn's write deadline starts again after each hold.
