@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"scistream/internal/api"
+	"scistream/internal/carry"
 	"scistream/internal/client"
 )
 
@@ -36,56 +38,65 @@ func (p *resumePair) wireStriped(t *testing.T, port int, rate int64, stripe, poo
 // to port in the consumer gateway's namespace: the stream's WAN legs.
 func (p *resumePair) legPorts(t *testing.T, port int) []string {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", p.consNS, "ss", "-Htn", "state", "established", fmt.Sprintf("( sport = :%d )", port)).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ss: %v\n%s", err, out)
-	}
 	var ports []string
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 4 {
-			continue
-		}
-		if _, pp, err := net.SplitHostPort(f[len(f)-1]); err == nil {
-			ports = append(ports, pp)
-		}
+	for _, l := range p.legs(t, port) {
+		ports = append(ports, l.peer)
 	}
 	return ports
 }
 
-// ackLeg returns the peer port of the WAN leg to port at the consumer
-// gateway that carries its acks (the connection's first leg: of one
-// striped connection, the leg the gateway sent the most data segments
-// on).
-func (p *resumePair) ackLeg(t *testing.T, port int) string {
+// legStat is one WAN leg as ss reports it at the consumer gateway.
+type legStat struct {
+	peer    string // the peer's port
+	segsOut int    // data segments the consumer gateway sent on it
+}
+
+// legs returns the TCP connections established to port in the consumer
+// gateway's namespace.
+func (p *resumePair) legs(t *testing.T, port int) []legStat {
 	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", p.consNS, "ss", "-Htni", "state", "established", fmt.Sprintf("( sport = :%d )", port)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ss: %v\n%s", err, out)
 	}
-	best, most := "", -1
-	var peer string
+	var legs []legStat
 	for _, line := range strings.Split(string(out), "\n") {
 		// A socket's line (queues, addresses), then its details.
 		f := strings.Fields(line)
 		if !strings.Contains(line, "data_segs_out:") {
 			if len(f) >= 4 {
-				_, peer, _ = net.SplitHostPort(f[len(f)-1])
+				if _, pp, err := net.SplitHostPort(f[len(f)-1]); err == nil {
+					legs = append(legs, legStat{peer: pp})
+				}
 			}
 			continue
 		}
 		for _, kv := range f {
-			if v, ok := strings.CutPrefix(kv, "data_segs_out:"); ok {
-				if n, err := strconv.Atoi(v); err == nil && n > most && peer != "" {
-					best, most = peer, n
-				}
+			if v, ok := strings.CutPrefix(kv, "data_segs_out:"); ok && len(legs) > 0 {
+				legs[len(legs)-1].segsOut, _ = strconv.Atoi(v)
 			}
 		}
 	}
-	if best == "" {
-		t.Fatalf("no leg's data segments in ss's report:\n%s", out)
-	}
-	return best
+	return legs
+}
+
+// ackLeg returns the peer port of the WAN leg to port at the consumer
+// gateway that carries its acks: the connection's first leg, the one of
+// its legs the gateway sent the most data segments on. It waits until
+// one leads the others (a tie could name a further leg).
+func (p *resumePair) ackLeg(t *testing.T, port int) string {
+	t.Helper()
+	var first string
+	eventually(t, 30*time.Second, "one leg to carry the consumer gateway's acks", func() bool {
+		legs := p.legs(t, port)
+		slices.SortFunc(legs, func(a, b legStat) int { return b.segsOut - a.segsOut })
+		if len(legs) < 2 || legs[0].segsOut <= legs[1].segsOut {
+			return false
+		}
+		first = legs[0].peer
+		return true
+	})
+	return first
 }
 
 // resetLeg resets the one WAN leg from peer port from to port at the
@@ -170,7 +181,7 @@ func TestStripedStream(t *testing.T) {
 		}
 		// Not by the liveness timeout (about 15 s of silence on the
 		// first leg): the stripes' resets said it at once.
-		if log := p.cons.Log(); strings.Contains(log, "was silent") {
+		if log := p.cons.Log(); strings.Contains(log, carry.ErrLegSilent.Error()) {
 			t.Errorf("the consumer gateway waited for the silent first leg instead of taking the stripes' resets:\n%s", lastLines(log, 20))
 		}
 	})
