@@ -866,8 +866,12 @@ func (c *Conn) flush() {
 			return
 		}
 		hdr := l.hdr[:0]
-		if c.ackDue || !c.ackFrom.IsZero() && c.recv != c.ackedPos {
-			// An ack rides with whatever goes now.
+		data := !c.striped && c.sent < c.snd.end && c.sent < c.limit
+		rides := c.pingDue || data || c.finDueLocked()
+		if c.ackDue || rides && !c.ackFrom.IsZero() && c.recv != c.ackedPos {
+			// An ack rides with whatever goes now. Alone it waits for
+			// its time (ackLook): a flusher still looping after its
+			// last frame must not send it early.
 			win := c.cfg.Window - c.bl.n
 			hdr = AppendHeader(hdr, Header{Type: TypeAck, Pos: c.ackPosLocked(), Length: uint32(max(win, 0))})
 			c.ackedPos, c.ackedWin, c.ackDue = c.ackPosLocked(), win, false
@@ -879,7 +883,7 @@ func (c *Conn) flush() {
 		}
 		var payload []byte
 		var pinned *chunk
-		if !c.striped && c.sent < c.snd.end && c.sent < c.limit {
+		if data {
 			payload, pinned = c.snd.slice(c.sent, int(min(uint64(MaxData), c.limit-c.sent)))
 			hdr = AppendHeader(hdr, Header{Type: TypeData, Pos: c.sent, Length: uint32(len(payload))})
 			c.sent += uint64(len(payload))
