@@ -461,17 +461,24 @@ func TestLegacy12(t *testing.T) {
 
 	t.Run("partner never comes", func(t *testing.T) {
 		// A PROD gateway whose users may have one stream waiting for
-		// its partner, for 2 s.
+		// its partner, for 8 s: long enough that the refusals below
+		// come while it still waits, on a starved machine too (there
+		// the two calls took 2.5 s, and a stream of 2 s had expired
+		// and freed its place by the second).
 		ips, err := localgw.DistinctLoopbacks(1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := e.start12("lonely", ips[0], "5850-5899", issue(t, e.dir, "lonely", ips[0], e.ca, e.caKey), e.caFile, "--quota_pending=1", "--pending_timeout=2s")
+		g := e.start12("lonely", ips[0], "5850-5899", issue(t, e.dir, "lonely", ips[0], e.ca, e.caKey), e.caFile, "--quota_pending=1", "--pending_timeout=8s")
 		p := e.on(t)
 		s := newSink(t, "127.0.0.1", nil)
 		in := must(t, e.py(t, g, "alice", "inbound", "--targets", "127.0.0.1:"+s.port()))
-		// A second 1.2 PROD request is refused as a native one is.
-		if c := e.py(t, g, "alice", "inbound", "--targets", "127.0.0.1:"+s.port()); c.Error != "RESOURCE_EXHAUSTED" || !strings.Contains(c.Message, "--quota_pending") {
+		// A second 1.2 PROD request is refused as a native one is. It
+		// sends no hello: the 1.2 client's hello, 0.5 s after its req,
+		// would wait for a req that was refused and hold alice's place
+		// until it lapses (HelloWait), and the request after the
+		// expiry below would meet it.
+		if c := e.py(t, g, "alice", "inbound", "--hello", "never", "--targets", "127.0.0.1:"+s.port()); c.Error != "RESOURCE_EXHAUSTED" || !strings.Contains(c.Message, "--quota_pending") {
 			t.Errorf("a second 1.2 PROD request: %s %q; want RESOURCE_EXHAUSTED naming --quota_pending", c.Error, c.Message)
 		}
 		if _, errs, code := p.s2uc("alice", "inbound-request", "--s2cs", g.Addr, "--server_cert", e.caFile, "--remote_ip", "127.0.0.1", "--receiver_ports", s.port(), "--num_conn", "1"); code == 0 || !strings.Contains(errs, "no_resources") || !strings.Contains(errs, "--quota_pending") {
