@@ -5,6 +5,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"scistream/internal/bytesize"
+	"scistream/internal/tcpbuf"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,6 +75,17 @@ func TestWANCongestionControl(t *testing.T) {
 	}
 	if text := p.mustS2UC("alice", "status", so.UID); !strings.Contains(text, "wan tls ("+want+")") {
 		t.Errorf("s2uc status does not say the WAN legs run %s:\n%s", want, text)
+	}
+	// The start line says how far the host lets the legs' buffers
+	// grow, and the advice comes exactly when that is short of a long
+	// path's need.
+	lim := tcpbuf.Read()
+	log := p.prod.Log()
+	if !strings.Contains(log, "tcp_rmem_max="+bytesize.Format(lim.Recv)+" tcp_wmem_max="+bytesize.Format(lim.Send)) {
+		t.Errorf("the gateway's start line does not say the host's TCP buffer limits %+v:\n%s", lim, lastLines(log, 20))
+	}
+	if advice := strings.Contains(log, "fix=\""+tcpbuf.Fix); advice != lim.Low() {
+		t.Errorf("TCP buffer limits %+v (low %v): the gateway's log gives the fix: %v", lim, lim.Low(), advice)
 	}
 	_, outPort, _ := net.SplitHostPort(so.Listeners[0])
 	appPort := app.port()

@@ -99,7 +99,9 @@ func TestTestbedUpRunDown(t *testing.T) {
 	}
 	// The hosts run cubic, as facility hosts do, on their own sockets
 	// whatever the namespaces may take as their default.
-	for _, want := range []string{"testbed " + name + " is up", "measured: RTT direct", "congestion control: producer and consumer cubic"} {
+	// The sockets' buffers may grow to 64 MiB (DefaultTCPBuf: this
+	// path's 4 x BDP is less), in every namespace.
+	for _, want := range []string{"testbed " + name + " is up", "measured: RTT direct", "congestion control: producer and consumer cubic", `tcp_rmem "4096 131072 67108864"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("up output lacks %q", want)
 		}
@@ -260,6 +262,9 @@ func TestTestbedFlags(t *testing.T) {
 		{[]string{"run", "--engine", "zero"}, "--engine"},
 		{[]string{"run", "--wan", "pigeon"}, "--wan"},
 		{[]string{"run", "--reps", "0"}, "--reps 0 out of range"},
+		{[]string{"up", "--tcp_buf", "big"}, "--tcp_buf"},
+		{[]string{"up", "--tcp_buf", "4KiB"}, "--tcp_buf 4KiB out of range"},
+		{[]string{"run", "--tcp_buf", "2GiB"}, "--tcp_buf 2GiB out of range"},
 		{[]string{"up", "extra"}, `unexpected argument "extra"`},
 		{[]string{"down", "--name", ""}, "--name"},
 		{[]string{"sideways"}, "unknown subcommand"},
@@ -284,6 +289,12 @@ func TestTestbedRunDefaults(t *testing.T) {
 	p := cfg.Compare.Plan
 	if p.Name != workload.Sweep || cfg.Compare.Reps != 1 || cfg.Bed.Preset.Name != "shortwan" || len(cfg.Asked) != 1 {
 		t.Errorf("defaults: workload %s, reps %d, preset %s, explicit %v", p.Name, cfg.Compare.Reps, cfg.Bed.Preset.Name, cfg.Asked)
+	}
+	if cfg.Bed.TCPBuf != 0 {
+		t.Errorf("default --tcp_buf: %d, want 0 (auto)", cfg.Bed.TCPBuf)
+	}
+	if got, err := parseTestbedRun([]string{"--s2cs", s2csBin, "--tcp_buf", "6MiB"}, &out, &out); err != nil || got.Bed.TCPBuf != 6<<20 {
+		t.Errorf("--tcp_buf 6MiB: %d, %v; want %d", got.Bed.TCPBuf, err, 6<<20)
 	}
 	lan, _ := netbed.LookupPreset("lan")
 	lan.RateBps = 200e6

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"scistream/internal/bytesize"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // The testbed command: a two-facility testbed of network namespaces with
 // an emulated WAN (internal/netbed), and seed 000's experiment on it.
 
-const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan | --rtt 10ms] [--wan_rate 200mbit] [--loss 0] [--flow_rate 50mbit] [--host_cc cubic]
+const testbedUsage = `usage: s2bench testbed up   [--name tb] [--preset shortwan | --rtt 10ms] [--wan_rate 200mbit] [--loss 0] [--flow_rate 50mbit] [--host_cc cubic] [--tcp_buf auto]
        s2bench testbed run  [--name tb] [--preset shortwan ...] [--workload sweep|dstream|lstream|SIZE[,SIZE...]]
                             [--bytes N | --messages N | --duration D] [--rate R] [--mode throughput|rr] [--pairs N[,N...]]
                             [--reps 1] [--engine splice|buffer] [--wan tls|tcp|quic] [--json FILE] [--plots DIR] [--keep]
@@ -69,8 +70,10 @@ func runTestbed(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // bedFlags are the flags that describe the testbed.
 type bedFlags struct {
 	name, preset, wanRate, flowRate, cc, stateRoot *string
-	loss                                           *float64
-	rtt                                            *time.Duration
+	// tcpBuf is --tcp_buf (nil: auto).
+	tcpBuf *string
+	loss   *float64
+	rtt    *time.Duration
 }
 
 func addBedFlags(fs *flag.FlagSet) *bedFlags {
@@ -83,6 +86,7 @@ func addBedFlags(fs *flag.FlagSet) *bedFlags {
 		rtt:       fs.Duration("rtt", 0, "overall RTT instead of the preset's, e.g. 10ms (the preset is then named custom)"),
 		cc:        fs.String("host_cc", netbed.DefaultHostCC, "TCP congestion control of the hosts, as facility hosts have theirs: the producer's and consumer's sockets (the direct path, and the LAN ends of the gateways' path) and the namespaces' default, which the gateways' LAN legs run; the gateways' WAN legs run their own (--wan_cc)"),
 		stateRoot: fs.String("state_root", netbed.DefaultStateRoot, "directory of testbed state files"),
+		tcpBuf:    fs.String("tcp_buf", "auto", "the largest buffer TCP autotuning may give one socket (tcp_rmem and tcp_wmem max) on the hosts and gateways, e.g. 64MiB; auto: 4 x the path's bandwidth-delay product, at least 64 MiB, as a data transfer node is tuned"),
 	}
 	fs.StringVar(b.cc, "cc", netbed.DefaultHostCC, "the same as --host_cc (its name before the gateways chose their WAN legs' own)")
 	return b
@@ -114,11 +118,20 @@ func (b *bedFlags) config(stdout io.Writer) (netbed.Config, error) {
 	if err := p.Validate(); err != nil {
 		return netbed.Config{}, usagef("--preset %s: %w", p.Name, err)
 	}
+	var tcpBuf int64
+	if b.tcpBuf != nil && *b.tcpBuf != "auto" {
+		if tcpBuf, err = bytesize.Parse(*b.tcpBuf); err != nil {
+			return netbed.Config{}, usageError{fmt.Errorf("--tcp_buf: %w", err)}
+		}
+		if tcpBuf < netbed.MinTCPBuf || tcpBuf > netbed.MaxTCPBuf {
+			return netbed.Config{}, usagef("--tcp_buf %s out of range: give %s to %s, or auto", *b.tcpBuf, bytesize.Format(netbed.MinTCPBuf), bytesize.Format(netbed.MaxTCPBuf))
+		}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return netbed.Config{}, fmt.Errorf("own executable (runs the delay line): %w", err)
 	}
-	return netbed.Config{Name: *b.name, Preset: p, DelayLine: []string{exe, "testbed", "delayline"}, CC: *b.cc, StateRoot: *b.stateRoot, Log: stdout}, nil
+	return netbed.Config{Name: *b.name, Preset: p, DelayLine: []string{exe, "testbed", "delayline"}, CC: *b.cc, TCPBuf: tcpBuf, StateRoot: *b.stateRoot, Log: stdout}, nil
 }
 
 func parseSub(fs *flag.FlagSet, args []string, help io.Writer) error {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"scistream/internal/tcpbuf"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -211,11 +212,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	// where the API is, the addresses and the engine; the log says the
 	// rest.
 	resume := cfg.Resume.WithDefaults()
+	bufs := tcpbuf.Read()
 	log.Info("serving", "version", version.Current().String(), "bind", cfg.BindIP, "buffer_size", bytesize.Format(int64(cfg.BufferSize)),
 		"capacity_rate", rateOrNone(cfg.Capacity.Rate), "quota_rate", rateOrNone(cfg.Quota.Rate), "lease_default", cfg.LeaseDefault, "lease_max", cfg.LeaseMax,
 		"resume_window", resume.Window, "resume_window_max", resume.WindowMax,
 		"resume_conn_buffer", bytesize.Format(int64(resume.ConnBuffer)), "resume_buffer", bytesize.Format(resume.Buffer), "max_stripe", resume.MaxStripe,
-		"wan_cc", cfg.WANCC.Effective(), "wan_cc_from", cfg.WANCC.Note)
+		"wan_cc", cfg.WANCC.Effective(), "wan_cc_from", cfg.WANCC.Note,
+		"tcp_rmem_max", bufOrUnknown(bufs.Recv), "tcp_wmem_max", bufOrUnknown(bufs.Send))
+	if bufs.Low() {
+		log.Info("TCP autotuning may grow a socket's buffers only this far: one WAN leg then carries at most about this much at 100 ms RTT, less through losses; for long paths raise the limits (or stripe the streams)",
+			"tcp_rmem_max", bufOrUnknown(bufs.Recv), "tcp_wmem_max", bufOrUnknown(bufs.Send), "per_leg_at_100ms", bytesize.Human(int64(bufs.Rate(0.1)))+"/s", "fix", tcpbuf.Fix)
+	}
 	if cfg.WANCC.FellBack {
 		log.Warn("the WAN legs run the host's default congestion control, which gives up most of a long or lossy path if it is cubic or reno; --wan_cc host says this is meant", "cc", cfg.WANCC.Effective(), "why", cfg.WANCC.Note)
 	}
@@ -362,6 +369,14 @@ func completion(args []string, stdout io.Writer) error {
 }
 
 // rateOrNone writes a configured rate for the log, "none" for zero.
+// bufOrUnknown formats a TCP buffer limit (0: unknown).
+func bufOrUnknown(n int64) string {
+	if n <= 0 {
+		return "unknown"
+	}
+	return bytesize.Format(n)
+}
+
 func rateOrNone(r pace.Rate) string {
 	if r == 0 {
 		return "none"

@@ -80,6 +80,10 @@ type Config struct {
 	// gateways set their WAN legs' own, s2cs --wan_cc). A name from
 	// tcp_available_congestion_control, or "" for DefaultHostCC.
 	CC string
+	// TCPBuf is the largest buffer TCP autotuning may give one socket
+	// in the testbed's namespaces (tcp_rmem and tcp_wmem max), between
+	// MinTCPBuf and MaxTCPBuf; 0 for DefaultTCPBuf of the preset.
+	TCPBuf int64
 	// StateRoot holds the state. If empty, DefaultStateRoot.
 	StateRoot string
 	// Log receives one line per step. If nil, nothing is printed.
@@ -265,7 +269,7 @@ func Up(ctx context.Context, cfg Config) (_ *Testbed, err error) {
 		{"links", tb.addLinks},
 		{"routes", tb.addRoutes},
 		{"WAN emulation", tb.addEmulation},
-		{"TCP tuning", func(ctx context.Context) error { return tb.tune(ctx, cfg.CC) }},
+		{"TCP tuning", func(ctx context.Context) error { return tb.tune(ctx, cfg.CC, cfg.TCPBuf) }},
 		{"delay lines and calibration", tb.calibrate},
 	}
 	for _, s := range steps {
