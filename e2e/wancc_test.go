@@ -5,13 +5,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"scistream/internal/bytesize"
-	"scistream/internal/tcpbuf"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"scistream/internal/bytesize"
+	"scistream/internal/tcpbuf"
 	"scistream/internal/tcpcc"
 )
 

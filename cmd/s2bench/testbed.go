@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"scistream/internal/bytesize"
 	"strings"
 	"time"
 
+	"scistream/internal/bytesize"
 	"scistream/internal/exp/testbed"
 	"scistream/internal/exp/workload"
 	"scistream/internal/netbed"

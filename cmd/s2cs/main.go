@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"scistream/internal/tcpbuf"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +30,7 @@ import (
 	"scistream/internal/handoff"
 	"scistream/internal/pace"
 	"scistream/internal/sockmap"
+	"scistream/internal/tcpbuf"
 	"scistream/internal/version"
 )
 
@@ -368,7 +368,6 @@ func completion(args []string, stdout io.Writer) error {
 	return cliflag.Completion{Program: "s2cs", Flags: cliflag.FlagsOf(o.flagSet())}.Write(stdout, args[0])
 }
 
-// rateOrNone writes a configured rate for the log, "none" for zero.
 // bufOrUnknown formats a TCP buffer limit (0: unknown).
 func bufOrUnknown(n int64) string {
 	if n <= 0 {
@@ -377,6 +376,7 @@ func bufOrUnknown(n int64) string {
 	return bytesize.Format(n)
 }
 
+// rateOrNone writes a configured rate for the log, "none" for zero.
 func rateOrNone(r pace.Rate) string {
 	if r == 0 {
 		return "none"

@@ -58,7 +58,7 @@ func (t Tuning) String() string {
 // a part is window (the kernel keeps the rest for its overhead). On the
 // long WAN at 0.1% loss, the gateways' one WAN leg (bbr) then spent 18-40%
 // of its time limited by the receiver's window (ss: rwnd_limited) and
-// carried 0.71-0.79 of the link; with 64 MiB, 0.87-0.90.
+// carried 0.71-0.79 of the link; with 64 MiB, 0.87-0.97.
 func DefaultTCPBuf(bdp int64) int64 { return max(4*bdp, 64<<20) }
 
 // MinTCPBuf and MaxTCPBuf bound Config.TCPBuf: the kernel's smallest
