@@ -24,7 +24,7 @@ const module = "scistream/"
 var layers = [][]string{
 	// Wire types, state, identity, system calls: what everything stands on.
 	{"internal/api", "internal/version", "internal/secretfile", "internal/trustfile", "internal/bytesize", "internal/pace",
-		"internal/ports", "internal/fileplan", "internal/proxyproto", "internal/sockio", "internal/udpsock", "internal/tcpcc",
+		"internal/ports", "internal/fileplan", "internal/proxyproto", "internal/sockio", "internal/udpsock", "internal/tcpcc", "internal/tcpbuf",
 		"internal/egress", "internal/auth", "internal/certs", "internal/store", "internal/idp",
 		"internal/waitfor", "internal/loopback", "internal/metricstest", "internal/leakcheck", "internal/handoff"},
 	// The data-plane engines, the positioned frames of resumable legs
