@@ -374,3 +374,70 @@ func TestEnded(t *testing.T) {
 		t.Fatalf("closed socket: %v, want net.ErrClosed", err)
 	}
 }
+
+// TestConnWaitReadable: Conn.WaitReadable returns only once the socket
+// became readable, ended or failed, or at the read deadline; it does not
+// look again after the poller woke it, so the read that follows tells
+// which, and a read that finds nothing waits again. Every byte comes
+// once, in order; the peer's FIN reads as io.EOF and its reset as
+// ECONNRESET after it.
+func TestConnWaitReadable(t *testing.T) {
+	read := func(t *testing.T, s *sockio.Conn, b []byte) (int, error) {
+		t.Helper()
+		for {
+			if err := s.WaitReadable(); err != nil && err != io.EOF {
+				return 0, err
+			}
+			n, err := s.TryRead(b)
+			if err != sockio.ErrWouldBlock {
+				return n, err
+			}
+		}
+	}
+	t.Run("bytes and the end", func(t *testing.T) {
+		a, b := loopback.TCPPair(t)
+		rb := raw(t, b)
+		b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if err := rb.WaitReadable(); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("silent peer: %v, want the deadline", err)
+		}
+		deadline(a, b)
+		buf := make([]byte, 16)
+		for i := range 200 {
+			// The reader waits first (most rounds), or finds the
+			// byte there: either way it reads it, once.
+			got := make(chan error, 1)
+			var n int
+			go func() {
+				var err error
+				n, err = read(t, rb, buf)
+				got <- err
+			}()
+			if _, err := a.Write([]byte{byte(i)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil || n != 1 || buf[0] != byte(i) {
+				t.Fatalf("round %d: read %d bytes %v, %v; want the byte %d", i, n, buf[:n], err, byte(i))
+			}
+		}
+		a.CloseWrite()
+		if n, err := read(t, rb, buf); n != 0 || err != io.EOF {
+			t.Fatalf("after the peer's FIN: %d, %v; want io.EOF", n, err)
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		a, b := loopback.TCPPair(t)
+		deadline(a, b)
+		rb := raw(t, b)
+		got := make(chan error, 1)
+		go func() {
+			_, err := read(t, rb, make([]byte, 16))
+			got <- err
+		}()
+		a.SetLinger(0)
+		a.Close()
+		if err := <-got; !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("after the peer's reset: %v, want ECONNRESET", err)
+		}
+	})
+}
