@@ -78,29 +78,38 @@ func isZombie(pid int) bool {
 // counts an aborted connection.
 func TestUpgradeDuringTransfer(t *testing.T) {
 	for _, c := range []struct {
-		name, wan string
-		pool      int
-	}{{"tls", api.WANTLS, 0}, {"quic", api.WANQUIC, 0}, {"pooled", api.WANTLS, 1}} {
-		t.Run(c.name, func(t *testing.T) { upgradeDuringTransfer(t, c.wan, c.pool) })
+		name, wan    string
+		pool, stripe int
+	}{{"tls", api.WANTLS, 0, 1}, {"quic", api.WANQUIC, 0, 1}, {"pooled", api.WANTLS, 1, 1}, {"striped", api.WANTLS, 0, 4}} {
+		t.Run(c.name, func(t *testing.T) { upgradeDuringTransfer(t, c.wan, c.pool, c.stripe) })
 	}
 }
 
 // upgradeDuringTransfer is TestUpgradeDuringTransfer over WAN legs of
-// wan, pooled if pool > 0: a QUIC stream's UDP socket is handed over
-// like a TCP listener, and its connection resumes on a new QUIC
-// connection; a connection on a pooled leg's session resumes on a leg
-// of its own.
-func upgradeDuringTransfer(t *testing.T, wan string, pool int) {
+// wan, pooled if pool > 0, stripe legs at once: a QUIC stream's UDP
+// socket is handed over like a TCP listener, and its connection resumes
+// on a new QUIC connection; a connection on a pooled leg's session
+// resumes on a leg of its own; a striped one resumes on a new first leg
+// and is striped again.
+func upgradeDuringTransfer(t *testing.T, wan string, pool, stripe int) {
 	p := newResumePair(t, "--port", "5000") // a fixed control port: the new process serves it again
 	app := newTimedSink(t, p.l.hostIP)
-	in, out := p.wireOver(t, app.port(), 2e9, wan, pool) // 250 MB/s: 4 s for 1 GiB
+	var in, out *api.Stream
+	if stripe > 1 {
+		in, out = p.wireStriped(t, app.port(), 2e9, stripe, pool)
+	} else {
+		in, out = p.wireOver(t, app.port(), 2e9, wan, pool) // 250 MB/s: 4 s for 1 GiB
+	}
 	conn, err := dialFrom(p.l.hostIP, out.Listeners[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	const total = 1 << 30
-	pr := produce(conn, total, 41, total/4, total/2) // held at each upgrade: never over before it, however slow the machine
+	// Held at each upgrade, and at three quarters: never over before
+	// the upgrade, or before the legs are counted after the last, however
+	// slow the machine.
+	pr := produce(conn, total, 41, total/4, total/2, 3*total/4)
 	// Connects to both control ports all along: with the listening
 	// sockets handed over, none is refused while neither process
 	// accepts. (Not to the stream's listener: each connect there would
@@ -146,6 +155,19 @@ func upgradeDuringTransfer(t *testing.T, wan string, pool int) {
 		eventually(t, time.Minute, "the new process to take the connection back", func() bool {
 			return strings.Contains(g.Log(), `msg="live upgrade: connections handed over taken back" taken=1 of=1`)
 		})
+		if stripe > 1 {
+			// Striped again, while the producer holds (at a half, then
+			// three quarters).
+			_, portS, _ := net.SplitHostPort(in.Listeners[0])
+			port, _ := strconv.Atoi(portS)
+			var legs []string
+			if !waitfor.Cond(30*time.Second, func() bool {
+				legs = p.legPorts(t, port)
+				return len(legs) == stripe
+			}) {
+				t.Fatalf("%d WAN legs at the consumer's gateway after the %s gateway's upgrade, want %d", len(legs), []string{"outbound", "inbound"}[i], stripe)
+			}
+		}
 		listeners := 2
 		if wan == api.WANQUIC && g == p.cons {
 			listeners = 3
@@ -154,6 +176,8 @@ func upgradeDuringTransfer(t *testing.T, wan string, pool int) {
 			t.Errorf("the %s gateway did not hand over its connection and its %d listeners:\n%s", []string{"outbound", "inbound"}[i], listeners, lastLines(g.Log(), 30))
 		}
 	}
+	eventually(t, time.Minute, "the consumer to have three quarters", func() bool { return app.n.Load() >= 3*total/4 })
+	pr.release()
 	r := pr.result(app)
 	close(probing)
 	<-probed
@@ -180,6 +204,16 @@ func upgradeDuringTransfer(t *testing.T, wan string, pool int) {
 		}
 		if n != 0 {
 			t.Errorf("the %s gateway's new process counts %d aborted connections", side, n)
+		}
+	}
+	if stripe > 1 {
+		for side, g := range map[string]struct {
+			c   *client.Client
+			uid string
+		}{"outbound": {p.out, out.UID}, "inbound": {p.in, in.UID}} {
+			if s, err := g.c.Get(context.Background(), g.uid); err != nil || s.Stats.StripeLegs != stripe {
+				t.Errorf("the %s gateway's new process says %d stripe legs (%v), want %d", side, s.Stats.StripeLegs, err, stripe)
+			}
 		}
 	}
 }

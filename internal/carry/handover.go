@@ -57,6 +57,11 @@ type State struct {
 	PeerFin, FinDone bool
 	// Stats are the connection's counts so far.
 	Stats Stats
+	// Stripes is the legs the connection may have at once: what the
+	// acceptor granted (SetStripes); 0 or 1, one leg. A thawed striped
+	// connection is striped again: its dialer brings the further legs
+	// once a first one joined, and its acceptor takes them.
+	Stripes int
 }
 
 // handedOut is what Relay's end gives Freeze.
@@ -124,6 +129,9 @@ func (c *Conn) handOverLocked(app net.Conn) {
 		Dialer: c.dialer, Acked: c.snd.acked, Sent: c.sent, AppEOF: c.appEOF, FinAcked: c.finAcked, Limit: c.limit,
 		Recv: c.recv, PeerFin: c.peerFin, FinDone: c.finDone, Stats: c.stats,
 	}
+	if c.striped {
+		st.Stripes = c.maxStripes
+	}
 	if c.leg == nil && !c.lostAt.IsZero() {
 		st.Stats.Parked += time.Since(c.lostAt)
 	}
@@ -182,6 +190,10 @@ func Thaw(cfg Config, st *State) (*Conn, error) {
 		b = b[n:]
 	}
 	c.ackedPos, c.ackedWin = c.ackPosLocked(), c.cfg.Window-c.bl.n
+	if st.Stripes > 1 {
+		c.wantStripes = st.Stripes
+		c.striped, c.maxStripes = true, st.Stripes
+	}
 	return c, nil
 }
 
@@ -207,13 +219,22 @@ func (st *State) check() error {
 		return fmt.Errorf("%w: a handed-over connection forwarded a fin before its bytes", ErrFrame)
 	case st.Limit < st.Acked:
 		return fmt.Errorf("%w: a handed-over connection's peer window ends before its acknowledged position", ErrFrame)
+	case st.Stripes < 0 || st.Stripes > MaxStripes:
+		return fmt.Errorf("%w: a handed-over connection of %d legs at once, outside 0 to %d", ErrFrame, st.Stripes, MaxStripes)
 	}
 	return nil
 }
 
 // stateMagic starts a State's encoding; its last byte is the version
-// of the encoding, which a process of another version refuses.
+// of the encoding. Version 2 is version 1 with the stripes (State.Stripes,
+// one byte, at least 2) after the flags; a state of one leg is encoded as
+// version 1, so that a release that reads only version 1 (the one before
+// striped states) still takes it, and a process reads both. Any other
+// version is refused.
 var stateMagic = [4]byte{'S', 'C', 'H', 1}
+
+// stripedVersion is the version byte of a striped state's encoding.
+const stripedVersion = 2
 
 // State flags, in their encoding.
 const (
@@ -234,9 +255,13 @@ func (st *State) MarshalBinary() ([]byte, error) {
 			flags |= 1 << i
 		}
 	}
-	b := make([]byte, 0, stateFixed+len(st.Unacked)+len(st.Backlog))
+	b := make([]byte, 0, stateFixed+1+len(st.Unacked)+len(st.Backlog))
 	b = append(b, stateMagic[:]...)
 	b = append(b, flags)
+	if st.Stripes > 1 {
+		b[3] = stripedVersion
+		b = append(b, byte(st.Stripes))
+	}
 	for _, v := range []uint64{st.Acked, st.Sent, st.Limit, st.Recv, uint64(st.Stats.Resumes), uint64(st.Stats.Resent), uint64(st.Stats.Parked)} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
@@ -257,21 +282,32 @@ func (st *State) UnmarshalBinary(b []byte) error {
 	if len(b) < stateFixed {
 		return fmt.Errorf("%w: a handed-over connection's state of %d bytes, shorter than %d", ErrFrame, len(b), stateFixed)
 	}
-	if [4]byte(b[:4]) != stateMagic {
-		if [3]byte(b[:3]) == [3]byte(stateMagic[:3]) {
-			return fmt.Errorf("%w: a handed-over connection's state of version %d, where this s2cs reads version %d: hand over to a release of the same state version, or restart", ErrFrame, b[3], stateMagic[3])
-		}
+	if [3]byte(b[:3]) != [3]byte(stateMagic[:3]) {
 		return fmt.Errorf("%w: not a handed-over connection's state", ErrFrame)
+	}
+	if b[3] != stateMagic[3] && b[3] != stripedVersion {
+		return fmt.Errorf("%w: a handed-over connection's state of version %d, where this s2cs reads versions %d and %d: hand over to a release of the same state version, or restart", ErrFrame, b[3], stateMagic[3], stripedVersion)
 	}
 	flags := b[4]
 	if flags>>5 != 0 {
 		return fmt.Errorf("%w: a handed-over connection's state has unknown flags %#x", ErrFrame, flags)
 	}
+	fixed := b[5:]
+	stripes := 0
+	if b[3] == stripedVersion {
+		if len(b) < stateFixed+1 {
+			return fmt.Errorf("%w: a handed-over connection's state of %d bytes, shorter than %d", ErrFrame, len(b), stateFixed+1)
+		}
+		stripes, fixed = int(b[5]), b[6:]
+		if stripes < 2 {
+			return fmt.Errorf("%w: a striped handed-over connection's state of %d legs at once (at least 2)", ErrFrame, stripes)
+		}
+	}
 	var v [7]uint64
 	for i := range v {
-		v[i] = binary.BigEndian.Uint64(b[5+8*i:])
+		v[i] = binary.BigEndian.Uint64(fixed[8*i:])
 	}
-	rest := b[5+8*len(v):]
+	rest := fixed[8*len(v):]
 	bytesOf := func() ([]byte, error) {
 		if len(rest) < 4 {
 			return nil, fmt.Errorf("%w: a handed-over connection's state ends early", ErrFrame)
@@ -303,7 +339,8 @@ func (st *State) UnmarshalBinary(b []byte) error {
 		Dialer: flags&flagDialer != 0, AppEOF: flags&flagAppEOF != 0, FinAcked: flags&flagFinAcked != 0,
 		PeerFin: flags&flagPeerFin != 0, FinDone: flags&flagFinDone != 0,
 		Acked: v[0], Sent: v[1], Limit: v[2], Recv: v[3], Unacked: unacked, Backlog: backlog,
-		Stats: Stats{Resumes: int64(v[4]), Resent: int64(v[5]), Parked: time.Duration(v[6])},
+		Stats:   Stats{Resumes: int64(v[4]), Resent: int64(v[5]), Parked: time.Duration(v[6])},
+		Stripes: stripes,
 	}
 	if err := s.check(); err != nil {
 		return err

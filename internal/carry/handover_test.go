@@ -206,14 +206,14 @@ func TestStateEncoding(t *testing.T) {
 		t.Fatalf("decoded %+v, encoded %+v", got, st)
 	}
 	other := append([]byte(nil), b...)
-	other[3] = 2
+	other[3] = 3
 	for _, c := range []struct {
 		name string
 		b    []byte
 		want string
 	}{
 		{"short", b[:10], "shorter"},
-		{"another version", other, "version 2"},
+		{"another version", other, "version 3"},
 		{"not a state", append([]byte("HTTP"), b[4:]...), "not a handed-over"},
 		{"truncated bytes", b[:len(b)-3], "left"},
 		{"trailing", append(append([]byte(nil), b...), 0), "after"},
@@ -222,6 +222,38 @@ func TestStateEncoding(t *testing.T) {
 		err := s.UnmarshalBinary(c.b)
 		if err == nil || !errors.Is(err, ErrFrame) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an ErrFrame saying %q", c.name, err, c.want)
+		}
+	}
+	if b[3] != 1 {
+		t.Errorf("a state of one leg is encoded as version %d, want 1 (what the release before striped states reads)", b[3])
+	}
+	// Striped: version 2, and thawed striped again.
+	striped := st
+	striped.Stripes = 4
+	sb, _ := striped.MarshalBinary()
+	if sb[3] != 2 || len(sb) != len(b)+1 {
+		t.Errorf("a striped state is encoded as version %d in %d bytes, want 2 in %d", sb[3], len(sb), len(b)+1)
+	}
+	got = State{}
+	if err := got.UnmarshalBinary(sb); err != nil || got.Stripes != 4 || !bytes.Equal(got.Backlog, st.Backlog) {
+		t.Fatalf("a striped state decoded to %+v, %v", got, err)
+	}
+	c, err := Thaw(Config{}, &got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if granted, _ := c.Stripes(); granted != 4 {
+		t.Errorf("a thawed striped connection may have %d legs at once, want 4", granted)
+	}
+	c.mu.Lock()
+	c.snd.release()
+	c.bl.release()
+	c.mu.Unlock()
+	for _, n := range []byte{0, 1, MaxStripes + 1} {
+		bad := append([]byte(nil), sb...)
+		bad[5] = n
+		if err := new(State).UnmarshalBinary(bad); !errors.Is(err, ErrFrame) {
+			t.Errorf("a striped state of %d legs at once: %v, want an ErrFrame", n, err)
 		}
 	}
 	bad := st
@@ -238,6 +270,9 @@ func TestStateEncoding(t *testing.T) {
 func FuzzState(f *testing.F) {
 	st := State{Acked: 1, Unacked: []byte("x"), Sent: 2, Limit: 9, Recv: 4, Backlog: []byte("yz")}
 	b, _ := st.MarshalBinary()
+	f.Add(b)
+	st.Stripes = 4
+	b, _ = st.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte("SCH\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -145,16 +145,29 @@ func OutHanded(ctx context.Context, cfg Config, app net.Conn, hd Handed, dial fu
 	}
 	cc := cfg.carry(true, h)
 	var c *carry.Conn
+	var stripes sync.WaitGroup
+	defer stripes.Wait()
 	cc.OnLost = func(err error) {
 		if h.Lost != nil && !errors.Is(err, carry.ErrHandedOver) {
 			h.Lost(err)
 		}
-		rejoin(cfg, c, hd.ID, hd.Key, dial, h)
+		if rejoin(cfg, c, hd.ID, hd.Key, dial, h) {
+			// A striped connection is striped again, as after a lost
+			// leg (Out).
+			stripes.Add(1)
+			go func() {
+				defer stripes.Done()
+				bringStripes(cfg, c, hd.ID, hd.Key, dial)
+			}()
+		}
 	}
 	c, err := carry.Thaw(cc, &hd.State)
 	if err != nil {
 		relay.Abort(app)
 		return fmt.Errorf("connection %s handed over: %w", hd.ID, err)
+	}
+	if h.Striped != nil {
+		h.Striped(max(hd.State.Stripes, 1))
 	}
 	defer cfg.Live.add(c, hd.ID, hd.Key, hd.Tag)()
 	defer context.AfterFunc(ctx, func() { c.Abort(&relay.Error{Conn: relay.B, Op: "read", Err: net.ErrClosed}, stopped) })()
@@ -184,6 +197,9 @@ func (t *Table) Adopt(cfg Config, app net.Conn, hd Handed, h Hooks) (run func(ct
 	if err != nil {
 		relay.Abort(app)
 		return nil, fmt.Errorf("connection %s handed over: %w", hd.ID, err)
+	}
+	if h.Striped != nil {
+		h.Striped(max(hd.State.Stripes, 1))
 	}
 	e := &entry{c: c, key: hd.Key, h: h}
 	if !t.put(hd.ID, e) {
