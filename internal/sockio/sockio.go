@@ -13,8 +13,9 @@
 // write on loopback, which also runs the receiver's TCP processing), and
 // never sleeps in it. Callers bound the size of one call (relay: 1 MiB).
 // Writes of less than 64 KiB (smallWrite), a request-reply exchange's,
-// and splices of as little take the runtime's path: its wake-ups shorten
-// the exchange's round trip.
+// and splices out of less than 32 KiB that came after a wait
+// (smallSplice) take the runtime's path: its wake-ups shorten the
+// exchange's round trip.
 //
 // A splice pipe beyond the per-user pipe allowance of an unprivileged
 // process (fs.pipe-user-pages-soft, 64 MiB by default) gets only a few
