@@ -211,8 +211,12 @@ func upgradeDuringTransfer(t *testing.T, wan string, pool, stripe int) {
 			c   *client.Client
 			uid string
 		}{"outbound": {p.out, out.UID}, "inbound": {p.in, in.UID}} {
-			if s, err := g.c.Get(context.Background(), g.uid); err != nil || s.Stats.StripeLegs != stripe {
-				t.Errorf("the %s gateway's new process says %d stripe legs (%v), want %d", side, s.Stats.StripeLegs, err, stripe)
+			s, err := g.c.Get(context.Background(), g.uid)
+			if err != nil {
+				t.Fatalf("the %s gateway's new process: %v", side, err)
+			}
+			if s.Stats.StripeLegs != stripe {
+				t.Errorf("the %s gateway's new process says %d stripe legs, want %d", side, s.Stats.StripeLegs, stripe)
 			}
 		}
 	}

@@ -56,8 +56,9 @@ type op struct {
 	// nowait makes fn report done on EAGAIN too (TryRead, TryWrite):
 	// it never waits in the poller.
 	nowait bool
-	// small marks a write or splice-out call of less than smallWrite in
-	// all (not the rest of a larger one after a partial write).
+	// small marks a write call of less than smallWrite in all (not the
+	// rest of a larger one after a partial write), or a splice out that
+	// smallSplice takes.
 	small bool
 	buf   []byte // read, write
 	pipe  int    // splices: the pipe end
@@ -67,8 +68,8 @@ type op struct {
 	pfd   [1]pollFd // opWaitWrite
 	peek  [1]byte   // opPeek
 	woke  bool      // opPeek: the first look is done (so fn runs again only after a wake-up)
-	// waited says the call waited in the poller (SpliceIn: the pipe's
-	// bytes came after a pause, as a request-reply exchange's do).
+	// waited says the call waited in the poller (read by SpliceIn: the
+	// pipe's bytes came after a pause, as a request-reply exchange's do).
 	waited bool
 }
 
@@ -91,25 +92,26 @@ const (
 
 const spliceFlags = 0x1 | 0x2 // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
 
-// smallWrite is the size below which a write call, or a splice out of a
-// pipe holding less, enters the kernel through the runtime's
-// blocking-syscall path after all (syscall.Syscall): such a write is a
-// message or a few of a request-reply exchange, not a batch of a bulk
-// flow (256 KiB to 1 MiB). There the monitor thread's wake-ups are what
-// the exchange wants: it keeps the process's threads from sleeping
-// between messages, so the next one is taken sooner (16 KiB requests
-// through a TLS gateway pair: p50 128-133 us against 152-177 with raw
-// writes, in the same runs; through a plain TCP pair that splices, p50
-// 54-124 us, median 74, against 92-125 with raw splices; bulk goodput
-// and CPU per GB unchanged, docs/performance.md).
+// smallWrite is the size below which a write call enters the kernel through
+// the runtime's blocking-syscall path after all (syscall.Syscall): such a
+// write is a message or a few of a request-reply exchange, not a batch
+// of a bulk flow (256 KiB to 1 MiB). There the monitor thread's wake-ups
+// are what the exchange wants: it keeps the process's threads from
+// sleeping between messages, so the next one is taken sooner (16 KiB
+// requests through a TLS gateway pair: p50 128-133 us against 152-177
+// with raw writes, in the same runs; bulk TLS goodput and CPU per GB
+// unchanged, docs/performance.md).
 const smallWrite = 64 << 10
 
 // smallSplice is smallWrite for a splice out of a pipe whose bytes came
 // after a wait (the source was idle: a message of an exchange, or a
-// bulk flow's sender that fell behind). Half of smallWrite, as a pipe
-// that took one segment of a bulk flow on loopback (up to 64 KiB less
-// its headers) holds just under it: at 64 KiB, and without the wait,
-// bulk plaintext took 0.35 CPU s/GB against 0.30.
+// bulk flow's sender that fell behind): 16 KiB requests through a plain
+// TCP gateway pair, which splices, p50 median 87-89 us against 118-120
+// with raw splices (the naive Go splice pair 80-90 in the same runs).
+// Half of smallWrite, as a pipe that took one segment of a bulk flow on
+// loopback (up to 64 KiB less its headers) holds just under it: at 64
+// KiB, and without the wait, bulk plaintext took 0.35 CPU s/GB against
+// 0.30.
 const smallSplice = 32 << 10
 
 func (o *op) init() {
